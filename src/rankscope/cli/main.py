@@ -1,0 +1,92 @@
+"""`rankscope` entry point: a click group whose verbs are imported only when used.
+
+Lazy loading keeps `rankscope stacks` start-up fast: rich, torch helpers and the log
+parsers are only imported by the verbs that need them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any, Optional
+
+import click
+
+from rankscope import __version__
+from rankscope.errors import ExitCode, RankscopeError
+
+#: verb -> "module:attribute" of its click command.
+VERBS: dict[str, str] = {
+    "stacks": "rankscope.cli.stacks:stacks",
+    "demo": "rankscope.cli.demo:demo",
+    "whoami": "rankscope.cli.whoami:whoami",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(VERBS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        if cmd_name in VERBS:
+            module_name, attr = VERBS[cmd_name].split(":")
+            command = getattr(importlib.import_module(module_name), attr)
+            assert isinstance(command, click.Command)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+HELP = """Find out what is wrong with a multi-node, multi-GPU PyTorch job.
+
+\b
+Examples:
+  rankscope demo                      # see it diagnose a real hung 4-rank job
+  rankscope stacks                    # which ranks of the job on this node hang, and where
+  rankscope stacks --pid 4242 --json  # one launcher (or worker), machine-readable
+  rankscope whoami --pid 4243         # the rank identity of a process
+
+Exit codes are listed in docs/exit-codes.md; add --debug for a traceback on errors.
+"""
+
+
+@click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rankscope")
+@click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: Optional[list[str]] = None) -> Any:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        result = cli.main(args=argv, prog_name="rankscope", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(ExitCode.USAGE)
+    except click.exceptions.Abort:
+        click.echo("rankscope: interrupted", err=True)
+        sys.exit(130)
+    except RankscopeError as exc:
+        if debug:
+            raise
+        click.echo(f"rankscope: error: {exc.one_line()}", err=True)
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        click.echo("rankscope: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # a bug: keep it to one line unless asked
+        if debug:
+            raise
+        click.echo(
+            f"rankscope: internal error: {type(exc).__name__}: {exc} — rerun with --debug and report it",
+            err=True,
+        )
+        sys.exit(ExitCode.INTERNAL)
+    # Commands return their exit code (standalone_mode=False hands it back here).
+    sys.exit(result if isinstance(result, int) else 0)

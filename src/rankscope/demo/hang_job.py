@@ -1,0 +1,131 @@
+"""A small torch.distributed job (gloo, CPU) that hangs on purpose.
+
+Started by `rankscope demo` and the tests through torchrun. Every rank touches
+``$RANKSCOPE_READY_DIR/ready.<rank>`` right before it reaches the point where it hangs,
+so a caller knows when to look.
+
+Scenarios (``--scenario``):
+  lock          the culprit rank deadlocks on its own lock; the others wait in all_reduce
+  skip-barrier  the culprit never reaches the barrier (it sleeps in its data loader)
+  deep          the culprit is stuck deep in its own call chain; the others wait in a barrier
+                reached through a different deep call chain
+  crash         the culprit raises an exception; the others wait in a barrier until torchrun
+                tears them down
+  exit          the culprit exits quietly (code 3) without joining the barrier
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def mark_ready(rank: int) -> None:
+    ready_dir = os.environ.get("RANKSCOPE_READY_DIR")
+    if ready_dir:
+        Path(ready_dir, f"ready.{rank}").touch()
+
+
+def heartbeat(stop: threading.Event) -> None:
+    while not stop.wait(0.2):
+        pass
+
+
+def refresh_cache(lock: threading.Lock) -> None:
+    with lock:
+        update_index(lock)
+
+
+def update_index(lock: threading.Lock) -> None:
+    with lock:  # the same non-reentrant lock again: this thread waits for itself forever
+        pass
+
+
+def load_batch(step: int) -> None:
+    while True:
+        time.sleep(0.05)
+
+
+def decode_record(depth: int) -> None:
+    if depth > 0:
+        decode_record(depth - 1)
+        return
+    while True:
+        time.sleep(0.05)
+
+
+def read_shard(rank: int) -> None:
+    decode_record(4)
+
+
+def sync_gradients(tensor: torch.Tensor) -> None:
+    dist.all_reduce(tensor)
+
+
+def wait_for_peers() -> None:
+    dist.barrier()
+
+
+def forward_pass(rank: int) -> None:
+    optimizer_step(rank)
+
+
+def optimizer_step(rank: int) -> None:
+    wait_for_peers()
+
+
+def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
+    mark_ready(rank)
+    if scenario == "lock":
+        if rank == culprit:
+            refresh_cache(threading.Lock())
+        sync_gradients(torch.ones(8))
+    elif scenario == "skip-barrier":
+        if rank == culprit:
+            load_batch(step)
+        wait_for_peers()
+    elif scenario == "deep":
+        if rank == culprit:
+            read_shard(rank)
+        forward_pass(rank)
+    elif scenario == "crash":
+        if rank == culprit:
+            raise RuntimeError(f"CUDA out of memory (simulated) on rank {rank} at step {step}")
+        wait_for_peers()
+    elif scenario == "exit":
+        if rank == culprit:
+            os._exit(3)
+        wait_for_peers()
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", default="lock")
+    parser.add_argument("--culprit", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="background threads per rank")
+    parser.add_argument("--timeout", type=float, default=600, help="collective timeout in seconds")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank = dist.get_rank()
+    stop = threading.Event()
+    for index in range(args.threads):
+        threading.Thread(target=heartbeat, args=(stop,), name=f"heartbeat-{index}", daemon=True).start()
+
+    warmup = torch.ones(4)
+    dist.all_reduce(warmup)  # every rank is connected before anything goes wrong
+    train_step(args.scenario, rank, args.culprit, step=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

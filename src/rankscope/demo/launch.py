@@ -1,0 +1,143 @@
+"""Start a real torchrun job and always clean it up.
+
+torchrun starts each worker as its own session leader, so killing torchrun's process
+group does not reach them: :meth:`LaunchedJob.stop` sends SIGTERM to torchrun (which
+forwards it), then SIGKILLs the process group of every worker and launcher still alive.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Optional, Sequence
+
+import psutil
+
+HANG_JOB = Path(__file__).with_name("hang_job.py")
+
+
+@dataclass
+class LaunchedJob:
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    nproc: int
+    log_path: Path
+    _seen: set[int] = field(default_factory=set)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def worker_pids(self) -> list[int]:
+        """Direct children of the launcher: one per local rank."""
+        try:
+            children = psutil.Process(self.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        pids = sorted(child.pid for child in children)
+        self._seen.update(pids)
+        return pids
+
+    def ready_ranks(self) -> list[int]:
+        return sorted(int(p.name.split(".")[1]) for p in self.workdir.glob("ready.*"))
+
+    def wait_ready(self, timeout: float = 120.0, settle: float = 0.5) -> None:
+        """Wait until every rank reached its hang point, then ``settle`` more seconds."""
+        deadline = time.monotonic() + timeout
+        while len(self.ready_ranks()) < self.nproc:
+            self.worker_pids()
+            if self.process.poll() is not None:
+                raise RuntimeError(f"job exited early with code {self.process.returncode}: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only ranks {self.ready_ranks()} became ready: {self.log_tail()}")
+            time.sleep(0.1)
+        self.worker_pids()
+        time.sleep(settle)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Terminate the job and everything it started. Safe to call twice."""
+        pids = set(self._seen)
+        try:
+            for proc in psutil.Process(self.pid).children(recursive=True):
+                pids.add(proc.pid)
+        except psutil.NoSuchProcess:
+            pass
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in [self.pid, *sorted(pids)]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        try:
+            self.process.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def __enter__(self) -> LaunchedJob:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_torchrun(
+    script: Path = HANG_JOB,
+    nproc: int = 4,
+    script_args: Sequence[str] = (),
+    workdir: Optional[Path] = None,
+    python: str = sys.executable,
+    torchrun_args: Sequence[str] = (),
+    env: Optional[dict[str, str]] = None,
+    stdout: Optional[IO[bytes]] = None,
+) -> LaunchedJob:
+    """Start ``torchrun --standalone --nproc-per-node N script ...`` in its own session.
+
+    Output goes to ``workdir/job.log`` unless ``stdout`` is given.
+    """
+    workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rankscope-job-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    for stale in workdir.glob("ready.*"):
+        stale.unlink()
+    job_env = dict(os.environ if env is None else env)
+    job_env["RANKSCOPE_READY_DIR"] = str(workdir)
+    job_env.setdefault("OMP_NUM_THREADS", "1")
+    log_path = workdir / "job.log"
+    argv = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        *torchrun_args,
+        str(script),
+        *script_args,
+    ]
+    log = stdout if stdout is not None else open(log_path, "wb")  # noqa: SIM115 - handed to the child
+    try:
+        process = subprocess.Popen(
+            argv, cwd=workdir, env=job_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    finally:
+        if stdout is None:
+            log.close()
+    return LaunchedJob(process=process, workdir=workdir, nproc=nproc, log_path=log_path)

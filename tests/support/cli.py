@@ -1,0 +1,31 @@
+"""Run the real `rankscope` command line in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(*args: str, timeout: float = 120, env: Optional[dict[str, str]] = None, input: str = "") -> CliResult:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        input=input,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
