@@ -20,6 +20,7 @@ VERBS: dict[str, str] = {
     "stacks": "rankscope.cli.stacks:stacks",
     "demo": "rankscope.cli.demo:demo",
     "whoami": "rankscope.cli.whoami:whoami",
+    "exec": "rankscope.cli.exec:exec_cmd",
 }
 
 
@@ -44,6 +45,7 @@ Examples:
   rankscope stacks                    # which ranks of the job on this node hang, and where
   rankscope stacks --pid 4242 --json  # one launcher (or worker), machine-readable
   rankscope whoami --pid 4243         # the rank identity of a process
+  rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
 
 Exit codes are listed in docs/exit-codes.md; add --debug for a traceback on errors.
 """
