@@ -38,7 +38,8 @@ def remote_script(command: Union[str, Sequence[str]], setup: str = "") -> str:
     parts = [f"printf '%s\\n' {START_MARKER} >&2"]
     if setup.strip():
         parts.append(setup.strip().rstrip(";"))
-    parts.append(command_string(command))
+    # A subshell, so that an `exit` in the user's command still lets us report its status.
+    parts.append(f"( {command_string(command)}\n)")
     body = "; ".join(parts)
     return f'{body}; rc=$?; printf \'%s %s\\n\' {EXIT_MARKER} "$rc" >&2; exit "$rc"'
 
