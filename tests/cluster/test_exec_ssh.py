@@ -7,7 +7,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from tests.support.cli import run_cli
 from tests.support.cluster_fixtures import client_env
 from tests.support.sshd import Sshd

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.support.sshd import Sshd, add_alias, start_sshd
 from tests.support.system import ensure_commands
 
