@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.sshd import Sshd, add_alias, start_sshd
+from tests.support.slurm import SlurmCluster, start_slurm
+from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
 from tests.support.system import ensure_commands
 
 #: The "remote" rankscope every test node runs: this very install.
@@ -32,8 +33,6 @@ def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     try:
         add_alias(server, "badauth", User="rankscope-no-such-user")
         add_alias(server, "unknownkey", HostKeyAlias="rankscope-unknown-key")
-        from tests.support.sshd import free_port
-
         add_alias(server, "closedport", Port=str(free_port()))
         yield server
     finally:
@@ -49,3 +48,16 @@ def client_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PDSH_SSH_ARGS_APPEND", None)
     return env
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A running single-node SLURM cluster (node ``localhost``); use ``.env`` for clients."""
+    ensure_commands(
+        {"slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sbatch": "slurm-wlm", "munged": "munge"}
+    )
+    cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

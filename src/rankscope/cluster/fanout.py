@@ -104,6 +104,14 @@ def split_markers(stderr: str) -> tuple[bool, Optional[int], str]:
     return started, status, (rest + "\n" if rest else "")
 
 
+def started_node(stderr: str) -> str:
+    """The node name a start marker carries (set in srun steps), or ''."""
+    for line in stderr.splitlines():
+        if START_MARKER in line:
+            return line.split(START_MARKER, 1)[1].strip()
+    return ""
+
+
 def classify(
     node: str,
     returncode: Optional[int],
@@ -251,17 +259,23 @@ def run_srun_step(
             remaining = max(1.0, timeout - (time.monotonic() - began))
             result = _run_one(step.argv(nodes, script, scratch), env, "srun", remaining, threading.Event())
             refused = next((opt for opt, pattern in _SRUN_REFUSED if pattern.search(result.stderr)), None)
-            files = list(Path(scratch).glob("*.err"))
+            files = list(Path(scratch).glob("*.err"))  # the step ran: do not retry
             if refused and not files and getattr(step, "overlap" if refused == "overlap" else "gres_zero"):
                 step = step.without(refused)
                 continue
             break
         step_timed_out = result.stage in (TIMEOUT, UNREACHABLE) and result.returncode is None
         srun_message = _last_line(split_markers(result.stderr)[2]) or result.reason
+        by_node: dict[str, tuple[str, str]] = {}
+        for err_path in Path(scratch).glob("*.err"):
+            stderr = err_path.read_text(errors="replace")
+            name = started_node(stderr)
+            if name:
+                out_path = err_path.with_suffix(".out")
+                by_node[name] = (out_path.read_text(errors="replace") if out_path.exists() else "", stderr)
         results = []
         for node in nodes:
-            out_path, err_path = Path(scratch, f"{node}.out"), Path(scratch, f"{node}.err")
-            if not err_path.exists() and not out_path.exists():
+            if node not in by_node:
                 stage = TIMEOUT if step_timed_out else TRANSPORT_ERROR
                 reason = (
                     f"never answered within {timeout:g}s"
@@ -274,8 +288,7 @@ def run_srun_step(
                     )
                 )
                 continue
-            stdout = out_path.read_text(errors="replace") if out_path.exists() else ""
-            stderr = err_path.read_text(errors="replace") if err_path.exists() else ""
+            stdout, stderr = by_node[node]
             node_result = classify(node, None, stdout, stderr, False, timeout, time.monotonic() - began)
             if step_timed_out and node_result.returncode is None:
                 node_result = classify(node, None, stdout, stderr, True, timeout, time.monotonic() - began)

@@ -35,7 +35,8 @@ def command_string(command: Union[str, Sequence[str]]) -> str:
 
 def remote_script(command: Union[str, Sequence[str]], setup: str = "") -> str:
     """The text the remote shell runs: markers, the user's setup, the command, its exit status."""
-    parts = [f"printf '%s\\n' {START_MARKER} >&2"]
+    # SLURMD_NODENAME names the node in an srun step (its hostname may differ); empty elsewhere.
+    parts = [f"printf '%s %s\\n' {START_MARKER} \"${{SLURMD_NODENAME:-}}\" >&2"]
     if setup.strip():
         parts.append(setup.strip().rstrip(";"))
     # A subshell, so that an `exit` in the user's command still lets us report its status.
@@ -149,8 +150,9 @@ class SrunStep:
             f"--ntasks={len(nodes)}",
             f"--nodelist={','.join(nodes)}",
             "--kill-on-bad-exit=0",
-            f"--output={output_dir}/%N.out",
-            f"--error={output_dir}/%N.err",
+            # Per task, not %N: srun's %N is the host name, which need not be the SLURM node name.
+            f"--output={output_dir}/%t.out",
+            f"--error={output_dir}/%t.err",
             "sh",
             "-c",
             script,

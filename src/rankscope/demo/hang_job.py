@@ -108,7 +108,9 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenario", default="lock")
     parser.add_argument("--culprit", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="background threads per rank")
