@@ -7,11 +7,16 @@ Each fixture installs what it needs (apt-get, see system.py) and tears down in `
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import pytest
+from tests.support.cli import CliResult
+from tests.support.netns import NetnsNodes, create_client
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
 from tests.support.system import ensure_commands
@@ -61,3 +66,43 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         yield cluster
     finally:
         cluster.stop()
+
+
+@dataclass
+class NetnsCluster:
+    """Namespaced nodes: ``sshnode`` runs sshd, ``blackhole`` drops everything, ``closed`` has no listener."""
+
+    net: NetnsNodes
+    sshd: Sshd
+
+    def run_cli(self, *args: str, timeout: float = 120) -> CliResult:
+        proc = subprocess.run(
+            self.net.exec_argv([sys.executable, "-m", "rankscope", *args]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=client_env(),
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
+    ensure_commands({"sshd": "openssh-server", "ip": "iproute2", "iptables": "iptables"})
+    net = create_client()
+    sshd: Optional[Sshd] = None
+    try:
+        address = net.add_node("sshnode")
+        net.add_node("blackhole")
+        net.add_node("closed")
+        net.black_hole("blackhole")
+        sshd = start_sshd(
+            tmp_path_factory.mktemp("netns-sshd"), listen=address, netns=net.namespaces["sshnode"]
+        )
+        for name in ("sshnode", "blackhole", "closed"):
+            add_alias(sshd, name, HostName=net.nodes[name], Port="22")
+        yield NetnsCluster(net, sshd)
+    finally:
+        if sshd is not None:
+            sshd.stop()
+        net.delete()

@@ -81,7 +81,7 @@ class Sshd:
         """Another name for this sshd (``options`` override the defaults, e.g. IdentityFile)."""
         lines = [
             f"Host {alias}",
-            f"  HostName {self.listen}",
+            f"  HostName {options.pop('HostName', self.listen)}",
             f"  Port {options.pop('Port', str(self.port))}",
             f"  SetEnv RANKSCOPE_NODE={alias}",
         ]

@@ -104,6 +104,10 @@ def split_markers(stderr: str) -> tuple[bool, Optional[int], str]:
     return started, status, (rest + "\n" if rest else "")
 
 
+def _secs(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
 def started_node(stderr: str) -> str:
     """The node name a start marker carries (set in srun steps), or ''."""
     for line in stderr.splitlines():
@@ -128,10 +132,10 @@ def classify(
         result.stage = TIMEOUT if started else UNREACHABLE
         result.returncode = None
         if started:
-            result.reason = f"command still running after {deadline:g}s"
+            result.reason = f"command still running after {_secs(deadline)}s"
             result.hint = "the node answered but the command hangs: raise --node-timeout or look at the node"
         else:
-            result.reason = f"never answered within {deadline:g}s"
+            result.reason = f"never answered within {_secs(deadline)}s"
             result.hint = "the node or a firewall drops traffic: check it is up (`ping`, `ssh NODE date`)"
         return result
     if status is None:
@@ -278,7 +282,7 @@ def run_srun_step(
             if node not in by_node:
                 stage = TIMEOUT if step_timed_out else TRANSPORT_ERROR
                 reason = (
-                    f"never answered within {timeout:g}s"
+                    f"never answered within {_secs(timeout)}s"
                     if step_timed_out
                     else f"srun did not run here: {srun_message}"
                 )
