@@ -21,7 +21,7 @@ def test_black_hole_costs_its_deadline_and_closed_port_is_unreachable(netns_clus
 def test_overall_deadline_bounds_a_black_hole(netns_cluster: NetnsCluster) -> None:
     result = netns_cluster.run_cli(
         "exec", "--via", "pdsh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "30",
-        "--timeout", "2", "--json", "--hosts", "sshnode,blackhole", "--", "true",
+        "--deadline", "2", "--json", "--hosts", "sshnode,blackhole", "--", "true",
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr
     stages = {n["node"]: (n["stage"], n["reason"]) for n in result.json()["nodes"]}

@@ -47,12 +47,6 @@ _OPTIONS = [
         help="Seconds one node may take before it is reported and dropped.",
     ),
     click.option(
-        "--timeout",
-        "overall_timeout",
-        type=click.FloatRange(0.5),
-        help="Seconds for everything (default: none).",
-    ),
-    click.option(
         "--ssh-config", type=click.Path(path_type=Path), help="ssh config file (ssh -F); default: yours."
     ),
     click.option(
@@ -64,6 +58,15 @@ _OPTIONS = [
         help="Do not check node host keys (StrictHostKeyChecking=no). Only on a network you trust.",
     ),
 ]
+
+
+#: `exec` has its own overall deadline; `stacks` already has --deadline and reuses it.
+DEADLINE_OPTION = click.option(
+    "--deadline",
+    "overall_timeout",
+    type=click.FloatRange(0.5),
+    help="Seconds for all nodes together (default: none).",
+)
 
 
 def cluster_options(func: F) -> F:
@@ -118,4 +121,4 @@ def pop_cluster_kwargs(kwargs: dict[str, Any]) -> ClusterTarget:
         "ssh_options",
         "insecure_no_host_key_check",
     )
-    return cluster_target(*(kwargs.pop(name) for name in names))
+    return cluster_target(*(kwargs.pop(name, None) for name in names))

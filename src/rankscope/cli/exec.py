@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import click
 
-from rankscope.cli.cluster_options import cluster_options, pop_cluster_kwargs
+from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, pop_cluster_kwargs
 from rankscope.cluster.fanout import OK
 from rankscope.cluster.gather import render_groups, results_to_json
 from rankscope.cluster.output import write_node_files
@@ -33,6 +33,7 @@ the command with status 0, 4 when some did not, 5 when none did (docs/exit-codes
 
 @click.command("exec", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @cluster_options
+@DEADLINE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema rankscope.exec/1).")
 @click.option(
     "--out",
