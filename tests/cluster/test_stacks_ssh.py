@@ -33,8 +33,8 @@ def test_stacks_across_nodes_names_the_culprit_and_every_failed_node(
     )
     result = run_cli(
         "stacks", "--via", via, "--ssh-config", str(sshd_nodes.ssh_config),
-        "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch), "--remote-setup", REMOTE_SETUP,
-        "--node-timeout", "60", "--out", str(tmp_path / "out"),
+        "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch),
+        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", "--out", str(tmp_path / "out"),
         env=client_env(), timeout=180,
     )  # fmt: skip
     out = result.stdout
