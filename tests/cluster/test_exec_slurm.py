@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.multinode_job import REMOTE_RANKSCOPE
 from tests.support.slurm import SlurmCluster
 
 
@@ -70,3 +71,21 @@ def test_missing_engines_are_one_line_with_exit_6(tmp_path: Path) -> None:
         assert result.stderr.startswith(f"rankscope: error: {tool} not found on PATH")
     result = run_cli("exec", "--hosts", "n1", "--via", "srun", "--", "date", env=env)
     assert result.returncode == 8 and "--via srun needs --jobid" in result.stderr
+
+
+def test_stacks_jobid_without_python_is_no_job_found(slurm_cluster: SlurmCluster, sleeping_job: str) -> None:
+    result = run_cli(
+        "stacks", "--jobid", sleeping_job, "--remote-rankscope", str(REMOTE_RANKSCOPE), env=slurm_cluster.env
+    )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "localhost [no job found]" in result.stdout
+    result = run_cli(
+        "stacks",
+        "--jobid",
+        sleeping_job,
+        "--remote-rankscope",
+        "/nonexistent/rankscope",
+        env=slurm_cluster.env,
+    )
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "localhost [no rankscope there]" in result.stdout
