@@ -86,6 +86,33 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+#: ssh -v lines that tell how far a login got; they and the rest of ssh's chatter are removed.
+_SSH_CONNECTED = "Connection established."
+_SSH_AUTHENTICATED = "Authenticated to "
+_SSH_CHATTER = re.compile(r"^(?:\S+: )?(?:debug\d: |OpenSSH_|Transferred: sent |Bytes per second: )")
+
+
+@dataclass
+class LoginProgress:
+    connected: bool = False
+    authenticated: bool = False
+
+
+def strip_ssh_debug(stderr: str) -> tuple[LoginProgress, str]:
+    """Remove ``ssh -v`` lines; report whether TCP connected and whether login succeeded."""
+    progress = LoginProgress()
+    if "debug1: " not in stderr:
+        return progress, stderr
+    kept = []
+    for line in stderr.splitlines():
+        if _SSH_CHATTER.match(line):
+            progress.connected = progress.connected or _SSH_CONNECTED in line
+            progress.authenticated = progress.authenticated or _SSH_AUTHENTICATED in line
+            continue
+        kept.append(line)
+    return progress, "\n".join(kept) + ("\n" if kept else "")
+
+
 def split_markers(stderr: str) -> tuple[bool, Optional[int], str]:
     """Strip our marker lines: (did the remote start, its exit status if it finished, the rest of stderr)."""
     started = False
@@ -126,16 +153,28 @@ def classify(
     elapsed: float,
 ) -> NodeResult:
     """Turn one node's raw outcome into a NodeResult with its stage."""
+    login, stderr = strip_ssh_debug(stderr)
     started, status, rest = split_markers(stderr)
     result = NodeResult(node, OK, status, stdout, rest, elapsed=elapsed)
     if timed_out:
         result.stage = TIMEOUT if started else UNREACHABLE
         result.returncode = None
+        within = _secs(deadline)
         if started:
-            result.reason = f"command still running after {_secs(deadline)}s"
+            result.reason = f"command still running after {within}s"
             result.hint = "the node answered but the command hangs: raise --node-timeout or look at the node"
+        elif login.authenticated:
+            result.stage = TIMEOUT
+            result.reason = f"logged in, but the command had not started after {within}s"
+            result.hint = "slow shell start-up or --remote-setup on the node? try `ssh NODE true`"
+        elif login.connected:
+            result.stage = TIMEOUT
+            result.reason = f"connected, but the login had not finished after {within}s"
+            result.hint = (
+                "sshd on the node is slow or overloaded (or DNS/LDAP lookups hang): raise --node-timeout"
+            )
         else:
-            result.reason = f"never answered within {_secs(deadline)}s"
+            result.reason = f"never answered within {within}s"
             result.hint = "the node or a firewall drops traffic: check it is up (`ping`, `ssh NODE date`)"
         return result
     if status is None:

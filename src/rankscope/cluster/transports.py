@@ -59,7 +59,9 @@ class SshOptions:
         if self.config_file:
             args += ["-F", self.config_file]
         # BatchMode: never wait for a password or a yes/no prompt that nobody will answer.
-        args += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}"]
+        # -v: its "Connection established" / "Authenticated to" lines tell a dead node from a
+        # slow login when a deadline hits (the fan-out strips them from what users see).
+        args += ["-v", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}"]
         if self.insecure_no_host_key_check:
             args += [
                 "-o",
