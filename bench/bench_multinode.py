@@ -111,8 +111,8 @@ def inner(args: argparse.Namespace) -> int:
                 env, args.repeat,
             ),
             measure(
-                "manual pdsh + py-spy, + black hole (pdsh -t 3 -u 3)",
-                ["pdsh", "-R", "ssh", "-f", "32", "-t", "3", "-u", "3", "-w", f"{nodeset},blackhole", manual_line], env, args.repeat,
+                "manual pdsh + py-spy, + black hole (pdsh -t 10 -u 10)",
+                ["pdsh", "-R", "ssh", "-f", "32", "-t", "10", "-u", "10", "-w", f"{nodeset},blackhole", manual_line], env, args.repeat,
             ),
         ]  # fmt: skip
         first = runs[0]
@@ -124,7 +124,8 @@ def inner(args: argparse.Namespace) -> int:
         out = ROOT / "bench" / "out"
         out.mkdir(parents=True, exist_ok=True)
         (out / "multinode.json").write_text(json.dumps({"nodes": len(nodes), "ranks": 2 * len(nodes), "runs": runs}, indent=2))
-        print(f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}\n")
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, load average {load}\n")
         print("| what | median s | min-max s | exit | output lines |")
         print("|---|---:|---:|---:|---:|")
         for run in runs:
@@ -148,7 +149,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--deadline", type=float, default=3.0, help="--node-timeout for the black-hole run")
+    parser.add_argument("--deadline", type=float, default=10.0, help="--node-timeout for the black-hole run")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
