@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,9 +205,9 @@ def _clean_reason(message: str, node: str) -> str:
     return message
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill_group(process: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, sig)
 
 
 def _run_one(
@@ -235,8 +235,13 @@ def _run_one(
         stdout, stderr = process.communicate(timeout=timeout)
         timed_out = False
     except subprocess.TimeoutExpired:
-        _kill_group(process)
-        stdout, stderr = process.communicate()
+        # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
+        _kill_group(process, signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            _kill_group(process)
+            stdout, stderr = process.communicate()
         timed_out = True
     finally:
         _kill_group(process)
@@ -250,6 +255,7 @@ def run_on_nodes(
     fanout: int = 32,
     node_timeout: float = 30.0,
     overall_timeout: Optional[float] = None,
+    progress: Optional[Callable[[int, int], None]] = None,
 ) -> list[NodeResult]:
     """Run ``script`` on every node through a per-node transport (ssh, pdsh); results in node order.
 
@@ -259,10 +265,17 @@ def run_on_nodes(
     overall_end = time.monotonic() + (overall_timeout if overall_timeout is not None else float("inf"))
     stop_all = threading.Event()
     env = transport.env()
+    done = [0]
+    lock = threading.Lock()
 
     def one(node: str) -> NodeResult:
         remaining = min(node_timeout, overall_end - time.monotonic())
-        return _run_one(transport.node_argv(node, script), env, node, remaining, stop_all)
+        result = _run_one(transport.node_argv(node, script), env, node, remaining, stop_all)
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                progress(done[0], len(nodes))
+        return result
 
     with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(nodes)))) as pool:
         try:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -54,6 +55,19 @@ class ClusterTarget:
         return "pdsh" if shutil.which("pdsh") else "ssh"
 
 
+def _tty_progress() -> Optional[Callable[[int, int], None]]:
+    """``12/40 nodes`` on stderr when it is a terminal; silent when piped."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        end = "\r\033[K" if done == total else ""
+        sys.stderr.write(f"\r\033[K{done}/{total} nodes{end}")
+        sys.stderr.flush()
+
+    return show
+
+
 def run_remote(target: ClusterTarget, command: str | Sequence[str]) -> list[NodeResult]:
     """Run ``command`` on every node of ``target``; one NodeResult per node, in node order."""
     nodes = target.nodes()
@@ -82,4 +96,5 @@ def run_remote(target: ClusterTarget, command: str | Sequence[str]) -> list[Node
         fanout=target.fanout,
         node_timeout=target.node_timeout,
         overall_timeout=target.overall_timeout,
+        progress=_tty_progress(),
     )
