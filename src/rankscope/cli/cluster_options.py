@@ -91,7 +91,8 @@ def cluster_target(
     ssh = SshOptions(
         config_file=str(ssh_config) if ssh_config else None,
         options=tuple(ssh_options),
-        connect_timeout=min(10.0, node_timeout),
+        # Below 10 s, ssh's own ConnectTimeout would race our deadline: let the deadline decide.
+        connect_timeout=10.0 if node_timeout > 10.0 else node_timeout + 1.0,
         insecure_no_host_key_check=insecure_no_host_key_check,
     )
     return ClusterTarget(
