@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
-from rankscope.cluster.output import _write_private, write_node_files
-from rankscope.cluster.run import ClusterTarget
-from rankscope.cluster.stacks_remote import RemoteStacksOptions, stacks_remote
-from rankscope.cluster.targets import fold
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.render import render_text
+
+if TYPE_CHECKING:  # imported when a cluster target is used: `stacks --local` on each node stays lean
+    from rankscope.cluster.run import ClusterTarget
+    from rankscope.cluster.stacks_remote import RemoteStacksOptions
 
 REMOTE_RANKSCOPE_OPTION = click.option(
     "--remote-rankscope",
@@ -43,6 +43,10 @@ def run_cluster_stacks(
     full: bool,
     color: Optional[bool],
 ) -> int:
+    from rankscope.cluster.output import _write_private, write_node_files
+    from rankscope.cluster.stacks_remote import stacks_remote
+    from rankscope.cluster.targets import fold
+
     result = stacks_remote(target, options)
     report = result.report
     diagnosis = diagnose(report)
