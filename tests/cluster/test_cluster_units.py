@@ -58,6 +58,10 @@ def test_classification_of_transport_messages() -> None:
     assert stage(connected, timed_out=True) == "timeout"
     result = classify("n1", None, "", connected, True, 5.0, 5.0)
     assert result.reason == "connected, but the login had not finished after 5s"
+    logged_in = connected + 'Authenticated to n1 ([10.0.0.1]:22) using "publickey".\n'
+    result = classify("n1", None, "", logged_in, True, 5.0, 5.0)
+    assert result.reason == "logged in, but the command had not started after 5s"
+    assert result.stderr == ""  # ssh's own chatter never reaches the user
 
 
 def test_folding_of_outputs_and_failures() -> None:

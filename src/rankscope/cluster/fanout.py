@@ -89,7 +89,9 @@ def _last_line(text: str) -> str:
 #: ssh -v lines that tell how far a login got; they and the rest of ssh's chatter are removed.
 _SSH_CONNECTED = "Connection established."
 _SSH_AUTHENTICATED = "Authenticated to "
-_SSH_CHATTER = re.compile(r"^(?:\S+: )?(?:debug\d: |OpenSSH_|Transferred: sent |Bytes per second: )")
+_SSH_CHATTER = re.compile(
+    r"^(?:\S+: )?(?:debug\d: |OpenSSH_|Authenticated to |Transferred: sent |Bytes per second: )"
+)
 
 
 @dataclass
