@@ -14,8 +14,10 @@ Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/mul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -34,13 +36,16 @@ RANKSCOPE = VENV_BIN / "rankscope"
 FAKE_JOB = ROOT / "bench" / "fake_job.py"
 
 
-def timed(argv: list[str], env: dict[str, str], timeout: float = 300) -> tuple[float, subprocess.CompletedProcess[str]]:
+def timed(
+    argv: list[str], env: dict[str, str], timeout: float = 300
+) -> tuple[float, subprocess.CompletedProcess[str]]:
     began = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     return time.perf_counter() - began, proc
 
 
 def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dict[str, object]:
+    timed(argv, env)  # warm-up: page cache, sshd's first fork
     times, last = [], None
     for _ in range(repeat):
         seconds, last = timed(argv, env)
@@ -59,6 +64,17 @@ def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dic
     }
 
 
+def sequential_cost(argv_for_node: list[list[str]], env: dict[str, str]) -> dict[str, float]:
+    """Run the per-node work one node after the other, without ssh: wall and CPU seconds in all."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.perf_counter()
+    for argv in argv_for_node:
+        subprocess.run(argv, capture_output=True, env=env, timeout=120)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": round(time.perf_counter() - began, 2), "cpu_s": round(cpu, 2)}
+
+
 def inner(args: argparse.Namespace) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="rankscope-bench-"))
     nodes = [f"node{i:02d}" for i in range(1, args.nodes + 1)]
@@ -70,21 +86,27 @@ def inner(args: argparse.Namespace) -> int:
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
         sshd = start_sshd(scratch / "sshd", nodes)
         hole = free_port()
-        subprocess.run(["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(hole), "-j", "DROP"], check=True)
+        subprocess.run(
+            ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(hole), "-j", "DROP"], check=True
+        )
         add_alias(sshd, "blackhole", Port=str(hole))
         pid_dir = scratch / "jobs"
         pid_dir.mkdir()
         for index, node in enumerate(nodes):
-            job = subprocess.Popen(
-                [sys.executable, str(FAKE_JOB), "--node-rank", str(index), "--nproc", "2", "--nnodes", str(len(nodes)),
-                 "--culprit", str(culprit)],
-                start_new_session=True,
-            )  # fmt: skip
+            argv = [sys.executable, str(FAKE_JOB), "--node-rank", str(index), "--nproc", "2"]
+            argv += ["--nnodes", str(len(nodes)), "--culprit", str(culprit)]
+            job = subprocess.Popen(argv, start_new_session=True)
             jobs.append(job)
             (pid_dir / f"{node}.pid").write_text(str(job.pid))
         deadline = time.monotonic() + 60
-        while sum(len(subprocess.run(["pgrep", "-P", str(j.pid)], capture_output=True, text=True).stdout.split())
-                  for j in jobs) < 2 * len(nodes):  # fmt: skip
+
+        def workers() -> int:
+            pgrep = [
+                subprocess.run(["pgrep", "-P", str(j.pid)], capture_output=True, text=True) for j in jobs
+            ]
+            return sum(len(p.stdout.split()) for p in pgrep)
+
+        while workers() < 2 * len(nodes):
             if time.monotonic() > deadline:
                 raise TimeoutError("fake jobs did not start")
             time.sleep(0.2)
@@ -92,61 +114,113 @@ def inner(args: argparse.Namespace) -> int:
         dispatch = scratch / "rankscope-on-node"
         dispatch.write_text(
             "#!/bin/sh\n"
-            f'exec {RANKSCOPE} "$@" $(pgrep -P "$(cat {pid_dir}/"$RANKSCOPE_NODE".pid)" | sed "s/^/--pid /")\n'
+            f'launcher="$(cat {pid_dir}/"$RANKSCOPE_NODE".pid)"\n'
+            f'exec {RANKSCOPE} "$@" $(pgrep -P "$launcher" | sed "s/^/--pid /")\n'
         )
         dispatch.chmod(0o755)
         env = dict(os.environ, PDSH_RCMD_TYPE="ssh", PDSH_SSH_ARGS_APPEND=f"-F {sshd.ssh_config}")
         setup = f"export PATH={VENV_BIN}:$PATH"
         common = ["--ssh-config", str(sshd.ssh_config), "--remote-rankscope", str(dispatch), "--fanout", "32"]
-        manual_line = f"{setup}; pgrep -P $(cat {pid_dir}/$RANKSCOPE_NODE.pid) | xargs -I {{}} py-spy dump --pid {{}}"
-        runs = [
-            measure("rankscope stacks --via ssh", [str(RANKSCOPE), "stacks", "--hosts", nodeset, "--via", "ssh", *common], env, args.repeat),
-            measure("rankscope stacks --via pdsh", [str(RANKSCOPE), "stacks", "--hosts", nodeset, "--via", "pdsh", *common], env, args.repeat),
-            measure("manual pdsh + py-spy", ["pdsh", "-R", "ssh", "-f", "32", "-w", nodeset, manual_line], env, args.repeat),
-            measure("rankscope exec -- date", [str(RANKSCOPE), "exec", "--hosts", nodeset, "--via", "ssh", "--ssh-config", str(sshd.ssh_config), "--", "date +%Y"], env, args.repeat),
-            measure("manual pdsh date", ["pdsh", "-R", "ssh", "-f", "32", "-w", nodeset, "date +%Y"], env, args.repeat),
-            measure(
+        manual_line = (
+            f"{setup}; pgrep -P $(cat {pid_dir}/$RANKSCOPE_NODE.pid) | xargs -I {{}} py-spy dump --pid {{}}"
+        )
+        stacks = [str(RANKSCOPE), "stacks", "--hosts", nodeset, *common]
+        pdsh = ["pdsh", "-R", "ssh", "-f", "32"]
+        hole_flags = ["--node-timeout", f"{args.deadline:g}"]
+        pdsh_hole = ["-t", f"{args.deadline:g}", "-u", f"{args.deadline:g}"]
+        exec_date = [
+            str(RANKSCOPE),
+            "exec",
+            "--hosts",
+            nodeset,
+            "--via",
+            "ssh",
+            "--ssh-config",
+            str(sshd.ssh_config),
+        ]
+        plan = [
+            ("rankscope stacks --via ssh", [*stacks, "--via", "ssh"]),
+            ("rankscope stacks --via pdsh", [*stacks, "--via", "pdsh"]),
+            ("manual pdsh + py-spy", [*pdsh, "-w", nodeset, manual_line]),
+            ("rankscope exec -- date", [*exec_date, "--", "date +%Y"]),
+            ("manual pdsh date", [*pdsh, "-w", nodeset, "date +%Y"]),
+            (
                 f"rankscope stacks --via ssh, + black hole, --node-timeout {args.deadline:g}",
-                [str(RANKSCOPE), "stacks", "--hosts", f"{nodeset},blackhole", "--via", "ssh", "--node-timeout", f"{args.deadline:g}", *common],
-                env, args.repeat,
+                [*stacks, "--via", "ssh", *hole_flags, "--hosts", f"{nodeset},blackhole"],
             ),
-            measure(
-                "manual pdsh + py-spy, + black hole (pdsh -t 10 -u 10)",
-                ["pdsh", "-R", "ssh", "-f", "32", "-t", "10", "-u", "10", "-w", f"{nodeset},blackhole", manual_line], env, args.repeat,
+            (
+                f"manual pdsh + py-spy, + black hole (pdsh -t/-u {args.deadline:g})",
+                [*pdsh, *pdsh_hole, "-w", f"{nodeset},blackhole", manual_line],
             ),
-        ]  # fmt: skip
+        ]
+        runs = [measure(name, argv, env, args.repeat) for name, argv in plan]
+        # Where the time goes: the per-node work alone, node after node, no ssh.
+        remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
+        manual_cmd = ["sh", "-c", manual_line]
+        costs = {
+            "remote rankscope stacks --local --json": sequential_cost(
+                [remote_cmd] * len(nodes), dict(env, RANKSCOPE_NODE="node01")
+            ),
+            "manual pgrep, xargs py-spy dump": sequential_cost(
+                [manual_cmd] * len(nodes), dict(env, RANKSCOPE_NODE="node01")
+            ),
+            "ssh NODE true (client side)": sequential_cost(
+                [["ssh", "-F", str(sshd.ssh_config), node, "true"] for node in nodes], env
+            ),
+        }
         first = runs[0]
         assert first["returncode"] == 0, first
-        assert f"{2 * len(nodes)} of {2 * len(nodes)} processes dumped" in str(first["stdout"]), first["stdout"]
+        assert f"{2 * len(nodes)} of {2 * len(nodes)} processes dumped" in str(first["stdout"]), first[
+            "stdout"
+        ]
         hole_run = runs[5]
         if "blackhole [unreachable]" not in str(hole_run["stdout"]):
-            print("WARNING: black-hole run did not list the black hole as unreachable:\n" + str(hole_run["stdout"]))
+            print(
+                "WARNING: black-hole run did not list the black hole as unreachable:\n"
+                + str(hole_run["stdout"])
+            )
         out = ROOT / "bench" / "out"
         out.mkdir(parents=True, exist_ok=True)
-        (out / "multinode.json").write_text(json.dumps({"nodes": len(nodes), "ranks": 2 * len(nodes), "runs": runs}, indent=2))
+        (out / "multinode.json").write_text(
+            json.dumps(
+                {"nodes": len(nodes), "ranks": 2 * len(nodes), "runs": runs, "sequential": costs}, indent=2
+            )
+        )
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, load average {load}\n")
+        print(
+            f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, "
+            f"load average {load}\n"
+        )
         print("| what | median s | min-max s | exit | output lines |")
         print("|---|---:|---:|---:|---:|")
         for run in runs:
-            print(f"| {run['name']} | {run['median_s']} | {run['min_s']}-{run['max_s']} | {run['returncode']} | {run['stdout_lines']} |")
+            spread = f"{run['min_s']}-{run['max_s']}"
+            print(
+                f"| {run['name']} | {run['median_s']} | {spread} | {run['returncode']} "
+                f"| {run['stdout_lines']} |"
+            )
+        print(f"\nper-node work for all {len(nodes)} nodes, one after the other (no fan-out):\n")
+        print("| what | wall s | CPU s (this side's children) |")
+        print("|---|---:|---:|")
+        for name, cost in costs.items():
+            print(f"| {name} | {cost['wall_s']} | {cost['cpu_s']} |")
         overhead = float(hole_run["median_s"]) - float(first["median_s"])  # type: ignore[arg-type]
         print(f"\nblack-holed node adds {overhead:.2f}s (deadline {args.deadline:g}s)")
         print("\nrankscope --via ssh report head:\n" + "\n".join(str(first["stdout"]).splitlines()[:25]))
         return 0
     finally:
         for job in jobs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, 9)
-            except ProcessLookupError:
-                pass
         if sshd is not None:
             sshd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=10.0, help="--node-timeout for the black-hole run")
