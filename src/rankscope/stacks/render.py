@@ -116,7 +116,9 @@ def render_text(
 ) -> str:
     style: Style = click.style if color else _plain
     multi_host = len(report.hosts) > 1
-    states = {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
+    states: dict[Member, Optional[str]] = (
+        {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
+    )
     dumped = sum(1 for p in report.processes if p.dumped)
     lines: list[str] = []
     what = (
