@@ -165,3 +165,18 @@ def test_worker_pid_alone(deep_job: LaunchedJob) -> None:
     doc = run_cli("stacks", "--pid", str(worker), "--json").json()
     assert [p["pid"] for p in doc["processes"]] == [worker]
     assert doc["diagnosis"]["findings"][0]["kind"] == "together"
+
+
+def test_deadline_kills_slow_dumps_and_leaves_ranks_running(lock_job: LaunchedJob) -> None:
+    # A native dump of a torch worker needs 0.4 s or more (symbol loading): 0.1 s always misses.
+    result = run_cli("stacks", "--pid", str(lock_job.pid), "--native", "--timeout", "0.1", "--json")
+    assert result.returncode == 5, result.stderr
+    doc = result.json()
+    assert len(doc["failures"]) == 4
+    assert all("did not finish within 0.1s" in f["reason"] for f in doc["failures"])
+    time.sleep(0.2)
+    for pid in lock_job.worker_pids():
+        state, tracer = proc_state(pid)
+        assert state in ("S", "R") and tracer == 0, f"pid {pid} left in state {state}"
+    # ... and they still answer a normal dump.
+    assert run_cli("stacks", "--pid", str(lock_job.pid), "--json").json()["diagnosis"]["divergent_ranks"] == [2]
