@@ -51,13 +51,20 @@ def _where(tb: RankTraceback) -> str:
 
 
 def _render_group(
-    group: ErrorGroup, index: int, total: int, frames: int, first: Optional[RankTraceback]
+    group: ErrorGroup,
+    index: int,
+    total: int,
+    frames: int,
+    first: Optional[RankTraceback],
+    title: str = "error",
 ) -> list[str]:
     labels = group.labels
     ranks = fold_labels(labels)
-    kind = "" if index == 1 else "minority, "
+    kind = "" if index == 1 or title != "error" else "minority, "
     is_first = first is not None and any(tb is first for tb in group.members)
-    head = f"error {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
+    head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
+    if title != "error":
+        head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
     if group.members and len(group.members) != len(labels):
         head += f"  ({len(group.members)} tracebacks)"
     if is_first:
@@ -93,15 +100,23 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         out.append(f"no Python tracebacks in {counts.lines} lines")
     else:
         all_labels = {label for g in groups for label in g.labels}
+        launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
         out.append(
-            f"{len(groups)} distinct error(s) from {len(all_labels)} rank(s) ({counts.tracebacks} tracebacks "
-            f"in {counts.lines} lines)"
+            f"{len(groups)} distinct error(s) from {len(all_labels)} rank(s){launcher} "
+            f"({counts.tracebacks} tracebacks in {counts.lines} lines)"
         )
         if report.first_failure is not None:
             out.append(f"first to fail (log order): {_where(report.first_failure)}")
         for index, group in enumerate(groups, 1):
             out.append("")
             out.extend(_render_group(group, index, len(groups), frames, report.first_failure))
+        for index, group in enumerate(report.unprefixed, 1):
+            out.append("")
+            out.extend(
+                _render_group(
+                    group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
+                )
+            )
     if counts.truncated:
         out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
     prefixed = counts.lines - counts.unprefixed
@@ -131,6 +146,7 @@ def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
             "exception": first.exception,
         },
         "minority": list(range(1, len(report.groups))),
+        "unprefixed_groups": [g.to_dict() for g in report.unprefixed],
         "lines": counts.lines,
         "unprefixed_lines": counts.unprefixed,
         "tracebacks": counts.tracebacks,

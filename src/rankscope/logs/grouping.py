@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.folding import fold_hosts, fold_labels
@@ -29,7 +29,7 @@ def normalise_message(message: str, hosts: Sequence[str] = ()) -> str:
     """Replace the parts of an error message that differ between ranks of the same error."""
     for host in sorted(hosts, key=len, reverse=True):
         if host:
-            message = message.replace(host, "<host>")
+            message = re.sub(rf"\b{re.escape(host)}\b", "<host>", message)
     message = _SITE.sub("", message)
     message = _TMP.sub("<tmp>", message)
     message = _HEX.sub("<addr>", message)
@@ -88,8 +88,11 @@ class ErrorGroup:
 
 @dataclass
 class ErrorsReport:
+    #: Errors of ranks (or of everything, when no line had a rank prefix), biggest group first.
     groups: list[ErrorGroup]
     first_failure: Optional[RankTraceback]
+    #: Errors printed without a rank prefix in an otherwise prefixed log: usually the launcher's own.
+    unprefixed: list[ErrorGroup] = field(default_factory=list)
 
     @property
     def majority(self) -> Optional[ErrorGroup]:
@@ -109,8 +112,22 @@ def _where(tb: RankTraceback) -> dict[str, Any]:
 
 
 def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
-    """Group by (type, normalised message, frames); biggest group first, ties by first appearance."""
+    """Group by (type, normalised message, frames); biggest group first, ties by first appearance.
+
+    When some tracebacks carry a rank and others do not, the ones without are reported apart
+    (``unprefixed``): in a prefixed log they are the launcher's (torchrun's ChildFailedError).
+    """
     ordered = sorted(tracebacks, key=lambda tb: tb.order)
+    labelled = [tb for tb in ordered if tb.label is not None]
+    if labelled and len(labelled) < len(ordered):
+        others = [tb for tb in ordered if tb.label is None]
+        report = _group(labelled)
+        report.unprefixed = _group(others).groups
+        return report
+    return _group(ordered)
+
+
+def _group(ordered: list[RankTraceback]) -> ErrorsReport:
     hosts = sorted({h for tb in ordered if tb.label for h in [host_and_rank(tb.label)[0]] if h})
     groups: dict[tuple[Any, ...], ErrorGroup] = {}
     for tb in ordered:
@@ -122,6 +139,4 @@ def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
         else:
             group.members.append(tb)
     result = sorted(groups.values(), key=lambda g: (-len(g.labels), g.first.order))
-    labelled = [tb for tb in ordered if tb.label is not None]
-    first = labelled[0] if labelled else (ordered[0] if ordered else None)
-    return ErrorsReport(result, first)
+    return ErrorsReport(result, ordered[0] if ordered else None)
