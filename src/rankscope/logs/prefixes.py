@@ -37,7 +37,11 @@ _NO_HOST_NAMES = frozenset({b"", b"default", b"rank", b"trainer", b"worker"})
 
 @dataclass(frozen=True)
 class Split:
-    """A line cut in three: the raw prefix bytes, the rank label, the text after it."""
+    """A line cut in three: the raw prefix bytes, the rank label, the text after it.
+
+    ``raw_prefix`` includes a nested torch ``[rankN]: `` marker: lines of one rank's traceback
+    carry it, the same rank's ordinary prints do not, which tells the two apart.
+    """
 
     raw_prefix: bytes
     label: Optional[bytes]
@@ -78,9 +82,17 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
     if match is None:
         return Split(b"", None, line)
     end = match.end()
+    if end == len(line) and match.group("name") == b"":
+        # "[3]:" alone is how torchrun's failure summary heads each failed rank; an empty
+        # print under a "[${rank}]:" template looks the same and loses nothing by this.
+        return Split(b"", None, line)
     if match.group("name") == b"rank" and line[end : end + 1] == b" ":
         end += 1  # torch writes "[rank3]: text"
-    return Split(line[:end], label_of(match), strip_text(line[end:]))
+    elif line.startswith(b"[rank", end):
+        inner = TORCH_RANK.match(line, end)
+        if inner is not None:
+            end = inner.end()
+    return Split(line[:end], label_of(match), line[end:])
 
 
 def strip_text(text: bytes) -> bytes:

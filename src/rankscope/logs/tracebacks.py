@@ -18,6 +18,10 @@ HEADER = b"Traceback (most recent call last)"
 _CHAIN_MARKERS = (b"During handling of the above exception", b"The above exception was the direct cause")
 _FRAME = re.compile(rb'File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
 _CARETS = re.compile(rb"^[\s^~]+$")
+#: What an exception line looks like: ``ValueError: ...``, ``pkg.mod.Error:``, ``KeyboardInterrupt``.
+_EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
+#: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
+MAX_STRAY = 50
 MAX_FRAMES = 200
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
@@ -221,6 +225,9 @@ class TracebackCollector:
                     )
             elif tb.frames and not tb.frames[-1].code and not _CARETS.match(stripped):
                 tb.frames[-1].code = _decode(stripped)
+            return True
+        if not _EXCEPTION_LINE.match(stripped) and building.waited < MAX_STRAY:
+            building.waited += 1  # e.g. the rank's stdout print landing inside its stderr traceback
             return True
         tb.exception = _decode(stripped)
         building.state = "after"
