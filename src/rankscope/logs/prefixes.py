@@ -29,6 +29,7 @@ BRACKET_PREFIX = re.compile(_BRACKET)
 ANY_PREFIX = re.compile(_BRACKET + _SRUN)
 #: torch >= 2.x prefixes every line of an uncaught exception of a distributed worker.
 TORCH_RANK = re.compile(rb"\[rank(\d+)\]:\x20?")
+OMPI_TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err|diag)>:")
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 #: Role names that carry no host information.
@@ -92,7 +93,11 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
         inner = TORCH_RANK.match(line, end)
         if inner is not None:
             end = inner.end()
-    return Split(line[:end], label_of(match), line[end:])
+    text = line[end:]
+    if match.group("mpi") is not None and b"]<std" in text:
+        # Open MPI tags every write, not every line: "KeyError[1,2]<stderr>:: [1,2]<stderr>:'x'"
+        text = OMPI_TAG.sub(b"", text)
+    return Split(line[:end], label_of(match), text)
 
 
 def strip_text(text: bytes) -> bytes:
