@@ -146,8 +146,8 @@ def grep(inputs: tuple[str, ...], ranks_: tuple[str, ...], keep_prefix: bool) ->
     out = sys.stdout.buffer
     found = 0
     for opened in reading.sources():
-        for chunk in opened.chunks:
-            lines = list(finder.lines(chunk, opened.source.fixed_label, opened.allow_srun))
+        for data, lo, hi in opened.windows:
+            lines = list(finder.lines(data, opened.source.fixed_label, opened.allow_srun, lo, hi))
             if lines:
                 found += len(lines)
                 out.write(b"\n".join(lines) + b"\n")

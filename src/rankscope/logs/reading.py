@@ -8,14 +8,19 @@ from dataclasses import dataclass, field
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.prefixes import sniff_srun
-from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, read_chunks
+from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, Window, read_windows, window_bytes
 
 
 @dataclass
 class OpenedSource:
     source: LogSource
     allow_srun: bool
-    chunks: Iterator[bytes]
+    windows: Iterator[Window]
+
+    @property
+    def chunks(self) -> Iterator[bytes]:
+        """Whole lines as byte strings (see :func:`read_windows` for the copy-free form)."""
+        return (window_bytes(window) for window in self.windows)
 
 
 @dataclass
@@ -28,14 +33,18 @@ class Reading:
 
     def sources(self) -> Iterator[OpenedSource]:
         for source in self.inputs:
-            chunks = read_chunks(source, self.stats)
+            windows = read_windows(source, self.stats)
             try:
-                first = next(chunks, b"")
+                first = next(windows, None)
             except BinaryInput:
                 self.skipped.append(f"{source.name}: binary data, not a text log")
                 continue
-            allow_srun = source.fixed_label is None and sniff_srun(first[: 1 << 20])
-            yield OpenedSource(source, allow_srun, itertools.chain([first], chunks) if first else iter(()))
+            if first is None:
+                yield OpenedSource(source, False, iter(()))
+                continue
+            data, start, end = first
+            allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
+            yield OpenedSource(source, allow_srun, itertools.chain([first], windows))
 
     def check_something_read(self) -> None:
         """Raise the right one-line error when no source had any text."""

@@ -18,7 +18,7 @@ from typing import BinaryIO, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 
-CHUNK = 8 << 20
+CHUNK = 1 << 20
 MAX_LINE = 4 << 20
 #: File names read when a directory is given (plus torchrun's stdout.log/stderr.log).
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".out.gz", ".err.gz", ".txt.gz", ".gz")
@@ -118,9 +118,14 @@ class BinaryInput(Exception):
     """Raised from :func:`read_chunks` when a source is not text."""
 
 
-def read_chunks(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -> Iterator[bytes]:
-    """Yield chunks of whole lines (each ends with ``\\n`` except perhaps the last).
+#: A window ``(data, start, end)``: ``data[start:end]`` is whole lines, without copying ``data``.
+Window = tuple[bytes, int, int]
 
+
+def read_windows(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -> Iterator[Window]:
+    """Yield windows of whole lines (each ends with ``\\n``, a final line without one gets it).
+
+    Blocks are not copied: a line cut by a block boundary is yielded as its own small window.
     Raises :class:`BinaryInput` before yielding anything if the source is not text, and
     :class:`BadInputError` if it cannot be read.
     """
@@ -146,28 +151,49 @@ def read_chunks(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) ->
             if not block:
                 break
             stats.bytes_read += len(block)
-            data = carry + block if carry else block
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                if len(data) > MAX_LINE:
-                    stats.cut_lines += 1
-                    yield data + b"\n"
-                    carry = b""
-                else:
-                    carry = data
-                continue
-            carry = data[cut + 1 :]
-            if len(carry) > MAX_LINE:
-                stats.cut_lines += 1
-                yield data + b"\n"
+            begin = 0
+            if carry:
+                newline = block.find(b"\n")
+                if newline < 0:
+                    carry += block
+                    if len(carry) > MAX_LINE:
+                        stats.cut_lines += 1
+                        joined = carry + b"\n"
+                        yield (joined, 0, len(joined))
+                        carry = b""
+                    continue
+                joined = carry + block[: newline + 1]
+                yield (joined, 0, len(joined))
                 carry = b""
+                begin = newline + 1
+            cut = block.rfind(b"\n")
+            if cut < begin:
+                carry = block[begin:]
+                if len(carry) > MAX_LINE:
+                    stats.cut_lines += 1
+                    joined = carry + b"\n"
+                    yield (joined, 0, len(joined))
+                    carry = b""
                 continue
-            yield data[: cut + 1]
+            yield (block, begin, cut + 1)
+            carry = block[cut + 1 :]
         if carry:
-            yield carry + b"\n"
+            joined = carry + b"\n"
+            yield (joined, 0, len(joined))
     finally:
         if handle is not sys.stdin.buffer:
             handle.close()
+
+
+def window_bytes(window: Window) -> bytes:
+    data, start, end = window
+    return data if start == 0 and end == len(data) else data[start:end]
+
+
+def read_chunks(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    """Like :func:`read_windows`, as plain byte strings of whole lines (one copy per block)."""
+    for window in read_windows(source, stats, chunk_size):
+        yield window_bytes(window)
 
 
 def iter_lines(chunk: bytes) -> list[bytes]:

@@ -83,6 +83,7 @@ class TracebackCollector:
         self._fixed_label: Optional[bytes] = None
         self._lines_before = 0
         self._consumed: set[int] = set()
+        self._cursor = (0, 0)
 
     def start_source(self, name: str, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
         self.finish()
@@ -94,6 +95,7 @@ class TracebackCollector:
     def feed(self, chunk: bytes) -> None:
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
+        self._cursor = (0, 0)
         for building in list(self._active.values()):
             self._follow(chunk, building, 0)
         pos = chunk.find(HEADER)
@@ -131,7 +133,7 @@ class TracebackCollector:
                 return
             self._close(key, truncated=existing.state == "frames")
         self._order += 1
-        line_number = self._lines_before + chunk.count(b"\n", 0, start) + 1
+        line_number = self._line_number(chunk, start)
         tb = RankTraceback(
             label=self._fixed_label if self._fixed_label is not None else label,
             source=self._source,
@@ -141,6 +143,15 @@ class TracebackCollector:
         building = _Building(tb, raw_prefix)
         self._active[key] = building
         self._follow(chunk, building, end + 1)
+
+    def _line_number(self, chunk: bytes, start: int) -> int:
+        """1-based line number of ``start``; counts only from the last position asked about."""
+        pos, lines = self._cursor
+        if start < pos:
+            pos, lines = 0, 0
+        lines += chunk.count(b"\n", pos, start)
+        self._cursor = (start, lines)
+        return self._lines_before + lines + 1
 
     def _close(self, key: bytes, truncated: bool = False) -> None:
         building = self._active.pop(key)
