@@ -30,6 +30,18 @@ def fold_labels(labels: Iterable[Optional[bytes]]) -> str:
             odd.add(label.decode("utf-8", "replace"))
         else:
             by_host[host].add(rank)
+    hosts_with_ranks = [h for h in by_host if h is not None]
+    if len(hosts_with_ranks) > 1:
+        numbers = [r for h in hosts_with_ranks for r in by_host[h]]
+        if len(numbers) == len(set(numbers)):
+            # Global ranks: one range reads better than a list per host ("0-6,8-511 on node[000-063]").
+            folded = str(RangeSet.fromlist([str(r) for r in sorted(numbers)]))
+            parts = (
+                [str(RangeSet.fromlist([str(r) for r in sorted(by_host[None])]))] if None in by_host else []
+            )
+            parts.append(f"{folded} on {NodeSet.fromlist(hosts_with_ranks)}")
+            parts.extend(sorted(odd))
+            return " ".join(parts)
     # Hosts with the same rank set fold together: node[1-4]:[0-7].
     by_ranks: dict[str, list[str]] = defaultdict(list)
     parts: list[str] = []
