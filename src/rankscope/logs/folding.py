@@ -36,12 +36,10 @@ def fold_labels(labels: Iterable[Optional[bytes]]) -> str:
         if len(numbers) == len(set(numbers)):
             # Global ranks: one range reads better than a list per host ("0-6,8-511 on node[000-063]").
             folded = str(RangeSet.fromlist([str(r) for r in sorted(numbers)]))
-            parts = (
+            bare = (
                 [str(RangeSet.fromlist([str(r) for r in sorted(by_host[None])]))] if None in by_host else []
             )
-            parts.append(f"{folded} on {NodeSet.fromlist(hosts_with_ranks)}")
-            parts.extend(sorted(odd))
-            return " ".join(parts)
+            return " ".join([*bare, f"{folded} on {NodeSet.fromlist(hosts_with_ranks)}", *sorted(odd)])
     # Hosts with the same rank set fold together: node[1-4]:[0-7].
     by_ranks: dict[str, list[str]] = defaultdict(list)
     parts: list[str] = []
