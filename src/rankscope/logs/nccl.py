@@ -1,7 +1,7 @@
 """What NCCL_DEBUG=INFO output says: version, network, transports per process, and findings.
 
-NCCL debug lines look like ``host:pid:tid [cudaDev] NCCL INFO message`` (``WARN`` for
-warnings), possibly behind a launcher's rank prefix. A process is keyed by its rank prefix
+NCCL debug lines look like ``host:pid:tid [cudaDev] NCCL INFO message``; warnings carry the
+source location, ``host:pid:tid [cudaDev] file.cc:123 NCCL WARN message``; possibly behind a launcher's rank prefix. A process is keyed by its rank prefix
 when there is one, else by ``host:pid``; ``comm ... rank R nranks N ... Init COMPLETE``
 lines tell the NCCL rank.
 """
@@ -18,7 +18,7 @@ from rankscope.logs.prefixes import split_line
 
 _LINE = re.compile(
     rb"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
-    rb"NCCL (?P<level>INFO|WARN|ABORT|TRACE) ?(?P<msg>.*)"
+    rb"(?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|ABORT|TRACE) ?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (\S+)")
 _IB_USING = re.compile(r"NET/IB ?: Using (.*?)(?:; OOB (\S+))?$")
