@@ -1,9 +1,9 @@
 """What NCCL_DEBUG=INFO output says: version, network, transports per process, and findings.
 
 NCCL debug lines look like ``host:pid:tid [cudaDev] NCCL INFO message``; warnings carry the
-source location, ``host:pid:tid [cudaDev] file.cc:123 NCCL WARN message``; possibly behind a launcher's rank prefix. A process is keyed by its rank prefix
-when there is one, else by ``host:pid``; ``comm ... rank R nranks N ... Init COMPLETE``
-lines tell the NCCL rank.
+source location: ``host:pid:tid [cudaDev] file.cc:123 NCCL WARN message``. Either may sit
+behind a launcher's rank prefix. A process is keyed by its rank prefix when there is one,
+else by ``host:pid``; ``comm ... rank R nranks N`` lines tell the NCCL rank.
 """
 
 from __future__ import annotations
