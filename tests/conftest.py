@@ -8,6 +8,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+pytest_plugins = ["tests.support.cluster_fixtures"]
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # A run that collected no tests must fail, not pass quietly.

@@ -179,4 +179,6 @@ def test_deadline_kills_slow_dumps_and_leaves_ranks_running(lock_job: LaunchedJo
         state, tracer = proc_state(pid)
         assert state in ("S", "R") and tracer == 0, f"pid {pid} left in state {state}"
     # ... and they still answer a normal dump.
-    assert run_cli("stacks", "--pid", str(lock_job.pid), "--json").json()["diagnosis"]["divergent_ranks"] == [2]
+    assert run_cli("stacks", "--pid", str(lock_job.pid), "--json").json()["diagnosis"]["divergent_ranks"] == [
+        2
+    ]

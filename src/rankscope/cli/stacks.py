@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import click
 
+from rankscope.cli.cluster_options import cluster_options, pop_cluster_kwargs
+from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
+from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.errors import ExitCode
 from rankscope.stacks.collect import DEFAULT_TIMEOUT
 from rankscope.stacks.explain import diagnose
@@ -47,7 +50,7 @@ def _progress_printer() -> Optional[Callable[[str], None]]:
     return show
 
 
-@click.command(help=HELP)
+@click.command(help=HELP + CLUSTER_EXAMPLES)
 @click.option(
     "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
 )
@@ -98,6 +101,9 @@ def _progress_printer() -> Optional[Callable[[str], None]]:
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
+@cluster_options
+@REMOTE_RANKSCOPE_OPTION
+@click.option("--slurm-job", metavar="J", help="Only processes of SLURM job J on this node (set by --jobid).")
 def stacks(
     pids: tuple[int, ...],
     all_python: bool,
@@ -113,7 +119,27 @@ def stacks(
     full: bool,
     local: bool,
     color: Optional[bool],
+    remote_rankscope: str,
+    slurm_job: Optional[str],
+    **cluster: Any,
 ) -> int:
+    target = pop_cluster_kwargs(cluster)
+    if target.requested and not local:
+        # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
+        from rankscope.cli.stacks_cluster import run_cluster_stacks
+        from rankscope.cluster.stacks_remote import RemoteStacksOptions
+
+        target.overall_timeout = deadline
+        remote = RemoteStacksOptions(
+            remote_rankscope, pids, all_python, native, with_locals, samples, interval, timeout, deadline
+        )
+        if target.jobid:
+            remote.extra += ["--slurm-job", target.jobid]
+        return run_cluster_stacks(target, remote, as_json, out_dir, full, color)
+    if slurm_job:
+        from rankscope.cluster.slurm_local import slurm_job_pids
+
+        pids = (*pids, *slurm_job_pids(slurm_job))
     options = StacksOptions(
         pids=pids,
         all_python=all_python,
