@@ -14,6 +14,7 @@ Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/mul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -153,10 +154,8 @@ def inner(args: argparse.Namespace) -> int:
         return 0
     finally:
         for job in jobs:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, 9)
-            except ProcessLookupError:
-                pass
         if sshd is not None:
             sshd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
