@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import click
 
-from rankscope.cluster.run import ClusterTarget
-from rankscope.cluster.transports import TRANSPORTS, SshOptions
+from rankscope.cluster.transports import TRANSPORTS
+
+if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the fan-out machinery
+    from rankscope.cluster.run import ClusterTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,6 +90,9 @@ def cluster_target(
     ssh_options: tuple[str, ...],
     insecure_no_host_key_check: bool,
 ) -> ClusterTarget:
+    from rankscope.cluster.run import ClusterTarget
+    from rankscope.cluster.transports import SshOptions
+
     ssh = SshOptions(
         config_file=str(ssh_config) if ssh_config else None,
         options=tuple(ssh_options),

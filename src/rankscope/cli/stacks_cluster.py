@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import click
 
-from rankscope.cluster.output import _write_private, write_node_files
-from rankscope.cluster.run import ClusterTarget
-from rankscope.cluster.stacks_remote import RemoteStacksOptions, stacks_remote
-from rankscope.cluster.targets import fold
-from rankscope.stacks.explain import diagnose
-from rankscope.stacks.render import render_text
+if TYPE_CHECKING:  # the fan-out machinery is imported only when a multi-node run starts
+    from rankscope.cluster.run import ClusterTarget
+    from rankscope.cluster.stacks_remote import RemoteStacksOptions
 
 REMOTE_RANKSCOPE_OPTION = click.option(
     "--remote-rankscope",
@@ -43,6 +40,12 @@ def run_cluster_stacks(
     full: bool,
     color: Optional[bool],
 ) -> int:
+    from rankscope.cluster.output import _write_private, write_node_files
+    from rankscope.cluster.stacks_remote import stacks_remote
+    from rankscope.cluster.targets import fold
+    from rankscope.stacks.explain import diagnose
+    from rankscope.stacks.render import render_text
+
     result = stacks_remote(target, options)
     report = result.report
     diagnosis = diagnose(report)
