@@ -17,27 +17,41 @@ from rankscope.procs import ProcessTable, find_jobs
 
 pytestmark = pytest.mark.slow
 
-SLEEPER = "import os, pathlib, time; pathlib.Path(os.environ['READY'], os.environ['OMPI_COMM_WORLD_RANK']).touch(); time.sleep(300)"
+SLEEPER = (
+    "import os, pathlib, time; "
+    "pathlib.Path(os.environ['READY'], os.environ['OMPI_COMM_WORLD_RANK']).touch(); time.sleep(300)"
+)
 
 
-def test_mpirun_ranks(tmp_path: Path) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def start_mpirun(ready: Path, nproc: int) -> subprocess.Popen[bytes]:
+    """`mpirun -np N python <sleeper>`, returned once every rank has started."""
     ensure_commands({"mpirun": "openmpi-bin"})
-    env = dict(
-        os.environ, READY=str(tmp_path), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"
-    )
+    ready.mkdir(exist_ok=True)
+    env = dict(os.environ, READY=str(ready), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     proc = subprocess.Popen(
-        ["mpirun", "--oversubscribe", "-np", "3", sys.executable, "-c", SLEEPER],
+        ["mpirun", "--oversubscribe", "-np", str(nproc), sys.executable, "-c", SLEEPER],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 60
+    while len(list(ready.iterdir())) < nproc:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            pytest.fail("Open MPI ranks did not start")
+        time.sleep(0.1)
+    return proc
+
+
+def test_mpirun_ranks(tmp_path: Path) -> None:
+    proc = start_mpirun(tmp_path, 3)
     try:
-        deadline = time.monotonic() + 60
-        while len(list(tmp_path.iterdir())) < 3:
-            assert proc.poll() is None, "mpirun exited early"
-            assert time.monotonic() < deadline, "Open MPI ranks did not start"
-            time.sleep(0.1)
         (job,) = [j for j in find_jobs(ProcessTable()) if j.launcher_pid == proc.pid]
         assert job.launcher == "mpirun"
         assert [(w.rank.rank, w.rank.world_size, w.rank.launcher) for w in job.workers] == [
@@ -49,5 +63,21 @@ def test_mpirun_ranks(tmp_path: Path) -> None:
         assert doc["diagnosis"]["findings"][0]["text"].startswith("all 3 ranks (ranks 0-2) ")
         assert doc["jobs"][0]["launcher"] == "mpirun"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop(proc)
+
+
+def test_several_jobs_ask_which_one(tmp_path: Path) -> None:
+    first = start_mpirun(tmp_path / "a", 2)
+    try:
+        second = start_mpirun(tmp_path / "b", 2)
+        try:
+            result = run_cli("stacks")
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert f"mpirun pid {first.pid} (2 workers)" in result.stderr
+            assert f"mpirun pid {second.pid} (2 workers)" in result.stderr
+            assert "pick one with --pid LAUNCHER_PID" in result.stderr
+            assert "Traceback" not in result.stderr
+        finally:
+            stop(second)
+    finally:
+        stop(first)
