@@ -8,10 +8,8 @@ tests/test_folding.py checks that the output is exactly RangeSet's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
-
-from ClusterShell.NodeSet import NodeSet
-from ClusterShell.RangeSet import RangeSet
 
 from rankscope.stacks.report import Member
 
@@ -34,11 +32,65 @@ def fold_ints(values: Iterable[int]) -> str:
 
 def parse_ints(text: str) -> list[int]:
     """``0-3,5`` -> ``[0, 1, 2, 3, 5]`` (ClusterShell syntax)."""
+    from ClusterShell.RangeSet import RangeSet
+
     return [int(x) for x in RangeSet(text)]
 
 
+_HOST = re.compile(r"^([^\d,\[\]]*?)(\d+)([^\d,\[\]]*)$")
+
+
+def _fold_padded(numbers: list[str]) -> str:
+    """Digit strings of one width (zero padding kept) -> ``001-004,007``."""
+    width = len(numbers[0])
+    pieces = []
+    values = sorted({int(n) for n in numbers})
+    start = prev = values[0]
+    for value in [*values[1:], None]:
+        if value is not None and value == prev + 1:
+            prev = value
+            continue
+        pieces.append(f"{start:0{width}d}" + (f"-{prev:0{width}d}" if prev != start else ""))
+        if value is not None:
+            start = prev = value
+    return ",".join(pieces)
+
+
 def fold_hosts(hosts: Iterable[str]) -> str:
-    return str(NodeSet.fromlist(sorted(set(hosts))))
+    """``gpu001 gpu002 gpu003 gpu010`` -> ``gpu[001-003,010]`` (ClusterShell NodeSet notation).
+
+    Names shaped ``prefix<digits>suffix`` with one digit width per prefix are folded here in
+    one pass (NodeSet parses each name: 0.4 s for 12k hosts); anything else goes to NodeSet.
+    """
+    unique = set(hosts)
+    patterns: dict[tuple[str, str], list[str]] = {}
+    others: list[str] = []
+    for host in unique:
+        match = _HOST.match(host)
+        if match is None:
+            others.append(host)
+        else:
+            patterns.setdefault((match.group(1), match.group(3)), []).append(match.group(2))
+    folded: list[str] = []
+    for (prefix, suffix), numbers in patterns.items():
+        widths = {len(n) for n in numbers}
+        padded = any(n.startswith("0") and len(n) > 1 for n in numbers)
+        if len(numbers) == 1:
+            folded.append(f"{prefix}{numbers[0]}{suffix}")
+        elif len(widths) == 1 or not padded:
+            if len(widths) == 1:
+                body = _fold_padded(numbers)
+            else:
+                body = fold_ints(int(n) for n in numbers)
+            folded.append(f"{prefix}[{body}]{suffix}")
+        else:
+            others.extend(f"{prefix}{n}{suffix}" for n in numbers)
+    if not others and len(folded) <= 1:
+        return folded[0] if folded else ""
+    # Several patterns (or odd names): let NodeSet order and merge them, from few items.
+    from ClusterShell.NodeSet import NodeSet  # imported here: start-up time matters
+
+    return str(NodeSet.fromlist(sorted(folded + others)))
 
 
 def describe_members(members: Sequence[Member], with_hosts: bool = False) -> str:

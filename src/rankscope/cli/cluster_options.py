@@ -10,7 +10,7 @@ import click
 
 from rankscope.cluster.transports import TRANSPORTS
 
-if TYPE_CHECKING:  # the fan-out machinery is imported only when a cluster target is used
+if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the fan-out machinery
     from rankscope.cluster.run import ClusterTarget
 
 F = TypeVar("F", bound=Callable[..., Any])

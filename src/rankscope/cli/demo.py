@@ -27,8 +27,13 @@ SCENARIOS = ["lock", "skip-barrier", "deep"]
 @click.command(help=HELP)
 @click.option("--nproc", type=click.IntRange(2, 64), default=4, show_default=True, help="Ranks to start.")
 @click.option("--culprit", type=int, default=2, show_default=True, help="The rank that misbehaves.")
-@click.option("--scenario", type=click.Choice(SCENARIOS), default="lock", show_default=True,
-              help="lock: self-deadlock on a lock; skip-barrier: never reaches the barrier; deep: stuck deep in its own calls.")
+@click.option(
+    "--scenario",
+    type=click.Choice(SCENARIOS),
+    default="lock",
+    show_default=True,
+    help="lock: self-deadlock on a lock; skip-barrier: never reaches the barrier; deep: stuck deep in its own calls.",
+)
 @click.option("--native", is_flag=True, help="Diagnose with native frames too.")
 def demo(nproc: int, culprit: int, scenario: str, native: bool) -> int:
     from rankscope.demo.run import run_demo
@@ -43,11 +48,14 @@ def demo(nproc: int, culprit: int, scenario: str, native: bool) -> int:
     result = run_demo(nproc=nproc, culprit=culprit, scenario=scenario, say=say, native=native)
     click.echo(render_text(result.report, result.diagnosis, color=sys.stdout.isatty()))
     if result.named_culprit:
-        click.echo(click.style(f"demo: rankscope named rank {culprit}, the rank that was made to hang.", fg="green"))
+        click.echo(
+            click.style(f"demo: rankscope named rank {culprit}, the rank that was made to hang.", fg="green")
+        )
         return int(ExitCode.OK)
     click.echo(
         click.style(
-            f"demo: the diagnosis named ranks {result.diagnosis.divergent_ranks or 'none'}, not rank {culprit}.", fg="red"
+            f"demo: the diagnosis named ranks {result.diagnosis.divergent_ranks or 'none'}, not rank {culprit}.",
+            fg="red",
         )
     )
     return int(ExitCode.DEMO_MISSED)

@@ -20,6 +20,8 @@ VERBS: dict[str, str] = {
     "stacks": "rankscope.cli.stacks:stacks",
     "demo": "rankscope.cli.demo:demo",
     "whoami": "rankscope.cli.whoami:whoami",
+    "logs": "rankscope.cli.logs:logs",
+    "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
 }
 

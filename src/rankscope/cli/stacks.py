@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import click
 
@@ -40,7 +40,7 @@ Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
 """
 
 
-def _progress_printer() -> Optional[callable]:  # type: ignore[valid-type]
+def _progress_printer() -> Optional[Callable[[str], None]]:
     if not sys.stderr.isatty():
         return None
 
@@ -51,21 +51,53 @@ def _progress_printer() -> Optional[callable]:  # type: ignore[valid-type]
 
 
 @click.command(help=HELP + CLUSTER_EXAMPLES)
-@click.option("--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable).")
-@click.option("--all-python", is_flag=True, help="Every Python process of yours (root: everyone's), not only jobs.")
-@click.option("--native", is_flag=True, help="Include native (C/C++) frames: slower, shows where in torch/NCCL.")
-@click.option("--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out).")
-@click.option("--samples", type=click.IntRange(1, 1000), default=1, show_default=True, help="Snapshots to take.")
-@click.option("--interval", type=click.FloatRange(0), default=1.0, show_default=True, help="Seconds between samples.")
-@click.option("--timeout", type=click.FloatRange(0.1), default=DEFAULT_TIMEOUT, show_default=True,
-              help="Deadline per process dump, seconds.")
-@click.option("--deadline", type=click.FloatRange(0.1), default=60.0, show_default=True,
-              help="Deadline for the whole collection, seconds.")
-@click.option("--jobs", "parallelism", type=click.IntRange(1, 256), default=None,
-              help="Dumps in parallel (default: max(4, 2 x CPUs)).")
+@click.option(
+    "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
+)
+@click.option(
+    "--all-python", is_flag=True, help="Every Python process of yours (root: everyone's), not only jobs."
+)
+@click.option(
+    "--native", is_flag=True, help="Include native (C/C++) frames: slower, shows where in torch/NCCL."
+)
+@click.option(
+    "--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out)."
+)
+@click.option(
+    "--samples", type=click.IntRange(1, 1000), default=1, show_default=True, help="Snapshots to take."
+)
+@click.option(
+    "--interval", type=click.FloatRange(0), default=1.0, show_default=True, help="Seconds between samples."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Deadline per process dump, seconds.",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(0.1),
+    default=60.0,
+    show_default=True,
+    help="Deadline for the whole collection, seconds.",
+)
+@click.option(
+    "--jobs",
+    "parallelism",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Dumps in parallel (default: max(4, 2 x CPUs)).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema rankscope.stacks/1).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Also write raw dumps, stacks.json and report.txt here (mode 0700/0600).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Also write raw dumps, stacks.json and report.txt here (mode 0700/0600).",
+)
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
@@ -141,7 +173,9 @@ def stacks(
         click.echo(json.dumps(document, indent=2))
     else:
         use_color = sys.stdout.isatty() if color is None else color
-        click.echo(render_text(report, diagnosis, full=full, color=use_color) if use_color else text, nl=False)
+        click.echo(
+            render_text(report, diagnosis, full=full, color=use_color) if use_color else text, nl=False
+        )
         if out_dir is not None:
             click.echo(f"\nraw dumps, stacks.json and report.txt: {out_dir}/")
     if code in (ExitCode.ALL_FAILED, ExitCode.PERMISSION_DENIED, ExitCode.BAD_INPUT) and report.failures:

@@ -8,10 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import click
 
-from rankscope.stacks.explain import diagnose
-from rankscope.stacks.render import render_text
-
-if TYPE_CHECKING:  # imported when a cluster target is used: `stacks --local` on each node stays lean
+if TYPE_CHECKING:  # the fan-out machinery is imported only when a multi-node run starts
     from rankscope.cluster.run import ClusterTarget
     from rankscope.cluster.stacks_remote import RemoteStacksOptions
 
@@ -46,6 +43,8 @@ def run_cluster_stacks(
     from rankscope.cluster.output import _write_private, write_node_files
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
+    from rankscope.stacks.explain import diagnose
+    from rankscope.stacks.render import render_text
 
     result = stacks_remote(target, options)
     report = result.report

@@ -47,12 +47,20 @@ def run_demo(
 ) -> DemoResult:
     require_torch()
     workdir = Path(tempfile.mkdtemp(prefix="rankscope-demo-"))
-    say(f"starting a {nproc}-rank torchrun job (gloo, CPU) in which rank {culprit} deadlocks ({scenario}) ...")
-    job = start_torchrun(nproc=nproc, script_args=["--scenario", scenario, "--culprit", str(culprit)], workdir=workdir,
-                         python=sys.executable)
+    say(
+        f"starting a {nproc}-rank torchrun job (gloo, CPU) in which rank {culprit} deadlocks ({scenario}) ..."
+    )
+    job = start_torchrun(
+        nproc=nproc,
+        script_args=["--scenario", scenario, "--culprit", str(culprit)],
+        workdir=workdir,
+        python=sys.executable,
+    )
     try:
         job.wait_ready(timeout=180)
-        say(f"job is hung (launcher pid {job.pid}, workers {', '.join(map(str, job.worker_pids()))}); diagnosing ...")
+        say(
+            f"job is hung (launcher pid {job.pid}, workers {', '.join(map(str, job.worker_pids()))}); diagnosing ..."
+        )
         result = run_local(StacksOptions(pids=[job.pid], native=native, samples=2, interval=0.5))
         return DemoResult(result.report, diagnose(result.report), culprit, job.pid)
     finally:

@@ -102,16 +102,31 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
     """Failures knowable without ptrace (gone, zombie, not Python), and the state letter."""
     state, _ = proc_state(target.pid)
     if not state:
-        return Failure(target.label, "discover", "no such process (it exited or never existed)",
-                       "check the pid with ps; a rank that exited early is in the job's log", target.rank), "?"
+        return Failure(
+            target.label,
+            "discover",
+            "no such process (it exited or never existed)",
+            "check the pid with ps; a rank that exited early is in the job's log",
+            target.rank,
+        ), "?"
     if state in ("Z", "X"):
         parent = _parent_pid(target.pid)
-        return Failure(target.label, "attach", f"the process is a zombie: it exited and its parent (pid {parent}) has not reaped it",
-                       "this rank died; read its exit status and last log lines", target.rank), state
+        return Failure(
+            target.label,
+            "attach",
+            f"the process is a zombie: it exited and its parent (pid {parent}) has not reaped it",
+            "this rank died; read its exit status and last log lines",
+            target.rank,
+        ), state
     if looks_like_python(target.pid) is False:
         name = target.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] or "?"
-        return Failure(target.label, "attach", f"not a Python process ({name})",
-                       "point --pid at the job's launcher or a Python worker", target.rank), state
+        return Failure(
+            target.label,
+            "attach",
+            f"not a Python process ({name})",
+            "point --pid at the job's launcher or a Python worker",
+            target.rank,
+        ), state
     return None, state
 
 
@@ -144,28 +159,45 @@ def dump_one(
         outcome.failure = failure
         return outcome
     if timeout <= 0:
-        outcome.failure = Failure(target.label, "dump", "not started: the overall deadline passed",
-                                  "raise --deadline or narrow the targets", target.rank)
+        outcome.failure = Failure(
+            target.label,
+            "dump",
+            "not started: the overall deadline passed",
+            "raise --deadline or narrow the targets",
+            target.rank,
+        )
         return outcome
     argv = dump_argv(pyspy, target.pid, native=native, with_locals=with_locals)
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=pyspy_env(), check=False)
     except subprocess.TimeoutExpired:
-        outcome.failure = Failure(target.label, "dump", f"py-spy did not finish within {timeout:g}s",
-                                  "raise --timeout (a process under heavy load or --native symbol loading is slow)",
-                                  target.rank)
+        outcome.failure = Failure(
+            target.label,
+            "dump",
+            f"py-spy did not finish within {timeout:g}s",
+            "raise --timeout (a process under heavy load or --native symbol loading is slow)",
+            target.rank,
+        )
     except OSError as exc:
-        outcome.failure = Failure(target.label, "dump", f"could not run py-spy: {exc}", "reinstall py-spy", target.rank)
+        outcome.failure = Failure(
+            target.label, "dump", f"could not run py-spy: {exc}", "reinstall py-spy", target.rank
+        )
     else:
         outcome.raw = proc.stdout
         if proc.returncode == 0:
             try:
                 threads = parse_dump(proc.stdout, target.pid, intern)
-                outcome.snapshot = ProcessSnapshot(pid=target.pid, rank=target.rank, threads=threads,
-                                                   cmdline=target.cmdline)
+                outcome.snapshot = ProcessSnapshot(
+                    pid=target.pid, rank=target.rank, threads=threads, cmdline=target.cmdline
+                )
             except ValueError as exc:
-                outcome.failure = Failure(target.label, "parse", f"unreadable py-spy output: {exc}",
-                                          "rerun with --out DIR to keep the raw dump", target.rank)
+                outcome.failure = Failure(
+                    target.label,
+                    "parse",
+                    f"unreadable py-spy output: {exc}",
+                    "rerun with --out DIR to keep the raw dump",
+                    target.rank,
+                )
         else:
             kind, reason = classify_error(proc.stderr.decode("utf-8", "replace"))
             hint = {

@@ -14,13 +14,41 @@ from rankscope.stacks.report import Member, StackGroup, StacksReport
 #: Python-level entry points of torch.distributed (and DeepSpeed's comm layer) that block.
 COLLECTIVES = frozenset(
     {
-        "barrier", "monitored_barrier", "all_reduce", "all_reduce_coalesced", "broadcast",
-        "broadcast_object_list", "all_gather", "all_gather_into_tensor", "all_gather_object",
-        "all_gather_coalesced", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
-        "_reduce_scatter_base", "reduce", "gather", "gather_object", "scatter", "scatter_object_list",
-        "all_to_all", "all_to_all_single", "send", "recv", "isend", "irecv", "batch_isend_irecv",
-        "send_object_list", "recv_object_list", "wait", "init_process_group", "new_group",
-        "destroy_process_group", "rendezvous", "_store_based_barrier", "inference_all_reduce",
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_reduce_coalesced",
+        "broadcast",
+        "broadcast_object_list",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "batch_isend_irecv",
+        "send_object_list",
+        "recv_object_list",
+        "wait",
+        "init_process_group",
+        "new_group",
+        "destroy_process_group",
+        "rendezvous",
+        "_store_based_barrier",
+        "inference_all_reduce",
     }
 )
 _COMM_PATHS = ("torch/distributed/", "deepspeed/comm/", "torch/_C/_distributed")
@@ -220,7 +248,9 @@ def diagnose(report: StacksReport) -> Diagnosis:
         )
     places = _findings(report.main_groups())
     if not places:
-        headline = "no stacks were collected" + (f"; {len(report.failures)} target(s) failed" if report.failures else "")
+        headline = "no stacks were collected" + (
+            f"; {len(report.failures)} target(s) failed" if report.failures else ""
+        )
         return Diagnosis(headline, missing_ranks=missing, notes=notes)
     if len(places) == 1:
         place, members = places[0]
@@ -243,7 +273,9 @@ def diagnose(report: StacksReport) -> Diagnosis:
         for place, members in waiting:
             findings.append(Finding("waiting", members, place, f"{who(members)} {place.text()}"))
         for place, members in elsewhere:
-            findings.append(Finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}"))
+            findings.append(
+                Finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}")
+            )
             divergent.extend(members)
     else:
         (major_place, major), *minor = places

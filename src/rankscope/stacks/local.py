@@ -53,8 +53,12 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
         for pid in options.pids:
             if pid not in table.procs:
                 failures.append(
-                    Failure(f"pid {pid}", "discover", "no such process (it exited or never existed)",
-                            "check the pid with ps; a rank that exited early is in the job's log")
+                    Failure(
+                        f"pid {pid}",
+                        "discover",
+                        "no such process (it exited or never existed)",
+                        "check the pid with ps; a rank that exited early is in the job's log",
+                    )
                 )
                 continue
             jobs.append(workers_of(pid, table, host))
@@ -85,8 +89,12 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
                 targets.append(Target(worker.pid, worker.rank, worker.cmdline))
         if not job.workers and job.launcher_pid is not None:
             failures.append(
-                Failure(f"{job.launcher} pid {job.launcher_pid}", "discover", "the launcher has no Python workers with a rank",
-                        "the workers may not have started yet, or have all exited: read the job's log")
+                Failure(
+                    f"{job.launcher} pid {job.launcher_pid}",
+                    "discover",
+                    "the launcher has no Python workers with a rank",
+                    "the workers may not have started yet, or have all exited: read the job's log",
+                )
             )
     for pid in options.pids:
         info = table.procs.get(pid)
@@ -164,7 +172,11 @@ def exit_code_for(report: StacksReport) -> ExitCode:
             return ExitCode.PERMISSION_DENIED
         if not report.processes:
             # Only named pids that do not exist (or launchers without workers) were given.
-            return ExitCode.BAD_INPUT if all(f.stage == "discover" for f in report.failures) else ExitCode.ALL_FAILED
+            return (
+                ExitCode.BAD_INPUT
+                if all(f.stage == "discover" for f in report.failures)
+                else ExitCode.ALL_FAILED
+            )
         return ExitCode.ALL_FAILED
     return ExitCode.PARTIAL if report.failures else ExitCode.OK
 
@@ -189,7 +201,9 @@ def save_outputs(out_dir: Path, result: LocalResult, document: dict[str, object]
     written = []
     for sample, outcome in result.outcomes:
         rank = outcome.target.rank.rank
-        stem = f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
+        stem = (
+            f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
+        )
         if result.report.samples > 1:
             stem += f".sample-{sample + 1}"
         suffix = ".json" if outcome.snapshot is not None else ".error.txt"

@@ -112,9 +112,10 @@ def build_tree(groups: Sequence[StackGroup]) -> list[TreeNode]:
             depths = [d + 1 for _, d in branch]
             while True:
                 nexts = {g.frames[d] if d < len(g.frames) else None for (g, _), d in zip(branch, depths)}
-                if len(nexts) != 1 or None in nexts or len(branch) == 0:
+                nxt = nexts.pop() if len(nexts) == 1 else None
+                if nxt is None:
                     break
-                chain.append(nexts.pop())
+                chain.append(nxt)
                 depths = [d + 1 for d in depths]
             members = [m for g, _ in branch for m in g.members]
             node = TreeNode(frames=chain, members=members)

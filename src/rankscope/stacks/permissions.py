@@ -37,7 +37,11 @@ def explain_ptrace_denied(target_uid: Optional[int] = None) -> str:
     if euid != 0 and target_uid is not None and target_uid != euid:
         reasons.append(f"the process belongs to uid {target_uid}, you are uid {euid}")
     if scope is not None and scope >= 1 and not cap:
-        meaning = {1: "only a parent may trace its children", 2: "only CAP_SYS_PTRACE may trace", 3: "nobody may trace"}
+        meaning = {
+            1: "only a parent may trace its children",
+            2: "only CAP_SYS_PTRACE may trace",
+            3: "nobody may trace",
+        }
         reasons.append(f"kernel.yama.ptrace_scope={scope} ({meaning.get(scope, 'restricted')})")
     if euid == 0 and not cap:
         reasons.append("this root has no CAP_SYS_PTRACE (a container without --cap-add SYS_PTRACE?)")

@@ -110,7 +110,11 @@ def classify_error(stderr: str) -> tuple[str, str]:
     first = next((line for line in text.splitlines() if line.strip()), "py-spy failed")
     if "permission denied" in lowered or "operation not permitted" in lowered:
         return "permission", "ptrace was refused (permission denied)"
-    if "no such process" in lowered or "no such file or directory" in lowered or "check that the process is running" in lowered:
+    if (
+        "no such process" in lowered
+        or "no such file or directory" in lowered
+        or "check that the process is running" in lowered
+    ):
         return "gone", "the process exited"
     if "failed to find python" in lowered or "python interpreter" in lowered or "bad address" in lowered:
         return "not-python", "py-spy found no Python interpreter in it"

@@ -116,10 +116,16 @@ def render_text(
 ) -> str:
     style: Style = click.style if color else _plain
     multi_host = len(report.hosts) > 1
-    states = {p.member: p.state for p in report.processes}
+    states: dict[Member, Optional[str]] = (
+        {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
+    )
     dumped = sum(1 for p in report.processes if p.dumped)
     lines: list[str] = []
-    what = title or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid) or "processes"
+    what = (
+        title
+        or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
+        or "processes"
+    )
     sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
     lines.append(
         style(f"rankscope stacks: {what} on {', '.join(report.hosts) or '?'}", bold=True)
@@ -139,7 +145,13 @@ def render_text(
     main = report.main_groups()
     if main:
         lines.append("")
-        lines.append(style(f"Main thread — {len(main)} distinct stack{'s' if len(main) != 1 else ''}", bold=True, underline=True))
+        lines.append(
+            style(
+                f"Main thread — {len(main)} distinct stack{'s' if len(main) != 1 else ''}",
+                bold=True,
+                underline=True,
+            )
+        )
         lines.extend(_render_tree(build_tree(main), full, style, states, multi_host))
 
     others = report.other_groups()
@@ -150,7 +162,11 @@ def render_text(
             if len(groups) == 1:
                 group = groups[0]
                 place = locate(group.frames)
-                spot = place.text() if place.collective else describe_frame(place.caller or place.innermost) if (place.caller or place.innermost) else "no frames"
+                frame = place.caller or place.innermost
+                if place.collective:
+                    spot = place.text()
+                else:
+                    spot = describe_frame(frame) if frame else "no frames"
                 who = describe_members(group.members, with_hosts=multi_host)
                 lines.append(f"  {role} — {who}: {spot}")
             else:

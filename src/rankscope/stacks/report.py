@@ -117,7 +117,12 @@ class JobInfo:
     cmdline: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "launcher": self.launcher, "launcher_pid": self.launcher_pid, "cmdline": self.cmdline}
+        return {
+            "host": self.host,
+            "launcher": self.launcher,
+            "launcher_pid": self.launcher_pid,
+            "cmdline": self.cmdline,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JobInfo:

@@ -1,0 +1,121 @@
+"""Generate an interleaved console log of a 512-rank job that ends in a crash.
+
+64 hosts x 8 ranks with torchrun ``--role $(hostname -s): --tee 3`` prefixes (``[node017:137]:``).
+The body is training chatter (timestamps, losses, throughput, dataloader warnings) with,
+every few MB, a caught exception printed with its traceback by one rank; the end is the
+crash: every rank prints a traceback, interleaved line by line with the others. 509 ranks
+raise one error (messages differ in numbers), 3 ranks raise two other errors.
+
+Usage: python bench/gen_logs.py OUT [--size-mb 1024] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+HOSTS = 64
+PER_HOST = 8
+RANKS = HOSTS * PER_HOST
+
+
+def prefix(rank: int) -> str:
+    return f"[node{rank // PER_HOST:03d}:{rank}]:"
+
+
+def traceback_lines(rank: int, kind: str) -> list[str]:
+    site = "/opt/conda/lib/python3.11/site-packages"
+    frames = [
+        ("/workspace/train.py", 412, "<module>", "main(cfg)"),
+        ("/workspace/train.py", 388, "main", "trainer.fit(model, loader)"),
+        (f"{site}/trainer/loop.py", 97, "fit", "loss = self.step(batch)"),
+        (f"{site}/trainer/loop.py", 143, "step", "self.sync(grads)"),
+    ]
+    if kind == "nan":
+        frames.append(("/workspace/model.py", 77, "check_finite", "raise FloatingPointError(msg)"))
+        tail = f"FloatingPointError: loss is nan at step {1000 + rank} (scale 0x{rank * 4096:x})"
+    elif kind == "oom":
+        frames.append((f"{site}/torch/cuda/memory.py", 211, "allocate", "raise OutOfMemoryError(m)"))
+        tail = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {rank % 7 + 2}.00 GiB"
+    else:
+        frames.append((f"{site}/torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work.wait()"))
+        tail = (
+            f"torch.distributed.DistBackendError: NCCL communicator was aborted on rank {rank}. "
+            f"Last enqueued NCCL work: {51000 + rank}, last completed NCCL work: {50999 + rank}."
+        )
+    lines = ["Traceback (most recent call last):"]
+    for filename, line, func, code in frames:
+        lines.append(f'  File "{filename}", line {line}, in {func}')
+        lines.append(f"    {code}")
+    lines.append(tail)
+    return lines
+
+
+def chatter(rank: int, step: int, rng: random.Random) -> str:
+    second = step // 20
+    day, hour, minute = 1 + second // 86400 % 28, second // 3600 % 24, second // 60 % 60
+    stamp = f"2024-05-{day:02d} {hour:02d}:{minute:02d}:{second % 60:02d}"
+    pick = rng.random()
+    if pick < 0.80:
+        return (
+            f"{stamp},{rank % 1000:03d} INFO trainer: step {step} loss {2.5 - step * 1e-6:.4f} "
+            f"lr 3.0e-04 grad_norm {0.9 + (rank % 13) * 0.01:.3f} tokens/s {41000 + rank * 3}"
+        )
+    if pick < 0.95:
+        return f"{stamp},{rank % 1000:03d} INFO dataloader: worker {rank % 8} prefetched shard {step % 977}"
+    return f"{stamp},{rank % 1000:03d} WARNING torch: skipped batch with {rank % 5 + 1} empty sequences"
+
+
+def generate(out: Path, size_mb: int, seed: int = 1) -> int:
+    rng = random.Random(seed)
+    target = size_mb << 20
+    crash_lines = []
+    minority = {7: "nan", 300: "oom", 301: "oom"}
+    tracebacks = {rank: traceback_lines(rank, minority.get(rank, "nccl")) for rank in range(RANKS)}
+    # The crash: lines of all ranks interleaved, each rank's own order kept.
+    cursors = {rank: 0 for rank in range(RANKS)}
+    while cursors:
+        rank = rng.choice(list(cursors))
+        crash_lines.append(prefix(rank) + tracebacks[rank][cursors[rank]])
+        cursors[rank] += 1
+        if cursors[rank] == len(tracebacks[rank]):
+            del cursors[rank]
+    crash = ("\n".join(crash_lines) + "\n").encode()
+    written = 0
+    step = 0
+    prefixes = [prefix(rank) for rank in range(RANKS)]
+    with open(out, "wb") as handle:
+        next_caught = 4 << 20
+        while written < target - len(crash):
+            step += 1
+            block = "\n".join(prefixes[r] + chatter(r, step, rng) for r in range(RANKS)) + "\n"
+            if written > next_caught:
+                rank = rng.randrange(RANKS)
+                caught = traceback_lines(rank, "nccl")[:-1] + [
+                    "ValueError: corrupt sample in shard 12 (skipped)"
+                ]
+                block += "\n".join(prefixes[rank] + line for line in caught) + "\n"
+                next_caught += 4 << 20
+            data = block.encode()
+            handle.write(data)
+            written += len(data)
+        handle.write(crash)
+        written += len(crash)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    size = generate(args.out, args.size_mb, args.seed)
+    print(f"wrote {size / 1e6:.0f} MB to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""`rankscope logs ...`: read the console logs of many ranks."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from rankscope.errors import BadInputError, ExitCode, NothingFoundError
+from rankscope.logs.reading import Reading
+from rankscope.logs.sources import discover
+
+INPUTS_HELP = "Log files, directories (torchrun --log-dir trees too), .gz files, or - for stdin."
+
+LOGS_HELP = """Read the interleaved console logs of many ranks.
+
+\b
+Prefixes understood: torchrun --tee ([default0]: / [host:0]: with --role host:,
+TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE forms), torch's [rank3]:, srun --label (12: ),
+Open MPI --tag-output ([1,12]<stdout>:), rankscope prefix ([host:3] ), and
+torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
+
+\b
+Examples:
+  rankscope logs errors job.log             # each distinct error once, with its ranks
+  rankscope logs ranks job.log.gz           # which ranks wrote how many lines
+  rankscope logs grep --rank node3:12 job.log
+  rankscope logs split job.log --out per-rank/
+  rankscope logs nccl job.log               # what NCCL_DEBUG=INFO output says
+"""
+
+
+@click.group(help=LOGS_HELP)
+def logs() -> None:
+    pass
+
+
+def _emit_json(schema: str, payload: dict[str, Any], reading: Reading) -> None:
+    data = {"schema": f"rankscope.logs.{schema}/1", **payload, "read": _read_summary(reading)}
+    click.echo(json.dumps(data, indent=2))
+
+
+def _read_summary(reading: Reading) -> dict[str, Any]:
+    return {
+        "sources": [s.name for s in reading.inputs],
+        "bytes": reading.stats.bytes_read,
+        "cut_long_lines": reading.stats.cut_lines,
+        "skipped": list(reading.skipped),
+    }
+
+
+def _read_notes(reading: Reading) -> list[str]:
+    notes = [f"skipped {item}" for item in reading.skipped]
+    if reading.stats.cut_lines:
+        notes.append(f"{reading.stats.cut_lines} line(s) longer than 4 MiB were cut into pieces")
+    return notes
+
+
+def _labels(ranks: tuple[str, ...]) -> list[bytes]:
+    labels: list[bytes] = []
+    for item in ranks:
+        from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+
+        try:
+            expanded = list(NodeSet(item)) if "[" in item else [item]
+        except NodeSetParseError as exc:
+            raise BadInputError(
+                f"cannot read rank {item!r}: {exc}", "use host:rank, rank, or node[1-2]:[0-3]"
+            ) from None
+        labels.extend(label.encode() for label in expanded)
+    return labels
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+@logs.command(
+    help="""Which hosts and ranks appear in the logs, with line counts and first/last timestamps.
+
+\b
+Examples:
+  rankscope logs ranks job.log
+  rankscope logs ranks torchrun-logs/ --json
+"""
+)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.ranks/1).")
+def ranks(inputs: tuple[str, ...], as_json: bool) -> int:
+    from rankscope.logs.folding import fold_labels
+    from rankscope.logs.inventory import Inventory
+
+    reading = Reading(discover(inputs))
+    inventory = Inventory()
+    for opened in reading.sources():
+        for chunk in opened.chunks:
+            inventory.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+    reading.check_something_read()
+    if as_json:
+        _emit_json("ranks", inventory.to_dict(), reading)
+        return ExitCode.OK
+    labels = inventory.sorted_labels()
+    click.echo(f"{len(labels)} rank(s): {fold_labels(labels) or '-'}   {inventory.lines} lines")
+    for row in inventory.to_dict()["ranks"]:
+        times = f"  {row['first_time']} .. {row['last_time']}" if row["first_time"] else ""
+        click.echo(f"  {row['label']:>20}  {row['lines']:>10} lines{times}")
+    if inventory.unprefixed:
+        click.echo(f"  {'(no rank prefix)':>20}  {inventory.unprefixed:>10} lines")
+    for note in _read_notes(reading):
+        click.echo(f"note: {note}")
+    if not labels:
+        click.echo(
+            "note: no line carries a rank prefix; add one at the source: "
+            "torchrun --role $(hostname -s): --tee 3, srun --label, mpirun --tag-output, "
+            "or rankscope prefix -- CMD"
+        )
+    return ExitCode.OK
+
+
+# ----------------------------------------------------------------------------- grep
+
+
+@logs.command(
+    help="""Print the lines of one or more ranks, prefix stripped (or kept with --keep-prefix).
+
+\b
+RANK is host:rank as printed by `logs ranks` (node3:12), a bare rank (12), or a folded set
+(node[1-2]:[0-3]). Repeat --rank for several.
+
+\b
+Examples:
+  rankscope logs grep --rank node3:12 job.log
+  rankscope logs grep --rank 5 --keep-prefix job.log.gz | less
+"""
+)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--rank", "ranks_", multiple=True, required=True, help="host:rank or rank; repeatable.")
+@click.option("--keep-prefix", is_flag=True, help="Print lines as they are, prefix included.")
+def grep(inputs: tuple[str, ...], ranks_: tuple[str, ...], keep_prefix: bool) -> int:
+    from rankscope.logs.demux import RankGrep
+
+    reading = Reading(discover(inputs))
+    finder = RankGrep(_labels(ranks_), keep_prefix)
+    out = sys.stdout.buffer
+    found = 0
+    for opened in reading.sources():
+        for data, lo, hi in opened.windows:
+            lines = list(finder.lines(data, opened.source.fixed_label, opened.allow_srun, lo, hi))
+            if lines:
+                found += len(lines)
+                out.write(b"\n".join(lines) + b"\n")
+    out.flush()
+    reading.check_something_read()
+    for note in _read_notes(reading):
+        click.echo(f"rankscope: note: {note}", err=True)
+    if not found:
+        raise NothingFoundError(
+            f"no lines of rank {', '.join(ranks_)} in {', '.join(inputs)}",
+            "list the ranks present with: rankscope logs ranks " + " ".join(inputs),
+        )
+    return ExitCode.OK
+
+
+# ----------------------------------------------------------------------------- split
+
+
+@logs.command(
+    help="""Write each rank's lines (prefix stripped) to its own file in DIR (mode 0700, files 0600).
+
+\b
+Files are named <host>_rank<N>.log (or <N>.log); lines without a prefix go to unprefixed.log.
+
+\b
+Examples:
+  rankscope logs split job.log --out per-rank/
+  rankscope logs split job.log --out per-rank/ --json
+"""
+)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
+def split(inputs: tuple[str, ...], out_dir: Path, as_json: bool) -> int:
+    from rankscope.logs.demux import Splitter, safe_file_name
+
+    reading = Reading(discover(inputs))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise BadInputError(f"{out_dir} exists and is not a directory", "choose another --out")
+    splitter = Splitter(out_dir)
+    try:
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                splitter.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+    finally:
+        splitter.close()
+    reading.check_something_read()
+    rows = sorted(
+        (
+            {
+                "label": label.decode("utf-8", "replace") if label is not None else None,
+                "file": str(out_dir / safe_file_name(label)),
+                "lines": count,
+            }
+            for label, count in splitter.counts.items()
+        ),
+        key=lambda row: str(row["file"]),
+    )
+    if as_json:
+        _emit_json("split", {"out": str(out_dir), "files": rows}, reading)
+        return ExitCode.OK
+    click.echo(f"wrote {len(rows)} file(s) to {out_dir}/")
+    for row in rows:
+        name = Path(str(row["file"])).name
+        click.echo(f"  {name:>28}  {row['lines']:>10} lines  ({row['label'] or 'no rank prefix'})")
+    for note in _read_notes(reading):
+        click.echo(f"note: {note}")
+    return ExitCode.OK
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@logs.command(
+    help="""Rebuild every rank's tracebacks from interleaved lines and print each distinct error once,
+with its ranks and hosts, the first rank to fail, and the minority errors.
+
+\b
+Errors are the same when type, message (numbers, addresses, IPs, host names and
+site-packages paths normalised) and frames agree.
+
+\b
+Examples:
+  rankscope logs errors job.log
+  rankscope logs errors torchrun-logs/ --json
+  srun --label python train.py 2>&1 | rankscope logs errors -
+"""
+)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.errors/1).")
+@click.option("--frames", default=6, show_default=True, help="Innermost frames shown per error.")
+def errors(inputs: tuple[str, ...], as_json: bool, frames: int) -> int:
+    from rankscope.logs.errors_report import render_errors, scan_errors
+
+    reading = Reading(discover(inputs))
+    report, counts = scan_errors(reading)
+    reading.check_something_read()
+    if as_json:
+        from rankscope.logs.errors_report import errors_to_dict
+
+        _emit_json("errors", errors_to_dict(report, counts), reading)
+    else:
+        click.echo(render_errors(report, counts, frames, _read_notes(reading)))
+    return ExitCode.OK
+
+
+# ----------------------------------------------------------------------------- nccl
+
+
+@logs.command(
+    help="""Summarise NCCL_DEBUG=INFO output: per rank the NCCL version, the network chosen, channel
+transports, and findings (socket fallback, mismatched interfaces, WARN lines, known errors
+with the next step).
+
+\b
+Examples:
+  NCCL_DEBUG=INFO torchrun ... 2>&1 | tee job.log; rankscope logs nccl job.log
+  rankscope logs nccl node*.log --json
+"""
+)
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.nccl/1).")
+def nccl(inputs: tuple[str, ...], as_json: bool) -> int:
+    from rankscope.logs.nccl import NcclScan, render_nccl
+
+    reading = Reading(discover(inputs))
+    scan = NcclScan()
+    for opened in reading.sources():
+        for chunk in opened.chunks:
+            scan.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+    reading.check_something_read()
+    result = scan.result()
+    if not result.ranks and not result.findings:
+        raise NothingFoundError(
+            f"no NCCL lines in {', '.join(inputs)}",
+            "run the job with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and keep its output",
+        )
+    if as_json:
+        _emit_json("nccl", result.to_dict(), reading)
+    else:
+        click.echo(render_nccl(result, _read_notes(reading)))
+    return ExitCode.OK

@@ -1,0 +1,86 @@
+"""``prefix_output``: put ``[host:rank] `` in front of every line this Python process writes.
+
+Covers ``print``, ``logging`` handlers that write to stdout/stderr, warnings and uncaught
+tracebacks (all go through ``sys.stdout``/``sys.stderr``). Output written by C/C++ code
+straight to file descriptors 1 and 2 (NCCL, c10 logs) is not seen: wrap the whole process
+with ``rankscope prefix -- CMD`` for that.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+import threading
+from typing import IO, Any, Optional
+
+from rankscope.ranks import current_rank
+
+
+def prefix_label(short_host: bool = False) -> str:
+    """``[host:rank] `` for this process (``[host] `` when no launcher set a rank)."""
+    rank = current_rank()
+    host = rank.host
+    if short_host:
+        host = re.sub(r"[^0-9]", "", host) or host
+    return f"[{host}] " if rank.rank is None else f"[{host}:{rank.rank}] "
+
+
+class _PrefixStream:
+    """Buffers partial lines; writes whole lines with the prefix, flushed."""
+
+    def __init__(self, original: IO[str], prefix: str) -> None:
+        self._original = original
+        self._prefix = prefix
+        self._partial = ""
+        self._lock = threading.RLock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            data = self._partial + text
+            lines = data.split("\n")
+            self._partial = lines.pop()
+            if lines:
+                self._original.write("".join(f"{self._prefix}{line}\n" for line in lines))
+                self._original.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._partial:
+                self._original.write(self._prefix + self._partial)
+                self._partial = ""
+            self._original.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self._original.fileno()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._original, name)
+
+
+def prefix_output(short_host: bool = False, label: Optional[str] = None) -> str:
+    """Prefix every line of ``sys.stdout`` and ``sys.stderr``; returns the prefix used.
+
+    Calling it twice does nothing the second time. Logging handlers already attached to the
+    old streams are pointed at the new ones.
+    """
+    if isinstance(sys.stdout, _PrefixStream):
+        return sys.stdout._prefix
+    prefix = f"[{label}] " if label else prefix_label(short_host)
+    old_out, old_err = sys.stdout, sys.stderr
+    sys.stdout = _PrefixStream(old_out, prefix)
+    sys.stderr = _PrefixStream(old_err, prefix)
+    loggers: list[Any] = [logging.getLogger()]
+    loggers.extend(v for v in logging.Logger.manager.loggerDict.values() if isinstance(v, logging.Logger))
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler):
+                if handler.stream is old_out:
+                    handler.setStream(sys.stdout)
+                elif handler.stream is old_err:
+                    handler.setStream(sys.stderr)
+    return prefix

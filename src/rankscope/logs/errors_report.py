@@ -1,0 +1,154 @@
+"""`logs errors`: drive the traceback collector over the sources, then render the groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from rankscope.logs.folding import fold_labels
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks
+from rankscope.logs.reading import Reading
+from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
+
+PREFIX_ADVICE = (
+    "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
+    "mpirun --tag-output, or rankscope prefix -- CMD"
+)
+
+
+@dataclass
+class LineCounts:
+    lines: int = 0
+    #: Lines that do not start with a bracket prefix (counted on bracket-prefixed sources only).
+    unprefixed: int = 0
+    tracebacks: int = 0
+    truncated: int = 0
+
+
+def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
+    collector = TracebackCollector()
+    counts = LineCounts()
+    for opened in reading.sources():
+        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun)
+        for chunk in opened.chunks:
+            lines = chunk.count(b"\n")
+            counts.lines += lines
+            if opened.source.fixed_label is None and not opened.allow_srun:
+                counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
+                if chunk.endswith(b"\n["):  # cannot happen with whole-line chunks; keeps counts honest
+                    counts.unprefixed += 1
+            collector.feed(chunk)
+        collector.finish()
+    report = group_tracebacks(collector.tracebacks)
+    counts.tracebacks = len(collector.tracebacks)
+    counts.truncated = sum(1 for tb in collector.tracebacks if tb.truncated)
+    return report, counts
+
+
+def _where(tb: RankTraceback) -> str:
+    label = tb.label.decode("utf-8", "replace") if tb.label is not None else "(no rank prefix)"
+    return f"{label} ({tb.source} line {tb.line_number})"
+
+
+def _render_group(
+    group: ErrorGroup,
+    index: int,
+    total: int,
+    frames: int,
+    first: Optional[RankTraceback],
+    title: str = "error",
+) -> list[str]:
+    labels = group.labels
+    ranks = fold_labels(labels)
+    kind = "" if index == 1 or title != "error" else "minority, "
+    is_first = first is not None and any(tb is first for tb in group.members)
+    head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
+    if title != "error":
+        head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
+    if group.members and len(group.members) != len(labels):
+        head += f"  ({len(group.members)} tracebacks)"
+    if is_first:
+        head += "  <- first to fail"
+    out = [head]
+    example = group.example
+    for chained in example.chained:
+        out.append(f"    (while handling: {chained})")
+    shown = example.frames[-frames:] if frames > 0 else []
+    if len(example.frames) > len(shown):
+        out.append(f"    ... {len(example.frames) - len(shown)} outer frame(s)")
+    for frame in shown:
+        out.append(f'    File "{frame.filename}", line {frame.line}, in {frame.function}')
+        if frame.code:
+            out.append(f"      {frame.code}")
+    if example.truncated:
+        out.append("    (traceback cut off: no exception line followed; the log may end early)")
+    else:
+        out.append(f"  {example.exception}")
+    if group.messages_vary:
+        out.append(
+            "  (message differs between ranks; common form: "
+            f"{group.exception_type}: {group.normalised_message})"
+        )
+    out.append(f"  first seen: {_where(group.first)}")
+    return out
+
+
+def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: list[str]) -> str:
+    out: list[str] = []
+    groups = report.groups
+    if not groups:
+        out.append(f"no Python tracebacks in {counts.lines} lines")
+    else:
+        all_labels = {label for g in groups for label in g.labels}
+        launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
+        out.append(
+            f"{len(groups)} distinct error(s) from {len(all_labels)} rank(s){launcher} "
+            f"({counts.tracebacks} tracebacks in {counts.lines} lines)"
+        )
+        if report.first_failure is not None:
+            out.append(f"first to fail (log order): {_where(report.first_failure)}")
+        for index, group in enumerate(groups, 1):
+            out.append("")
+            out.extend(_render_group(group, index, len(groups), frames, report.first_failure))
+        for index, group in enumerate(report.unprefixed, 1):
+            out.append("")
+            out.extend(
+                _render_group(
+                    group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
+                )
+            )
+    if counts.truncated:
+        out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
+    prefixed = counts.lines - counts.unprefixed
+    if counts.lines and counts.unprefixed == counts.lines:
+        out.append(
+            f"note: no line has a rank prefix, so interleaved tracebacks cannot be separated; {PREFIX_ADVICE}"
+        )
+    elif counts.unprefixed and prefixed:
+        out.append(
+            f"note: {counts.unprefixed} of {counts.lines} lines carry no rank prefix "
+            "(launcher output, or unparsed)"
+        )
+    out.extend(f"note: {note}" for note in notes)
+    return "\n".join(out)
+
+
+def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
+    first = report.first_failure
+    return {
+        "groups": [g.to_dict() for g in report.groups],
+        "first_failure": None
+        if first is None
+        else {
+            "label": first.label.decode("utf-8", "replace") if first.label else None,
+            "source": first.source,
+            "line": first.line_number,
+            "exception": first.exception,
+        },
+        "minority": list(range(1, len(report.groups))),
+        "unprefixed_groups": [g.to_dict() for g in report.unprefixed],
+        "lines": counts.lines,
+        "unprefixed_lines": counts.unprefixed,
+        "tracebacks": counts.tracebacks,
+        "truncated_tracebacks": counts.truncated,
+    }

@@ -1,0 +1,133 @@
+"""Recognise the rank prefix a launcher put in front of a log line, and strip it.
+
+Forms understood (outermost first; one nested torch ``[rankN]:`` is stripped as well):
+
+- torchrun ``--tee``: ``[default0]:`` (role + local rank), ``[host:0]:`` with ``--role host:``,
+  and ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE`` forms such as ``[3]:`` or ``[trainer:3]:``;
+- torch's own exception prefix ``[rank3]:``;
+- rankscope's own ``[host:3] `` (``rankscope prefix``, :mod:`rankscope.inproc`);
+- Open MPI ``--tag-output``: ``[1,12]<stdout>:``;
+- SLURM ``srun --label``: ``12: `` (optionally space padded), only when asked for
+  (``allow_srun``): the form is too easy to confuse with ordinary text to guess it per line.
+
+Labels are bytes (``b"host1:3"`` or ``b"3"``): the hot loops compare and hash them without decoding.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+_BRACKET = (
+    rb"\[(?:\d+),(?P<mpi>\d+)\]<std(?:out|err|diag)>:"  # Open MPI --tag-output
+    rb"|\[(?P<name>[^\[\]\s]{0,200}?)(?P<num>\d+)\](?P<sep>:|\x20)?"  # torchrun, torch, rankscope
+)
+_SRUN = rb"|(?P<srun>\x20{0,8}\d{1,7}): "
+
+BRACKET_PREFIX = re.compile(_BRACKET)
+ANY_PREFIX = re.compile(_BRACKET + _SRUN)
+#: torch >= 2.x prefixes every line of an uncaught exception of a distributed worker.
+TORCH_RANK = re.compile(rb"\[rank(\d+)\]:\x20?")
+OMPI_TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err|diag)>:")
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+
+#: Role names that carry no host information.
+_NO_HOST_NAMES = frozenset({b"", b"default", b"rank", b"trainer", b"worker"})
+
+
+@dataclass(frozen=True)
+class Split:
+    """A line cut in three: the raw prefix bytes, the rank label, the text after it.
+
+    ``raw_prefix`` includes a nested torch ``[rankN]: `` marker: lines of one rank's traceback
+    carry it, the same rank's ordinary prints do not, which tells the two apart.
+    """
+
+    raw_prefix: bytes
+    label: Optional[bytes]
+    text: bytes
+
+
+def label_of(match: re.Match[bytes]) -> bytes:
+    """The rank label (``host:rank`` or ``rank``) of a prefix match."""
+    mpi = match.group("mpi")
+    if mpi is not None:
+        return mpi
+    num = match.group("num")
+    if num is not None:
+        name = match.group("name")
+        host = name[:-1] if name.endswith(b":") else name
+        if not name.endswith(b":") and host in _NO_HOST_NAMES:
+            return num
+        if not host:
+            return num
+        return host + b":" + num
+    srun = match.groupdict().get("srun")
+    assert srun is not None
+    return srun.strip()
+
+
+def split_line(line: bytes, allow_srun: bool = False) -> Split:
+    """Split one line (without its newline) into prefix, label and text.
+
+    ANSI colour codes and a trailing CR are removed first. A line with no prefix gets
+    ``label=None`` and ``raw_prefix=b""``.
+    """
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    if b"\x1b" in line:
+        line = ANSI.sub(b"", line)
+    pattern = ANY_PREFIX if allow_srun else BRACKET_PREFIX
+    match = pattern.match(line)
+    if match is None:
+        return Split(b"", None, line)
+    end = match.end()
+    if end == len(line) and match.group("name") == b"":
+        # "[3]:" alone is how torchrun's failure summary heads each failed rank; an empty
+        # print under a "[${rank}]:" template looks the same and loses nothing by this.
+        return Split(b"", None, line)
+    if match.group("name") == b"rank" and line[end : end + 1] == b" ":
+        end += 1  # torch writes "[rank3]: text"
+    elif line.startswith(b"[rank", end):
+        inner = TORCH_RANK.match(line, end)
+        if inner is not None:
+            end = inner.end()
+    text = line[end:]
+    if match.group("mpi") is not None and b"]<std" in text:
+        # Open MPI tags every write, not every line: "KeyError[1,2]<stderr>:: [1,2]<stderr>:'x'"
+        text = OMPI_TAG.sub(b"", text)
+    return Split(line[:end], label_of(match), text)
+
+
+def strip_text(text: bytes) -> bytes:
+    """Drop a nested torch prefix, a trailing CR and ANSI colour codes from a line's text."""
+    if text.startswith(b"[rank"):
+        inner = TORCH_RANK.match(text)
+        if inner is not None:
+            text = text[inner.end() :]
+    if text.endswith(b"\r"):
+        text = text[:-1]
+    if b"\x1b" in text:
+        text = ANSI.sub(b"", text)
+    return text
+
+
+def host_and_rank(label: bytes) -> tuple[Optional[str], Optional[int]]:
+    """``b"node3:12"`` -> ``("node3", 12)``; ``b"12"`` -> ``(None, 12)``."""
+    host, sep, rank = label.rpartition(b":")
+    try:
+        number = int(rank)
+    except ValueError:
+        return (label.decode("utf-8", "replace"), None)
+    return (host.decode("utf-8", "replace") if sep else None, number)
+
+
+def sniff_srun(sample: bytes) -> bool:
+    """Does this text look like ``srun --label`` output (most lines start with ``N: ``)?"""
+    lines = [line for line in sample.split(b"\n")[:2000] if line.strip()]
+    if not lines:
+        return False
+    labelled = sum(1 for line in lines if re.match(rb"\x20{0,8}\d{1,7}: ", line))
+    bracketed = sum(1 for line in lines if BRACKET_PREFIX.match(line))
+    return labelled > len(lines) // 2 and labelled > bracketed

@@ -1,0 +1,58 @@
+"""Walk every source chunk by chunk, keeping count of what could not be read."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from rankscope.errors import BadInputError, NothingFoundError
+from rankscope.logs.prefixes import sniff_srun
+from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, Window, read_windows, window_bytes
+
+
+@dataclass
+class OpenedSource:
+    source: LogSource
+    allow_srun: bool
+    windows: Iterator[Window]
+
+    @property
+    def chunks(self) -> Iterator[bytes]:
+        """Whole lines as byte strings (see :func:`read_windows` for the copy-free form)."""
+        return (window_bytes(window) for window in self.windows)
+
+
+@dataclass
+class Reading:
+    """Iterate :meth:`sources`; afterwards ``stats`` and ``skipped`` say what was read and what not."""
+
+    inputs: Sequence[LogSource]
+    stats: ReadStats = field(default_factory=ReadStats)
+    skipped: list[str] = field(default_factory=list)
+
+    def sources(self) -> Iterator[OpenedSource]:
+        for source in self.inputs:
+            windows = read_windows(source, self.stats)
+            try:
+                first = next(windows, None)
+            except BinaryInput:
+                self.skipped.append(f"{source.name}: binary data, not a text log")
+                continue
+            if first is None:
+                yield OpenedSource(source, False, iter(()))
+                continue
+            data, start, end = first
+            allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
+            yield OpenedSource(source, allow_srun, itertools.chain([first], windows))
+
+    def check_something_read(self) -> None:
+        """Raise the right one-line error when no source had any text."""
+        names = ", ".join(s.name for s in self.inputs)
+        if self.stats.bytes_read == 0 or (self.skipped and len(self.skipped) == len(self.inputs)):
+            if self.skipped and len(self.skipped) == len(self.inputs):
+                raise BadInputError(
+                    f"{names}: binary data, not a text log",
+                    "give the console log or a torchrun --log-dir tree",
+                )
+            raise NothingFoundError(f"{names}: empty, no log lines", "is this the right file?")

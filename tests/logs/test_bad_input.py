@@ -1,0 +1,140 @@
+"""Bad input: each case ends in one clear stderr line and a documented exit code, or in a
+report that counts what it could not use. Nothing crashes, nothing is silently dropped."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/w/train.py", line 3, in <module>',
+    "    main()",
+    "ZeroDivisionError: division by zero",
+]
+
+
+def _prefixed(rank: int, lines: list[str]) -> str:
+    return "".join(f"[n1:{rank}]:{line}\n" for line in lines)
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("rankscope: error: ")
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("verb", ["errors", "ranks", "nccl"])
+def test_binary_garbage_is_bad_input(tmp_path: Path, verb: str) -> None:
+    path = tmp_path / "core.bin"
+    path.write_bytes(bytes(range(256)) * 100)
+    result = run_cli("logs", verb, str(path))
+    assert result.returncode == 8
+    assert "binary data, not a text log" in _one_error_line(result.stderr)
+
+
+def test_empty_file_is_nothing_found(tmp_path: Path) -> None:
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    result = run_cli("logs", "errors", str(path))
+    assert result.returncode == 3
+    assert "empty, no log lines" in _one_error_line(result.stderr)
+
+
+def test_directory_without_logs(tmp_path: Path) -> None:
+    (tmp_path / "model.pt").write_bytes(b"x")
+    result = run_cli("logs", "errors", str(tmp_path))
+    assert result.returncode == 3
+    assert f"no log files under {tmp_path}" in _one_error_line(result.stderr)
+
+
+def test_missing_path_is_bad_input(tmp_path: Path) -> None:
+    result = run_cli("logs", "ranks", str(tmp_path / "nope.log"))
+    assert result.returncode == 8
+    assert "does not exist" in _one_error_line(result.stderr)
+
+
+def test_truncated_gzip_is_bad_input(tmp_path: Path) -> None:
+    data = gzip.compress(_prefixed(0, TRACEBACK * 2000).encode())
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(data[: len(data) // 2])
+    result = run_cli("logs", "errors", str(path))
+    assert result.returncode == 8
+    assert "is the file complete?" in _one_error_line(result.stderr)
+
+
+def test_gzip_and_stdin_are_read(tmp_path: Path) -> None:
+    text = _prefixed(0, TRACEBACK) + _prefixed(1, TRACEBACK)
+    path = tmp_path / "job.log.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    for args, stdin in (((str(path),), ""), (("-",), text)):
+        data = run_cli("logs", "errors", *args, "--json", input=stdin).json()
+        assert [(g["exception_type"], g["ranks"]) for g in data["groups"]] == [
+            ("ZeroDivisionError", "n1:[0-1]")
+        ]
+
+
+def test_invalid_utf8_ansi_crlf_and_huge_lines(tmp_path: Path) -> None:
+    body = (
+        b"[n1:0]:\x1b[32mINFO\x1b[0m step 1 \xff\xfe bad bytes\r\n"
+        + b"[n1:1]:"
+        + b"x" * (5 << 20)
+        + b"\r\n"  # one line of 5 MiB
+        + b"".join(f"[n1:{r}]:{line}\r\n".encode() for r in (0, 1) for line in TRACEBACK)
+        + b"[n1:2]:Traceback (most recent call last):\r\n"
+        + b'[n1:2]:  File "/w/train.py", line 3, in <module>\r\n'  # the log ends mid-traceback
+    )
+    path = tmp_path / "messy.log"
+    path.write_bytes(body)
+    data = run_cli("logs", "errors", str(path), "--json").json()
+    groups = [(g["exception_type"], g["ranks"], g["truncated"]) for g in data["groups"]]
+    assert groups == [("ZeroDivisionError", "n1:[0-1]", False), ("<no exception line>", "n1:2", True)]
+    assert data["groups"][0]["message"] == "division by zero"  # no trailing CR
+    assert data["truncated_tracebacks"] == 1
+    assert data["read"]["cut_long_lines"] == 1
+    text = run_cli("logs", "errors", str(path)).stdout
+    assert "note: 1 traceback(s) had no exception line" in text
+    assert "note: 1 line(s) longer than 4 MiB were cut into pieces" in text
+    # grep keeps the bytes as they were (like grep), minus the prefix, colour codes and CR
+    grep = subprocess.run(
+        [sys.executable, "-m", "rankscope", "logs", "grep", "--rank", "n1:0", str(path)],
+        capture_output=True,
+        timeout=60,
+    )
+    assert grep.stdout.splitlines()[0] == b"INFO step 1 \xff\xfe bad bytes"
+
+
+def test_unprefixed_log_groups_and_names_the_flag(tmp_path: Path) -> None:
+    path = tmp_path / "plain.log"
+    path.write_text("\n".join(TRACEBACK * 3 + ["some other line"]) + "\n")
+    result = run_cli("logs", "errors", str(path))
+    assert result.returncode == 0
+    assert "error 1 of 1 — 1 rank(s): -  (3 tracebacks)" in result.stdout
+    assert "torchrun --role $(hostname -s): --tee 3" in result.stdout
+    ranks = run_cli("logs", "ranks", str(path))
+    assert "(no rank prefix)" in ranks.stdout and "13 lines" in ranks.stdout
+
+
+def test_grep_for_absent_rank_says_how_to_list_ranks(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(_prefixed(0, TRACEBACK))
+    result = run_cli("logs", "grep", "--rank", "n9:7", str(path))
+    assert result.returncode == 3
+    assert "rankscope logs ranks" in _one_error_line(result.stderr)
+
+
+def test_split_refuses_a_file_as_out_dir(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(_prefixed(0, TRACEBACK))
+    result = run_cli("logs", "split", str(path), "--out", str(path))
+    assert result.returncode == 8
+    _one_error_line(result.stderr)
+    assert os.path.isfile(path)

@@ -1,0 +1,134 @@
+"""`rankscope logs` on the console output of real 8-rank torchrun jobs that crash.
+
+Seven ranks raise one ValueError (its message differs per rank in numbers only), rank 3 raises
+a RuntimeError. The jobs run with and without ``--role HOST: --tee 3`` and with ``--log-dir``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope.demo.launch import start_torchrun
+from rankscope.ranks import short_hostname
+
+JOB = Path(__file__).parent / "jobs" / "crash_job.py"
+HOST = short_hostname()
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def _crash(tmp: Path, torchrun_args: list[str]) -> Path:
+    log = tmp / "job.log"
+    with open(log, "wb") as out:
+        job = start_torchrun(script=JOB, nproc=8, workdir=tmp, torchrun_args=torchrun_args, stdout=out)
+        try:
+            code = job.process.wait(240)
+        finally:
+            job.stop()
+    assert code != 0, log.read_text(errors="replace")[-2000:]
+    return log
+
+
+@pytest.fixture(scope="module")
+def role_tee_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield _crash(tmp_path_factory.mktemp("roletee"), ["--role", f"{HOST}:", "--tee", "3"])
+
+
+@pytest.fixture(scope="module")
+def plain_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield _crash(tmp_path_factory.mktemp("plain"), [])
+
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    tmp = tmp_path_factory.mktemp("logdir")
+    _crash(tmp, ["--log-dir", str(tmp / "tl"), "--redirects", "3"])
+    yield tmp / "tl"
+
+
+def _groups(data: dict[str, object]) -> list[tuple[str, str]]:
+    groups = data["groups"]
+    assert isinstance(groups, list)
+    return [(g["exception_type"], g["ranks"]) for g in groups]
+
+
+def test_errors_with_role_and_tee(role_tee_log: Path) -> None:
+    result = run_cli("logs", "errors", str(role_tee_log), "--json")
+    assert result.returncode == 0, result.stderr
+    data = result.json()
+    assert data["schema"] == "rankscope.logs.errors/1"
+    assert _groups(data) == [("ValueError", f"{HOST}:[0-2,4-7]"), ("RuntimeError", f"{HOST}:3")]
+    assert data["groups"][0]["messages_vary"] is True
+    assert data["groups"][0]["normalised_message"] == "bad batch size <n> on rank <n>"
+    assert data["minority"] == [1]
+    assert data["first_failure"]["label"].startswith(f"{HOST}:")
+    # torchrun's own ChildFailedError is kept apart from the ranks' errors
+    assert [g["exception_type"] for g in data["unprefixed_groups"]] == [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+    ]
+
+
+def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
+    result = run_cli("logs", "errors", str(role_tee_log))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("2 distinct error(s) from 8 rank(s)")
+    exception_lines = [
+        line
+        for line in out.splitlines()
+        if line.startswith("  ") and line.strip().split(":")[0].endswith("Error")
+    ]
+    assert [line.split(":")[0].strip() for line in exception_lines] == [
+        "ValueError",
+        "RuntimeError",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+    ]
+    assert f"error 2 of 2 — minority, 1 rank(s): {HOST}:3" in out
+    assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
+
+
+def test_errors_without_role_uses_torch_rank_prefix(plain_log: Path) -> None:
+    data = run_cli("logs", "errors", str(plain_log), "--json").json()
+    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+
+
+def test_ranks_lists_every_rank(role_tee_log: Path) -> None:
+    data = run_cli("logs", "ranks", str(role_tee_log), "--json").json()
+    assert data["schema"] == "rankscope.logs.ranks/1"
+    assert [r["label"] for r in data["ranks"]] == [f"{HOST}:{r}" for r in range(8)]
+    assert all(r["lines"] >= 10 for r in data["ranks"])
+    assert data["unprefixed_lines"] > 0  # torchrun's own summary
+
+
+def test_grep_one_rank_strips_prefix(role_tee_log: Path) -> None:
+    result = run_cli("logs", "grep", "--rank", f"{HOST}:3", str(role_tee_log))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "rank 3: all_reduce gave 8.0"
+    assert "Traceback (most recent call last):" in lines
+    assert lines[-1] == "RuntimeError: gradient for layer 7 is not finite on rank 3"
+    assert not any("ValueError" in line for line in lines)
+    kept = run_cli("logs", "grep", "--rank", f"{HOST}:3", "--keep-prefix", str(role_tee_log)).stdout
+    assert all(line.startswith(f"[{HOST}:3]:") for line in kept.splitlines())
+
+
+def test_split_writes_private_per_rank_files(role_tee_log: Path, tmp_path: Path) -> None:
+    out = tmp_path / "per-rank"
+    result = run_cli("logs", "split", str(role_tee_log), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted([f"{HOST}_rank{r}.log" for r in range(8)] + ["unprefixed.log"])
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert (out / f"{HOST}_rank3.log").stat().st_mode & 0o777 == 0o600
+    assert "RuntimeError" in (out / f"{HOST}_rank3.log").read_text()
+
+
+def test_errors_on_torchrun_log_dir_tree(log_dir: Path) -> None:
+    data = run_cli("logs", "errors", str(log_dir), "--json").json()
+    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+    ranks = run_cli("logs", "ranks", str(log_dir), "--json").json()
+    assert [r["label"] for r in ranks["ranks"]] == [str(r) for r in range(8)]

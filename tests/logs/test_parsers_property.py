@@ -1,0 +1,106 @@
+"""Property-based tests (hypothesis) for the prefix parser, the traceback collector and folding."""
+
+from __future__ import annotations
+
+import random
+
+from ClusterShell.RangeSet import RangeSet
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rankscope.logs.folding import fold_labels
+from rankscope.logs.prefixes import split_line
+from rankscope.logs.tracebacks import TracebackCollector
+
+hosts = st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True)
+ranks = st.integers(min_value=0, max_value=100_000)
+texts = st.text(alphabet=st.characters(blacklist_characters="\n\r\x1b", codec="utf-8"), max_size=80)
+
+
+@given(hosts, ranks, texts, st.sampled_from([":", " "]))
+def test_host_rank_prefix_round_trip(host: str, rank: int, text: str, sep: str) -> None:
+    assume(not text.startswith("[rank"))
+    split = split_line(f"[{host}:{rank}]{sep}{text}".encode())
+    assert split.label == f"{host}:{rank}".encode()
+    assert split.text == text.encode()
+
+
+@given(st.integers(min_value=0, max_value=99), ranks, st.sampled_from(["stdout", "stderr"]), texts)
+def test_open_mpi_tag_round_trip(job: int, rank: int, stream: str, text: str) -> None:
+    assume("]<std" not in text and not text.startswith("[rank"))
+    split = split_line(f"[{job},{rank}]<{stream}>:{text}".encode())
+    assert split.label == str(rank).encode()
+    assert split.text == text.encode()
+
+
+@given(ranks, texts)
+def test_torchrun_default_role_and_nested_torch_prefix(rank: int, text: str) -> None:
+    assume(not text.startswith("[rank"))
+    split = split_line(f"[default{rank}]:[rank{rank}]: {text}".encode())
+    assert split.label == str(rank).encode()
+    assert split.text == text.encode()
+
+
+@given(ranks, texts)
+def test_srun_label_only_when_enabled(rank: int, text: str) -> None:
+    line = f"{rank:>3}: {text}".encode()
+    assert split_line(line, allow_srun=True).label == str(rank).encode()
+    assert split_line(line, allow_srun=False).label is None
+
+
+exception_names = st.from_regex(r"[A-Z][a-zA-Z]{0,12}(Error|Exception)", fullmatch=True)
+messages = st.from_regex(r"[a-z0-9 ,.'=_-]{0,40}", fullmatch=True)
+functions = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True)
+
+
+@st.composite
+def tracebacks(draw: st.DrawFn) -> tuple[list[str], str, list[str]]:
+    funcs = draw(st.lists(functions, min_size=1, max_size=6))
+    exc = f"{draw(exception_names)}: {draw(messages)}".rstrip()
+    lines = ["Traceback (most recent call last):"]
+    for index, func in enumerate(funcs):
+        lines.append(f'  File "/src/m{index}.py", line {index + 1}, in {func}')
+        lines.append(f"    {func}()")
+    lines.append(exc)
+    return lines, exc, funcs
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(tracebacks(), min_size=1, max_size=12),
+    st.integers(min_value=0, max_value=2**32),
+    st.integers(min_value=1, max_value=40),
+)
+def test_interleaved_tracebacks_are_rebuilt_per_rank(
+    per_rank: list[tuple[list[str], str, list[str]]], seed: int, lines_per_chunk: int
+) -> None:
+    rng = random.Random(seed)
+    cursors = {rank: 0 for rank in range(len(per_rank))}
+    log: list[bytes] = []
+    while cursors:
+        rank = rng.choice(sorted(cursors))
+        if rng.random() < 0.2:
+            log.append(f"[h{rank % 3}:{rank}]:INFO unrelated chatter {rng.random()}".encode())
+            continue
+        log.append(f"[h{rank % 3}:{rank}]:{per_rank[rank][0][cursors[rank]]}".encode())
+        cursors[rank] += 1
+        if cursors[rank] == len(per_rank[rank][0]):
+            del cursors[rank]
+    collector = TracebackCollector()
+    collector.start_source("t")
+    for start in range(0, len(log), lines_per_chunk):  # chunk boundaries anywhere between lines
+        collector.feed(b"".join(line + b"\n" for line in log[start : start + lines_per_chunk]))
+    collector.finish()
+    got = {tb.label: tb for tb in collector.tracebacks}
+    assert len(collector.tracebacks) == len(per_rank)
+    for rank, (_, exc, funcs) in enumerate(per_rank):
+        tb = got[f"h{rank % 3}:{rank}".encode()]
+        assert tb.exception == exc
+        assert [f.function for f in tb.frames] == funcs
+        assert not tb.truncated
+
+
+@given(st.sets(st.integers(min_value=0, max_value=5000), min_size=1, max_size=200))
+def test_fold_bare_ranks_expands_back(numbers: set[int]) -> None:
+    folded = fold_labels([str(n).encode() for n in numbers])
+    assert {int(n) for n in RangeSet(folded)} == numbers

@@ -1,0 +1,112 @@
+"""`rankscope prefix -- CMD` on its own, under torchrun --no-python, and under mpirun."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+from tests.support.system import ensure_commands
+
+from rankscope.demo.launch import start_torchrun
+from rankscope.ranks import short_hostname
+
+HOST = short_hostname()
+RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
+EMIT = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)"
+
+
+def test_prefix_passes_exit_code_and_keeps_streams_apart() -> None:
+    env = {**os.environ, "RANK": "4"}
+    result = run_cli("prefix", "--", sys.executable, "-c", EMIT, env=env)
+    assert result.returncode == 3
+    assert result.stdout == f"[{HOST}:4] to stdout\n"
+    assert result.stderr == f"[{HOST}:4] to stderr\n"
+
+
+def test_prefix_short_host_and_signal_exit_code() -> None:
+    env = {**os.environ, "SLURM_PROCID": "9", "SLURM_STEP_ID": "0", "SLURMD_NODENAME": "gpu-node-042"}
+    code = "import os, signal; print('x', flush=True); os.kill(os.getpid(), signal.SIGTERM)"
+    result = run_cli("prefix", "--short-host", "--", sys.executable, "-c", code, env=env)
+    assert result.stdout == "[042:9] x\n"
+    assert result.returncode == 128 + 15
+
+
+def test_prefix_missing_command_is_one_line_error() -> None:
+    result = run_cli("prefix", "--", "/nonexistent/cmd")
+    assert result.returncode == 6
+    assert result.stderr.count("\n") == 1 and "rankscope: error: /nonexistent/cmd not found" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_prefix_under_torchrun_no_python(tmp_path: Path) -> None:
+    log = tmp_path / "console.log"
+    with open(log, "wb") as out:
+        job = start_torchrun(
+            script=Path(RANKSCOPE),
+            nproc=4,
+            workdir=tmp_path,
+            torchrun_args=["--no-python"],
+            script_args=["prefix", "--", sys.executable, "-c", EMIT],
+            stdout=out,
+        )
+        try:
+            job.process.wait(180)
+        finally:
+            job.stop()
+    text = log.read_text()
+    for rank in range(4):
+        assert f"[{HOST}:{rank}] to stdout" in text
+        assert f"[{HOST}:{rank}] to stderr" in text
+    data = run_cli("logs", "ranks", str(log), "--json").json()
+    assert [r["label"] for r in data["ranks"]] == [f"{HOST}:{r}" for r in range(4)]
+
+
+def _mpirun(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    ensure_commands({"mpirun": "openmpi-bin"})
+    mpirun = shutil.which("mpirun")
+    assert mpirun
+    return subprocess.run(
+        [mpirun, "--allow-run-as-root", "--oversubscribe", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_prefix_under_mpirun() -> None:
+    result = _mpirun(["-np", "4", RANKSCOPE, "prefix", "--", sys.executable, "-c", "print('hello')"])
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"[{HOST}:{r}] hello" for r in range(4)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_real_mpirun_tag_output_is_read(tmp_path: Path) -> None:
+    """Real `mpirun --tag-output` output: 4 ranks, rank 2 raises a different error."""
+    code = (
+        "import atexit, os, time\n"
+        "atexit.register(time.sleep, 2)  # every rank prints its traceback before mpirun aborts the job\n"
+        "r = int(os.environ['OMPI_COMM_WORLD_RANK'])\n"
+        "print(f'step 1 on {r}', flush=True)\n"
+        "if r == 2:\n    raise KeyError(f'missing shard {r}')\n"
+        "raise OSError(f'disk quota exceeded writing ckpt-{r}.pt')\n"
+    )
+    result = _mpirun(["--tag-output", "-np", "4", sys.executable, "-c", code])
+    log = tmp_path / "mpi.log"
+    log.write_text(result.stdout + result.stderr)
+    assert "[1,2]<stderr>:" in log.read_text()
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    groups = [(g["exception_type"], g["ranks"]) for g in data["groups"]]
+    assert groups == [("OSError", "0-1,3"), ("KeyError", "2")]
+    ranks = run_cli("logs", "ranks", str(log), "--json").json()
+    assert [r["label"] for r in ranks["ranks"]] == ["0", "1", "2", "3"]
+    lines = run_cli("logs", "grep", "--rank", "2", str(log)).stdout.splitlines()
+    assert lines[0] == "step 1 on 2" and lines[-1] == "KeyError: 'missing shard 2'"

@@ -1,0 +1,83 @@
+"""Rank identity and job discovery on real Open MPI processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+from tests.support.system import ensure_commands
+
+from rankscope.procs import ProcessTable, find_jobs
+
+pytestmark = pytest.mark.slow
+
+SLEEPER = (
+    "import os, pathlib, time; "
+    "pathlib.Path(os.environ['READY'], os.environ['OMPI_COMM_WORLD_RANK']).touch(); time.sleep(300)"
+)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def start_mpirun(ready: Path, nproc: int) -> subprocess.Popen[bytes]:
+    """`mpirun -np N python <sleeper>`, returned once every rank has started."""
+    ensure_commands({"mpirun": "openmpi-bin"})
+    ready.mkdir(exist_ok=True)
+    env = dict(os.environ, READY=str(ready), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    proc = subprocess.Popen(
+        ["mpirun", "--oversubscribe", "-np", str(nproc), sys.executable, "-c", SLEEPER],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(ready.iterdir())) < nproc:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop(proc)
+            pytest.fail("Open MPI ranks did not start")
+        time.sleep(0.1)
+    return proc
+
+
+def test_mpirun_ranks(tmp_path: Path) -> None:
+    proc = start_mpirun(tmp_path, 3)
+    try:
+        (job,) = [j for j in find_jobs(ProcessTable()) if j.launcher_pid == proc.pid]
+        assert job.launcher == "mpirun"
+        assert [(w.rank.rank, w.rank.world_size, w.rank.launcher) for w in job.workers] == [
+            (0, 3, "mpirun"),
+            (1, 3, "mpirun"),
+            (2, 3, "mpirun"),
+        ]
+        doc = run_cli("stacks", "--pid", str(proc.pid), "--json").json()
+        assert doc["diagnosis"]["findings"][0]["text"].startswith("all 3 ranks (ranks 0-2) ")
+        assert doc["jobs"][0]["launcher"] == "mpirun"
+    finally:
+        stop(proc)
+
+
+def test_several_jobs_ask_which_one(tmp_path: Path) -> None:
+    first = start_mpirun(tmp_path / "a", 2)
+    try:
+        second = start_mpirun(tmp_path / "b", 2)
+        try:
+            result = run_cli("stacks")
+            assert result.returncode == 2, result.stdout + result.stderr
+            assert f"mpirun pid {first.pid} (2 workers)" in result.stderr
+            assert f"mpirun pid {second.pid} (2 workers)" in result.stderr
+            assert "pick one with --pid LAUNCHER_PID" in result.stderr
+            assert "Traceback" not in result.stderr
+        finally:
+            stop(second)
+    finally:
+        stop(first)
