@@ -78,11 +78,14 @@ def test_folding_of_outputs_and_failures() -> None:
 
 
 FAKE_SRUN = r'''#!PYTHON
-"""A stand-in srun from an old SLURM that knows no --overlap: runs each task locally."""
+"""A stand-in srun that refuses one option, as some SLURM versions do; runs each task locally."""
 import os, subprocess, sys
 args = sys.argv[1:]
-if "--overlap" in args:
+if os.environ["REFUSE"] == "overlap" and "--overlap" in args:
     sys.stderr.write("srun: unrecognized option '--overlap'\n")
+    sys.exit(1)
+if os.environ["REFUSE"] == "gres" and "--gres=gpu:0" in args:
+    sys.stderr.write("srun: error: Unable to create step for job 42: Invalid generic resource (gres) specification\n")
     sys.exit(1)
 opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
 command = args[args.index("sh"):]
@@ -94,11 +97,12 @@ for task, node in enumerate(opts["nodelist"].split(",")):
 '''
 
 
-def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path) -> None:
+@pytest.mark.parametrize("refused", ["overlap", "gres"])
+def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path, refused: str) -> None:
     fake = tmp_path / "srun"
     fake.write_text(FAKE_SRUN.replace("PYTHON", sys.executable))
     fake.chmod(0o755)
-    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", REFUSE=refused)
     results = run_srun_step(
         SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"'), 20, env
     )

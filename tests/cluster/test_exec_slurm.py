@@ -59,6 +59,21 @@ def test_unknown_jobid_is_one_line(slurm_cluster: SlurmCluster) -> None:
     assert result.returncode == 8 and "not a SLURM job id" in result.stderr
 
 
+def test_pending_job_is_one_line(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+    script = tmp_path / "later.sh"
+    script.write_text("#!/bin/sh\nsleep 600\n")
+    jobid = slurm_cluster.sbatch(script, "--begin=now+1hour", f"--output={tmp_path}/slurm-%j.out")
+    try:
+        slurm_cluster.wait_state(jobid, "PENDING")
+        result = run_cli("stacks", "--jobid", jobid, env=slurm_cluster.env)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert result.stderr.strip() == (
+            f"rankscope: error: SLURM job {jobid} is PENDING, not RUNNING — stacks can only be taken from a running job"
+        )
+    finally:
+        slurm_cluster.run("scancel", jobid, check=False)
+
+
 def test_missing_engines_are_one_line_with_exit_6(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
     for args, tool in (
