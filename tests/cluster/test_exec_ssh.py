@@ -78,7 +78,7 @@ def test_failure_stages_are_listed_and_partial_results_kept(sshd_nodes: Sshd, tm
     assert "node01 (1)" in out
     assert "Failed nodes (3 of 4):" in out
     assert "badauth  auth refused: " in out and "Permission denied" in out
-    assert "unknownkey  auth refused: Host key verification failed." in out
+    assert "unknownkey  auth refused: No ED25519 host key is known for rankscope-unknown-key" in out
     assert "closedport  unreachable: " in out and "Connection refused" in out
     assert "--insecure-no-host-key-check" in out  # the hint for a missing host key
     out_dir = tmp_path / "out"

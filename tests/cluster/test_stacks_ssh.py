@@ -43,7 +43,8 @@ def test_stacks_across_nodes_names_the_culprit_and_every_failed_node(
     assert "4 of 4 processes dumped" in out
     assert "rank 2" in out  # the diagnosis names the deadlocked rank
     failed = out[out.index("Failed (") :]
-    assert "closedport [unreachable]" in failed
+    assert "closedport [unreachable] ssh: connect to host 127.0.0.1 port" in failed
+    assert "Connection refused" in failed and "exit code 255" not in failed  # ssh's words, not pdsh's summary
     assert "node03 [no job found]" in failed
     assert "node04 [no rankscope there]" in failed
     assert (tmp_path / "out" / "node01.out").read_text().lstrip().startswith("{")

@@ -81,9 +81,15 @@ class NodeTransport(Protocol):
     def env(self) -> Optional[dict[str, str]]: ...
 
 
-def _last_line(text: str) -> str:
+#: pdsh's own summary line ("pdsh@host: node: ssh exited with exit code 255") says less than ssh's.
+_PDSH_SUMMARY = re.compile(r"^pdsh@\S+: \S+: ssh exited with exit code \d+$")
+
+
+def last_line(text: str) -> str:
+    """The last line worth showing: pdsh's summary only when nothing else was said."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+    useful = [line for line in lines if not _PDSH_SUMMARY.match(line)]
+    return (useful or lines or [""])[-1]
 
 
 #: ssh -v lines that tell how far a login got; they and the rest of ssh's chatter are removed.
@@ -181,25 +187,28 @@ def classify(
         return result
     if status is None:
         # The command never reported its exit status: the transport failed on the way.
-        message = _last_line(rest) or f"exited with code {returncode} before running the command"
+        message = last_line(rest) or f"exited with code {returncode} before running the command"
         for pattern, stage, hint in _TRANSPORT_MESSAGES:
-            if pattern.search(rest):
+            match = pattern.search(rest)
+            if match:
                 result.stage, result.hint = stage, hint
+                # The line that told us, e.g. "ssh: connect to host n1 port 22: Connection refused".
+                message = rest[rest.rfind("\n", 0, match.start()) + 1 :].split("\n", 1)[0].strip()
                 break
         else:
             result.stage = TRANSPORT_ERROR if not started else COMMAND_FAILED
             result.hint = "run the transport by hand to see why: `ssh NODE date`"
-        result.reason = _clean_reason(message, node)
+        result.reason = clean_reason(message, node)
         return result
     if status != 0:
         result.stage = COMMAND_FAILED
         result.reason = f"exit {status}" + (
-            f": {_clean_reason(_last_line(rest), node)}" if rest.strip() else ""
+            f": {clean_reason(last_line(rest), node)}" if rest.strip() else ""
         )
     return result
 
 
-def _clean_reason(message: str, node: str) -> str:
+def clean_reason(message: str, node: str) -> str:
     # pdsh prefixes lines with "node: " and "pdsh@host: node: "; the node is already shown.
     message = re.sub(r"^pdsh@\S+:\s*", "", message)
     if message.startswith(f"{node}: "):
@@ -323,7 +332,7 @@ def run_srun_step(
                 continue
             break
         step_timed_out = result.stage in (TIMEOUT, UNREACHABLE) and result.returncode is None
-        srun_message = _last_line(split_markers(result.stderr)[2]) or result.reason
+        srun_message = last_line(split_markers(result.stderr)[2]) or result.reason
         by_node: dict[str, tuple[str, str]] = {}
         for err_path in Path(scratch).glob("*.err"):
             stderr = err_path.read_text(errors="replace")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from rankscope.cluster.fanout import COMMAND_FAILED, OK, NodeResult
+from rankscope.cluster.fanout import COMMAND_FAILED, OK, NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.errors import ExitCode
@@ -151,7 +151,7 @@ def classify_node(result: NodeResult) -> tuple[NodeResult, Optional[StacksReport
         return result, None  # the transport failed or timed out: stage already set
     report = _parse_report(result.stdout)
     status = result.returncode
-    stderr_tail = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "")
+    stderr_tail = clean_reason(last_line(result.stderr), result.node)
     if status in (126, 127) or (report is None and re.search(r"not found|No such file", stderr_tail)):
         stage, reason, hint = _REMOTE_EXIT[126 if status == 126 else 127]
         result.stage, result.reason, result.hint = (
