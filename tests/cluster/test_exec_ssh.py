@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -216,3 +218,31 @@ def test_garbage_hostfile_and_bad_nodeset_are_one_line_errors(tmp_path: Path) ->
     assert result.returncode == 8 and "cannot read hostfile" in result.stderr
     result = run_cli("exec", "--hosts", "node[1-", "--", "true")
     assert result.returncode == 8 and "cannot read node set" in result.stderr
+
+
+def test_remote_setup_runs_before_the_command(sshd_nodes: Sshd) -> None:
+    result = run_cli(
+        "exec", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]",
+        "--remote-setup", "export GREETING='hello from setup'", "--", 'echo "$GREETING"', env=client_env(),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "node[01-02] (2)\n---------------\nhello from setup" in result.stdout
+
+
+def test_folding_matches_clustershell_clush(sshd_nodes: Sshd) -> None:
+    # The same nodes through ClusterShell's own clush -b: the same folded node set and output.
+    clush = Path(sys.executable).with_name("clush")
+    command = 'case "$RANKSCOPE_NODE" in node0[13]) echo A;; *) echo B;; esac'
+    theirs = subprocess.run(
+        [str(clush), "-o", f"-F {sshd_nodes.ssh_config}", "-w", "node[01-04]", "-b", command],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert theirs.returncode == 0, theirs.stderr
+    ours = run_cli(
+        "exec", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-04]", "--", command,
+        env=client_env(),
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    # Same blocks, same folding, same order: a clush -b user reads rankscope exec without learning anything.
+    assert ours.stdout == theirs.stdout
+    assert "node[01,03] (2)\n---------------\nA" in ours.stdout
