@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,6 +49,21 @@ def test_exec_over_srun_keeps_exit_codes(slurm_cluster: SlurmCluster, sleeping_j
     assert result.returncode == 5, result.stdout + result.stderr
     assert "localhost (1) exit 7" in result.stdout
     assert "localhost  command failed: exit 7" in result.stdout
+
+
+def test_srun_step_past_its_deadline_is_a_timeout(slurm_cluster: SlurmCluster, sleeping_job: str) -> None:
+    result = run_cli(
+        "exec", "--jobid", sleeping_job, "--node-timeout", "4", "--", "sleep 60", env=slurm_cluster.env
+    )
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "localhost  timeout: command still running after 4s" in result.stdout
+    # The step is ended (srun got SIGTERM), not left running inside the job.
+    for _ in range(50):
+        steps = slurm_cluster.run("squeue", "-h", "-s", "-j", sleeping_job, "-o", "%i %j").stdout
+        if "sh" not in steps.split():
+            break
+        time.sleep(0.2)
+    assert "sh" not in steps.split(), steps
 
 
 def test_unknown_jobid_is_one_line(slurm_cluster: SlurmCluster) -> None:
