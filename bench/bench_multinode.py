@@ -138,9 +138,15 @@ def inner(args: argparse.Namespace) -> int:
             "--ssh-config",
             str(sshd.ssh_config),
         ]
+        # %n: one master per alias (all aliases share host and port here, %C would share one master).
+        control = ["ControlMaster=auto", f"ControlPath={scratch}/cm-%n", "ControlPersist=120"]
         plan = [
             ("rankscope stacks --via ssh", [*stacks, "--via", "ssh"]),
             ("rankscope stacks --via pdsh", [*stacks, "--via", "pdsh"]),
+            (
+                "rankscope stacks --via ssh, connections kept (ControlPersist)",
+                [*stacks, "--via", "ssh", *(f"--ssh-option={o}" for o in control)],
+            ),
             ("manual pdsh + py-spy", [*pdsh, "-w", nodeset, manual_line]),
             ("rankscope exec -- date", [*exec_date, "--", "date +%Y"]),
             ("manual pdsh date", [*pdsh, "-w", nodeset, "date +%Y"]),
@@ -173,7 +179,9 @@ def inner(args: argparse.Namespace) -> int:
         assert f"{2 * len(nodes)} of {2 * len(nodes)} processes dumped" in str(first["stdout"]), first[
             "stdout"
         ]
-        hole_run = runs[5]
+        hole_run = next(
+            r for r in runs if "black hole" in str(r["name"]) and str(r["name"]).startswith("rankscope")
+        )
         if "blackhole [unreachable]" not in str(hole_run["stdout"]):
             print(
                 "WARNING: black-hole run did not list the black hole as unreachable:\n"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
 import pytest
 
-from rankscope.cluster.fanout import classify, run_srun_step
+from rankscope.cluster.fanout import classify, run_on_nodes, run_srun_step
 from rankscope.cluster.gather import group_failures, group_outputs, render_groups
 from rankscope.cluster.targets import expand_nodeset, parse_hostfile
 from rankscope.cluster.transports import SrunStep, SshOptions, SshTransport, remote_script
@@ -110,3 +112,27 @@ def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path
         ("n1", "ok", "on n1\n"),
         ("n2", "ok", "on n2\n"),
     ]
+
+
+class LocalShell:
+    """A transport that runs the node's script in a local shell (no ssh): tests the fan-out alone."""
+
+    def node_argv(self, node: str, script: str) -> list[str]:
+        return ["sh", "-c", script]
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+
+@pytest.mark.timeout(25)
+def test_a_daemonised_grandchild_holding_the_pipes_does_not_hold_the_node(tmp_path: Path) -> None:
+    # An ssh ControlPersist master does this: it outlives ssh and keeps its stdout/stderr open.
+    pid_file = tmp_path / "grandchild.pid"
+    script = remote_script(f"setsid sleep 60 & echo $! > {pid_file}; echo done")
+    try:
+        [result] = run_on_nodes(LocalShell(), ["n1"], script, node_timeout=20)
+        assert (result.stage, result.stdout) == ("ok", "done\n")
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Protocol
+from typing import IO, Optional, Protocol
 
 from rankscope.cluster.transports import EXIT_MARKER, START_MARKER, SrunStep
 
@@ -216,9 +216,16 @@ def clean_reason(message: str, node: str) -> str:
     return message
 
 
-def _kill_group(process: subprocess.Popen[str], sig: int = signal.SIGKILL) -> None:
+def _kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
+
+
+def _drain(pipe: IO[bytes], chunks: list[bytes]) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        fd = pipe.fileno()
+        for chunk in iter(lambda: os.read(fd, 65536), b""):
+            chunks.append(chunk)
 
 
 def _run_one(
@@ -226,7 +233,7 @@ def _run_one(
 ) -> NodeResult:
     if timeout <= 0 or stop_all.is_set():
         return NodeResult(
-            node, TIMEOUT, None, "", "", "not started: overall deadline reached", "raise --timeout"
+            node, TIMEOUT, None, "", "", "not started: overall deadline reached", "raise --deadline"
         )
     began = time.monotonic()
     try:
@@ -235,27 +242,41 @@ def _run_one(
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
-            errors="replace",
             env=env,
             start_new_session=True,  # a whole ssh/pdsh tree is killed at the deadline
         )
     except OSError as exc:
         return NodeResult(node, TRANSPORT_ERROR, None, "", "", f"cannot start {argv[0]}: {exc}", "")
+    # Done means "the transport exited", not "its pipes closed": a daemonised grandchild (an
+    # ssh ControlPersist master, say) may hold them open for minutes. So the pipes are read by
+    # threads and, once the process is gone, waited for only briefly.
+    out: list[bytes] = []
+    err: list[bytes] = []
+    assert process.stdout is not None and process.stderr is not None
+    readers = [
+        threading.Thread(target=_drain, args=(process.stdout, out), daemon=True),
+        threading.Thread(target=_drain, args=(process.stderr, err), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    timed_out = False
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
-        timed_out = False
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        timed_out = True
         # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
         _kill_group(process, signal.SIGTERM)
         try:
-            stdout, stderr = process.communicate(timeout=1.0)
+            process.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             _kill_group(process)
-            stdout, stderr = process.communicate()
-        timed_out = True
+            process.wait()
     finally:
         _kill_group(process)
+    for reader in readers:
+        reader.join(timeout=1.0)
+    stdout = b"".join(out).decode(errors="replace")
+    stderr = b"".join(err).decode(errors="replace")
     return classify(node, process.returncode, stdout, stderr, timed_out, timeout, time.monotonic() - began)
 
 
