@@ -3,9 +3,10 @@
 Usage: python bench/bench_logs.py [--size-mb 1024] [--runs 3] [--keep]
 
 Needs /usr/bin/time (Debian package ``time``). Generates the interleaved 512-rank log with
-bench/gen_logs.py (into bench/out/), warms the page cache, then runs every command pinned to one core (taskset -c 0), best of --runs.
-For each it prints wall time, CPU time (user+sys: what the command itself cost, whatever
-else the machine was doing), MB/s on both, and peak RSS (from wait4 of that very child).
+bench/gen_logs.py (into bench/out/), warms the page cache, then runs every command pinned to
+one core (taskset -c 0), best of --runs. For each it prints wall time, CPU time (user+sys:
+what the command itself cost, whatever else the machine was doing), MB/s on both, and peak
+RSS (as /usr/bin/time reports it for that command).
 """
 
 from __future__ import annotations
