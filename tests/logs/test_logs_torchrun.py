@@ -70,6 +70,10 @@ def test_errors_with_role_and_tee(role_tee_log: Path) -> None:
     assert [g["exception_type"] for g in data["unprefixed_groups"]] == [
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
     ]
+    # torchrun's failure summary: every rank, exactly one root cause
+    failures = data["torchrun_failures"]
+    assert sorted({f["rank"] for f in failures}) == list(range(8))
+    assert len([f for f in failures if f["root_cause"]]) == 1
 
 
 def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
@@ -89,6 +93,7 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
     ]
     assert f"error 2 of 2 — minority, 1 rank(s): {HOST}:3" in out
     assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
+    assert "torchrun's root cause (first failure it observed): rank " in out
 
 
 def test_errors_without_role_uses_torch_rank_prefix(plain_log: Path) -> None:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.folding import fold_labels
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks
 from rankscope.logs.reading import Reading
+from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
 
 PREFIX_ADVICE = (
@@ -23,6 +24,8 @@ class LineCounts:
     unprefixed: int = 0
     tracebacks: int = 0
     truncated: int = 0
+    #: torchrun's failure summary entries (launcher view: exit codes, root cause).
+    exits: list[RankExit] = field(default_factory=list)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
@@ -38,6 +41,8 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                 if chunk.endswith(b"\n["):  # cannot happen with whole-line chunks; keeps counts honest
                     counts.unprefixed += 1
             collector.feed(chunk)
+            if b"Failures:" in chunk or b"Root Cause (first" in chunk:
+                counts.exits.extend(find_summaries(chunk))
         collector.finish()
     report = group_tracebacks(collector.tracebacks)
     counts.tracebacks = len(collector.tracebacks)
@@ -117,6 +122,7 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
                     group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
                 )
             )
+    out.extend(_render_exits(counts.exits))
     if counts.truncated:
         out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
     prefixed = counts.lines - counts.unprefixed
@@ -131,6 +137,25 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         )
     out.extend(f"note: {note}" for note in notes)
     return "\n".join(out)
+
+
+def _render_exits(exits: list[RankExit]) -> list[str]:
+    if not exits:
+        return []
+    out = [""]
+    for root in (e for e in exits if e.root_cause):
+        out.append(
+            f"torchrun's root cause (first failure it observed): rank {root.rank} on {root.host} ({root.how})"
+        )
+    by_how: dict[str, set[int]] = {}
+    for entry in exits:
+        by_how.setdefault(entry.how, set()).add(entry.rank)
+    listed = "; ".join(
+        f"{how}: {fold_labels([str(r).encode() for r in sorted(ranks)])}"
+        for how, ranks in sorted(by_how.items())
+    )
+    out.append(f"torchrun's failure summary: {listed}")
+    return out
 
 
 def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
@@ -151,4 +176,5 @@ def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
         "unprefixed_lines": counts.unprefixed,
         "tracebacks": counts.tracebacks,
         "truncated_tracebacks": counts.truncated,
+        "torchrun_failures": [e.to_dict() for e in counts.exits],
     }
