@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
 
 import psutil
 import pytest
+
+pytest_plugins = ["tests.support.cluster_fixtures"]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -24,7 +27,5 @@ def _no_leftover_processes() -> Iterator[None]:
         if proc.pid in before:
             continue
         for kill in (os.killpg, os.kill):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass

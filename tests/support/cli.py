@@ -19,7 +19,9 @@ class CliResult:
         return json.loads(self.stdout)
 
 
-def run_cli(*args: str, timeout: float = 120, env: Optional[dict[str, str]] = None, input: str = "") -> CliResult:
+def run_cli(
+    *args: str, timeout: float = 120, env: Optional[dict[str, str]] = None, input: str = ""
+) -> CliResult:
     proc = subprocess.run(
         [sys.executable, "-m", "rankscope", *args],
         capture_output=True,

@@ -32,7 +32,9 @@ def ensure_commands(packages: dict[str, str]) -> None:
         if still:
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
             if not _updated:
-                subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True, timeout=600)
+                subprocess.run(
+                    ["apt-get", "update", "-q"], check=True, env=env, capture_output=True, timeout=600
+                )
                 _updated = True
             subprocess.run(
                 ["apt-get", "install", "-y", "-q", "--no-install-recommends", *still],

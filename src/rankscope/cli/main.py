@@ -22,6 +22,7 @@ VERBS: dict[str, str] = {
     "whoami": "rankscope.cli.whoami:whoami",
     "logs": "rankscope.cli.logs:logs",
     "prefix": "rankscope.cli.prefix:prefix",
+    "exec": "rankscope.cli.exec:exec_cmd",
 }
 
 
@@ -46,6 +47,7 @@ Examples:
   rankscope stacks                    # which ranks of the job on this node hang, and where
   rankscope stacks --pid 4242 --json  # one launcher (or worker), machine-readable
   rankscope whoami --pid 4243         # the rank identity of a process
+  rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
 
 Exit codes are listed in docs/exit-codes.md; add --debug for a traceback on errors.
 """

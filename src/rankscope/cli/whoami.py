@@ -22,7 +22,9 @@ Examples:
 
 
 @click.command(help=HELP)
-@click.option("--pid", type=int, default=None, help="Read /proc/PID/environ instead of this process's environment.")
+@click.option(
+    "--pid", type=int, default=None, help="Read /proc/PID/environ instead of this process's environment."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def whoami(pid: Optional[int], as_json: bool) -> int:
     if pid is None:

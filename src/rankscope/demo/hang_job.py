@@ -11,7 +11,8 @@ Scenarios (``--scenario``):
                 reached through a different deep call chain
   crash         the culprit raises an exception; the others wait in a barrier until torchrun
                 tears them down
-  exit          the culprit exits quietly (code 3) without joining the barrier
+  exit          the culprit returns early (exit code 0) without joining the barrier: with
+                NCCL the others hang; gloo notices the closed connection and fails them
 """
 
 from __future__ import annotations
@@ -101,14 +102,16 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
         wait_for_peers()
     elif scenario == "exit":
         if rank == culprit:
-            os._exit(3)
+            os._exit(0)
         wait_for_peers()
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenario", default="lock")
     parser.add_argument("--culprit", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="background threads per rank")

@@ -7,6 +7,7 @@ forwards it), then SIGKILLs the process group of every worker and launcher still
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -77,20 +78,14 @@ class LaunchedJob:
             pass
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(grace)
-            except subprocess.TimeoutExpired:
-                pass
         for pid in [self.pid, *sorted(pids)]:
             for kill in (os.killpg, os.kill):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(grace)
-        except subprocess.TimeoutExpired:
-            pass
 
     def __enter__(self) -> LaunchedJob:
         return self

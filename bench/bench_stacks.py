@@ -1,0 +1,156 @@
+"""Benchmark `rankscope stacks` against the manual py-spy pipeline, side by side in one run.
+
+    python bench/bench_stacks.py                # 8 and 16 ranks, with and without --native, + merge scale
+    python bench/bench_stacks.py --ranks 16 --repeat 5
+    python bench/bench_stacks.py --merge-only
+
+Baseline: `pgrep -P <launcher> | xargs -I {} py-spy dump --pid {}` (and with --native), the
+command users run today. rankscope is timed as a whole CLI run (interpreter start-up,
+discovery, parallel dumps, merge, render). Results are medians of --repeat alternating runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+BIN = Path(sys.executable).parent
+
+
+def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    elapsed = time.perf_counter() - start
+    return elapsed, proc.stdout
+
+
+def compare(launcher: int, native: bool, repeat: int) -> dict[str, float]:
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", RUST_BACKTRACE="0")
+    flag = " --native" if native else ""
+    manual = ["bash", "-c", f"pgrep -P {launcher} | xargs -I {{}} py-spy dump{flag} --pid {{}}"]
+    ours = [str(BIN / "rankscope"), "stacks", "--pid", str(launcher), "--no-color"] + (
+        ["--native"] if native else []
+    )
+    manual_times, our_times = [], []
+    manual_out = our_out = ""
+    for _ in range(repeat):
+        seconds, manual_out = timed(manual, env)
+        manual_times.append(seconds)
+        seconds, our_out = timed(ours, env)
+        our_times.append(seconds)
+    m, o = statistics.median(manual_times), statistics.median(our_times)
+    return {
+        "manual_s": m,
+        "rankscope_s": o,
+        "ratio": o / m,
+        "manual_lines": len(manual_out.splitlines()),
+        "rankscope_lines": len(our_out.splitlines()),
+    }
+
+
+def bench_jobs(ranks_list: list[int], repeat: int) -> list[dict[str, object]]:
+    from rankscope.demo.launch import start_torchrun
+
+    rows: list[dict[str, object]] = []
+    for ranks in ranks_list:
+        job = start_torchrun(nproc=ranks, script_args=["--scenario", "lock", "--culprit", str(ranks // 2)])
+        try:
+            job.wait_ready(timeout=600, settle=1.0)
+            for native in (False, True):
+                row: dict[str, object] = {"ranks": ranks, "native": native}
+                row.update(compare(job.pid, native, repeat if not native else max(1, repeat // 2)))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        finally:
+            job.stop()
+    return rows
+
+
+def merge_scale(ranks: int) -> dict[str, float]:
+    """Group, diagnose and render `ranks` synthetic snapshots in a child; report time and peak RSS."""
+    code = f"""
+import sys, time, json
+sys.path.insert(0, {str(ROOT / "src")!r})
+from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
+from rankscope.stacks.merge import group_snapshots
+from rankscope.stacks.explain import diagnose
+from rankscope.stacks.render import render_text
+from rankscope.stacks.report import ProcessInfo, StacksReport
+SITE = "/venv/lib/python3.11/site-packages/"
+def chain(tag, n=30):
+    frames = [Frame(f"{{tag}}_f{{i}}", f"/job/{{tag}}.py", 10 + i) for i in range(n - 3)]
+    return tuple(frames + [Frame("sync", "/job/train.py", 30),
+        Frame("wrapper", SITE + "torch/distributed/c10d_logger.py", 83),
+        Frame("all_reduce", SITE + "torch/distributed/distributed_c10d.py", 3252)])
+common = [chain(f"path{{k}}") for k in range(5)]
+bg = (Frame("_bootstrap", "/usr/lib/python3.11/threading.py", 1002), Frame("heartbeat", "/job/hb.py", 5))
+t0 = time.perf_counter()
+snaps = []
+for r in range({ranks}):
+    if r % 20000 == 7:   # a few unique stacks: the ranks that are elsewhere
+        frames = tuple(Frame(f"odd{{r}}_{{i}}", "/job/odd.py", i) for i in range(30))
+    else:
+        frames = common[r % 5]
+    host = f"node{{r // 8:05d}}"
+    snaps.append(ProcessSnapshot(pid=1000 + r % 8, rank=RankId(host, r, r % 8, {ranks}), threads=[
+        ThreadStack(r, "MainThread", frames, is_main=True), ThreadStack(r + 1, "heartbeat-0", bg)]))
+t1 = time.perf_counter()
+report = StacksReport(groups=group_snapshots(snaps), hosts=sorted({{s.rank.host for s in snaps[::8]}}))
+report.processes = [ProcessInfo(s.pid, s.rank) for s in snaps]
+diagnosis = diagnose(report)
+text = render_text(report, diagnosis)
+t2 = time.perf_counter()
+print(json.dumps({{"build_s": t1 - t0, "merge_render_s": t2 - t1, "groups": len(report.groups),
+                  "divergent": len(diagnosis.divergent_ranks), "report_lines": len(text.splitlines())}}))
+"""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    result = json.loads(proc.stdout)
+    result["peak_rss_mib"] = max(peak_kib, before) / 1024
+    result["ranks"] = ranks
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ranks", type=int, nargs="*", default=[8, 16])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--merge-ranks", type=int, default=100_000)
+    parser.add_argument("--merge-only", action="store_true")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}", flush=True)
+    if not args.merge_only:
+        rows = bench_jobs(args.ranks, args.repeat)
+        print(
+            "\n| ranks | --native | manual pipeline (s) | rankscope (s) | ratio | lines manual | lines rankscope | fewer lines |"
+        )
+        print("|---:|:---:|---:|---:|---:|---:|---:|---:|")
+        for row in rows:
+            print(
+                f"| {row['ranks']} | {'yes' if row['native'] else 'no'} | {row['manual_s']:.3f} | {row['rankscope_s']:.3f} "
+                f"| {row['ratio']:.2f}x | {row['manual_lines']} | {row['rankscope_lines']} "
+                f"| {int(row['manual_lines']) / max(1, int(row['rankscope_lines'])):.1f}x |"
+            )
+    merge = merge_scale(args.merge_ranks)
+    print(
+        f"\nmerge scale: {merge['ranks']} snapshots -> {merge['groups']} groups; build {merge['build_s']:.2f}s, "
+        f"group+diagnose+render {merge['merge_render_s']:.2f}s, peak RSS {merge['peak_rss_mib']:.0f} MiB, "
+        f"{merge['report_lines']} report lines"
+    )
+
+
+if __name__ == "__main__":
+    main()

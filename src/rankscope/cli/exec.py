@@ -1,0 +1,60 @@
+"""`rankscope exec`: run one command on every node and fold identical outputs (like clush -b)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, pop_cluster_kwargs
+from rankscope.cluster.fanout import OK
+from rankscope.cluster.gather import render_groups, results_to_json
+from rankscope.cluster.output import write_node_files
+from rankscope.cluster.run import run_remote
+from rankscope.errors import BadInputError, ExitCode
+
+HELP = """Run a command on every node; identical outputs are printed once under their folded node list.
+
+\b
+Examples:
+  rankscope exec --hosts node[1-40] -- nvidia-smi -L
+  rankscope exec --jobid 2180718 -- date
+  rankscope exec --hostfile hostfile --via ssh -- 'ibstat | grep State'
+  rankscope exec --hosts gpu[001-004] --json -- uptime
+
+One CMD word is run by the node's shell as written (pipes allowed); several words are
+quoted one by one. Nodes that fail are listed at the end with the stage they reached
+(unreachable, auth refused, timeout, command failed). Exit code: 0 when every node ran
+the command with status 0, 4 when some did not, 5 when none did (docs/exit-codes.md).
+"""
+
+
+@click.command("exec", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@cluster_options
+@DEADLINE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema rankscope.exec/1).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Also keep NODE.out per node and exec.json here.",
+)
+@click.argument("command", nargs=-1, required=True)
+def exec_cmd(command: tuple[str, ...], as_json: bool, out_dir: Optional[Path], **kwargs: Any) -> int:
+    target = pop_cluster_kwargs(kwargs)
+    if not command or not "".join(command).strip():
+        raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
+    results = run_remote(target, command[0] if len(command) == 1 else list(command))
+    document = results_to_json(results)
+    if out_dir is not None:
+        write_node_files(out_dir, results, document, "exec.json")
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(render_groups(results), nl=False)
+    good = sum(1 for r in results if r.stage == OK)
+    if good == len(results):
+        return int(ExitCode.OK)
+    return int(ExitCode.ALL_FAILED if good == 0 else ExitCode.PARTIAL)

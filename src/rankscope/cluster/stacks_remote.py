@@ -1,0 +1,222 @@
+"""`rankscope stacks --hosts/--hostfile/--jobid`: every node runs the local pipeline, the caller merges.
+
+Each node answers with one ``rankscope.stacks/1`` JSON document (its size grows with the
+distinct stacks, not with the ranks); :func:`merge_reports` joins them. A node that does
+not answer with stacks becomes a :class:`Failure` whose ``stage`` is how far it got,
+the rungs of the manual "date, then pgrep, then py-spy" ladder:
+
+    unreachable -> auth refused -> no rankscope there -> no job found -> dump failed
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from rankscope.cluster.fanout import COMMAND_FAILED, OK, NodeResult
+from rankscope.cluster.gather import group_failures
+from rankscope.cluster.run import ClusterTarget, run_remote
+from rankscope.errors import ExitCode
+from rankscope.model import Failure
+from rankscope.stacks.merge import merge_reports
+from rankscope.stacks.report import StacksReport
+
+NO_RANKSCOPE = "no rankscope there"
+NO_JOB = "no job found"
+DUMP_FAILED = "dump failed"
+BAD_ANSWER = "bad answer"
+
+#: The remote rankscope's exit code (docs/exit-codes.md) -> (stage, reason, hint) when it sent no stacks.
+_REMOTE_EXIT: dict[int, tuple[str, str, str]] = {
+    3: (
+        NO_JOB,
+        "no distributed job on this node",
+        "is the job running here? try `rankscope exec ... -- pgrep -a python`",
+    ),
+    5: (DUMP_FAILED, "every dump failed", "see the node's failures above, or run `rankscope stacks` there"),
+    6: (
+        DUMP_FAILED,
+        "py-spy is not installed there",
+        "pip install py-spy on the node (or fix PATH with --remote-setup)",
+    ),
+    7: (
+        DUMP_FAILED,
+        "permission denied (ptrace)",
+        "run as the job's user or root; see ptrace_scope in docs/stacks.md",
+    ),
+    126: (
+        NO_RANKSCOPE,
+        "rankscope is there but cannot run",
+        "check --remote-rankscope points to an executable",
+    ),
+    127: (
+        NO_RANKSCOPE,
+        "rankscope not found",
+        "install it there, or pass --remote-rankscope PATH / --remote-setup",
+    ),
+}
+
+
+@dataclass
+class RemoteStacksOptions:
+    """The local-pipeline flags every node gets, and where rankscope lives there."""
+
+    remote_rankscope: str = "rankscope"
+    pids: Sequence[int] = ()
+    all_python: bool = False
+    native: bool = False
+    with_locals: bool = False
+    samples: int = 1
+    interval: float = 1.0
+    timeout: Optional[float] = None
+    deadline: Optional[float] = None
+    extra: list[str] = field(default_factory=list)
+
+    def argv(self, node_timeout: float) -> list[str]:
+        argv = [self.remote_rankscope, "stacks", "--local", "--json"]
+        for pid in self.pids:
+            argv += ["--pid", str(pid)]
+        if self.all_python:
+            argv.append("--all-python")
+        if self.native:
+            argv.append("--native")
+        if self.with_locals:
+            argv.append("--locals")
+        if self.samples > 1:
+            argv += ["--samples", str(self.samples), "--interval", f"{self.interval:g}"]
+        if self.timeout is not None:
+            argv += ["--timeout", f"{self.timeout:g}"]
+        # Finish on the node, with partial results, before the caller's deadline kills it.
+        remote_deadline = max(1.0, node_timeout * 0.8 - 1.0)
+        if self.deadline is not None:
+            remote_deadline = min(remote_deadline, self.deadline)
+        argv += ["--deadline", f"{remote_deadline:g}", *self.extra]
+        return argv
+
+
+@dataclass
+class ClusterStacks:
+    report: StacksReport
+    nodes: list[NodeResult]
+    node_failures: list[Failure]
+
+    @property
+    def answered(self) -> list[str]:
+        return [r.node for r in self.nodes if r.stage == OK]
+
+    def exit_code(self) -> ExitCode:
+        dumped = sum(1 for p in self.report.processes if p.dumped)
+        if dumped:
+            return ExitCode.PARTIAL if self.report.failures else ExitCode.OK
+        if self.node_failures and all(f.stage == NO_JOB for f in self.node_failures):
+            return ExitCode.NOTHING_FOUND
+        return ExitCode.ALL_FAILED
+
+    def nodes_json(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "node": r.node,
+                "stage": r.stage,
+                "returncode": r.returncode,
+                "reason": r.reason,
+                "elapsed": round(r.elapsed, 3),
+            }
+            for r in self.nodes
+        ]
+
+
+def _parse_report(stdout: str) -> Optional[StacksReport]:
+    text = stdout.strip()
+    if not text:
+        return None
+    try:
+        return StacksReport.from_dict(json.loads(text))
+    except (ValueError, KeyError, TypeError):
+        # A login banner or an rc-file echo may come first: try from the first "{" at a line start.
+        match = re.search(r"^\{", text, re.MULTILINE)
+        if match and match.start() > 0:
+            try:
+                return StacksReport.from_dict(json.loads(text[match.start() :]))
+            except (ValueError, KeyError, TypeError):
+                return None
+        return None
+
+
+def classify_node(result: NodeResult) -> tuple[NodeResult, Optional[StacksReport]]:
+    """Refine a node's stage from the remote rankscope's exit code and answer; parse its report."""
+    if result.returncode is None:
+        return result, None  # the transport failed or timed out: stage already set
+    report = _parse_report(result.stdout)
+    status = result.returncode
+    stderr_tail = next((ln for ln in reversed(result.stderr.splitlines()) if ln.strip()), "")
+    if status in (126, 127) or (report is None and re.search(r"not found|No such file", stderr_tail)):
+        stage, reason, hint = _REMOTE_EXIT[126 if status == 126 else 127]
+        result.stage, result.reason, result.hint = (
+            stage,
+            f"{reason}: {stderr_tail}" if stderr_tail else reason,
+            hint,
+        )
+        return result, None
+    if report is not None and any(p.dumped for p in report.processes):
+        result.stage, result.reason, result.hint = OK, "", ""
+        return result, report
+    if status in _REMOTE_EXIT:
+        result.stage, result.reason, result.hint = _REMOTE_EXIT[status]
+        if report is not None and report.failures and status != 3:
+            result.reason += f": {report.failures[0].reason}"
+        return result, None
+    if report is None:
+        result.stage = BAD_ANSWER if status == 0 else COMMAND_FAILED
+        result.reason = (
+            f"exit {status}: {stderr_tail}" if stderr_tail else f"exit {status} and no stacks JSON on stdout"
+        )
+        result.hint = "is the remote rankscope the same version? run `rankscope stacks --local --json` there"
+        return result, None
+    result.stage, result.reason = OK, ""
+    return result, report
+
+
+def relabel_host(report: StacksReport, node: str) -> StacksReport:
+    """Name every rank of a node's report by the node name the user gave (node01, not node01.ib.local).
+
+    Also keeps ranks apart when several nodes report the same host name (containers, aliases):
+    pids are only unique per node, and the merge tells members apart by host.
+    """
+    report.hosts = [node]
+    for process in report.processes:
+        process.rank = replace(process.rank, host=node)
+    for group in report.groups:
+        group.members = [replace(m, host=node) for m in group.members]
+    for job in report.jobs:
+        job.host = node
+    report.failures = [
+        replace(f, rank=replace(f.rank, host=node) if f.rank else None, target=f"{node}: {f.target}")
+        for f in report.failures
+    ]
+    return report
+
+
+def node_failures(results: Sequence[NodeResult]) -> list[Failure]:
+    """One Failure per (stage, reason) with the folded node list as its target."""
+    return [
+        Failure(target=group.nodeset, stage=group.stage, reason=group.reason, hint=group.hint)
+        for group in group_failures(results)
+    ]
+
+
+def stacks_remote(target: ClusterTarget, options: RemoteStacksOptions) -> ClusterStacks:
+    """Collect every node's stacks and merge them; failed nodes are listed last with their stage."""
+    script = options.argv(target.node_timeout)
+    results = run_remote(target, script)
+    reports: list[StacksReport] = []
+    for result in results:
+        _, report = classify_node(result)
+        if report is not None:
+            reports.append(relabel_host(report, result.node))
+    merged = merge_reports(reports)
+    failures = node_failures(results)
+    merged.failures.extend(failures)
+    return ClusterStacks(report=merged, nodes=results, node_failures=failures)

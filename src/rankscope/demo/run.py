@@ -1,0 +1,68 @@
+"""`rankscope demo`: a real 4-rank torchrun job with one deadlocked rank, diagnosed end to end."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rankscope.demo.launch import start_torchrun
+from rankscope.errors import ExitCode, RankscopeError
+from rankscope.stacks.explain import Diagnosis, diagnose
+from rankscope.stacks.local import StacksOptions, run_local
+from rankscope.stacks.report import StacksReport
+
+
+@dataclass
+class DemoResult:
+    report: StacksReport
+    diagnosis: Diagnosis
+    culprit: int
+    launcher_pid: int
+
+    @property
+    def named_culprit(self) -> bool:
+        return self.diagnosis.divergent_ranks == [self.culprit]
+
+
+def require_torch() -> None:
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        raise RankscopeError(
+            "the demo needs PyTorch and it is not installed in this environment",
+            "pip install torch (the CPU build is enough; see the README's first command)",
+            ExitCode.MISSING_TOOL,
+        ) from None
+
+
+def run_demo(
+    nproc: int = 4,
+    culprit: int = 2,
+    scenario: str = "lock",
+    say: Callable[[str], None] = lambda _: None,
+    native: bool = False,
+) -> DemoResult:
+    require_torch()
+    workdir = Path(tempfile.mkdtemp(prefix="rankscope-demo-"))
+    say(
+        f"starting a {nproc}-rank torchrun job (gloo, CPU) in which rank {culprit} deadlocks ({scenario}) ..."
+    )
+    job = start_torchrun(
+        nproc=nproc,
+        script_args=["--scenario", scenario, "--culprit", str(culprit)],
+        workdir=workdir,
+        python=sys.executable,
+    )
+    try:
+        job.wait_ready(timeout=180)
+        say(
+            f"job is hung (launcher pid {job.pid}, workers {', '.join(map(str, job.worker_pids()))}); diagnosing ..."
+        )
+        result = run_local(StacksOptions(pids=[job.pid], native=native, samples=2, interval=0.5))
+        return DemoResult(result.report, diagnose(result.report), culprit, job.pid)
+    finally:
+        job.stop()
+        say("job stopped and cleaned up.")

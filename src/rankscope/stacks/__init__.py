@@ -1,0 +1,1 @@
+"""Stacks of every rank: collect (py-spy), group, explain, render."""

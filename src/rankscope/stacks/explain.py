@@ -1,0 +1,295 @@
+"""Say in words where the ranks are: who waits in which collective, who is elsewhere (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from rankscope.folding import describe_members, fold_ints
+from rankscope.model import Frame
+from rankscope.stacks.report import Member, StackGroup, StacksReport
+
+#: Python-level entry points of torch.distributed (and DeepSpeed's comm layer) that block.
+COLLECTIVES = frozenset(
+    {
+        "barrier",
+        "monitored_barrier",
+        "all_reduce",
+        "all_reduce_coalesced",
+        "broadcast",
+        "broadcast_object_list",
+        "all_gather",
+        "all_gather_into_tensor",
+        "all_gather_object",
+        "all_gather_coalesced",
+        "_all_gather_base",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "reduce",
+        "gather",
+        "gather_object",
+        "scatter",
+        "scatter_object_list",
+        "all_to_all",
+        "all_to_all_single",
+        "send",
+        "recv",
+        "isend",
+        "irecv",
+        "batch_isend_irecv",
+        "send_object_list",
+        "recv_object_list",
+        "wait",
+        "init_process_group",
+        "new_group",
+        "destroy_process_group",
+        "rendezvous",
+        "_store_based_barrier",
+        "inference_all_reduce",
+    }
+)
+_COMM_PATHS = ("torch/distributed/", "deepspeed/comm/", "torch/_C/_distributed")
+_NATIVE_COLLECTIVE = re.compile(
+    r"(c10d::|gloo::|nccl)[\w:]*?(allreduce|all_reduce|barrier|broadcast|allgather|all_gather|reduce_scatter|"
+    r"reducescatter|alltoall|send|recv|wait|gather|scatter)",
+    re.IGNORECASE,
+)
+_NATIVE_LOCK = re.compile(r"PyThread_acquire_lock|pthread_mutex_lock|sem_(timed)?wait|futex", re.IGNORECASE)
+_STDLIB = re.compile(r"/lib/python\d\.\d+/(?!site-packages|dist-packages)")
+
+
+def is_stdlib(frame: Frame) -> bool:
+    return frame.filename.startswith("<frozen") or bool(_STDLIB.search(frame.filename))
+
+
+def is_library(frame: Frame) -> bool:
+    """Code the user did not write: native, installed packages, or the standard library."""
+    name = frame.filename
+    return frame.is_native or "/site-packages/" in name or "/dist-packages/" in name or is_stdlib(frame)
+
+
+def is_comm(frame: Frame) -> bool:
+    return not frame.is_native and any(p in frame.filename for p in _COMM_PATHS)
+
+
+def describe_frame(frame: Frame) -> str:
+    return f"{frame.function} ({frame.location})"
+
+
+def backend_of(frames: Sequence[Frame]) -> Optional[str]:
+    for frame in frames:
+        if frame.is_native:
+            name = frame.function
+            if "NCCL" in name or name.startswith("nccl"):
+                return "NCCL"
+            if "Gloo" in name or "gloo::" in name:
+                return "gloo"
+    return None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one stack is, in the words a person wants."""
+
+    #: e.g. "all_reduce (torch.distributed)"; None when not in a collective.
+    collective: Optional[str]
+    #: The user's frame that called the collective (or the innermost user frame).
+    caller: Optional[Frame]
+    #: The innermost frame (what py-spy prints first).
+    innermost: Optional[Frame]
+    waiting_on_lock: bool = False
+
+    def text(self) -> str:
+        if self.collective:
+            where = f"wait in {self.collective}"
+            if self.caller is not None:
+                where += f" called from {describe_frame(self.caller)}"
+            return where
+        target = self.caller or self.innermost
+        if target is None:
+            return "have no Python frames"
+        where = describe_frame(target)
+        inner = self.innermost
+        if inner is not None and inner != target and not inner.is_native:
+            where = f"{describe_frame(inner)} called from {describe_frame(target)}"
+        if self.waiting_on_lock:
+            where += ", waiting for a lock"
+        return where
+
+
+def locate(frames: Sequence[Frame]) -> Place:
+    """Find the collective (outermost comm frame with a collective's name) and its user caller."""
+    python_frames = [f for f in frames if not f.is_native]
+    innermost = python_frames[-1] if python_frames else (frames[-1] if frames else None)
+    lock = any(_NATIVE_LOCK.search(f.function) for f in frames[-6:] if f.is_native)
+    for index, frame in enumerate(frames):
+        short = frame.function.rsplit(".", 1)[-1]
+        if is_comm(frame) and short in COLLECTIVES:
+            package = "deepspeed.comm" if "deepspeed/comm/" in frame.filename else "torch.distributed"
+            backend = backend_of(frames[index:])
+            label = f"{short} ({package}{', ' + backend if backend else ''})"
+            return Place(label, _user_before(frames, index), innermost)
+    for index, frame in enumerate(frames):
+        if frame.is_native and _NATIVE_COLLECTIVE.search(frame.function):
+            backend = backend_of(frames[index:]) or "native"
+            match = _NATIVE_COLLECTIVE.search(frame.function)
+            op = match.group(2).lower() if match else "collective"
+            return Place(f"{op} ({backend})", _user_before(frames, index), innermost)
+    user = [f for f in python_frames if not is_library(f)]
+    return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock)
+
+
+def _user_before(frames: Sequence[Frame], index: int) -> Optional[Frame]:
+    for frame in reversed(frames[:index]):
+        if not frame.is_native and not is_library(frame):
+            return frame
+    return None
+
+
+@dataclass
+class Finding:
+    """A set of ranks at one place."""
+
+    kind: str  # "waiting" (in a collective), "elsewhere" (not), "together" (everyone the same)
+    members: list[Member]
+    place: Place
+    text: str
+
+    def ranks(self) -> list[int]:
+        return sorted({m.rank for m in self.members if m.rank is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ranks": fold_ints(self.ranks()),
+            "members": [m.to_dict() for m in self.members],
+            "collective": self.place.collective,
+            "called_from": self.place.caller.to_dict() if self.place.caller else None,
+            "innermost": self.place.innermost.to_dict() if self.place.innermost else None,
+            "text": self.text,
+        }
+
+
+@dataclass
+class Diagnosis:
+    headline: str
+    findings: list[Finding] = field(default_factory=list)
+    divergent: list[Member] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def divergent_ranks(self) -> list[int]:
+        return sorted({m.rank for m in self.divergent if m.rank is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline": self.headline,
+            "divergent_ranks": self.divergent_ranks,
+            "divergent": [m.to_dict() for m in self.divergent],
+            "missing_ranks": self.missing_ranks,
+            "findings": [f.to_dict() for f in self.findings],
+            "notes": self.notes,
+        }
+
+
+def _findings(groups: Sequence[StackGroup]) -> list[tuple[Place, list[Member]]]:
+    """Merge groups that are at the same place (they may differ in deeper library frames)."""
+    places: dict[tuple[Optional[str], Optional[Frame], Optional[Frame]], tuple[Place, list[Member]]] = {}
+    for group in groups:
+        place = locate(group.frames)
+        key = (place.collective, place.caller, None if place.collective else place.innermost)
+        if key in places:
+            places[key][1].extend(group.members)
+        else:
+            places[key] = (place, list(group.members))
+    ordered = sorted(places.values(), key=lambda pm: (-len(pm[1]), min(_order(m) for m in pm[1])))
+    return ordered
+
+
+def _order(member: Member) -> int:
+    return member.rank if member.rank is not None else member.pid
+
+
+def _missing(report: StacksReport) -> list[int]:
+    sizes = {p.rank.world_size for p in report.processes if p.rank.world_size}
+    if len(sizes) != 1:
+        return []
+    world = sizes.pop()
+    if world is None or world > 1_000_000:
+        return []
+    present = {p.rank.rank for p in report.processes if p.dumped and p.rank.rank is not None}
+    return [r for r in range(world) if r not in present]
+
+
+def diagnose(report: StacksReport) -> Diagnosis:
+    multi_host = len({m.host for g in report.groups for m in g.members}) > 1
+
+    def who(members: Sequence[Member]) -> str:
+        return describe_members(members, with_hosts=multi_host)
+
+    notes: list[str] = []
+    for proc in report.processes:
+        if proc.was_stopped:
+            notes.append(
+                f"{who([proc.member])} (pid {proc.pid}) was already stopped (SIGSTOP) before rankscope looked: "
+                f"that alone hangs the job; resume it with kill -CONT {proc.pid}"
+            )
+        if proc.resumed:
+            notes.append(f"pid {proc.pid} was left stopped by its dump; rankscope sent SIGCONT")
+    missing = _missing(report)
+    if missing:
+        notes.append(
+            f"ranks {fold_ints(missing)} of world size {len(missing) + len(_present(report))} were not found: "
+            "exited, on a node not examined, or failed to dump (see failures)"
+        )
+    places = _findings(report.main_groups())
+    if not places:
+        headline = "no stacks were collected" + (
+            f"; {len(report.failures)} target(s) failed" if report.failures else ""
+        )
+        return Diagnosis(headline, missing_ranks=missing, notes=notes)
+    if len(places) == 1:
+        place, members = places[0]
+        text = f"all {len(members)} {'processes' if members[0].rank is None else 'ranks'} ({who(members)}) {place.text()}"
+        finding = Finding("together", members, place, text)
+        if place.collective:
+            text += (
+                ". Nobody here is elsewhere: the rank they wait for is missing or on another node, or the "
+                "collective itself is stuck in the network (check the other nodes with --hosts; NCCL_DEBUG=INFO)"
+            )
+        if missing:
+            text += f"; missing: ranks {fold_ints(missing)}"
+        return Diagnosis(text, [finding], [], missing, notes)
+
+    waiting = [(p, m) for p, m in places if p.collective]
+    elsewhere = [(p, m) for p, m in places if not p.collective]
+    findings: list[Finding] = []
+    divergent: list[Member] = []
+    if waiting and elsewhere:
+        for place, members in waiting:
+            findings.append(Finding("waiting", members, place, f"{who(members)} {place.text()}"))
+        for place, members in elsewhere:
+            findings.append(
+                Finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}")
+            )
+            divergent.extend(members)
+    else:
+        (major_place, major), *minor = places
+        kind = "waiting" if waiting else "elsewhere"
+        findings.append(Finding(kind, major, major_place, f"{who(major)} {major_place.text()}"))
+        for place, members in minor:
+            verb = place.text() if waiting else f"is elsewhere: {place.text()}"
+            findings.append(Finding(kind, members, place, f"{who(members)} {verb}"))
+            divergent.extend(members)
+        if waiting:
+            notes.append("the ranks are in different collectives or call sites: a mismatched collective call")
+    headline = "; ".join(f.text for f in findings)
+    return Diagnosis(headline, findings, divergent, missing, notes)
+
+
+def _present(report: StacksReport) -> set[int]:
+    return {p.rank.rank for p in report.processes if p.dumped and p.rank.rank is not None}

@@ -1,0 +1,218 @@
+"""The local pipeline of `rankscope stacks`: find targets, dump them (N samples), group, report."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from rankscope.errors import ExitCode, RankscopeError
+from rankscope.model import Failure, ProcessSnapshot
+from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
+from rankscope.ranks import short_hostname
+from rankscope.stacks.collect import DEFAULT_TIMEOUT, DumpOutcome, Target, collect
+from rankscope.stacks.merge import group_snapshots, motion
+from rankscope.stacks.pyspy import find_pyspy
+from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class StacksOptions:
+    pids: Sequence[int] = ()
+    all_python: bool = False
+    native: bool = False
+    with_locals: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    deadline: float = 60.0
+    samples: int = 1
+    interval: float = 1.0
+    parallelism: Optional[int] = None
+    host: Optional[str] = None
+
+
+@dataclass
+class LocalResult:
+    report: StacksReport
+    #: (target, sample index, outcome) for every dump attempt: what --out keeps.
+    outcomes: list[tuple[int, DumpOutcome]] = field(default_factory=list)
+
+
+def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tuple[list[Job], list[Failure]]:
+    """What to look at: the named pids, every Python process, or the job(s) found here."""
+    failures: list[Failure] = []
+    if options.all_python:
+        return [all_python(table, host)], failures
+    if options.pids:
+        jobs = []
+        for pid in options.pids:
+            if pid not in table.procs:
+                failures.append(
+                    Failure(
+                        f"pid {pid}",
+                        "discover",
+                        "no such process (it exited or never existed)",
+                        "check the pid with ps; a rank that exited early is in the job's log",
+                    )
+                )
+                continue
+            jobs.append(workers_of(pid, table, host))
+        return jobs, failures
+    jobs = find_jobs(table, host)
+    if len(jobs) > 1:
+        listing = "; ".join(j.describe() for j in jobs)
+        raise RankscopeError(
+            f"found {len(jobs)} distributed jobs on this node: {listing}",
+            "pick one with --pid LAUNCHER_PID (or several with repeated --pid)",
+            ExitCode.USAGE,
+        )
+    return jobs, failures
+
+
+def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> LocalResult:
+    started = time.monotonic()
+    host = options.host or short_hostname()
+    pyspy = find_pyspy()
+    table = ProcessTable()
+    jobs, failures = resolve_jobs(options, table, host)
+    targets: list[Target] = []
+    seen: set[int] = set()
+    for job in jobs:
+        for worker in job.workers:
+            if worker.pid not in seen:
+                seen.add(worker.pid)
+                targets.append(Target(worker.pid, worker.rank, worker.cmdline))
+        if not job.workers and job.launcher_pid is not None:
+            failures.append(
+                Failure(
+                    f"{job.launcher} pid {job.launcher_pid}",
+                    "discover",
+                    "the launcher has no Python workers with a rank",
+                    "the workers may not have started yet, or have all exited: read the job's log",
+                )
+            )
+    for pid in options.pids:
+        info = table.procs.get(pid)
+        # A --pid that is neither a launcher nor a rank-carrying worker: dump it as given.
+        if info is not None and pid not in seen and not any(j.launcher_pid == pid for j in jobs):
+            seen.add(pid)
+            targets.append(Target(pid, table.worker(pid, host).rank, info.command))
+
+    report = StacksReport(
+        hosts=[host],
+        jobs=[JobInfo(host, j.launcher, j.launcher_pid, j.launcher_cmdline) for j in jobs if j.launcher_pid],
+        samples=max(1, options.samples),
+        interval=options.interval if options.samples > 1 else 0.0,
+        native=options.native,
+    )
+    result = LocalResult(report)
+    deadline = started + options.deadline
+    samples: list[list[ProcessSnapshot]] = []
+    last: dict[int, DumpOutcome] = {}
+    for index in range(report.samples):
+        if index:
+            time.sleep(max(0.0, min(options.interval, deadline - time.monotonic())))
+
+        def tick(done: int, total: int, index: int = index) -> None:
+            if progress is not None:
+                sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
+                progress(f"dumping {done}/{total} processes{sample}")
+
+        outcomes = collect(
+            targets,
+            pyspy,
+            native=options.native,
+            with_locals=options.with_locals,
+            timeout=options.timeout,
+            deadline=deadline,
+            parallelism=options.parallelism,
+            progress=tick,
+        )
+        result.outcomes.extend((index, o) for o in outcomes)
+        samples.append([o.snapshot for o in outcomes if o.snapshot is not None])
+        for outcome in outcomes:
+            previous = last.get(outcome.target.pid)
+            # Keep the latest successful dump of each process; remember failures only if none succeeded.
+            if outcome.snapshot is not None or previous is None or previous.snapshot is None:
+                last[outcome.target.pid] = outcome
+    states = motion(samples)
+    final = [o.snapshot for o in last.values() if o.snapshot is not None]
+    report.groups = group_snapshots(final)
+    for target in targets:
+        outcome = last[target.pid]
+        report.processes.append(
+            ProcessInfo(
+                pid=target.pid,
+                rank=target.rank,
+                cmdline=target.cmdline,
+                state=states.get(target.pid),
+                was_stopped=outcome.state_before in ("T", "t"),
+                resumed=any(o.resumed for _, o in result.outcomes if o.target.pid == target.pid),
+                dumped=outcome.snapshot is not None,
+            )
+        )
+        if outcome.failure is not None:
+            failures.append(outcome.failure)
+    report.failures = failures
+    report.seconds = time.monotonic() - started
+    return result
+
+
+def exit_code_for(report: StacksReport) -> ExitCode:
+    dumped = sum(1 for p in report.processes if p.dumped)
+    if not report.processes and not report.failures:
+        return ExitCode.NOTHING_FOUND
+    if dumped == 0:
+        if report.failures and all("permission" in f.reason for f in report.failures):
+            return ExitCode.PERMISSION_DENIED
+        if not report.processes:
+            # Only named pids that do not exist (or launchers without workers) were given.
+            return (
+                ExitCode.BAD_INPUT
+                if all(f.stage == "discover" for f in report.failures)
+                else ExitCode.ALL_FAILED
+            )
+        return ExitCode.ALL_FAILED
+    return ExitCode.PARTIAL if report.failures else ExitCode.OK
+
+
+def private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, 0o600)
+
+
+def save_outputs(out_dir: Path, result: LocalResult, document: dict[str, object], text: str) -> list[Path]:
+    """Keep every raw dump plus the merged JSON and the text report, readable only by the owner."""
+    private_dir(out_dir)
+    raw_dir = private_dir(out_dir / "raw")
+    written = []
+    for sample, outcome in result.outcomes:
+        rank = outcome.target.rank.rank
+        stem = (
+            f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
+        )
+        if result.report.samples > 1:
+            stem += f".sample-{sample + 1}"
+        suffix = ".json" if outcome.snapshot is not None else ".error.txt"
+        body = outcome.raw or (outcome.failure.reason.encode() if outcome.failure else b"")
+        path = raw_dir / (stem + suffix)
+        write_private(path, body)
+        written.append(path)
+    merged = out_dir / "stacks.json"
+    write_private(merged, json.dumps(document, indent=2).encode())
+    report_txt = out_dir / "report.txt"
+    write_private(report_txt, text.encode())
+    return [merged, report_txt, *written]

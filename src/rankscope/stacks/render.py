@@ -1,0 +1,184 @@
+"""Format a stacks report as text a person reads top-down (formatting only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Callable, Optional
+
+import click
+
+from rankscope.folding import describe_members
+from rankscope.model import Frame
+from rankscope.stacks.explain import Diagnosis, describe_frame, is_comm, is_library, locate
+from rankscope.stacks.merge import TreeNode, build_tree
+from rankscope.stacks.report import MOVING, STUCK, Member, StackGroup, StacksReport
+
+Style = Callable[..., str]
+
+
+def _plain(text: str, **_: object) -> str:
+    return text
+
+
+def _package(frame: Frame) -> str:
+    if frame.is_native:
+        return "native code"
+    short = frame.short_filename
+    return short.split("/", 1)[0] if "/" in short else "the standard library"
+
+
+def _frame_lines(frames: Sequence[Frame], full: bool, style: Style) -> list[str]:
+    """Frames outermost first; runs of 3+ library frames fold to '... N frames in torch'."""
+    lines: list[str] = []
+    keep = set()
+    if not full:
+        for index, frame in enumerate(frames):
+            if not is_library(frame) or index == len(frames) - 1 or is_comm(frame) and not frame.is_native:
+                keep.add(index)
+    index = 0
+    while index < len(frames):
+        frame = frames[index]
+        if full or index in keep:
+            text = describe_frame(frame)
+            if is_comm(frame):
+                text = style(text, fg="yellow")
+            elif not is_library(frame):
+                text = style(text, bold=True)
+            lines.append(text)
+            index += 1
+            continue
+        run_end = index
+        while run_end < len(frames) and run_end not in keep:
+            run_end += 1
+        run = frames[index:run_end]
+        if len(run) <= 2:
+            lines.extend(describe_frame(f) for f in run)
+        else:
+            packages = sorted({_package(f) for f in run})
+            lines.append(style(f"… {len(run)} frames in {', '.join(packages)}", dim=True))
+        index = run_end
+    return lines
+
+
+def _state_tag(members: Sequence[Member], states: dict[Member, Optional[str]]) -> str:
+    values = [states.get(m) for m in members]
+    stuck = values.count(STUCK)
+    moving = values.count(MOVING)
+    if not stuck and not moving:
+        return ""
+    if stuck == len(values):
+        return " [stuck]"
+    if moving == len(values):
+        return " [moving]"
+    return f" [{stuck} stuck, {moving} moving]"
+
+
+def _render_tree(
+    nodes: Sequence[TreeNode],
+    full: bool,
+    style: Style,
+    states: dict[Member, Optional[str]],
+    multi_host: bool,
+    prefix: str = "  ",
+    top: bool = True,
+) -> list[str]:
+    lines: list[str] = []
+    for position, node in enumerate(nodes):
+        last = position == len(nodes) - 1
+        if top:
+            head, body = prefix, prefix + "  "
+        else:
+            head = prefix + ("└─ " if last else "├─ ")
+            body = prefix + ("   " if last else "│  ")
+        who = describe_members(node.members, with_hosts=multi_host)
+        tag = _state_tag(node.members, states) if not node.children else ""
+        lines.append(head + style(who, fg="cyan", bold=True) + tag)
+        for text in _frame_lines(node.frames, full, style):
+            lines.append(body + "  " + text)
+        if node.children:
+            lines.extend(_render_tree(node.children, full, style, states, multi_host, body, top=False))
+    return lines
+
+
+def _thread_roles(groups: Sequence[StackGroup]) -> dict[str, list[StackGroup]]:
+    roles: dict[str, list[StackGroup]] = {}
+    for group in groups:
+        roles.setdefault(group.thread, []).append(group)
+    return roles
+
+
+def render_text(
+    report: StacksReport,
+    diagnosis: Diagnosis,
+    full: bool = False,
+    color: bool = False,
+    title: str = "",
+) -> str:
+    style: Style = click.style if color else _plain
+    multi_host = len(report.hosts) > 1
+    states: dict[Member, Optional[str]] = (
+        {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
+    )
+    dumped = sum(1 for p in report.processes if p.dumped)
+    lines: list[str] = []
+    what = (
+        title
+        or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
+        or "processes"
+    )
+    sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
+    lines.append(
+        style(f"rankscope stacks: {what} on {', '.join(report.hosts) or '?'}", bold=True)
+        + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, {report.seconds:.2f}s"
+    )
+    lines.append("")
+    lines.append(style("Diagnosis", bold=True, underline=True))
+    if diagnosis.findings:
+        for finding in diagnosis.findings:
+            color_name = "red" if finding.kind == "elsewhere" and diagnosis.divergent else None
+            lines.append("  " + style(finding.text, fg=color_name, bold=finding.kind == "elsewhere"))
+    else:
+        lines.append("  " + diagnosis.headline)
+    for note in diagnosis.notes:
+        lines.append("  " + style("note: ", fg="yellow") + note)
+
+    main = report.main_groups()
+    if main:
+        lines.append("")
+        lines.append(
+            style(
+                f"Main thread — {len(main)} distinct stack{'s' if len(main) != 1 else ''}",
+                bold=True,
+                underline=True,
+            )
+        )
+        lines.extend(_render_tree(build_tree(main), full, style, states, multi_host))
+
+    others = report.other_groups()
+    if others:
+        lines.append("")
+        lines.append(style("Other threads", bold=True, underline=True))
+        for role, groups in _thread_roles(others).items():
+            if len(groups) == 1:
+                group = groups[0]
+                place = locate(group.frames)
+                frame = place.caller or place.innermost
+                if place.collective:
+                    spot = place.text()
+                else:
+                    spot = describe_frame(frame) if frame else "no frames"
+                who = describe_members(group.members, with_hosts=multi_host)
+                lines.append(f"  {role} — {who}: {spot}")
+            else:
+                lines.append(f"  {role} — {len(groups)} distinct stacks")
+                lines.extend(_render_tree(build_tree(groups), full, style, states, multi_host, prefix="    "))
+
+    if report.failures:
+        lines.append("")
+        lines.append(style(f"Failed ({len(report.failures)})", bold=True, underline=True, fg="red"))
+        for failure in report.failures:
+            text = f"  {failure.target} [{failure.stage}] {failure.reason}"
+            if failure.hint:
+                text += style(f" — {failure.hint}", dim=True)
+            lines.append(text)
+    return "\n".join(lines) + "\n"

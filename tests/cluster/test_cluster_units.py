@@ -1,0 +1,104 @@
+"""Pure parts of the fan-out: node sets, hostfiles, classification, folding; srun option fallbacks."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankscope.cluster.fanout import classify, run_srun_step
+from rankscope.cluster.gather import group_failures, group_outputs, render_groups
+from rankscope.cluster.targets import expand_nodeset, parse_hostfile
+from rankscope.cluster.transports import SrunStep, SshOptions, SshTransport, remote_script
+from rankscope.errors import BadInputError
+
+
+def test_nodesets_expand_like_clustershell() -> None:
+    assert expand_nodeset("node-[5,8]") == ["node-5", "node-8"]
+    assert expand_nodeset("gpu[001-003],login1") == ["gpu001", "gpu002", "gpu003", "login1"]
+    for bad in ("a;b", "-oProxyCommand=x", "a b", "$(id)", "`id`", "node[1-"):
+        with pytest.raises(BadInputError):
+            expand_nodeset(bad)
+
+
+def test_hostfiles_of_every_launcher(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(
+        "worker-1 slots=8\nworker-2:8  # MPICH\n\n# comment\nworker-3\nworker-1 slots=8 max_slots=8\n"
+    )
+    assert parse_hostfile(hostfile) == ["worker-1", "worker-2", "worker-3"]
+    hostfile.write_text("worker-1 slots=8\nworker-2 slots 8\n")
+    with pytest.raises(BadInputError, match="hosts:2"):
+        parse_hostfile(hostfile)
+    hostfile.write_text("# nothing\n")
+    with pytest.raises(BadInputError, match="names no host"):
+        parse_hostfile(hostfile)
+
+
+def test_ssh_argv_never_lets_a_node_be_an_option() -> None:
+    argv = SshTransport(SshOptions(config_file="/cfg", options=("User=me",))).node_argv("n1", "true")
+    assert argv[argv.index("--") + 1] == "n1"
+    assert "BatchMode=yes" in argv and "StrictHostKeyChecking=no" not in argv
+    insecure = SshTransport(SshOptions(insecure_no_host_key_check=True)).node_argv("n1", "true")
+    assert "StrictHostKeyChecking=no" in insecure
+
+
+def test_classification_of_transport_messages() -> None:
+    def stage(stderr: str, rc: int = 255, timed_out: bool = False) -> str:
+        return classify("n1", rc, "", stderr, timed_out, 5.0, 0.1).stage
+
+    assert stage("ssh: connect to host n1 port 22: Connection refused\n") == "unreachable"
+    assert stage("ssh: Could not resolve hostname n1: Name or service not known\n") == "unreachable"
+    assert stage("root@n1: Permission denied (publickey).\n") == "auth refused"
+    assert stage("Host key verification failed.\n") == "auth refused"
+    assert stage("", timed_out=True) == "unreachable"
+    connected = "debug1: Connecting to n1 port 22.\ndebug1: Connection established.\n"
+    assert stage(connected, timed_out=True) == "timeout"
+    result = classify("n1", None, "", connected, True, 5.0, 5.0)
+    assert result.reason == "connected, but the login had not finished after 5s"
+
+
+def test_folding_of_outputs_and_failures() -> None:
+    results = [
+        classify(f"n{i}", 0, "same\n", remote_script("x").split(";")[0] + "\n", False, 5, 0) for i in range(3)
+    ]
+    for result in results:  # pretend every node finished with status 0
+        result.returncode, result.stage = 0, "ok"
+    refused = classify("n9", 255, "", "ssh: connect to host n9 port 22: Connection refused\n", False, 5, 0)
+    groups = group_outputs([*results, refused])
+    assert [(g.nodeset, g.output) for g in groups] == [("n[0-2]", "same\n")]
+    assert [(f.nodeset, f.stage) for f in group_failures([*results, refused])] == [("n9", "unreachable")]
+    assert "Failed nodes (1 of 4):" in render_groups([*results, refused])
+
+
+FAKE_SRUN = r'''#!PYTHON
+"""A stand-in srun from an old SLURM that knows no --overlap: runs each task locally."""
+import os, subprocess, sys
+args = sys.argv[1:]
+if "--overlap" in args:
+    sys.stderr.write("srun: unrecognized option '--overlap'\n")
+    sys.exit(1)
+opts = dict(a[2:].split("=", 1) for a in args if a.startswith("--") and "=" in a)
+command = args[args.index("sh"):]
+for task, node in enumerate(opts["nodelist"].split(",")):
+    out = opts["output"].replace("%t", str(task))
+    err = opts["error"].replace("%t", str(task))
+    with open(out, "w") as o, open(err, "w") as e:
+        subprocess.run(command, stdout=o, stderr=e, env=dict(os.environ, SLURMD_NODENAME=node))
+'''
+
+
+def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path) -> None:
+    fake = tmp_path / "srun"
+    fake.write_text(FAKE_SRUN.replace("PYTHON", sys.executable))
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    results = run_srun_step(
+        SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"'), 20, env
+    )
+    assert [(r.node, r.stage, r.stdout) for r in results] == [
+        ("n1", "ok", "on n1\n"),
+        ("n2", "ok", "on n2\n"),
+    ]

@@ -1,0 +1,29 @@
+"""Nodes in network namespaces: a real sshd over veth, a black-holed node, a closed port."""
+
+from __future__ import annotations
+
+from tests.support.cluster_fixtures import NetnsCluster
+
+
+def test_black_hole_costs_its_deadline_and_closed_port_is_unreachable(netns_cluster: NetnsCluster) -> None:
+    result = netns_cluster.run_cli(
+        "exec", "--via", "ssh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "10",
+        "--hosts", "sshnode,blackhole,closed", "--", "echo from $RANKSCOPE_NODE",
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    out = result.stdout
+    assert "sshnode (1)" in out and "from sshnode" in out
+    assert "Failed nodes (2 of 3):" in out
+    assert "blackhole  unreachable: never answered within 10s" in out
+    assert "closed  unreachable: " in out and "Connection refused" in out
+
+
+def test_overall_deadline_bounds_a_black_hole(netns_cluster: NetnsCluster) -> None:
+    result = netns_cluster.run_cli(
+        "exec", "--via", "pdsh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "30",
+        "--deadline", "10", "--json", "--hosts", "sshnode,blackhole", "--", "true",
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    stages = {n["node"]: (n["stage"], n["reason"]) for n in result.json()["nodes"]}
+    assert stages["sshnode"] == ("ok", "")
+    assert stages["blackhole"] == ("unreachable", "never answered within 10s")

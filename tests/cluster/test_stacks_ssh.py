@@ -1,0 +1,70 @@
+"""`rankscope stacks --hosts` over real sshd nodes against a real hung 2-node torchrun job."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+from tests.support.cluster_fixtures import REMOTE_SETUP, client_env
+from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.sshd import Sshd
+
+
+@pytest.fixture(scope="module")
+def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
+    # Ranks 0-1 on node01, 2-3 on node02; rank 2 deadlocks on its own lock, the others wait in all_reduce.
+    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
+    try:
+        job.wait_ready()
+        yield job
+    finally:
+        job.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("via", ["ssh", "pdsh"])
+def test_stacks_across_nodes_names_the_culprit_and_every_failed_node(
+    sshd_nodes: Sshd, pdsh_installed: None, hung_two_node_job: MultiNodeJob, tmp_path: Path, via: str
+) -> None:
+    dispatch = write_node_dispatch(
+        tmp_path / "rankscope-on-node", hung_two_node_job.workdir, missing=["node04"], empty=["node03"]
+    )
+    result = run_cli(
+        "stacks", "--via", via, "--ssh-config", str(sshd_nodes.ssh_config),
+        "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch),
+        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", "--out", str(tmp_path / "out"),
+        env=client_env(), timeout=180,
+    )  # fmt: skip
+    out = result.stdout
+    assert result.returncode == 4, out + result.stderr
+    assert "2 of 5 nodes (node[01-02])" in out
+    assert "4 of 4 processes dumped" in out
+    assert "rank 2" in out  # the diagnosis names the deadlocked rank
+    failed = out[out.index("Failed (") :]
+    assert "closedport [unreachable]" in failed
+    assert "node03 [no job found]" in failed
+    assert "node04 [no rankscope there]" in failed
+    assert (tmp_path / "out" / "node01.out").read_text().lstrip().startswith("{")
+    assert (tmp_path / "out" / "stacks.json").exists() and (tmp_path / "out" / "report.txt").exists()
+
+
+@pytest.mark.slow
+def test_stacks_json_merges_ranks_of_all_nodes(
+    sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path
+) -> None:
+    dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
+    result = run_cli(
+        "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json",
+        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), env=client_env(), timeout=180,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = result.json()
+    assert document["schema"] == "rankscope.stacks/1"
+    ranks = {(p["rank"]["host"], p["rank"]["rank"]) for p in document["processes"]}
+    assert ranks == {("node01", 0), ("node01", 1), ("node02", 2), ("node02", 3)}
+    assert document["diagnosis"]["divergent_ranks"] == [2]
+    assert [n["stage"] for n in document["nodes"]] == ["ok", "ok"]
+    # Output grows with distinct stacks: 4 ranks, but fewer main-thread groups than ranks.
+    assert len([g for g in document["groups"] if g["is_main"]]) < 4

@@ -1,0 +1,40 @@
+"""Real hung torchrun jobs (gloo, CPU), one per scenario, shared by the tests of a module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rankscope.demo.launch import LaunchedJob, start_torchrun
+
+
+def _hung_job(
+    tmp_path_factory: pytest.TempPathFactory, name: str, *script_args: str, nproc: int = 4
+) -> Iterator[LaunchedJob]:
+    pytest.importorskip("torch.distributed")
+    job = start_torchrun(nproc=nproc, script_args=script_args, workdir=Path(tmp_path_factory.mktemp(name)))
+    try:
+        job.wait_ready(timeout=180)
+        yield job
+    finally:
+        job.stop()
+
+
+@pytest.fixture(scope="module")
+def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    """Rank 2 deadlocks on its own lock; ranks 0,1,3 wait in all_reduce; 2 background threads per rank."""
+    yield from _hung_job(tmp_path_factory, "lock", "--scenario", "lock", "--culprit", "2", "--threads", "2")
+
+
+@pytest.fixture(scope="module")
+def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    """Rank 1 never reaches the barrier (it loops in load_batch)."""
+    yield from _hung_job(tmp_path_factory, "skip", "--scenario", "skip-barrier", "--culprit", "1")
+
+
+@pytest.fixture(scope="module")
+def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    """Rank 3 is stuck deep in decode_record recursion; the others reach a barrier through another chain."""
+    yield from _hung_job(tmp_path_factory, "deep", "--scenario", "deep", "--culprit", "3")

@@ -1,0 +1,135 @@
+"""Grouping, merging, explaining and rendering (pure functions, synthetic stacks)."""
+
+from __future__ import annotations
+
+import json
+
+from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
+from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.merge import build_tree, group_snapshots, merge_reports, motion
+from rankscope.stacks.render import render_text
+from rankscope.stacks.report import ProcessInfo, StacksReport
+
+SITE = "/venv/lib/python3.11/site-packages/"
+MAIN = Frame("<module>", "/job/train.py", 90)
+LOOP = Frame("train", "/job/train.py", 57)
+SYNC = Frame("sync", "/job/train.py", 30)
+WRAP = Frame("_exception_logger.<locals>.wrapper", SITE + "torch/distributed/c10d_logger.py", 83)
+ALL_REDUCE = Frame("all_reduce", SITE + "torch/distributed/distributed_c10d.py", 3252)
+BARRIER = Frame("barrier", SITE + "torch/distributed/distributed_c10d.py", 5356)
+LOAD = Frame("load_batch", "/job/data.py", 41)
+SLEEP_WAIT = Frame("Condition.wait", "/usr/lib/python3.11/threading.py", 320)
+
+
+def snap(rank: int, *frames: Frame, host: str = "n1", extra: tuple[ThreadStack, ...] = ()) -> ProcessSnapshot:
+    main = ThreadStack(thread_id=100 + rank, name="MainThread", frames=tuple(frames), is_main=True)
+    return ProcessSnapshot(pid=100 + rank, rank=RankId(host, rank, rank % 8, 4), threads=[main, *extra])
+
+
+def report_of(*snaps: ProcessSnapshot, world: int = 4) -> StacksReport:
+    report = StacksReport(groups=group_snapshots(snaps), hosts=sorted({s.rank.host for s in snaps}))
+    report.processes = [ProcessInfo(s.pid, RankId(s.rank.host, s.rank.rank, world_size=world)) for s in snaps]
+    return report
+
+
+def hung(*ranks: int) -> list[ProcessSnapshot]:
+    return [snap(r, MAIN, LOOP, SYNC, WRAP, ALL_REDUCE) for r in ranks]
+
+
+def test_majority_in_collective_and_one_rank_elsewhere() -> None:
+    report = report_of(*hung(0, 1, 3), snap(2, MAIN, LOOP, LOAD))
+    diagnosis = diagnose(report)
+    assert diagnosis.divergent_ranks == [2]
+    assert diagnosis.headline == (
+        "ranks 0-1,3 wait in all_reduce (torch.distributed) called from sync (train.py:30); "
+        "rank 2 is elsewhere: load_batch (data.py:41)"
+    )
+
+
+def test_everyone_in_the_same_collective_points_elsewhere() -> None:
+    diagnosis = diagnose(report_of(*hung(0, 1, 2, 3)))
+    assert diagnosis.divergent_ranks == []
+    assert diagnosis.headline.startswith("all 4 ranks (ranks 0-3) wait in all_reduce")
+    assert "another node" in diagnosis.headline
+
+
+def test_mismatched_collectives() -> None:
+    barrier = [snap(r, MAIN, LOOP, BARRIER) for r in (2, 3)]
+    diagnosis = diagnose(report_of(*hung(0, 1, 4), *barrier, world=5))
+    assert diagnosis.divergent_ranks == [2, 3]
+    assert any("mismatched" in n for n in diagnosis.notes)
+
+
+def test_library_wait_is_shown_with_its_user_caller() -> None:
+    place = locate((MAIN, LOAD, SLEEP_WAIT))
+    assert place.collective is None
+    assert place.text() == "Condition.wait (threading.py:320) called from load_batch (data.py:41)"
+
+
+def test_missing_ranks() -> None:
+    report = report_of(*hung(0, 2, 3))
+    diagnosis = diagnose(report)
+    assert diagnosis.missing_ranks == [1]
+    assert any("ranks 1 of world size 4 were not found" in n for n in diagnosis.notes)
+
+
+def test_native_collective_without_python_frames() -> None:
+    frames = (
+        Frame("??", "libc.so.6", 0, "/lib/libc.so.6"),
+        Frame("c10d::ProcessGroupNCCL::WorkNCCL::wait", "libtorch_cuda.so", 0, "/t/libtorch_cuda.so"),
+    )
+    assert locate(frames).collective == "wait (NCCL)"
+
+
+def test_grouping_merges_threads_by_role_and_ignores_thread_numbers() -> None:
+    def worker(rank: int) -> ThreadStack:
+        return ThreadStack(
+            thread_id=rank, name=f"Thread-{rank} (pin)", frames=(Frame("pin", "/job/x.py", 3),)
+        )
+
+    snaps = [snap(r, MAIN, LOOP, extra=(worker(r),)) for r in range(3)]
+    groups = group_snapshots(snaps)
+    assert [(g.thread, len(g.members)) for g in groups] == [("MainThread", 3), ("Thread-N (pin)", 3)]
+
+
+def test_tree_compresses_shared_chains() -> None:
+    report = report_of(*hung(0, 1, 3), snap(2, MAIN, LOOP, LOAD))
+    (root,) = build_tree(report.main_groups())
+    assert root.frames == [MAIN, LOOP] and len(root.members) == 4
+    assert [len(c.members) for c in root.children] == [3, 1]
+
+
+def test_merge_reports_of_two_nodes() -> None:
+    node1 = report_of(*[snap(r, MAIN, LOOP, SYNC, WRAP, ALL_REDUCE, host="n1") for r in (0, 1)], world=4)
+    node2 = report_of(
+        snap(2, MAIN, LOOP, SYNC, WRAP, ALL_REDUCE, host="n2"), snap(3, MAIN, LOOP, LOAD, host="n2")
+    )
+    merged = merge_reports([node1, node2])
+    assert merged.hosts == ["n1", "n2"]
+    assert len(merged.main_groups()) == 2 and len(merged.main_groups()[0].members) == 3
+    diagnosis = diagnose(merged)
+    assert diagnosis.divergent_ranks == [3]
+    assert "rank 3 on n2 is elsewhere" in diagnosis.headline
+
+
+def test_json_round_trip() -> None:
+    report = report_of(*hung(0, 1, 3), snap(2, MAIN, LOOP, LOAD))
+    text = json.dumps(report.to_dict())
+    again = StacksReport.from_dict(json.loads(text))
+    assert again.to_dict() == report.to_dict()
+    assert diagnose(again).headline == diagnose(report).headline
+
+
+def test_motion_marks_stuck_and_moving() -> None:
+    first = [snap(0, MAIN, LOOP), snap(1, MAIN, LOAD)]
+    second = [snap(0, MAIN, LOOP), snap(1, MAIN, SYNC)]
+    assert motion([first, second]) == {100: "stuck", 101: "moving"}
+
+
+def test_render_is_short_and_names_the_culprit() -> None:
+    snaps = [*hung(*range(15)), snap(15, MAIN, LOOP, LOAD)]
+    report = report_of(*snaps, world=16)
+    text = render_text(report, diagnose(report))
+    assert "rank 15 is elsewhere: load_batch (data.py:41)" in text
+    assert "ranks 0-14" in text
+    assert len(text.splitlines()) < 20

@@ -1,0 +1,147 @@
+"""Targets that cannot be dumped: one clear line, a documented exit code, no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope.stacks.pyspy import parse_dump
+
+
+@pytest.fixture
+def python_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr
+
+
+def test_dead_pid() -> None:
+    result = run_cli("stacks", "--pid", "999999")
+    assert result.returncode == 8
+    assert "pid 999999: no such process" in result.stderr
+    _no_traceback(result.stderr)
+
+
+def test_non_python_pid() -> None:
+    proc = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        result = run_cli("stacks", "--pid", str(proc.pid))
+        assert result.returncode == 5
+        assert "not a Python process (sleep)" in result.stderr
+        _no_traceback(result.stderr)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_zombie_pid() -> None:
+    proc = subprocess.Popen(["true"])
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, deliberately not reaped
+        result = run_cli("stacks", "--pid", str(proc.pid), "--json")
+        assert result.returncode == 5
+        (failure,) = result.json()["failures"]
+        assert "zombie" in failure["reason"] and str(os.getpid()) in failure["reason"]
+    finally:
+        proc.wait()
+
+
+def test_partial_results_are_kept(python_sleeper: subprocess.Popen[bytes]) -> None:
+    result = run_cli("stacks", "--pid", str(python_sleeper.pid), "--pid", "999999", "--json")
+    assert result.returncode == 4
+    doc = result.json()
+    assert [p["pid"] for p in doc["processes"] if p["dumped"]] == [python_sleeper.pid]
+    assert [f["target"] for f in doc["failures"]] == ["pid 999999"]
+    text = run_cli("stacks", "--pid", str(python_sleeper.pid), "--pid", "999999")
+    assert text.returncode == 4 and "Failed (1)" in text.stdout and "pid 999999 [discover]" in text.stdout
+
+
+def test_permission_denied_explains_the_fix(python_sleeper: subprocess.Popen[bytes], tmp_path: Path) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run rankscope as an unprivileged user")
+    result = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "--",
+            sys.executable,
+            "-m",
+            "rankscope",
+            "stacks",
+            "--pid",
+            str(python_sleeper.pid),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(tmp_path)},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 7, result.stderr
+    assert "permission denied" in result.stderr
+    assert "sudo" in result.stderr  # the fix is in the same line
+    assert len(result.stderr.strip().splitlines()) == 1
+    _no_traceback(result.stderr)
+
+
+def test_pyspy_missing(tmp_path: Path, python_sleeper: subprocess.Popen[bytes]) -> None:
+    # An interpreter outside the venv (no py-spy beside it) and a PATH without py-spy.
+    base_python = Path(sys.base_prefix) / "bin" / Path(sys.executable).name
+    if not base_python.exists():
+        pytest.skip("no base interpreter to run outside the virtual environment")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": os.pathsep.join(
+            [sysconfig.get_paths()["purelib"], str(Path(__file__).parents[2] / "src")]
+        ),
+    }
+    if shutil.which("py-spy", path=env["PATH"]):
+        pytest.skip("a system-wide py-spy is installed")
+    result = subprocess.run(
+        [str(base_python), "-m", "rankscope", "stacks", "--pid", str(python_sleeper.pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 6, result.stderr
+    assert result.stderr.startswith(
+        "rankscope: error: py-spy not found on PATH — install it: pip install py-spy"
+    )
+
+
+def test_no_job_found_message() -> None:
+    result = run_cli("stacks")
+    if result.returncode != 3:
+        pytest.skip("a distributed job is running on this machine")
+    assert "no distributed job found on this node" in result.stderr and "--pid" in result.stderr
+    assert result.stdout == ""
+
+
+def test_garbage_pyspy_output_is_a_parse_error() -> None:
+    with pytest.raises(ValueError):
+        parse_dump(b"\x00\xffnot json", 1)
+    with pytest.raises(ValueError):
+        parse_dump(b'{"not": "a list"}', 1)
+
+
+def test_bad_options_are_usage_errors() -> None:
+    result = run_cli("stacks", "--samples", "0")
+    assert result.returncode == 2 and "--samples" in result.stderr

@@ -1,0 +1,108 @@
+"""Session-scoped fixtures with real cluster engines: sshd "nodes", SLURM, network namespaces.
+
+Registered through ``pytest_plugins`` in tests/conftest.py, so any test can ask for them.
+Each fixture installs what it needs (apt-get, see system.py) and tears down in ``finally``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pytest
+from tests.support.cli import CliResult
+from tests.support.netns import NetnsNodes, create_client
+from tests.support.slurm import SlurmCluster, start_slurm
+from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
+from tests.support.system import ensure_commands
+
+#: The "remote" rankscope every test node runs: this very install.
+REMOTE_RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
+#: What a node needs first so that the remote rankscope also finds py-spy next to it.
+REMOTE_SETUP = f"export PATH={Path(sys.executable).parent}:$PATH"
+
+SSH_NODES = [f"node{i:02d}" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="session")
+def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """sshd on 127.0.0.1 reachable as node01..node04, plus ``badauth`` (login refused) and
+    ``unknownkey`` (host key not in known_hosts) and ``closedport`` (nothing listens)."""
+    ensure_commands({"sshd": "openssh-server", "ssh": "openssh-client", "ssh-keyscan": "openssh-client"})
+    server = start_sshd(tmp_path_factory.mktemp("sshd"), SSH_NODES)
+    try:
+        add_alias(server, "badauth", User="rankscope-no-such-user")
+        add_alias(server, "unknownkey", HostKeyAlias="rankscope-unknown-key")
+        add_alias(server, "closedport", Port=str(free_port()))
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pdsh_installed() -> None:
+    ensure_commands({"pdsh": "pdsh"})
+
+
+def client_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PDSH_SSH_ARGS_APPEND", None)
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A running single-node SLURM cluster (node ``localhost``); use ``.env`` for clients."""
+    ensure_commands(
+        {"slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sbatch": "slurm-wlm", "munged": "munge"}
+    )
+    cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@dataclass
+class NetnsCluster:
+    """Namespaced nodes: ``sshnode`` runs sshd, ``blackhole`` drops everything, ``closed`` has no listener."""
+
+    net: NetnsNodes
+    sshd: Sshd
+
+    def run_cli(self, *args: str, timeout: float = 120) -> CliResult:
+        proc = subprocess.run(
+            self.net.exec_argv([sys.executable, "-m", "rankscope", *args]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=client_env(),
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture(scope="session")
+def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
+    ensure_commands({"sshd": "openssh-server", "ip": "iproute2", "iptables": "iptables"})
+    net = create_client()
+    sshd: Optional[Sshd] = None
+    try:
+        address = net.add_node("sshnode")
+        net.add_node("blackhole")
+        net.add_node("closed")
+        net.black_hole("blackhole")
+        sshd = start_sshd(
+            tmp_path_factory.mktemp("netns-sshd"), listen=address, netns=net.namespaces["sshnode"]
+        )
+        for name in ("sshnode", "blackhole", "closed"):
+            add_alias(sshd, name, HostName=net.nodes[name], Port="22")
+        yield NetnsCluster(net, sshd)
+    finally:
+        if sshd is not None:
+            sshd.stop()
+        net.delete()

@@ -1,0 +1,57 @@
+"""The command line a user meets first: help, version, demo."""
+
+from __future__ import annotations
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope.cli.main import VERBS
+
+
+def test_top_level_help_lists_every_verb() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for verb in VERBS:
+        assert verb in result.stdout
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
+def test_every_verb_has_help_with_examples(verb: str) -> None:
+    result = run_cli(verb, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "Examples:" in result.stdout and f"rankscope {verb}" in result.stdout
+
+
+def test_version() -> None:
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("rankscope, version ")
+
+
+def test_unknown_verb_is_a_usage_error() -> None:
+    result = run_cli("frobnicate")
+    assert result.returncode == 2 and "No such command" in result.stderr
+
+
+def test_whoami_dead_pid() -> None:
+    result = run_cli("whoami", "--pid", "999999")
+    assert result.returncode == 8 and result.stderr.strip() == (
+        "rankscope: error: no process with pid 999999 — check the pid with ps or pgrep"
+    )
+
+
+@pytest.mark.slow
+def test_demo_names_the_culprit() -> None:
+    pytest.importorskip("torch.distributed")
+    result = run_cli("demo", timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 2 is elsewhere: update_index (hang_job.py:" in result.stdout
+    assert "demo: rankscope named rank 2" in result.stdout
+    assert "job stopped and cleaned up" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_other_scenario_and_culprit() -> None:
+    pytest.importorskip("torch.distributed")
+    result = run_cli("demo", "--scenario", "skip-barrier", "--culprit", "1", "--nproc", "3", timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 1 is elsewhere: load_batch (hang_job.py:" in result.stdout
