@@ -1,8 +1,8 @@
-"""`srun --label` output (``N: text``).
+"""`srun --label` output (``N: text``) with 12 tasks: ids padded to two columns.
 
-No SLURM fixture had landed on main when this was written, so these lines are written by hand
-in srun's documented ``--label`` format: the task id, right-aligned to the width of the largest
-id, then ``: `` (``srun(1)``: "Prepend task number to lines of stdout/err").
+Written by hand in srun's documented ``--label`` format (the task id right-aligned to the
+width of the largest id, then ``: ``) to cover padding, which the real 4-task srun run in
+test_srun_real.py (on the SLURM fixture) does not show.
 """
 
 from __future__ import annotations
