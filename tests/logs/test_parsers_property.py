@@ -104,3 +104,31 @@ def test_interleaved_tracebacks_are_rebuilt_per_rank(
 def test_fold_bare_ranks_expands_back(numbers: set[int]) -> None:
     folded = fold_labels([str(n).encode() for n in numbers])
     assert {int(n) for n in RangeSet(folded)} == numbers
+
+
+line_kinds = st.sampled_from(
+    [
+        "[n{h}:{r}]:2024-05-01 10:00:0{r}.5 INFO step",
+        "[n{h}:{r}]:  File \"x.py\", line 1, in f",
+        "[default{r}]:[rank{r}]: ValueError: x",
+        "[1,{r}]<stdout>:hello",
+        "[1,{r}]<stderr>:warn",
+        "[{r}]:",
+        "[{r}]:2024-05-01 10:00:01 text",
+        "plain launcher line",
+        "[INFO] not a rank",
+        "",
+    ]
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(line_kinds, st.integers(0, 3), st.integers(0, 9)), max_size=60))
+def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[str, int, int]]) -> None:
+    from rankscope.logs.inventory import Inventory
+
+    chunk = b"".join(kind.format(h=h, r=r).encode() + b"\n" for kind, h, r in rows)
+    fast, slow = Inventory(), Inventory()
+    fast.feed(chunk)
+    slow._feed_lines(chunk, None, False)
+    assert fast.to_dict() == slow.to_dict()

@@ -18,6 +18,8 @@ from rankscope.ranks import short_hostname
 HOST = short_hostname()
 RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
 EMIT = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)"
+#: Under torchrun every rank must succeed: the first failing rank makes torchrun kill the others.
+EMIT_OK = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
 
 
 def test_prefix_passes_exit_code_and_keeps_streams_apart() -> None:
@@ -52,14 +54,15 @@ def test_prefix_under_torchrun_no_python(tmp_path: Path) -> None:
             nproc=4,
             workdir=tmp_path,
             torchrun_args=["--no-python"],
-            script_args=["prefix", "--", sys.executable, "-c", EMIT],
+            script_args=["prefix", "--", sys.executable, "-c", EMIT_OK],
             stdout=out,
         )
         try:
-            job.process.wait(180)
+            code = job.process.wait(180)
         finally:
             job.stop()
     text = log.read_text()
+    assert code == 0, text
     for rank in range(4):
         assert f"[{HOST}:{rank}] to stdout" in text
         assert f"[{HOST}:{rank}] to stderr" in text
