@@ -109,7 +109,7 @@ def test_fold_bare_ranks_expands_back(numbers: set[int]) -> None:
 line_kinds = st.sampled_from(
     [
         "[n{h}:{r}]:2024-05-01 10:00:0{r}.5 INFO step",
-        "[n{h}:{r}]:  File \"x.py\", line 1, in f",
+        '[n{h}:{r}]:  File "x.py", line 1, in f',
         "[default{r}]:[rank{r}]: ValueError: x",
         "[1,{r}]<stdout>:hello",
         "[1,{r}]<stderr>:warn",
