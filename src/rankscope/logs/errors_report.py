@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from rankscope.logs.folding import fold_labels
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks
+from rankscope.logs.prefixes import qualify
 from rankscope.logs.reading import Reading
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
@@ -31,6 +32,7 @@ class LineCounts:
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     collector = TracebackCollector()
     counts = LineCounts()
+    done = 0
     for opened in reading.sources():
         collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun)
         for chunk in opened.chunks:
@@ -44,6 +46,10 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
+        if opened.host is not None:
+            for tb in collector.tracebacks[done:]:
+                tb.label = qualify(tb.label, opened.host)
+        done = len(collector.tracebacks)
     report = group_tracebacks(collector.tracebacks)
     counts.tracebacks = len(collector.tracebacks)
     counts.truncated = sum(1 for tb in collector.tracebacks if tb.truncated)

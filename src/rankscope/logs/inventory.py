@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rankscope.logs.prefixes import host_and_rank, split_line
+from rankscope.logs.prefixes import host_and_rank, qualify, split_line
 
 _TIMESTAMP = re.compile(rb"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
@@ -49,8 +49,16 @@ class Inventory:
     unprefixed: int = 0
     lines: int = 0
     _head_labels: dict[bytes, Optional[bytes]] = field(default_factory=dict)
+    _host: Optional[bytes] = None
 
-    def feed(self, chunk: bytes, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def feed(
+        self,
+        chunk: bytes,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
+        self._host = host
         if fixed_label is None and not allow_srun:
             self._feed_bracketed(chunk)
             return
@@ -72,6 +80,7 @@ class Inventory:
             label = self._head_labels.get(head, b"?")
             if label == b"?":
                 label = self._head_labels[head] = split_line(head + b"x").label
+            label = qualify(label, self._host)
             if label is None:
                 continue
             if head.endswith(b":") and head[1:2].isdigit() and b"," not in head:
@@ -124,6 +133,8 @@ class Inventory:
             if label is None:
                 self.unprefixed += 1
                 continue
+            label = qualify(label, self._host)
+            assert label is not None
             entry = ranks.get(label)
             if entry is None:
                 entry = ranks[label] = RankLines()

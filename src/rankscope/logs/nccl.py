@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.folding import fold_labels
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.prefixes import qualify, split_line
 
 _LINE = re.compile(
     rb"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
@@ -143,8 +143,16 @@ class NcclScan:
         self.completions: dict[str, _Warn] = {}
         self.system_errors = _Warn()
         self.nccl_lines = 0
+        self._host: Optional[bytes] = None
 
-    def feed(self, chunk: bytes, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def feed(
+        self,
+        chunk: bytes,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
+        self._host = host
         pos = chunk.find(b"NCCL")
         while pos >= 0:
             start = chunk.rfind(b"\n", 0, pos) + 1
@@ -155,7 +163,7 @@ class NcclScan:
 
     def _line(self, line: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
         split = split_line(line, allow_srun)
-        label = fixed_label if fixed_label is not None else split.label
+        label = qualify(fixed_label if fixed_label is not None else split.label, self._host)
         if b"unhandled system error" in split.text or b"ncclSystemError" in split.text:
             self.system_errors.count += 1
             self.system_errors.who.setdefault(label.decode() if label else "?", None)

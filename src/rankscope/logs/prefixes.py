@@ -113,6 +113,13 @@ def strip_text(text: bytes) -> bytes:
     return text
 
 
+def qualify(label: Optional[bytes], host: Optional[bytes]) -> Optional[bytes]:
+    """Give a bare rank label a host (``b"3"`` -> ``b"node7:3"``); labels with a host stay."""
+    if host is None or label is None or b":" in label:
+        return label
+    return host + b":" + label
+
+
 def host_and_rank(label: bytes) -> tuple[Optional[str], Optional[int]]:
     """``b"node3:12"`` -> ``("node3", 12)``; ``b"12"`` -> ``(None, 12)``."""
     host, sep, rank = label.rpartition(b":")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.prefixes import sniff_srun
@@ -16,6 +17,8 @@ class OpenedSource:
     source: LogSource
     allow_srun: bool
     windows: Iterator[Window]
+    #: With ``host_from_filename``: the file's name up to its first dot, given to bare rank labels.
+    host: Optional[bytes] = None
 
     @property
     def chunks(self) -> Iterator[bytes]:
@@ -28,6 +31,7 @@ class Reading:
     """Iterate :meth:`sources`; afterwards ``stats`` and ``skipped`` say what was read and what not."""
 
     inputs: Sequence[LogSource]
+    host_from_filename: bool = False
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
 
@@ -39,12 +43,17 @@ class Reading:
             except BinaryInput:
                 self.skipped.append(f"{source.name}: binary data, not a text log")
                 continue
+            host = (
+                source.path.name.split(".", 1)[0].encode()
+                if self.host_from_filename and source.path
+                else None
+            )
             if first is None:
-                yield OpenedSource(source, False, iter(()))
+                yield OpenedSource(source, False, iter(()), host)
                 continue
             data, start, end = first
             allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
-            yield OpenedSource(source, allow_srun, itertools.chain([first], windows))
+            yield OpenedSource(source, allow_srun, itertools.chain([first], windows), host)
 
     def check_something_read(self) -> None:
         """Raise the right one-line error when no source had any text."""

@@ -1,0 +1,41 @@
+"""Per-node log files whose prefixes carry no host (torchrun --tee without --role on each node)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli
+
+TB = ["Traceback (most recent call last):", '  File "/w/t.py", line 1, in <module>']
+
+
+def _node_log(path: Path, odd: int = -1) -> Path:
+    lines = [f"[default{r}]:hello {r}" for r in range(4)]
+    for line in TB:
+        lines += [f"[default{r}]:[rank{r}]: {line}" for r in range(4)]
+    lines += [
+        f"[default{r}]:[rank{r}]: " + ("KeyError: 'x'" if r == odd else f"ValueError: step {r}")
+        for r in range(4)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_host_from_filename_keeps_nodes_apart(tmp_path: Path) -> None:
+    a = _node_log(tmp_path / "node1.log")
+    b = _node_log(tmp_path / "node2.log", odd=2)
+    data = run_cli("logs", "errors", "--host-from-filename", str(a), str(b), "--json").json()
+    assert [(g["exception_type"], g["ranks"]) for g in data["groups"]] == [
+        ("ValueError", "node1:[0-3] node2:[0-1,3]"),
+        ("KeyError", "node2:2"),
+    ]
+    # without the flag, local ranks of both nodes collapse into 0-3
+    plain = run_cli("logs", "errors", str(a), str(b), "--json").json()
+    assert plain["groups"][0]["ranks"] == "0-3"
+    ranks = run_cli("logs", "ranks", "--host-from-filename", str(a), str(b), "--json").json()
+    assert [r["label"] for r in ranks["ranks"]] == [f"node{n}:{r}" for n in (1, 2) for r in range(4)]
+    grep = run_cli("logs", "grep", "--host-from-filename", "--rank", "node2:2", str(a), str(b))
+    assert grep.stdout.splitlines()[0] == "hello 2" and grep.stdout.splitlines()[-1] == "KeyError: 'x'"
+    out = tmp_path / "split"
+    run_cli("logs", "split", "--host-from-filename", str(a), str(b), "--out", str(out))
+    assert sorted(p.name for p in out.iterdir()) == [f"node{n}_rank{r}.log" for n in (1, 2) for r in range(4)]
