@@ -118,6 +118,12 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         )
         if report.first_failure is not None:
             out.append(f"first to fail (log order): {_where(report.first_failure)}")
+        by_time = report.first_by_time
+        if by_time is not None and by_time is not report.first_failure:
+            out.append(
+                f"first to fail (by timestamp): {_where(by_time)} at {by_time.time} "
+                "(the last time that rank logged before its traceback)"
+            )
         for index, group in enumerate(groups, 1):
             out.append("")
             out.extend(_render_group(group, index, len(groups), frames, report.first_failure))
@@ -164,6 +170,10 @@ def _render_exits(exits: list[RankExit]) -> list[str]:
     return out
 
 
+def _label(tb: RankTraceback) -> Optional[str]:
+    return tb.label.decode("utf-8", "replace") if tb.label is not None else None
+
+
 def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
     first = report.first_failure
     return {
@@ -175,6 +185,15 @@ def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
             "source": first.source,
             "line": first.line_number,
             "exception": first.exception,
+        },
+        "first_failure_by_time": None
+        if report.first_by_time is None
+        else {
+            "label": _label(report.first_by_time),
+            "source": report.first_by_time.source,
+            "line": report.first_by_time.line_number,
+            "time": report.first_by_time.time,
+            "exception": report.first_by_time.exception,
         },
         "minority": list(range(1, len(report.groups))),
         "unprefixed_groups": [g.to_dict() for g in report.unprefixed],

@@ -15,14 +15,15 @@ from typing import Any, Optional
 
 from rankscope.logs.folding import fold_hosts, fold_labels
 from rankscope.logs.prefixes import host_and_rank
+from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _IP = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b")
 _NUMBER = re.compile(r"\d+")
-_SITE = re.compile(r"[^\s'\"]*/(?:site|dist)-packages/")
-_TMP = re.compile(r"/tmp/[^\s'\"]*")
+_SITE = re.compile(r"[^\s'\"(),\[\]]*/(?:site|dist)-packages/")
+_TMP = re.compile(r"/tmp/[^\s'\"(),\[\]]*")
 
 
 def normalise_message(message: str, hosts: Sequence[str] = ()) -> str:
@@ -93,6 +94,8 @@ class ErrorsReport:
     first_failure: Optional[RankTraceback]
     #: Errors printed without a rank prefix in an otherwise prefixed log: usually the launcher's own.
     unprefixed: list[ErrorGroup] = field(default_factory=list)
+    #: The traceback with the earliest timestamp, when the ranks' lines carry timestamps.
+    first_by_time: Optional[RankTraceback] = None
 
     @property
     def majority(self) -> Optional[ErrorGroup]:
@@ -123,8 +126,12 @@ def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
         others = [tb for tb in ordered if tb.label is None]
         report = _group(labelled)
         report.unprefixed = _group(others).groups
-        return report
-    return _group(ordered)
+    else:
+        report = _group(ordered)
+    timed = [tb for tb in (labelled or ordered) if tb.time is not None]
+    if timed:
+        report.first_by_time = min(timed, key=lambda tb: (sortable(tb.time or ""), tb.order))
+    return report
 
 
 def _group(ordered: list[RankTraceback]) -> ErrorsReport:

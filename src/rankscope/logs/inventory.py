@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.prefixes import host_and_rank, qualify, split_line
+from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
-_TIMESTAMP = re.compile(rb"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
 _HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
 _FIRST_HEAD = re.compile(rb"(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
@@ -24,16 +24,6 @@ def _bare_lines(chunk: bytes, head: bytes) -> int:
         count += 1
         pos = chunk.find(needle, pos + len(needle) - 1)
     return count
-
-
-def _stamp_at(chunk: bytes, start: int) -> Optional[str]:
-    """The timestamp in the first 40 bytes of the text at ``start`` (after a prefix), if any."""
-    end = chunk.find(b"\n", start, start + 200)
-    text = chunk[start : start + 200 if end < 0 else end]
-    if text.startswith(b"[rank"):
-        text = text[text.find(b"]") + 1 :].lstrip(b": ")
-    stamp = _TIMESTAMP.search(text, 0, 40)
-    return stamp.group(1).decode() if stamp is not None else None
 
 
 @dataclass
@@ -100,7 +90,7 @@ class Inventory:
         needle = b"\n" + head
         if entry.first_time is None:
             start = 0 if chunk.startswith(head) else chunk.find(needle) + 1
-            entry.first_time = _stamp_at(chunk, start + len(head))
+            entry.first_time = stamp_at(chunk, start + len(head))
         last = len(chunk)
         for _ in range(16):  # the rank's last lines may be a traceback, without timestamps
             last = chunk.rfind(needle, 0, last)
@@ -108,7 +98,7 @@ class Inventory:
                 if not chunk.startswith(head):
                     break
                 last = -1  # the chunk's first line: "\n" + head would start before the chunk
-            stamp = _stamp_at(chunk, last + 1 + len(head))
+            stamp = stamp_at(chunk, last + 1 + len(head))
             if stamp is not None:
                 entry.last_time = stamp
                 if entry.first_time is None:
@@ -140,7 +130,7 @@ class Inventory:
                 entry = ranks[label] = RankLines()
             entry.lines += 1
             if b"-" in text[:40]:
-                stamp = _TIMESTAMP.search(text, 0, 40)
+                stamp = TIMESTAMP.search(text, 0, 40)
                 if stamp is not None:
                     value = stamp.group(1).decode()
                     if entry.first_time is None:

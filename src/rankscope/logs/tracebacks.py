@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.logs.prefixes import split_line
+from rankscope.logs.timestamps import stamp_at
 
 HEADER = b"Traceback (most recent call last)"
 _CHAIN_MARKERS = (b"During handling of the above exception", b"The above exception was the direct cause")
@@ -47,6 +48,8 @@ class RankTraceback:
     exception: str = ""
     chained: list[str] = field(default_factory=list)
     truncated: bool = False
+    #: The last timestamp the rank wrote before (or on) its traceback header, if any.
+    time: Optional[str] = None
 
     @property
     def exception_type(self) -> str:
@@ -140,9 +143,29 @@ class TracebackCollector:
             order=self._order,
             line_number=line_number,
         )
+        tb.time = self._time_before(chunk, start, raw_prefix)
         building = _Building(tb, raw_prefix)
         self._active[key] = building
         self._follow(chunk, building, end + 1)
+
+    def _time_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> Optional[str]:
+        """A timestamp on the header line or on one of the rank's few lines before it (this chunk)."""
+        outer = raw_prefix[: raw_prefix.find(b"[rank", 1)] if raw_prefix.find(b"[rank", 1) > 0 else raw_prefix
+        pos = start
+        for _ in range(4):
+            stamp = stamp_at(chunk, pos + len(outer)) if chunk.startswith(outer, pos) else None
+            if stamp is not None:
+                return stamp
+            if pos == 0:
+                return None
+            if outer:
+                found = chunk.rfind(b"\n" + outer, 0, pos - 1)
+                pos = found + 1 if found >= 0 else (0 if chunk.startswith(outer) and pos > 0 else -1)
+            else:
+                pos = chunk.rfind(b"\n", 0, pos - 1) + 1
+            if pos < 0:
+                return None
+        return None
 
     def _line_number(self, chunk: bytes, start: int) -> int:
         """1-based line number of ``start``; counts only from the last position asked about."""
