@@ -39,3 +39,17 @@ def test_host_from_filename_keeps_nodes_apart(tmp_path: Path) -> None:
     out = tmp_path / "split"
     run_cli("logs", "split", "--host-from-filename", str(a), str(b), "--out", str(out))
     assert sorted(p.name for p in out.iterdir()) == [f"node{n}_rank{r}.log" for n in (1, 2) for r in range(4)]
+
+
+def test_log_dir_tree_error_json_is_listed_not_dropped(tmp_path: Path) -> None:
+    for rank in range(2):
+        leaf = tmp_path / "tl" / "none_abc" / "attempt_0" / str(rank)
+        leaf.mkdir(parents=True)
+        (leaf / "stdout.log").write_text(f"hello {rank}\n")
+        (leaf / "stderr.log").write_text("\n".join([*TB, "OSError: disk full"]) + "\n")
+        (leaf / "error.json").write_text('{"message": {"message": "OSError: disk full"}}')
+    result = run_cli("logs", "errors", str(tmp_path / "tl"))
+    assert "error 1 of 1 — 2 rank(s): 0-1" in result.stdout
+    assert result.stdout.count("error.json: torchrun error file, not read") == 2
+    data = run_cli("logs", "errors", str(tmp_path / "tl"), "--json").json()
+    assert len(data["read"]["skipped"]) == 2

@@ -37,6 +37,9 @@ class Reading:
 
     def sources(self) -> Iterator[OpenedSource]:
         for source in self.inputs:
+            if source.not_read:
+                self.skipped.append(f"{source.name}: {source.not_read}")
+                continue
             windows = read_windows(source, self.stats)
             try:
                 first = next(windows, None)
@@ -57,9 +60,12 @@ class Reading:
 
     def check_something_read(self) -> None:
         """Raise the right one-line error when no source had any text."""
-        names = ", ".join(s.name for s in self.inputs)
-        if self.stats.bytes_read == 0 or (self.skipped and len(self.skipped) == len(self.inputs)):
-            if self.skipped and len(self.skipped) == len(self.inputs):
+        names = ", ".join(s.name for s in self.inputs[:3])
+        if len(self.inputs) > 3:
+            names += f" and {len(self.inputs) - 3} more"
+        binary = [s for s in self.skipped if s.endswith("binary data, not a text log")]
+        if self.stats.bytes_read == 0 or (binary and len(binary) == len(self.inputs)):
+            if binary and len(binary) == len(self.inputs):
                 raise BadInputError(
                     f"{names}: binary data, not a text log",
                     "give the console log or a torchrun --log-dir tree",
