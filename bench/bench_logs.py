@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,12 @@ def main() -> None:
             [*rankscope, "logs", "grep", "--rank", RANK, str(log)],
         ),
         ("logs grep", f"baseline: grep -F '[{RANK}]' LOG", ["grep", "-F", f"[{RANK}]", str(log)]),
+        ("logs ranks", "rankscope logs ranks LOG --json", [*rankscope, "logs", "ranks", str(log), "--json"]),
+        (
+            "logs ranks",
+            "baseline: grep -o '^\\[[^]]*\\]' LOG | sort | uniq -c",
+            ["bash", "-c", f"grep -o '^\\[[^]]*\\]' {shlex.quote(str(log))} | sort | uniq -c"],
+        ),
     ]
     print(f"log: {size / 1e6:.0f} MB, 512 ranks, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     print(f"{'command':<52} {'wall s':>7} {'MB/s':>7} {'cpu s':>7} {'MB/s cpu':>9} {'peak RSS':>9}")
