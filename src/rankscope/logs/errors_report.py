@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.folding import fold_labels
-from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks, normalise_message
 from rankscope.logs.prefixes import qualify
 from rankscope.logs.reading import Reading
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
-from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
+from rankscope.logs.tracebacks import HEADER, RankTraceback, TracebackCollector
+
+#: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
+_EXCEPTION_LINE = re.compile(
+    rb"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::[^\n]*)?)$", re.M
+)
 
 PREFIX_ADVICE = (
     "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
@@ -27,6 +34,9 @@ class LineCounts:
     truncated: int = 0
     #: torchrun's failure summary entries (launcher view: exit codes, root cause).
     exits: list[RankExit] = field(default_factory=list)
+    #: In sources without rank prefixes: every exception line (``Name: message``), counted, so
+    #: that interleaved tracebacks whose headers or frames got mixed still show their errors.
+    exception_lines: Counter[str] = field(default_factory=Counter)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
@@ -35,9 +45,19 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     done = 0
     for opened in reading.sources():
         collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun)
+        unprefixed_source: Optional[bool] = None
         for chunk in opened.chunks:
             lines = chunk.count(b"\n")
             counts.lines += lines
+            if unprefixed_source is None:
+                unprefixed_source = (
+                    opened.source.fixed_label is None
+                    and not opened.allow_srun
+                    and chunk.count(b"\n[") < max(1, lines // 10)
+                )
+            if unprefixed_source:
+                for line in _EXCEPTION_LINE.findall(chunk):
+                    counts.exception_lines[line.rstrip(b"\r").decode("utf-8", "replace")] += 1
             if opened.source.fixed_label is None and not opened.allow_srun:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
                 if chunk.endswith(b"\n["):  # cannot happen with whole-line chunks; keeps counts honest
@@ -108,7 +128,9 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     out: list[str] = []
     groups = report.groups
     if not groups:
-        out.append(f"no Python tracebacks in {counts.lines} lines")
+        out.append(
+            f"no complete Python traceback (a \x27Traceback (most recent call last)\x27 line) in {counts.lines} lines"
+        )
     else:
         all_labels = {label for g in groups for label in g.labels}
         launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
@@ -134,6 +156,7 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
                     group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
                 )
             )
+    out.extend(_render_exception_lines(counts))
     out.extend(_render_exits(counts.exits))
     if counts.truncated:
         out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
@@ -149,6 +172,28 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         )
     out.extend(f"note: {note}" for note in notes)
     return "\n".join(out)
+
+
+def _orphan_exception_lines(counts: LineCounts) -> list[tuple[str, int]]:
+    """Exception lines, normalised and counted, when they outnumber the rebuilt tracebacks."""
+    grouped: Counter[str] = Counter()
+    for line, count in counts.exception_lines.items():
+        name, _, message = line.partition(":")
+        grouped[f"{name}: {normalise_message(message.strip())}" if message else name] += count
+    if sum(grouped.values()) <= counts.tracebacks:
+        return []
+    return grouped.most_common()
+
+
+def _render_exception_lines(counts: LineCounts) -> list[str]:
+    rows = _orphan_exception_lines(counts)
+    if not rows:
+        return []
+    out = ["", "exception lines in the unprefixed log (more than the tracebacks that could be rebuilt):"]
+    out.extend(f"  {count:>6}x  {line}" for line, count in rows[:20])
+    if len(rows) > 20:
+        out.append(f"  ... {len(rows) - 20} more distinct lines (--json has them all)")
+    return out
 
 
 def _render_exits(exits: list[RankExit]) -> list[str]:
@@ -202,4 +247,7 @@ def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
         "tracebacks": counts.tracebacks,
         "truncated_tracebacks": counts.truncated,
         "torchrun_failures": [e.to_dict() for e in counts.exits],
+        "unprefixed_exception_lines": [
+            {"exception": line, "count": count} for line, count in _orphan_exception_lines(counts)
+        ],
     }
