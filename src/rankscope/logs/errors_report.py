@@ -128,9 +128,7 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     out: list[str] = []
     groups = report.groups
     if not groups:
-        out.append(
-            f"no complete Python traceback (a \x27Traceback (most recent call last)\x27 line) in {counts.lines} lines"
-        )
+        out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
     else:
         all_labels = {label for g in groups for label in g.labels}
         launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
