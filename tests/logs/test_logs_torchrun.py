@@ -6,8 +6,10 @@ a RuntimeError. The jobs run with and without ``--role HOST: --tee 3`` and with 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from tests.support.cli import run_cli
@@ -21,10 +23,17 @@ HOST = short_hostname()
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _crash(tmp: Path, torchrun_args: list[str]) -> Path:
+def _crash(tmp: Path, torchrun_args: list[str], env: Optional[dict[str, str]] = None) -> Path:
     log = tmp / "job.log"
     with open(log, "wb") as out:
-        job = start_torchrun(script=JOB, nproc=8, workdir=tmp, torchrun_args=torchrun_args, stdout=out)
+        job = start_torchrun(
+            script=JOB,
+            nproc=8,
+            workdir=tmp,
+            torchrun_args=torchrun_args,
+            stdout=out,
+            env={**os.environ, **(env or {})},
+        )
         try:
             code = job.process.wait(240)
         finally:
@@ -41,6 +50,12 @@ def role_tee_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def plain_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield _crash(tmp_path_factory.mktemp("plain"), [])
+
+
+@pytest.fixture(scope="module")
+def template_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    template = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}:${rank}]:"}
+    yield _crash(tmp_path_factory.mktemp("template"), ["--tee", "3"], env=template)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +113,12 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
 
 def test_errors_without_role_uses_torch_rank_prefix(plain_log: Path) -> None:
     data = run_cli("logs", "errors", str(plain_log), "--json").json()
+    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+
+
+def test_errors_with_log_line_prefix_template(template_log: Path) -> None:
+    assert "[default:3]:" in template_log.read_text()
+    data = run_cli("logs", "errors", str(template_log), "--json").json()
     assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
 
 

@@ -58,9 +58,9 @@ def label_of(match: re.Match[bytes]) -> bytes:
     if num is not None:
         name = match.group("name")
         host = name[:-1] if name.endswith(b":") else name
-        if not name.endswith(b":") and host in _NO_HOST_NAMES:
-            return num
-        if not host:
+        if host in _NO_HOST_NAMES:
+            # torchrun's default role ("[default3]:", or "[default:3]:" from a
+            # "[${role_name}:${rank}]:" template) says nothing about the host
             return num
         return host + b":" + num
     srun = match.groupdict().get("srun")
