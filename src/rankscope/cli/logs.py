@@ -19,7 +19,6 @@ HOST_FROM_FILENAME = click.option(
     help="Per-node log files (node7.log, node8.log): ranks without a host in their prefix "
     "get the file name up to its first dot as host.",
 )
-INPUTS_HELP = "Log files, directories (torchrun --log-dir trees too), .gz files, or - for stdin."
 
 LOGS_HELP = """Read the interleaved console logs of many ranks.
 
