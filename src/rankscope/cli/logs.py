@@ -27,6 +27,7 @@ Prefixes understood: torchrun --tee ([default0]: / [host:0]: with --role host:,
 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE forms), torch's [rank3]:, srun --label (12: ),
 Open MPI --tag-output ([1,12]<stdout>:), rankscope prefix ([host:3] ), and
 torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
+Inputs: files, directories, .gz files (by content), or - for stdin.
 
 \b
 Examples:
