@@ -113,3 +113,28 @@ def test_real_mpirun_tag_output_is_read(tmp_path: Path) -> None:
     assert [r["label"] for r in ranks["ranks"]] == ["0", "1", "2", "3"]
     lines = run_cli("logs", "grep", "--rank", "2", str(log)).stdout.splitlines()
     assert lines[0] == "step 1 on 2" and lines[-1] == "KeyError: 'missing shard 2'"
+
+
+def test_prefix_into_a_closed_pipe_ends_the_command() -> None:
+    """`rankscope prefix -- endless | head -3`: the command must end, not block forever."""
+    env = {**os.environ, "RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "prefix", "--", sys.executable, "-c", "while True: print('y')"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = [proc.stdout.readline() for _ in range(3)]
+        proc.stdout.close()
+        proc.wait(30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first == [f"[{HOST}:0] y\n".encode()] * 3
+    err = proc.stderr.read() if proc.stderr else b""
+    # The child met the closed pipe exactly as under `| head` (Python reports BrokenPipeError);
+    # rankscope itself printed nothing of its own.
+    assert b"BrokenPipeError" in err
+    assert b"rankscope" not in err
