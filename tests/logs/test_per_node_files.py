@@ -53,3 +53,13 @@ def test_log_dir_tree_error_json_is_listed_not_dropped(tmp_path: Path) -> None:
     assert result.stdout.count("error.json: torchrun error file, not read") == 2
     data = run_cli("logs", "errors", str(tmp_path / "tl"), "--json").json()
     assert len(data["read"]["skipped"]) == 2
+
+
+def test_grep_accepts_a_folded_rank_set(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[n{h}:{r}]:line {h}/{r}\n" for h in (1, 2) for r in range(3)))
+    result = run_cli("logs", "grep", "--rank", "n[1-2]:[1-2]", "--rank", "n1:0", str(path))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["line 1/0", "line 1/1", "line 1/2", "line 2/1", "line 2/2"]
+    bad = run_cli("logs", "grep", "--rank", "n[1-", str(path))
+    assert bad.returncode == 8 and bad.stderr.startswith("rankscope: error: cannot read rank")
