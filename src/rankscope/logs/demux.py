@@ -12,13 +12,19 @@ from rankscope.logs.prefixes import host_and_rank, qualify, split_line
 
 
 def prefix_literals(label: bytes) -> list[bytes]:
-    """Every raw prefix start that can carry ``label`` (each match is confirmed by parsing)."""
+    """Every raw prefix start that can carry ``label`` (each match is confirmed by parsing).
+
+    Literals that start with ``[`` are searched at line starts; the others anywhere in a line.
+    """
     host, rank = host_and_rank(label)
     if rank is None:
         return [b"[" + label]
     number = str(rank).encode()
     if host is not None:
-        return [b"[" + label + b"]", b"[" + host.encode() + number + b"]"]
+        literals = [b"[" + label + b"]", b"[" + host.encode() + number + b"]"]
+        if host.isdigit():  # srun task / MPI rank around torchrun: "0: [default3]:" is "0:3"
+            literals += [b"]:[default" + number + b"]", b": [default" + number + b"]"]
+        return literals
     return [
         b"[" + number + b"]",
         b"[default" + number + b"]",
