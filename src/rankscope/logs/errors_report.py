@@ -7,9 +7,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ClusterShell.RangeSet import RangeSet
+
 from rankscope.logs.folding import fold_labels
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks, normalise_message
-from rankscope.logs.prefixes import qualify
+from rankscope.logs.prefixes import host_and_rank, qualify
 from rankscope.logs.reading import Reading
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import HEADER, RankTraceback, TracebackCollector
@@ -94,6 +96,10 @@ def _render_group(
     kind = "" if index == 1 or title != "error" else "minority, "
     is_first = first is not None and any(tb is first for tb in group.members)
     head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
+    global_ranks = group.global_ranks
+    numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
+    if global_ranks is not None and global_ranks != str(RangeSet.fromlist([str(n) for n in numbers])):
+        head += f" (torch global ranks {global_ranks})"
     if title != "error":
         head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
     if group.members and len(group.members) != len(labels):

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ClusterShell.RangeSet import RangeSet
+
 from rankscope.logs.folding import fold_hosts, fold_labels
 from rankscope.logs.prefixes import host_and_rank
 from rankscope.logs.timestamps import sortable
@@ -59,6 +61,14 @@ class ErrorGroup:
         return list(seen)
 
     @property
+    def global_ranks(self) -> Optional[str]:
+        """torch's global ranks of the members, folded, when every traceback carried one."""
+        ranks = {tb.global_rank for tb in self.members}
+        if None in ranks:
+            return None
+        return str(RangeSet.fromlist([str(r) for r in sorted(r for r in ranks if r is not None)]))
+
+    @property
     def first(self) -> RankTraceback:
         return min(self.members, key=lambda tb: tb.order)
 
@@ -77,6 +87,7 @@ class ErrorGroup:
             "ranks": fold_labels(self.labels),
             "labels": [_label_str(label) for label in self.labels],
             "hosts": fold_hosts(self.labels),
+            "global_ranks": self.global_ranks,
             "first": _where(self.first),
             "truncated": example.truncated,
             "chained": list(example.chained),

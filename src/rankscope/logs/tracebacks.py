@@ -24,6 +24,7 @@ _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 #: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
 MAX_STRAY = 50
 MAX_FRAMES = 200
+_GLOBAL_RANK = re.compile(rb"\[rank(\d+)\]:")
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
 
@@ -50,6 +51,9 @@ class RankTraceback:
     truncated: bool = False
     #: The last timestamp the rank wrote before (or on) its traceback header, if any.
     time: Optional[str] = None
+    #: The global rank from torch's ``[rankN]:`` marker on the traceback lines, if present
+    #: (the launcher prefix may carry a local rank, as torchrun's --role does).
+    global_rank: Optional[int] = None
 
     @property
     def exception_type(self) -> str:
@@ -144,6 +148,8 @@ class TracebackCollector:
             line_number=line_number,
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
+        marker = _GLOBAL_RANK.search(raw_prefix)
+        tb.global_rank = int(marker.group(1)) if marker is not None else None
         building = _Building(tb, raw_prefix)
         self._active[key] = building
         self._follow(chunk, building, end + 1)
