@@ -151,7 +151,7 @@ def grep(
 ) -> int:
     from rankscope.logs.demux import RankGrep
 
-    reading = Reading(discover(inputs), host_from_filename)
+    reading = Reading(discover(inputs), host_from_filename, progress=False)
     finder = RankGrep(_labels(ranks_), keep_prefix)
     out = sys.stdout.buffer
     found = 0

@@ -9,6 +9,7 @@ from typing import Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.prefixes import sniff_srun
+from rankscope.logs.progress import Progress
 from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, Window, read_windows, window_bytes
 
 
@@ -32,10 +33,20 @@ class Reading:
 
     inputs: Sequence[LogSource]
     host_from_filename: bool = False
+    #: Show reading progress on a terminal (off for verbs that stream their output there).
+    progress: bool = True
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
 
     def sources(self) -> Iterator[OpenedSource]:
+        sizes = [s.path.stat().st_size for s in self.inputs if s.path is not None and not s.not_read]
+        progress = Progress(sum(sizes) if len(sizes) == len(self.inputs) else None, enabled=self.progress)
+        try:
+            yield from self._sources(progress)
+        finally:
+            progress.close()
+
+    def _sources(self, progress: Progress) -> Iterator[OpenedSource]:
         for source in self.inputs:
             if source.not_read:
                 self.skipped.append(f"{source.name}: {source.not_read}")
@@ -56,7 +67,8 @@ class Reading:
                 continue
             data, start, end = first
             allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
-            yield OpenedSource(source, allow_srun, itertools.chain([first], windows), host)
+            tracked = progress.track(itertools.chain([first], windows), source.name, self.stats)
+            yield OpenedSource(source, allow_srun, tracked, host)
 
     def check_something_read(self) -> None:
         """Raise the right one-line error when no source had any text."""
