@@ -132,3 +132,38 @@ def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[st
     fast.feed(chunk)
     slow._feed_lines(chunk, None, False)
     assert fast.to_dict() == slow.to_dict()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.from_regex(r"[a-z0-9 :=]{0,12}", fullmatch=True), min_size=1, max_size=4),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(min_value=0, max_value=2**32),
+)
+def test_open_mpi_fragments_are_joined_into_lines(per_rank_lines: list[list[str]], seed: int) -> None:
+    """mpirun --tag-output tags each write: a line's text and newline may arrive as separate writes,
+    interleaved with other ranks' writes on the same physical line (seen in real runs here)."""
+    from rankscope.logs.ompi import OmpiJoiner
+
+    rng = random.Random(seed)
+    writes: dict[int, list[str]] = {}
+    for rank, lines in enumerate(per_rank_lines):
+        pieces: list[str] = []
+        for line in lines:
+            cut = rng.randint(0, len(line))
+            pieces += [piece for piece in (line[:cut], line[cut:]) if piece] + ["\n"]
+        writes[rank] = pieces
+    physical = ""
+    while writes:
+        rank = rng.choice(sorted(writes))
+        physical += f"[1,{rank}]<stdout>:" + writes[rank].pop(0)
+        if not writes[rank]:
+            del writes[rank]
+    joiner = OmpiJoiner()
+    out = (joiner.feed(physical.encode()) + joiner.flush()).decode().splitlines()
+    for rank, lines in enumerate(per_rank_lines):
+        tag = f"[1,{rank}]<stdout>:"
+        assert [line[len(tag) :] for line in out if line.startswith(tag)] == lines

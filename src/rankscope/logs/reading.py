@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
+from rankscope.logs.ompi import OmpiJoiner, looks_tagged
 from rankscope.logs.prefixes import sniff_srun
 from rankscope.logs.progress import Progress
 from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, Window, read_windows, window_bytes
@@ -67,7 +68,10 @@ class Reading:
                 continue
             data, start, end = first
             allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
-            tracked = progress.track(itertools.chain([first], windows), source.name, self.stats)
+            stream: Iterator[Window] = itertools.chain([first], windows)
+            if source.fixed_label is None and looks_tagged(data[start : min(end, start + (1 << 20))]):
+                stream = _joined(stream)
+            tracked = progress.track(stream, source.name, self.stats)
             yield OpenedSource(source, allow_srun, tracked, host)
 
     def check_something_read(self) -> None:
@@ -83,3 +87,14 @@ class Reading:
                     "give the console log or a torchrun --log-dir tree",
                 )
             raise NothingFoundError(f"{names}: empty, no log lines", "is this the right file?")
+
+
+def _joined(windows: Iterator[Window]) -> Iterator[Window]:
+    """Open MPI --tag-output streams with one whole line per tag (see :mod:`ompi`)."""
+    joiner = OmpiJoiner()
+    for window in windows:
+        data = joiner.feed(window_bytes(window))
+        yield (data, 0, len(data))
+    rest = joiner.flush()
+    if rest:
+        yield (rest, 0, len(rest))
