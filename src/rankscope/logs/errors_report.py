@@ -10,8 +10,8 @@ from typing import Any, Optional
 from ClusterShell.RangeSet import RangeSet
 
 from rankscope.logs.folding import fold_labels
-from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks, normalise_message
-from rankscope.logs.prefixes import host_and_rank, qualify
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, normalise_message
+from rankscope.logs.prefixes import host_and_rank
 from rankscope.logs.reading import Reading
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import HEADER, RankTraceback, TracebackCollector
@@ -42,11 +42,11 @@ class LineCounts:
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
-    collector = TracebackCollector()
+    grouper = Grouper()
+    collector = TracebackCollector(sink=grouper.add)
     counts = LineCounts()
-    done = 0
     for opened in reading.sources():
-        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun)
+        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun, opened.host)
         unprefixed_source: Optional[bool] = None
         for chunk in opened.chunks:
             lines = chunk.count(b"\n")
@@ -62,20 +62,13 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[line.rstrip(b"\r").decode("utf-8", "replace")] += 1
             if opened.source.fixed_label is None and not opened.allow_srun:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
-                if chunk.endswith(b"\n["):  # cannot happen with whole-line chunks; keeps counts honest
-                    counts.unprefixed += 1
             collector.feed(chunk)
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
-        if opened.host is not None:
-            for tb in collector.tracebacks[done:]:
-                tb.label = qualify(tb.label, opened.host)
-        done = len(collector.tracebacks)
-    report = group_tracebacks(collector.tracebacks)
-    counts.tracebacks = len(collector.tracebacks)
-    counts.truncated = sum(1 for tb in collector.tracebacks if tb.truncated)
-    return report, counts
+    counts.tracebacks = grouper.count
+    counts.truncated = grouper.truncated
+    return grouper.report(), counts
 
 
 def _where(tb: RankTraceback) -> str:
@@ -94,7 +87,7 @@ def _render_group(
     labels = group.labels
     ranks = fold_labels(labels)
     kind = "" if index == 1 or title != "error" else "minority, "
-    is_first = first is not None and any(tb is first for tb in group.members)
+    is_first = first is not None and group.first is first
     head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
     global_ranks = group.global_ranks
     numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
@@ -102,8 +95,8 @@ def _render_group(
         head += f" (torch global ranks {global_ranks})"
     if title != "error":
         head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
-    if group.members and len(group.members) != len(labels):
-        head += f"  ({len(group.members)} tracebacks)"
+    if group.count != len(labels):
+        head += f"  ({group.count} tracebacks)"
     if is_first:
         head += "  <- first to fail"
     out = [head]

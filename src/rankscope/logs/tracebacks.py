@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.prefixes import qualify, split_line
 from rankscope.logs.timestamps import stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -81,9 +81,14 @@ def _decode(data: bytes) -> str:
 class TracebackCollector:
     """Feed it chunks of whole lines (per source); read :attr:`tracebacks` after :meth:`finish`."""
 
-    def __init__(self, allow_srun: bool = False) -> None:
+    def __init__(
+        self, allow_srun: bool = False, sink: Optional[Callable[[RankTraceback], None]] = None
+    ) -> None:
+        """Complete tracebacks go to ``sink``, or are kept in :attr:`tracebacks` without one."""
         self.allow_srun = allow_srun
         self.tracebacks: list[RankTraceback] = []
+        self._sink = sink if sink is not None else self.tracebacks.append
+        self._host: Optional[bytes] = None
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
@@ -92,10 +97,17 @@ class TracebackCollector:
         self._consumed: set[int] = set()
         self._cursor = (0, 0)
 
-    def start_source(self, name: str, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def start_source(
+        self,
+        name: str,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
         self.finish()
         self._source = name
         self._fixed_label = fixed_label
+        self._host = host
         self.allow_srun = allow_srun
         self._lines_before = 0
 
@@ -120,7 +132,7 @@ class TracebackCollector:
         for building in self._active.values():
             tb = building.tb
             tb.truncated = building.state == "frames" or (building.state == "chain" and not tb.exception)
-            self.tracebacks.append(tb)
+            self._sink(tb)
         self._active.clear()
 
     # -- internals ---------------------------------------------------------------------
@@ -142,7 +154,7 @@ class TracebackCollector:
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
-            label=self._fixed_label if self._fixed_label is not None else label,
+            label=qualify(self._fixed_label if self._fixed_label is not None else label, self._host),
             source=self._source,
             order=self._order,
             line_number=line_number,
@@ -185,7 +197,7 @@ class TracebackCollector:
     def _close(self, key: bytes, truncated: bool = False) -> None:
         building = self._active.pop(key)
         building.tb.truncated = truncated
-        self.tracebacks.append(building.tb)
+        self._sink(building.tb)
 
     def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int) -> tuple[int, int]:
         """Start and end of the next line at or after ``start`` that carries ``raw_prefix``."""
