@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rankscope.logs.prefixes import qualify, split_line
-from rankscope.logs.timestamps import stamp_at
+from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
 _CHAIN_MARKERS = (b"During handling of the above exception", b"The above exception was the direct cause")
@@ -74,6 +74,15 @@ class _Building:
     waited: int = 0
 
 
+def _find_all(chunk: bytes, needle: bytes) -> list[int]:
+    found = []
+    pos = chunk.find(needle)
+    while pos >= 0:
+        found.append(pos)
+        pos = chunk.find(needle, pos + len(needle))
+    return found
+
+
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
@@ -95,6 +104,7 @@ class TracebackCollector:
         self._fixed_label: Optional[bytes] = None
         self._lines_before = 0
         self._consumed: set[int] = set()
+        self._chunk_has_times = False
         self._cursor = (0, 0)
 
     def start_source(
@@ -115,17 +125,31 @@ class TracebackCollector:
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
         self._cursor = (0, 0)
+        self._chunk_has_times = TIMESTAMP.search(chunk, 0, 1 << 16) is not None
         for building in list(self._active.values()):
-            self._follow(chunk, building, 0)
-        pos = chunk.find(HEADER)
-        while pos >= 0:
+            if building.state == "frames":
+                self._follow(chunk, building, 0)
+        # Headers and chain markers, in the order they appear: a marker turns a finished
+        # traceback of its rank into a chain that the rank's next header continues.
+        events = [(pos, True) for pos in _find_all(chunk, HEADER)]
+        for marker in _CHAIN_MARKERS:
+            events.extend((pos, False) for pos in _find_all(chunk, marker))
+        events.sort()
+        for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
             split = split_line(chunk[start:end], self.allow_srun)
-            if start not in self._consumed and split.text.startswith(HEADER):
+            if not is_header:
+                waiting = self._active.get(split.raw_prefix)
+                if (
+                    waiting is not None
+                    and waiting.state == "after"
+                    and split.text.strip().startswith(_CHAIN_MARKERS)
+                ):
+                    waiting.state = "chain"
+            elif start not in self._consumed and split.text.startswith(HEADER):
                 self._begin(chunk, start, end, split.raw_prefix, split.label)
-            pos = chunk.find(HEADER, end)
         self._lines_before += chunk.count(b"\n")
 
     def finish(self) -> None:
@@ -167,7 +191,11 @@ class TracebackCollector:
         self._follow(chunk, building, end + 1)
 
     def _time_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> Optional[str]:
-        """A timestamp on the header line or on one of the rank's few lines before it (this chunk)."""
+        """A timestamp on the header line or on one of the rank's few lines before it (this chunk,
+        at most 64 KiB back; nothing is searched in chunks whose first 64 KiB have no timestamp)."""
+        if not self._chunk_has_times:
+            return None
+        floor = max(0, start - (1 << 16))
         outer = raw_prefix[: raw_prefix.find(b"[rank", 1)] if raw_prefix.find(b"[rank", 1) > 0 else raw_prefix
         pos = start
         for _ in range(4):
@@ -177,8 +205,8 @@ class TracebackCollector:
             if pos == 0:
                 return None
             if outer:
-                found = chunk.rfind(b"\n" + outer, 0, pos - 1)
-                pos = found + 1 if found >= 0 else (0 if chunk.startswith(outer) and pos > 0 else -1)
+                found = chunk.rfind(b"\n" + outer, floor, pos - 1)
+                pos = found + 1 if found >= 0 else (0 if floor == 0 and chunk.startswith(outer) else -1)
             else:
                 pos = chunk.rfind(b"\n", 0, pos - 1) + 1
             if pos < 0:
@@ -239,6 +267,10 @@ class TracebackCollector:
                 return
             if was_chain and building.state == "frames":
                 self._consumed.add(line_start)  # a chained header, not a new traceback
+            if building.state == "after":
+                # Complete unless a chain marker of this rank follows: feed() finds those
+                # markers (and the rank's next header closes it), so no search ahead here.
+                return
 
     def _step(self, building: _Building, text: bytes) -> bool:
         """Advance one line; False when the traceback is complete (the line is not part of it)."""
