@@ -132,8 +132,8 @@ class TracebackCollector:
         # Headers and chain markers, in the order they appear: a marker turns a finished
         # traceback of its rank into a chain that the rank's next header continues.
         events = [(pos, True) for pos in _find_all(chunk, HEADER)]
-        for marker in _CHAIN_MARKERS:
-            events.extend((pos, False) for pos in _find_all(chunk, marker))
+        # Both chain markers contain "above exception": one scan finds either.
+        events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
         events.sort()
         for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
