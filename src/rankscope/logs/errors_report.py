@@ -7,8 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ClusterShell.RangeSet import RangeSet
-
+from rankscope.folding import fold_ints
 from rankscope.logs.folding import fold_labels
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, normalise_message
 from rankscope.logs.prefixes import host_and_rank
@@ -91,7 +90,7 @@ def _render_group(
     head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
     global_ranks = group.global_ranks
     numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
-    if global_ranks is not None and global_ranks != str(RangeSet.fromlist([str(n) for n in numbers])):
+    if global_ranks is not None and global_ranks != fold_ints(numbers):
         head += f" (torch global ranks {global_ranks})"
     if title != "error":
         head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"

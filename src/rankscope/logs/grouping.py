@@ -13,8 +13,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ClusterShell.RangeSet import RangeSet
-
+from rankscope.folding import fold_ints
 from rankscope.logs.folding import fold_hosts, fold_labels
 from rankscope.logs.prefixes import host_and_rank
 from rankscope.logs.timestamps import sortable
@@ -100,7 +99,7 @@ class ErrorGroup:
         """torch's global ranks of the members, folded, when every traceback carried one."""
         if self._global_missing or not self._global_ranks:
             return None
-        return str(RangeSet.fromlist([str(r) for r in sorted(self._global_ranks)]))
+        return fold_ints(self._global_ranks)
 
     @property
     def first(self) -> RankTraceback:
