@@ -138,3 +138,25 @@ def test_split_refuses_a_file_as_out_dir(tmp_path: Path) -> None:
     assert result.returncode == 8
     _one_error_line(result.stderr)
     assert os.path.isfile(path)
+
+
+def test_unprefixed_interleaving_without_headers_still_counts_the_errors(tmp_path: Path) -> None:
+    """Four ranks crashed at once with no prefixes; the log kept only frames and exception lines."""
+    frame = '  File "/srv/job/loader.py", line 41, in next_batch'
+    code = "    return self.queue.get(timeout=self.timeout)"
+    lines = [frame, frame, code, "queue.Empty", code, frame, "TimeoutError: worker 3 gave no batch in 300 s"]
+    lines += [
+        code,
+        "TimeoutError: worker 1 gave no batch in 300 s",
+        "TimeoutError: worker 0 gave no batch in 300 s",
+    ]
+    path = tmp_path / "console.log"
+    path.write_text("\n".join(lines) + "\n")
+    result = run_cli("logs", "errors", str(path))
+    assert result.returncode == 0
+    assert "     3x  TimeoutError: worker <n> gave no batch in <n> s" in result.stdout
+    assert "torchrun --role $(hostname -s): --tee 3" in result.stdout
+    data = run_cli("logs", "errors", str(path), "--json").json()
+    assert data["unprefixed_exception_lines"] == [
+        {"exception": "TimeoutError: worker <n> gave no batch in <n> s", "count": 3}
+    ]

@@ -94,3 +94,28 @@ def test_prefix_output_short_host() -> None:
     code = "from rankscope.inproc import prefix_output; prefix_output(short_host=True); print('x')"
     result = _python(code, {"RANK": "2", "SLURMD_NODENAME": "node-017"})
     assert result.stdout == "[017:2] x\n"
+
+
+def test_tee_with_threads_and_fork_keeps_every_line_whole(tmp_path: Path) -> None:
+    code = f"""
+        import os, threading
+        from rankscope.inproc import Tee
+        tee = Tee({str(tmp_path)!r} + "/rank{{rank}}.log")
+        def work(tag):
+            for i in range(200):
+                print(tag * 300, i)
+        threads = [threading.Thread(target=work, args=(c,)) for c in "ABCD"]
+        [t.start() for t in threads]; [t.join() for t in threads]
+        pid = os.fork()
+        if pid == 0:
+            work("E"); os._exit(0)
+        os.waitpid(pid, 0)
+        tee.close()
+    """
+    result = _python(code, {"RANK": "1"})
+    assert result.returncode == 0, result.stderr
+    lines = (tmp_path / "rank1.log").read_text().splitlines()
+    assert len(lines) == 5 * 200
+    for line in lines:
+        body, number = line.split(" ")
+        assert len(set(body)) == 1 and len(body) == 300 and 0 <= int(number) < 200, line[:60]

@@ -6,8 +6,10 @@ a RuntimeError. The jobs run with and without ``--role HOST: --tee 3`` and with 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from tests.support.cli import run_cli
@@ -21,10 +23,17 @@ HOST = short_hostname()
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _crash(tmp: Path, torchrun_args: list[str]) -> Path:
+def _crash(tmp: Path, torchrun_args: list[str], env: Optional[dict[str, str]] = None) -> Path:
     log = tmp / "job.log"
     with open(log, "wb") as out:
-        job = start_torchrun(script=JOB, nproc=8, workdir=tmp, torchrun_args=torchrun_args, stdout=out)
+        job = start_torchrun(
+            script=JOB,
+            nproc=8,
+            workdir=tmp,
+            torchrun_args=torchrun_args,
+            stdout=out,
+            env={**os.environ, **(env or {})},
+        )
         try:
             code = job.process.wait(240)
         finally:
@@ -41,6 +50,12 @@ def role_tee_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def plain_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield _crash(tmp_path_factory.mktemp("plain"), [])
+
+
+@pytest.fixture(scope="module")
+def template_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    template = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${role_name}:${rank}]:"}
+    yield _crash(tmp_path_factory.mktemp("template"), ["--tee", "3"], env=template)
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +85,10 @@ def test_errors_with_role_and_tee(role_tee_log: Path) -> None:
     assert [g["exception_type"] for g in data["unprefixed_groups"]] == [
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
     ]
+    # torchrun's failure summary: every rank, exactly one root cause
+    failures = data["torchrun_failures"]
+    assert sorted({f["rank"] for f in failures}) == list(range(8))
+    assert len([f for f in failures if f["root_cause"]]) == 1
 
 
 def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
@@ -89,10 +108,17 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
     ]
     assert f"error 2 of 2 — minority, 1 rank(s): {HOST}:3" in out
     assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
+    assert "torchrun's root cause (first failure it observed): rank " in out
 
 
 def test_errors_without_role_uses_torch_rank_prefix(plain_log: Path) -> None:
     data = run_cli("logs", "errors", str(plain_log), "--json").json()
+    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+
+
+def test_errors_with_log_line_prefix_template(template_log: Path) -> None:
+    assert "[default:3]:" in template_log.read_text()
+    data = run_cli("logs", "errors", str(template_log), "--json").json()
     assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
 
 

@@ -27,6 +27,7 @@ def test_ib_completion_error_12_is_explained() -> None:
     assert ranks["node-1:0"]["version"] == "2.18.1+cuda12.1"
     assert ranks["node-1:0"]["network"] == "IB"
     assert ranks["node-1:0"]["ib_devices"] == ["ibP111p0s0", "rdmaP1111p0s2"]
+    assert ranks["node-1:0"]["ib_links"] == ["IB", "RoCE"]
     assert ranks["node-1:0"]["oob_interface"] == "eth0"
     assert ranks["node-1:0"]["transports"] == {"NET/IB": 2}
     kinds = [f["kind"] for f in data["findings"]]

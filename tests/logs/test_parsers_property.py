@@ -104,3 +104,66 @@ def test_interleaved_tracebacks_are_rebuilt_per_rank(
 def test_fold_bare_ranks_expands_back(numbers: set[int]) -> None:
     folded = fold_labels([str(n).encode() for n in numbers])
     assert {int(n) for n in RangeSet(folded)} == numbers
+
+
+line_kinds = st.sampled_from(
+    [
+        "[n{h}:{r}]:2024-05-01 10:00:0{r}.5 INFO step",
+        '[n{h}:{r}]:  File "x.py", line 1, in f',
+        "[default{r}]:[rank{r}]: ValueError: x",
+        "[1,{r}]<stdout>:hello",
+        "[1,{r}]<stderr>:warn",
+        "[{r}]:",
+        "[{r}]:2024-05-01 10:00:01 text",
+        "plain launcher line",
+        "[INFO] not a rank",
+        "",
+    ]
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(line_kinds, st.integers(0, 3), st.integers(0, 9)), max_size=60))
+def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[str, int, int]]) -> None:
+    from rankscope.logs.inventory import Inventory
+
+    chunk = b"".join(kind.format(h=h, r=r).encode() + b"\n" for kind, h, r in rows)
+    fast, slow = Inventory(), Inventory()
+    fast.feed(chunk)
+    slow._feed_lines(chunk, None, False)
+    assert fast.to_dict() == slow.to_dict()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.from_regex(r"[a-z0-9 :=]{0,12}", fullmatch=True), min_size=1, max_size=4),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(min_value=0, max_value=2**32),
+)
+def test_open_mpi_fragments_are_joined_into_lines(per_rank_lines: list[list[str]], seed: int) -> None:
+    """mpirun --tag-output tags each write: a line's text and newline may arrive as separate writes,
+    interleaved with other ranks' writes on the same physical line (seen in real runs here)."""
+    from rankscope.logs.ompi import OmpiJoiner
+
+    rng = random.Random(seed)
+    writes: dict[int, list[str]] = {}
+    for rank, lines in enumerate(per_rank_lines):
+        pieces: list[str] = []
+        for line in lines:
+            cut = rng.randint(0, len(line))
+            pieces += [piece for piece in (line[:cut], line[cut:]) if piece] + ["\n"]
+        writes[rank] = pieces
+    physical = ""
+    while writes:
+        rank = rng.choice(sorted(writes))
+        physical += f"[1,{rank}]<stdout>:" + writes[rank].pop(0)
+        if not writes[rank]:
+            del writes[rank]
+    joiner = OmpiJoiner()
+    out = (joiner.feed(physical.encode()) + joiner.flush()).decode().splitlines()
+    for rank, lines in enumerate(per_rank_lines):
+        tag = f"[1,{rank}]<stdout>:"
+        assert [line[len(tag) :] for line in out if line.startswith(tag)] == lines

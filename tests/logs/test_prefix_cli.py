@@ -18,6 +18,8 @@ from rankscope.ranks import short_hostname
 HOST = short_hostname()
 RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
 EMIT = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)"
+#: Under torchrun every rank must succeed: the first failing rank makes torchrun kill the others.
+EMIT_OK = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
 
 
 def test_prefix_passes_exit_code_and_keeps_streams_apart() -> None:
@@ -52,14 +54,15 @@ def test_prefix_under_torchrun_no_python(tmp_path: Path) -> None:
             nproc=4,
             workdir=tmp_path,
             torchrun_args=["--no-python"],
-            script_args=["prefix", "--", sys.executable, "-c", EMIT],
+            script_args=["prefix", "--", sys.executable, "-c", EMIT_OK],
             stdout=out,
         )
         try:
-            job.process.wait(180)
+            code = job.process.wait(180)
         finally:
             job.stop()
     text = log.read_text()
+    assert code == 0, text
     for rank in range(4):
         assert f"[{HOST}:{rank}] to stdout" in text
         assert f"[{HOST}:{rank}] to stderr" in text
@@ -110,3 +113,28 @@ def test_real_mpirun_tag_output_is_read(tmp_path: Path) -> None:
     assert [r["label"] for r in ranks["ranks"]] == ["0", "1", "2", "3"]
     lines = run_cli("logs", "grep", "--rank", "2", str(log)).stdout.splitlines()
     assert lines[0] == "step 1 on 2" and lines[-1] == "KeyError: 'missing shard 2'"
+
+
+def test_prefix_into_a_closed_pipe_ends_the_command() -> None:
+    """`rankscope prefix -- endless | head -3`: the command must end, not block forever."""
+    env = {**os.environ, "RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "prefix", "--", sys.executable, "-c", "while True: print('y')"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        first = [proc.stdout.readline() for _ in range(3)]
+        proc.stdout.close()
+        proc.wait(30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first == [f"[{HOST}:0] y\n".encode()] * 3
+    err = proc.stderr.read() if proc.stderr else b""
+    # The child met the closed pipe exactly as under `| head` (Python reports BrokenPipeError);
+    # rankscope itself printed nothing of its own.
+    assert b"BrokenPipeError" in err
+    assert b"rankscope" not in err

@@ -1,8 +1,8 @@
-"""`srun --label` output (``N: text``).
+"""`srun --label` output (``N: text``) with 12 tasks: ids padded to two columns.
 
-No SLURM fixture had landed on main when this was written, so these lines are written by hand
-in srun's documented ``--label`` format: the task id, right-aligned to the width of the largest
-id, then ``: `` (``srun(1)``: "Prepend task number to lines of stdout/err").
+Written by hand in srun's documented ``--label`` format (the task id right-aligned to the
+width of the largest id, then ``: ``) to cover padding, which the real 4-task srun run in
+test_srun_real.py (on the SLURM fixture) does not show.
 """
 
 from __future__ import annotations
@@ -50,3 +50,23 @@ def test_srun_label_grep(tmp_path: Path) -> None:
     assert out[0] == "starting task 1"
     assert out[-1] == "AssertionError: shard 1 empty"
     assert len(out) == 5
+
+
+def test_srun_label_around_torchrun_tee(tmp_path: Path) -> None:
+    """`srun --label torchrun --tee 3 ...`: task id (one per node) outside, torchrun's local rank inside."""
+    lines = []
+    for task in range(2):
+        for local in range(2):
+            lines.append(f"{task}: [default{local}]:step 1")
+    for text in TB + ["ValueError: bad input"]:
+        for task in range(2):
+            for local in range(2):
+                lines.append(f"{task}: [default{local}]:[rank{task * 2 + local}]: {text}")
+    path = tmp_path / "srun_torchrun.log"
+    path.write_text("\n".join(lines) + "\n")
+    data = run_cli("logs", "errors", str(path), "--json").json()
+    assert [(g["exception_type"], g["labels"]) for g in data["groups"]] == [
+        ("ValueError", ["0:0", "0:1", "1:0", "1:1"])
+    ]
+    out = run_cli("logs", "grep", "--rank", "1:0", str(path)).stdout.splitlines()
+    assert out == ["step 1", *TB, "ValueError: bad input"]

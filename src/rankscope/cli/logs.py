@@ -13,7 +13,12 @@ from rankscope.errors import BadInputError, ExitCode, NothingFoundError
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import discover
 
-INPUTS_HELP = "Log files, directories (torchrun --log-dir trees too), .gz files, or - for stdin."
+HOST_FROM_FILENAME = click.option(
+    "--host-from-filename",
+    is_flag=True,
+    help="Per-node log files (node7.log, node8.log): ranks without a host in their prefix "
+    "get the file name up to its first dot as host.",
+)
 
 LOGS_HELP = """Read the interleaved console logs of many ranks.
 
@@ -22,6 +27,7 @@ Prefixes understood: torchrun --tee ([default0]: / [host:0]: with --role host:,
 TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE forms), torch's [rank3]:, srun --label (12: ),
 Open MPI --tag-output ([1,12]<stdout>:), rankscope prefix ([host:3] ), and
 torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
+Inputs: files, directories, .gz files (by content), or - for stdin.
 
 \b
 Examples:
@@ -87,16 +93,17 @@ Examples:
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
+@HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.ranks/1).")
-def ranks(inputs: tuple[str, ...], as_json: bool) -> int:
+def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.folding import fold_labels
     from rankscope.logs.inventory import Inventory
 
-    reading = Reading(discover(inputs))
+    reading = Reading(discover(inputs), host_from_filename)
     inventory = Inventory()
     for opened in reading.sources():
         for chunk in opened.chunks:
-            inventory.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+            inventory.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
     reading.check_something_read()
     if as_json:
         _emit_json("ranks", inventory.to_dict(), reading)
@@ -136,18 +143,23 @@ Examples:
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
+@HOST_FROM_FILENAME
 @click.option("--rank", "ranks_", multiple=True, required=True, help="host:rank or rank; repeatable.")
 @click.option("--keep-prefix", is_flag=True, help="Print lines as they are, prefix included.")
-def grep(inputs: tuple[str, ...], ranks_: tuple[str, ...], keep_prefix: bool) -> int:
+def grep(
+    inputs: tuple[str, ...], ranks_: tuple[str, ...], keep_prefix: bool, host_from_filename: bool
+) -> int:
     from rankscope.logs.demux import RankGrep
 
-    reading = Reading(discover(inputs))
+    reading = Reading(discover(inputs), host_from_filename, progress=False)
     finder = RankGrep(_labels(ranks_), keep_prefix)
     out = sys.stdout.buffer
     found = 0
     for opened in reading.sources():
         for data, lo, hi in opened.windows:
-            lines = list(finder.lines(data, opened.source.fixed_label, opened.allow_srun, lo, hi))
+            lines = list(
+                finder.lines(data, opened.source.fixed_label, opened.allow_srun, lo, hi, opened.host)
+            )
             if lines:
                 found += len(lines)
                 out.write(b"\n".join(lines) + b"\n")
@@ -179,19 +191,20 @@ Examples:
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
+@HOST_FROM_FILENAME
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
-def split(inputs: tuple[str, ...], out_dir: Path, as_json: bool) -> int:
+def split(inputs: tuple[str, ...], out_dir: Path, as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.demux import Splitter, safe_file_name
 
-    reading = Reading(discover(inputs))
+    reading = Reading(discover(inputs), host_from_filename)
     if out_dir.exists() and not out_dir.is_dir():
         raise BadInputError(f"{out_dir} exists and is not a directory", "choose another --out")
     splitter = Splitter(out_dir)
     try:
         for opened in reading.sources():
             for chunk in opened.chunks:
-                splitter.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+                splitter.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
     finally:
         splitter.close()
     reading.check_something_read()
@@ -237,12 +250,13 @@ Examples:
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
+@HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.errors/1).")
 @click.option("--frames", default=6, show_default=True, help="Innermost frames shown per error.")
-def errors(inputs: tuple[str, ...], as_json: bool, frames: int) -> int:
+def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filename: bool) -> int:
     from rankscope.logs.errors_report import render_errors, scan_errors
 
-    reading = Reading(discover(inputs))
+    reading = Reading(discover(inputs), host_from_filename)
     report, counts = scan_errors(reading)
     reading.check_something_read()
     if as_json:
@@ -269,15 +283,16 @@ Examples:
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
+@HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.nccl/1).")
-def nccl(inputs: tuple[str, ...], as_json: bool) -> int:
+def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.nccl import NcclScan, render_nccl
 
-    reading = Reading(discover(inputs))
+    reading = Reading(discover(inputs), host_from_filename)
     scan = NcclScan()
     for opened in reading.sources():
         for chunk in opened.chunks:
-            scan.feed(chunk, opened.source.fixed_label, opened.allow_srun)
+            scan.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
     reading.check_something_read()
     result = scan.result()
     if not result.ranks and not result.findings:

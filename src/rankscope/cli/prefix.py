@@ -39,11 +39,17 @@ def _label(short_host: bool, rank_override: Optional[int]) -> str:
 
 
 def _pump(source: IO[bytes], sink: IO[bytes], prefix: bytes, lock: threading.Lock) -> None:
-    for line in iter(source.readline, b""):
-        with lock:
-            sink.write(prefix + line)
-            sink.flush()
-    source.close()
+    try:
+        for line in iter(source.readline, b""):
+            with lock:
+                sink.write(prefix + line)
+                sink.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        # Our reader went away (`| head`): closing the child's pipe gives it SIGPIPE on its
+        # next write, as if it had been piped to head itself.
+        pass
+    finally:
+        source.close()
 
 
 @click.command(help=HELP, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

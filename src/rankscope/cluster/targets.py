@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from rankscope.errors import BadInputError, MissingToolError, NothingFoundError, RankscopeError
+from rankscope.folding import fold_hosts
 
 #: Host names and IPv4 addresses; optionally ``user@``. No leading dash (it would read as an option).
 _NODE_NAME = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]*@)?[A-Za-z0-9_][A-Za-z0-9._-]*$")
@@ -36,13 +37,8 @@ def check_node_name(name: str) -> str:
 
 
 def fold(nodes: Iterable[str]) -> str:
-    """``["node1", "node2", "node4"]`` -> ``"node[1-2,4]"`` (ClusterShell's folding)."""
-    from ClusterShell.NodeSet import NodeSet
-
-    names = list(nodes)
-    if not names:
-        return ""
-    return str(NodeSet.fromlist(names))
+    """``["node1", "node2", "node4"]`` -> ``"node[1-2,4]"`` (ClusterShell's notation)."""
+    return fold_hosts(nodes)
 
 
 def expand_nodeset(text: str) -> list[str]:

@@ -11,21 +11,32 @@ from rankscope.ranks import current_rank
 
 
 class _TeeStream:
-    def __init__(self, original: IO[str], fd: int, lock: threading.Lock) -> None:
+    """Passes writes through; the file gets whole lines, each thread's pieces joined first.
+
+    ``print`` writes its arguments, separators and newline in separate calls; without a
+    per-thread line buffer, two threads printing at once would mix pieces inside one line.
+    """
+
+    def __init__(self, original: IO[str], owner: Tee) -> None:
         self._original = original
-        self._fd = fd
-        self._lock = lock
+        self._owner = owner
+        self._local = threading.local()
 
     def write(self, text: str) -> int:
-        with self._lock:
-            written = self._original.write(text)
-            self._original.flush()
-            if text:
-                # O_APPEND: a forked child writing through the same descriptor appends too.
-                os.write(self._fd, text.encode("utf-8", "replace"))
+        written = self._original.write(text)
+        self._original.flush()
+        partial: str = getattr(self._local, "partial", "") + text
+        cut = partial.rfind("\n") + 1
+        self._local.partial = partial[cut:]
+        if cut:
+            self._owner.write_file(partial[:cut])
         return written
 
     def flush(self) -> None:
+        partial: str = getattr(self._local, "partial", "")
+        if partial:
+            self._local.partial = ""
+            self._owner.write_file(partial)
         self._original.flush()
 
     def isatty(self) -> bool:
@@ -58,14 +69,29 @@ class Tee:
             os.makedirs(directory, exist_ok=True)
         self._fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._lock = threading.Lock()
+        if hasattr(os, "register_at_fork"):
+            # A thread of the parent may hold the lock at fork time; the child's copy would stay held.
+            os.register_at_fork(after_in_child=self._new_lock)
         self._saved = (sys.stdout, sys.stderr)
-        sys.stdout = _TeeStream(sys.stdout, self._fd, self._lock)
+        sys.stdout = _TeeStream(sys.stdout, self)
         if stderr:
-            sys.stderr = _TeeStream(sys.stderr, self._fd, self._lock)
+            sys.stderr = _TeeStream(sys.stderr, self)
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
+
+    def write_file(self, text: str) -> None:
+        """Append whole lines to the file (O_APPEND: a forked child appends too)."""
+        with self._lock:
+            if self._fd is not None:
+                os.write(self._fd, text.encode("utf-8", "replace"))
 
     def close(self) -> None:
         if self._fd is None:
             return
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, _TeeStream):
+                stream.flush()
         sys.stdout, sys.stderr = self._saved
         os.close(self._fd)
         self._fd = None

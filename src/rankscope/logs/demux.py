@@ -8,17 +8,23 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Optional
 
-from rankscope.logs.prefixes import host_and_rank, split_line
+from rankscope.logs.prefixes import host_and_rank, qualify, split_line
 
 
 def prefix_literals(label: bytes) -> list[bytes]:
-    """Every raw prefix start that can carry ``label`` (each match is confirmed by parsing)."""
+    """Every raw prefix start that can carry ``label`` (each match is confirmed by parsing).
+
+    Literals that start with ``[`` are searched at line starts; the others anywhere in a line.
+    """
     host, rank = host_and_rank(label)
     if rank is None:
         return [b"[" + label]
     number = str(rank).encode()
     if host is not None:
-        return [b"[" + label + b"]", b"[" + host.encode() + number + b"]"]
+        literals = [b"[" + label + b"]", b"[" + host.encode() + number + b"]"]
+        if host.isdigit():  # srun task / MPI rank around torchrun: "0: [default3]:" is "0:3"
+            literals += [b"]:[default" + number + b"]", b": [default" + number + b"]"]
+        return literals
     return [
         b"[" + number + b"]",
         b"[default" + number + b"]",
@@ -41,34 +47,44 @@ class RankGrep:
     def __init__(self, labels: Sequence[bytes], keep_prefix: bool) -> None:
         self.labels = set(labels)
         self.keep_prefix = keep_prefix
-        self._literals: Optional[list[bytes]] = None
+        self._literals: dict[Optional[bytes], list[bytes]] = {}
 
-    def _compile(self, sample: bytes) -> list[bytes]:
+    def _compile(self, sample: bytes, host: Optional[bytes]) -> list[bytes]:
+        wanted = set(self.labels)
+        if host is not None:  # this file's bare labels get its host: look for the bare rank too
+            wanted |= {label[len(host) + 1 :] for label in self.labels if label.startswith(host + b":")}
         literals: list[bytes] = []
-        for label in self.labels:
+        for label in wanted:
             for literal in prefix_literals(label):
                 if literal in sample and literal not in literals:
                     literals.append(literal)
         if not literals:
-            literals = [lit for label in self.labels for lit in prefix_literals(label)]
+            literals = [lit for label in wanted for lit in prefix_literals(label)]
         return literals
 
     def lines(
-        self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool, lo: int = 0, hi: int = -1
+        self,
+        chunk: bytes,
+        fixed_label: Optional[bytes],
+        allow_srun: bool,
+        lo: int = 0,
+        hi: int = -1,
+        host: Optional[bytes] = None,
     ) -> Iterator[bytes]:
         """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy."""
         if hi < 0:
             hi = len(chunk)
         if fixed_label is not None:
             chunk, lo, hi = chunk[lo:hi], 0, hi - lo
-            if fixed_label in self.labels:
+            if qualify(fixed_label, host) in self.labels:
                 for line in chunk.split(b"\n")[:-1] if chunk.endswith(b"\n") else chunk.split(b"\n"):
                     yield (b"[" + fixed_label + b"] " + line) if self.keep_prefix else line
             return
-        if self._literals is None:
-            self._literals = self._compile(chunk[lo : min(hi, lo + (8 << 20))])
+        literals = self._literals.get(host)
+        if literals is None:
+            literals = self._literals[host] = self._compile(chunk[lo : min(hi, lo + (8 << 20))], host)
         starts: set[int] = set()
-        for literal in self._literals:
+        for literal in literals:
             if literal.startswith(b"["):
                 # bytes.find on "\n[host:rank]" runs at memchr-like speed: no per-line Python work.
                 if chunk.startswith(literal, lo):
@@ -87,7 +103,7 @@ class RankGrep:
             end = chunk.find(b"\n", start, hi)
             line = chunk[start : hi if end < 0 else end]
             split = split_line(line, allow_srun)
-            if split.label in self.labels:
+            if qualify(split.label, host) in self.labels:
                 yield line.rstrip(b"\r") if self.keep_prefix else split.text
 
 
@@ -116,7 +132,9 @@ class Splitter:
             handle = self.files[label] = os.fdopen(fd, "wb")
         return handle
 
-    def feed(self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
+    def feed(
+        self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool, host: Optional[bytes] = None
+    ) -> None:
         lines = chunk.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()
@@ -128,7 +146,7 @@ class Splitter:
             else:
                 split = split_line(line, allow_srun)
                 label, text = split.label, split.text
-            buffers.setdefault(label, []).append(text)
+            buffers.setdefault(qualify(label, host), []).append(text)
         for label, texts in buffers.items():
             self._handle(label).write(b"\n".join(texts) + b"\n")
             self.counts[label] = self.counts.get(label, 0) + len(texts)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from rankscope.folding import fold_ints
 from rankscope.logs.folding import fold_labels
-from rankscope.logs.grouping import ErrorGroup, ErrorsReport, group_tracebacks
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, normalise_message
+from rankscope.logs.prefixes import host_and_rank
 from rankscope.logs.reading import Reading
-from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
+from rankscope.logs.torchrun_summary import RankExit, find_summaries
+from rankscope.logs.tracebacks import HEADER, RankTraceback, TracebackCollector
+
+#: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
+_EXCEPTION_LINE = re.compile(
+    rb"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::[^\n]*)?)$", re.M
+)
 
 PREFIX_ADVICE = (
     "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
@@ -23,26 +33,41 @@ class LineCounts:
     unprefixed: int = 0
     tracebacks: int = 0
     truncated: int = 0
+    #: torchrun's failure summary entries (launcher view: exit codes, root cause).
+    exits: list[RankExit] = field(default_factory=list)
+    #: In sources without rank prefixes: every exception line (``Name: message``), counted, so
+    #: that interleaved tracebacks whose headers or frames got mixed still show their errors.
+    exception_lines: Counter[str] = field(default_factory=Counter)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
-    collector = TracebackCollector()
+    grouper = Grouper()
+    collector = TracebackCollector(sink=grouper.add)
     counts = LineCounts()
     for opened in reading.sources():
-        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun)
+        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun, opened.host)
+        unprefixed_source: Optional[bool] = None
         for chunk in opened.chunks:
             lines = chunk.count(b"\n")
             counts.lines += lines
+            if unprefixed_source is None:
+                unprefixed_source = (
+                    opened.source.fixed_label is None
+                    and not opened.allow_srun
+                    and chunk.count(b"\n[") < max(1, lines // 10)
+                )
+            if unprefixed_source:
+                for line in _EXCEPTION_LINE.findall(chunk):
+                    counts.exception_lines[line.rstrip(b"\r").decode("utf-8", "replace")] += 1
             if opened.source.fixed_label is None and not opened.allow_srun:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
-                if chunk.endswith(b"\n["):  # cannot happen with whole-line chunks; keeps counts honest
-                    counts.unprefixed += 1
             collector.feed(chunk)
+            if b"Failures:" in chunk or b"Root Cause (first" in chunk:
+                counts.exits.extend(find_summaries(chunk))
         collector.finish()
-    report = group_tracebacks(collector.tracebacks)
-    counts.tracebacks = len(collector.tracebacks)
-    counts.truncated = sum(1 for tb in collector.tracebacks if tb.truncated)
-    return report, counts
+    counts.tracebacks = grouper.count
+    counts.truncated = grouper.truncated
+    return grouper.report(), counts
 
 
 def _where(tb: RankTraceback) -> str:
@@ -61,12 +86,16 @@ def _render_group(
     labels = group.labels
     ranks = fold_labels(labels)
     kind = "" if index == 1 or title != "error" else "minority, "
-    is_first = first is not None and any(tb is first for tb in group.members)
+    is_first = first is not None and group.first is first
     head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
+    global_ranks = group.global_ranks
+    numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
+    if global_ranks is not None and global_ranks != fold_ints(numbers):
+        head += f" (torch global ranks {global_ranks})"
     if title != "error":
         head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
-    if group.members and len(group.members) != len(labels):
-        head += f"  ({len(group.members)} tracebacks)"
+    if group.count != len(labels):
+        head += f"  ({group.count} tracebacks)"
     if is_first:
         head += "  <- first to fail"
     out = [head]
@@ -97,7 +126,7 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     out: list[str] = []
     groups = report.groups
     if not groups:
-        out.append(f"no Python tracebacks in {counts.lines} lines")
+        out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
     else:
         all_labels = {label for g in groups for label in g.labels}
         launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
@@ -107,6 +136,12 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         )
         if report.first_failure is not None:
             out.append(f"first to fail (log order): {_where(report.first_failure)}")
+        by_time = report.first_by_time
+        if by_time is not None and by_time is not report.first_failure:
+            out.append(
+                f"first to fail (by timestamp): {_where(by_time)} at {by_time.time} "
+                "(the last time that rank logged before its traceback)"
+            )
         for index, group in enumerate(groups, 1):
             out.append("")
             out.extend(_render_group(group, index, len(groups), frames, report.first_failure))
@@ -117,6 +152,8 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
                     group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
                 )
             )
+    out.extend(_render_exception_lines(counts))
+    out.extend(_render_exits(counts.exits))
     if counts.truncated:
         out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
     prefixed = counts.lines - counts.unprefixed
@@ -133,6 +170,51 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     return "\n".join(out)
 
 
+def _orphan_exception_lines(counts: LineCounts) -> list[tuple[str, int]]:
+    """Exception lines, normalised and counted, when they outnumber the rebuilt tracebacks."""
+    grouped: Counter[str] = Counter()
+    for line, count in counts.exception_lines.items():
+        name, _, message = line.partition(":")
+        grouped[f"{name}: {normalise_message(message.strip())}" if message else name] += count
+    if sum(grouped.values()) <= counts.tracebacks:
+        return []
+    return grouped.most_common()
+
+
+def _render_exception_lines(counts: LineCounts) -> list[str]:
+    rows = _orphan_exception_lines(counts)
+    if not rows:
+        return []
+    out = ["", "exception lines in the unprefixed log (more than the tracebacks that could be rebuilt):"]
+    out.extend(f"  {count:>6}x  {line}" for line, count in rows[:20])
+    if len(rows) > 20:
+        out.append(f"  ... {len(rows) - 20} more distinct lines (--json has them all)")
+    return out
+
+
+def _render_exits(exits: list[RankExit]) -> list[str]:
+    if not exits:
+        return []
+    out = [""]
+    for root in (e for e in exits if e.root_cause):
+        out.append(
+            f"torchrun's root cause (first failure it observed): rank {root.rank} on {root.host} ({root.how})"
+        )
+    by_how: dict[str, set[int]] = {}
+    for entry in exits:
+        by_how.setdefault(entry.how, set()).add(entry.rank)
+    listed = "; ".join(
+        f"{how}: {fold_labels([str(r).encode() for r in sorted(ranks)])}"
+        for how, ranks in sorted(by_how.items())
+    )
+    out.append(f"torchrun's failure summary: {listed}")
+    return out
+
+
+def _label(tb: RankTraceback) -> Optional[str]:
+    return tb.label.decode("utf-8", "replace") if tb.label is not None else None
+
+
 def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
     first = report.first_failure
     return {
@@ -145,10 +227,23 @@ def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
             "line": first.line_number,
             "exception": first.exception,
         },
+        "first_failure_by_time": None
+        if report.first_by_time is None
+        else {
+            "label": _label(report.first_by_time),
+            "source": report.first_by_time.source,
+            "line": report.first_by_time.line_number,
+            "time": report.first_by_time.time,
+            "exception": report.first_by_time.exception,
+        },
         "minority": list(range(1, len(report.groups))),
         "unprefixed_groups": [g.to_dict() for g in report.unprefixed],
         "lines": counts.lines,
         "unprefixed_lines": counts.unprefixed,
         "tracebacks": counts.tracebacks,
         "truncated_tracebacks": counts.truncated,
+        "torchrun_failures": [e.to_dict() for e in counts.exits],
+        "unprefixed_exception_lines": [
+            {"exception": line, "count": count} for line, count in _orphan_exception_lines(counts)
+        ],
     }

@@ -1,6 +1,6 @@
 """Fold rank labels into the ranges HPC people read: ``node[1-2]:[0-7]``, ``0-3,5``.
 
-The folding itself is ClusterShell's (``RangeSet``, ``NodeSet``).
+The notation is ClusterShell's; :mod:`rankscope.folding` does the folding (same output, one pass).
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Optional
 
-from ClusterShell.NodeSet import NodeSet
-from ClusterShell.RangeSet import RangeSet
-
+from rankscope.folding import fold_hosts as fold_host_names
+from rankscope.folding import fold_ints
 from rankscope.logs.prefixes import host_and_rank
 
 UNPREFIXED = "-"
@@ -35,23 +34,21 @@ def fold_labels(labels: Iterable[Optional[bytes]]) -> str:
         numbers = [r for h in hosts_with_ranks for r in by_host[h]]
         if len(numbers) == len(set(numbers)):
             # Global ranks: one range reads better than a list per host ("0-6,8-511 on node[000-063]").
-            folded = str(RangeSet.fromlist([str(r) for r in sorted(numbers)]))
-            bare = (
-                [str(RangeSet.fromlist([str(r) for r in sorted(by_host[None])]))] if None in by_host else []
-            )
-            return " ".join([*bare, f"{folded} on {NodeSet.fromlist(hosts_with_ranks)}", *sorted(odd)])
+            folded = fold_ints(numbers)
+            bare = [fold_ints(by_host[None])] if None in by_host else []
+            return " ".join([*bare, f"{folded} on {fold_host_names(hosts_with_ranks)}", *sorted(odd)])
     # Hosts with the same rank set fold together: node[1-4]:[0-7].
     by_ranks: dict[str, list[str]] = defaultdict(list)
     parts: list[str] = []
     for host, ranks in by_host.items():
-        folded = str(RangeSet.fromlist([str(r) for r in sorted(ranks)]))
+        folded = fold_ints(ranks)
         if host is None:
             parts.append(folded)
         else:
             by_ranks[folded].append(host)
-    for folded, hosts in sorted(by_ranks.items(), key=lambda item: str(NodeSet.fromlist(item[1]))):
+    for folded, hosts in sorted(by_ranks.items(), key=lambda item: fold_host_names(item[1])):
         ranks_part = f"[{folded}]" if ("," in folded or "-" in folded) else folded
-        parts.append(f"{NodeSet.fromlist(hosts)}:{ranks_part}")
+        parts.append(f"{fold_host_names(hosts)}:{ranks_part}")
     parts.extend(sorted(odd))
     return " ".join(parts)
 
@@ -59,4 +56,4 @@ def fold_labels(labels: Iterable[Optional[bytes]]) -> str:
 def fold_hosts(labels: Iterable[Optional[bytes]]) -> str:
     hosts = {host_and_rank(label)[0] for label in labels if label is not None}
     named = [h for h in hosts if h]
-    return str(NodeSet.fromlist(named)) if named else ""
+    return fold_host_names(named) if named else ""

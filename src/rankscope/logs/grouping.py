@@ -9,27 +9,39 @@ of a library) agree.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from rankscope.folding import fold_ints
 from rankscope.logs.folding import fold_hosts, fold_labels
 from rankscope.logs.prefixes import host_and_rank
+from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _IP = re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b")
 _NUMBER = re.compile(r"\d+")
-_SITE = re.compile(r"[^\s'\"]*/(?:site|dist)-packages/")
-_TMP = re.compile(r"/tmp/[^\s'\"]*")
+_SITE = re.compile(r"[^\s'\"(),\[\]]*/(?:site|dist)-packages/")
+_TMP = re.compile(r"/tmp/[^\s'\"(),\[\]]*")
 
 
-def normalise_message(message: str, hosts: Sequence[str] = ()) -> str:
+def host_pattern(hosts: Collection[str]) -> Optional[re.Pattern[str]]:
+    """One regex for whole-word host names, longest first."""
+    named = sorted((h for h in hosts if h), key=len, reverse=True)
+    if not named:
+        return None
+    return re.compile(r"\b(?:" + "|".join(re.escape(h) for h in named) + r")\b")
+
+
+def normalise_message(
+    message: str, hosts: Collection[str] = (), pattern: Optional[re.Pattern[str]] = None
+) -> str:
     """Replace the parts of an error message that differ between ranks of the same error."""
-    for host in sorted(hosts, key=len, reverse=True):
-        if host:
-            message = re.sub(rf"\b{re.escape(host)}\b", "<host>", message)
+    pattern = pattern if pattern is not None else host_pattern(hosts)
+    if pattern is not None:
+        message = pattern.sub("<host>", message)
     message = _SITE.sub("", message)
     message = _TMP.sub("<tmp>", message)
     message = _HEX.sub("<addr>", message)
@@ -43,39 +55,73 @@ def frame_key(frame: FrameLine) -> tuple[str, str]:
 
 @dataclass
 class ErrorGroup:
-    """One distinct error and every rank that raised it."""
+    """One distinct error and every rank that raised it.
+
+    Built one traceback at a time (:meth:`add`) and keeping only the first traceback in full,
+    so memory grows with distinct errors and ranks, not with the number of tracebacks.
+    """
 
     exception_type: str
     normalised_message: str
     example: RankTraceback
-    members: list[RankTraceback]
+    count: int = 0
+    _labels: dict[Optional[bytes], None] = field(default_factory=dict)
+    _exceptions: set[str] = field(default_factory=set)
+    _global_ranks: set[int] = field(default_factory=set)
+    _global_missing: bool = False
+
+    def add(self, tb: RankTraceback) -> None:
+        self.count += 1
+        self._labels.setdefault(tb.label, None)
+        if len(self._exceptions) < 2:
+            self._exceptions.add(tb.exception)
+        if tb.global_rank is None:
+            self._global_missing = True
+        else:
+            self._global_ranks.add(tb.global_rank)
+        if tb.order < self.example.order:
+            self.example = tb
 
     @property
     def labels(self) -> list[Optional[bytes]]:
-        seen: dict[Optional[bytes], None] = {}
-        for tb in self.members:
-            seen.setdefault(tb.label, None)
-        return list(seen)
+        """Every label once, by host then rank."""
+
+        def key(label: Optional[bytes]) -> tuple[int, str, int, bytes]:
+            if label is None:
+                return (1, "", 0, b"")
+            host, rank = host_and_rank(label)
+            return (0, host or "", -1 if rank is None else rank, label)
+
+        return sorted(self._labels, key=key)
+
+    @property
+    def global_ranks(self) -> Optional[str]:
+        """torch's global ranks of the members, folded, when every traceback carried one."""
+        if self._global_missing or not self._global_ranks:
+            return None
+        return fold_ints(self._global_ranks)
 
     @property
     def first(self) -> RankTraceback:
-        return min(self.members, key=lambda tb: tb.order)
+        return self.example
 
     @property
     def messages_vary(self) -> bool:
-        return len({tb.exception for tb in self.members}) > 1
+        return len(self._exceptions) > 1
 
     def to_dict(self) -> dict[str, Any]:
         example = self.example
+        labels = self.labels
         return {
             "exception_type": self.exception_type,
             "message": example.message,
             "normalised_message": self.normalised_message,
             "messages_vary": self.messages_vary,
-            "count": len(self.members),
-            "ranks": fold_labels(self.labels),
-            "labels": [_label_str(label) for label in self.labels],
-            "hosts": fold_hosts(self.labels),
+            "count": self.count,
+            "ranks": fold_labels(labels),
+            "labels": [_label_str(label) for label in labels],
+            "hosts": fold_hosts(labels),
+            "global_ranks": self.global_ranks,
             "first": _where(self.first),
             "truncated": example.truncated,
             "chained": list(example.chained),
@@ -93,6 +139,8 @@ class ErrorsReport:
     first_failure: Optional[RankTraceback]
     #: Errors printed without a rank prefix in an otherwise prefixed log: usually the launcher's own.
     unprefixed: list[ErrorGroup] = field(default_factory=list)
+    #: The traceback with the earliest timestamp, when the ranks' lines carry timestamps.
+    first_by_time: Optional[RankTraceback] = None
 
     @property
     def majority(self) -> Optional[ErrorGroup]:
@@ -111,32 +159,60 @@ def _where(tb: RankTraceback) -> dict[str, Any]:
     return {"label": _label_str(tb.label), "source": tb.source, "line": tb.line_number}
 
 
-def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
-    """Group by (type, normalised message, frames); biggest group first, ties by first appearance.
+class Grouper:
+    """Group tracebacks as they complete: by type, normalised message and frames.
 
-    When some tracebacks carry a rank and others do not, the ones without are reported apart
-    (``unprefixed``): in a prefixed log they are the launcher's (torchrun's ChildFailedError).
+    Tracebacks without a rank label are grouped apart; in a log where other tracebacks have a
+    label they are reported as ``unprefixed`` (the launcher's own, such as torchrun's
+    ChildFailedError). Host names are normalised out of messages with the hosts seen so far.
     """
-    ordered = sorted(tracebacks, key=lambda tb: tb.order)
-    labelled = [tb for tb in ordered if tb.label is not None]
-    if labelled and len(labelled) < len(ordered):
-        others = [tb for tb in ordered if tb.label is None]
-        report = _group(labelled)
-        report.unprefixed = _group(others).groups
-        return report
-    return _group(ordered)
 
+    def __init__(self) -> None:
+        self._groups: tuple[dict[tuple[Any, ...], ErrorGroup], dict[tuple[Any, ...], ErrorGroup]] = ({}, {})
+        self._hosts: set[str] = set()
+        self._host_pattern: Optional[re.Pattern[str]] = None
+        self._first: list[Optional[RankTraceback]] = [None, None]
+        self._first_timed: list[Optional[RankTraceback]] = [None, None]
+        self.count = 0
+        self.truncated = 0
 
-def _group(ordered: list[RankTraceback]) -> ErrorsReport:
-    hosts = sorted({h for tb in ordered if tb.label for h in [host_and_rank(tb.label)[0]] if h})
-    groups: dict[tuple[Any, ...], ErrorGroup] = {}
-    for tb in ordered:
-        normalised = normalise_message(tb.message, hosts)
+    def add(self, tb: RankTraceback) -> None:
+        self.count += 1
+        self.truncated += tb.truncated
+        side = 0 if tb.label is not None else 1
+        if tb.label is not None:
+            host = host_and_rank(tb.label)[0]
+            if host and host not in self._hosts:
+                self._hosts.add(host)
+                self._host_pattern = host_pattern(self._hosts)
+        normalised = normalise_message(tb.message, pattern=self._host_pattern)
         key = (tb.exception_type, normalised, tuple(frame_key(f) for f in tb.frames), tb.truncated)
-        group = groups.get(key)
+        group = self._groups[side].get(key)
         if group is None:
-            groups[key] = ErrorGroup(tb.exception_type, normalised, tb, [tb])
-        else:
-            group.members.append(tb)
-    result = sorted(groups.values(), key=lambda g: (-len(g.labels), g.first.order))
-    return ErrorsReport(result, ordered[0] if ordered else None)
+            group = self._groups[side][key] = ErrorGroup(tb.exception_type, normalised, tb)
+        group.add(tb)
+        first = self._first[side]
+        if first is None or tb.order < first.order:
+            self._first[side] = tb
+        if tb.time is not None:
+            timed = self._first_timed[side]
+            if timed is None or (sortable(tb.time), tb.order) < (sortable(timed.time or ""), timed.order):
+                self._first_timed[side] = tb
+
+    def report(self) -> ErrorsReport:
+        labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
+        if labelled:
+            return ErrorsReport(labelled, self._first[0], unlabelled, self._first_timed[0])
+        return ErrorsReport(unlabelled, self._first[1], [], self._first_timed[1])
+
+    @staticmethod
+    def _sorted(groups: dict[tuple[Any, ...], ErrorGroup]) -> list[ErrorGroup]:
+        return sorted(groups.values(), key=lambda g: (-len(g._labels), g.first.order))
+
+
+def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
+    """Group a finished list of tracebacks (see :class:`Grouper`)."""
+    grouper = Grouper()
+    for tb in sorted(tracebacks, key=lambda tb: tb.order):
+        grouper.add(tb)
+    return grouper.report()

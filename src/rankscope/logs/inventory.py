@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rankscope.logs.prefixes import host_and_rank, split_line
+from rankscope.logs.prefixes import host_and_rank, qualify, split_line
+from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
-_TIMESTAMP = re.compile(rb"(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)")
+#: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
+_HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
+_FIRST_HEAD = re.compile(rb"(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
+
+
+def _bare_lines(chunk: bytes, head: bytes) -> int:
+    """How many lines are exactly ``head`` (overlapping "\\n[3]:\\n[3]:\\n" counts twice)."""
+    count = 1 if chunk.startswith(head + b"\n") else 0
+    needle = b"\n" + head + b"\n"
+    pos = chunk.find(needle)
+    while pos >= 0:
+        count += 1
+        pos = chunk.find(needle, pos + len(needle) - 1)
+    return count
 
 
 @dataclass
@@ -23,8 +38,76 @@ class Inventory:
     ranks: dict[bytes, RankLines] = field(default_factory=dict)
     unprefixed: int = 0
     lines: int = 0
+    _head_labels: dict[bytes, Optional[bytes]] = field(default_factory=dict)
+    _host: Optional[bytes] = None
 
-    def feed(self, chunk: bytes, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def feed(
+        self,
+        chunk: bytes,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
+        self._host = host
+        if fixed_label is None and not allow_srun:
+            self._feed_bracketed(chunk)
+            return
+        self._feed_lines(chunk, fixed_label, allow_srun)
+
+    def _feed_bracketed(self, chunk: bytes) -> None:
+        """Count bracket prefixes with one C-level regex scan; parse each distinct one once.
+
+        Gives the same counts as :meth:`_feed_lines` (a test checks it), at about 20x the speed.
+        """
+        total = chunk.count(b"\n")
+        self.lines += total
+        heads: Counter[bytes] = Counter(_HEAD.findall(chunk))
+        first = _FIRST_HEAD.match(chunk)
+        if first is not None:
+            heads[first.group(1)] += 1
+        prefixed = 0
+        for head, count in heads.items():
+            label = self._head_labels.get(head, b"?")
+            if label == b"?":
+                label = self._head_labels[head] = split_line(head + b"x").label
+            label = qualify(label, self._host)
+            if label is None:
+                continue
+            if head.endswith(b":") and head[1:2].isdigit() and b"," not in head:
+                # "[3]:" alone on a line is torchrun's failure summary, not rank 3 (see prefixes.py)
+                count -= _bare_lines(chunk, head)
+                if count <= 0:
+                    continue
+            prefixed += count
+            entry = self.ranks.get(label)
+            if entry is None:
+                entry = self.ranks[label] = RankLines()
+            entry.lines += count
+            self._times(entry, chunk, head)
+        self.unprefixed += total - prefixed
+
+    def _times(self, entry: RankLines, chunk: bytes, head: bytes) -> None:
+        needle = b"\n" + head
+        if entry.first_time is None:
+            start = 0 if chunk.startswith(head) else chunk.find(needle) + 1
+            entry.first_time = stamp_at(chunk, start + len(head))
+        last = len(chunk)
+        for _ in range(16):  # the rank's last lines may be a traceback, without timestamps
+            last = chunk.rfind(needle, 0, last)
+            if last < 0:
+                if not chunk.startswith(head):
+                    break
+                last = -1  # the chunk's first line: "\n" + head would start before the chunk
+            stamp = stamp_at(chunk, last + 1 + len(head))
+            if stamp is not None:
+                entry.last_time = stamp
+                if entry.first_time is None:
+                    entry.first_time = stamp
+                break
+            if last < 0:
+                break
+
+    def _feed_lines(self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
         lines = chunk.split(b"\n")
         if lines and not lines[-1]:
             lines.pop()
@@ -40,12 +123,14 @@ class Inventory:
             if label is None:
                 self.unprefixed += 1
                 continue
+            label = qualify(label, self._host)
+            assert label is not None
             entry = ranks.get(label)
             if entry is None:
                 entry = ranks[label] = RankLines()
             entry.lines += 1
             if b"-" in text[:40]:
-                stamp = _TIMESTAMP.search(text, 0, 40)
+                stamp = TIMESTAMP.search(text, 0, 40)
                 if stamp is not None:
                     value = stamp.group(1).decode()
                     if entry.first_time is None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.logs.folding import fold_labels
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.prefixes import qualify, split_line
 
 _LINE = re.compile(
     rb"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
@@ -26,6 +26,8 @@ _SOCKET_USING = re.compile(r"NET/Socket ?: Using (.*)$")
 _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (\S+)")
 _USING_NETWORK = re.compile(r"Using network (\S+)")
 _DEVICE = re.compile(r"\[\d+\]([^\s:\[\]]+)(?::[^\s\[]*)?")
+#: "[1]mlx5_1:1/RoCE": the link layer of each NET/IB device.
+_LINK = re.compile(r"\[\d+\][^\s:\[\]]+:\d+/(\w+)")
 _CHANNEL = re.compile(r"Channel \S+ : .* via (\S+)")
 _COMM_RANK = re.compile(r"\brank (\d+) nranks (\d+)\b")
 _IB_COMPLETION = re.compile(r"Got completion from peer (\S+) with (?:status|error) (\d+).*?vendor err (\d+)")
@@ -67,6 +69,8 @@ class NcclProcess:
     version: Optional[str] = None
     network: Optional[str] = None
     ib_devices: list[str] = field(default_factory=list)
+    #: Link layer per IB device, aligned with ``ib_devices``: "IB" or "RoCE".
+    ib_links: list[str] = field(default_factory=list)
     socket_interfaces: list[str] = field(default_factory=list)
     oob_interface: Optional[str] = None
     bootstrap_interface: Optional[str] = None
@@ -89,6 +93,7 @@ class NcclProcess:
             "version": self.version,
             "network": self.network,
             "ib_devices": self.ib_devices,
+            "ib_links": self.ib_links,
             "socket_interfaces": self.socket_interfaces,
             "oob_interface": self.oob_interface,
             "bootstrap_interface": self.bootstrap_interface,
@@ -143,8 +148,16 @@ class NcclScan:
         self.completions: dict[str, _Warn] = {}
         self.system_errors = _Warn()
         self.nccl_lines = 0
+        self._host: Optional[bytes] = None
 
-    def feed(self, chunk: bytes, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def feed(
+        self,
+        chunk: bytes,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
+        self._host = host
         pos = chunk.find(b"NCCL")
         while pos >= 0:
             start = chunk.rfind(b"\n", 0, pos) + 1
@@ -155,7 +168,7 @@ class NcclScan:
 
     def _line(self, line: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
         split = split_line(line, allow_srun)
-        label = fixed_label if fixed_label is not None else split.label
+        label = qualify(fixed_label if fixed_label is not None else split.label, self._host)
         if b"unhandled system error" in split.text or b"ncclSystemError" in split.text:
             self.system_errors.count += 1
             self.system_errors.who.setdefault(label.decode() if label else "?", None)
@@ -200,6 +213,7 @@ class NcclScan:
         ib = _IB_USING.search(msg)
         if ib is not None:
             proc.ib_devices = _DEVICE.findall(ib.group(1))
+            proc.ib_links = _LINK.findall(ib.group(1))
             if ib.group(2):
                 proc.oob_interface = ib.group(2).split(":", 1)[0]
             proc.network = proc.network or "IB"
@@ -340,7 +354,8 @@ def render_nccl(result: NcclResult, notes: list[str]) -> str:
     for p in result.ranks:
         transports = ", ".join(f"{k}x{v}" for k, v in sorted(p.transports.items())) or "-"
         net = p.network or "?"
-        devices = ",".join(p.ib_devices) if p.ib_devices else ""
+        links = p.ib_links if len(p.ib_links) == len(p.ib_devices) else [""] * len(p.ib_devices)
+        devices = ",".join(f"{d}/{link}" if link else d for d, link in zip(p.ib_devices, links))
         ifaces = ",".join(p.socket_interfaces) or p.oob_interface or p.bootstrap_interface or "-"
         detail = f"IB {devices} OOB {p.oob_interface or '-'}" if net == "IB" else f"if {ifaces}"
         out.append(

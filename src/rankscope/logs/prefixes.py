@@ -58,9 +58,9 @@ def label_of(match: re.Match[bytes]) -> bytes:
     if num is not None:
         name = match.group("name")
         host = name[:-1] if name.endswith(b":") else name
-        if not name.endswith(b":") and host in _NO_HOST_NAMES:
-            return num
-        if not host:
+        if host in _NO_HOST_NAMES:
+            # torchrun's default role ("[default3]:", or "[default:3]:" from a
+            # "[${role_name}:${rank}]:" template) says nothing about the host
             return num
         return host + b":" + num
     srun = match.groupdict().get("srun")
@@ -87,6 +87,15 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
         # "[3]:" alone is how torchrun's failure summary heads each failed rank; an empty
         # print under a "[${rank}]:" template looks the same and loses nothing by this.
         return Split(b"", None, line)
+    label = label_of(match)
+    if match.group("num") is None and line.startswith(b"[", end) and not line.startswith(b"[rank", end):
+        # srun --label or mpirun --tag-output around torchrun --tee: "0: [default3]:text" is
+        # task 0 (one per node) and torchrun's local rank 3: label "0:3".
+        inner_bracket = BRACKET_PREFIX.match(line, end)
+        if inner_bracket is not None and inner_bracket.group("num") is not None:
+            inner_label = label_of(inner_bracket)
+            label = label + b":" + inner_label.rpartition(b":")[2]
+            end = inner_bracket.end()
     if match.group("name") == b"rank" and line[end : end + 1] == b" ":
         end += 1  # torch writes "[rank3]: text"
     elif line.startswith(b"[rank", end):
@@ -97,7 +106,7 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
     if match.group("mpi") is not None and b"]<std" in text:
         # Open MPI tags every write, not every line: "KeyError[1,2]<stderr>:: [1,2]<stderr>:'x'"
         text = OMPI_TAG.sub(b"", text)
-    return Split(line[:end], label_of(match), text)
+    return Split(line[:end], label, text)
 
 
 def strip_text(text: bytes) -> bytes:
@@ -111,6 +120,13 @@ def strip_text(text: bytes) -> bytes:
     if b"\x1b" in text:
         text = ANSI.sub(b"", text)
     return text
+
+
+def qualify(label: Optional[bytes], host: Optional[bytes]) -> Optional[bytes]:
+    """Give a bare rank label a host (``b"3"`` -> ``b"node7:3"``); labels with a host stay."""
+    if host is None or label is None or b":" in label:
+        return label
+    return host + b":" + label
 
 
 def host_and_rank(label: bytes) -> tuple[Optional[str], Optional[int]]:

@@ -34,6 +34,8 @@ class LogSource:
     path: Optional[Path]
     fixed_label: Optional[bytes] = None
     attempt: Optional[int] = None
+    #: Set for files found but not read as logs (torchrun's error.json), with the reason.
+    not_read: str = ""
 
     def open(self) -> BinaryIO:
         if self.path is None:
@@ -98,6 +100,9 @@ def _scan_dir(root: Path) -> list[LogSource]:
             from_tree = _from_log_dir(path)
             if from_tree is not None:
                 found.append(from_tree)
+            elif filename == "error.json" and "attempt_" in dirpath:
+                reason = "torchrun error file, not read: the same traceback is in that rank's stderr.log"
+                found.append(LogSource(str(path), path, not_read=reason))
             elif filename.endswith(LOG_SUFFIXES):
                 found.append(LogSource(str(path), path))
     return found

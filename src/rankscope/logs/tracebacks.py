@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.prefixes import qualify, split_line
+from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
 _CHAIN_MARKERS = (b"During handling of the above exception", b"The above exception was the direct cause")
@@ -23,6 +24,7 @@ _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 #: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
 MAX_STRAY = 50
 MAX_FRAMES = 200
+_GLOBAL_RANK = re.compile(rb"\[rank(\d+)\]:")
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
 
@@ -47,6 +49,11 @@ class RankTraceback:
     exception: str = ""
     chained: list[str] = field(default_factory=list)
     truncated: bool = False
+    #: The last timestamp the rank wrote before (or on) its traceback header, if any.
+    time: Optional[str] = None
+    #: The global rank from torch's ``[rankN]:`` marker on the traceback lines, if present
+    #: (the launcher prefix may carry a local rank, as torchrun's --role does).
+    global_rank: Optional[int] = None
 
     @property
     def exception_type(self) -> str:
@@ -67,6 +74,15 @@ class _Building:
     waited: int = 0
 
 
+def _find_all(chunk: bytes, needle: bytes) -> list[int]:
+    found = []
+    pos = chunk.find(needle)
+    while pos >= 0:
+        found.append(pos)
+        pos = chunk.find(needle, pos + len(needle))
+    return found
+
+
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
@@ -74,21 +90,34 @@ def _decode(data: bytes) -> str:
 class TracebackCollector:
     """Feed it chunks of whole lines (per source); read :attr:`tracebacks` after :meth:`finish`."""
 
-    def __init__(self, allow_srun: bool = False) -> None:
+    def __init__(
+        self, allow_srun: bool = False, sink: Optional[Callable[[RankTraceback], None]] = None
+    ) -> None:
+        """Complete tracebacks go to ``sink``, or are kept in :attr:`tracebacks` without one."""
         self.allow_srun = allow_srun
         self.tracebacks: list[RankTraceback] = []
+        self._sink = sink if sink is not None else self.tracebacks.append
+        self._host: Optional[bytes] = None
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
         self._fixed_label: Optional[bytes] = None
         self._lines_before = 0
         self._consumed: set[int] = set()
+        self._chunk_has_times = False
         self._cursor = (0, 0)
 
-    def start_source(self, name: str, fixed_label: Optional[bytes] = None, allow_srun: bool = False) -> None:
+    def start_source(
+        self,
+        name: str,
+        fixed_label: Optional[bytes] = None,
+        allow_srun: bool = False,
+        host: Optional[bytes] = None,
+    ) -> None:
         self.finish()
         self._source = name
         self._fixed_label = fixed_label
+        self._host = host
         self.allow_srun = allow_srun
         self._lines_before = 0
 
@@ -96,24 +125,38 @@ class TracebackCollector:
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
         self._cursor = (0, 0)
+        self._chunk_has_times = TIMESTAMP.search(chunk, 0, 1 << 16) is not None
         for building in list(self._active.values()):
-            self._follow(chunk, building, 0)
-        pos = chunk.find(HEADER)
-        while pos >= 0:
+            if building.state == "frames":
+                self._follow(chunk, building, 0)
+        # Headers and chain markers, in the order they appear: a marker turns a finished
+        # traceback of its rank into a chain that the rank's next header continues.
+        events = [(pos, True) for pos in _find_all(chunk, HEADER)]
+        # Both chain markers contain "above exception": one scan finds either.
+        events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
+        events.sort()
+        for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
             split = split_line(chunk[start:end], self.allow_srun)
-            if start not in self._consumed and split.text.startswith(HEADER):
+            if not is_header:
+                waiting = self._active.get(split.raw_prefix)
+                if (
+                    waiting is not None
+                    and waiting.state == "after"
+                    and split.text.strip().startswith(_CHAIN_MARKERS)
+                ):
+                    waiting.state = "chain"
+            elif start not in self._consumed and split.text.startswith(HEADER):
                 self._begin(chunk, start, end, split.raw_prefix, split.label)
-            pos = chunk.find(HEADER, end)
         self._lines_before += chunk.count(b"\n")
 
     def finish(self) -> None:
         for building in self._active.values():
             tb = building.tb
             tb.truncated = building.state == "frames" or (building.state == "chain" and not tb.exception)
-            self.tracebacks.append(tb)
+            self._sink(tb)
         self._active.clear()
 
     # -- internals ---------------------------------------------------------------------
@@ -135,14 +178,40 @@ class TracebackCollector:
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
-            label=self._fixed_label if self._fixed_label is not None else label,
+            label=qualify(self._fixed_label if self._fixed_label is not None else label, self._host),
             source=self._source,
             order=self._order,
             line_number=line_number,
         )
+        tb.time = self._time_before(chunk, start, raw_prefix)
+        marker = _GLOBAL_RANK.search(raw_prefix)
+        tb.global_rank = int(marker.group(1)) if marker is not None else None
         building = _Building(tb, raw_prefix)
         self._active[key] = building
         self._follow(chunk, building, end + 1)
+
+    def _time_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> Optional[str]:
+        """A timestamp on the header line or on one of the rank's few lines before it (this chunk,
+        at most 64 KiB back; nothing is searched in chunks whose first 64 KiB have no timestamp)."""
+        if not self._chunk_has_times:
+            return None
+        floor = max(0, start - (1 << 16))
+        outer = raw_prefix[: raw_prefix.find(b"[rank", 1)] if raw_prefix.find(b"[rank", 1) > 0 else raw_prefix
+        pos = start
+        for _ in range(4):
+            stamp = stamp_at(chunk, pos + len(outer)) if chunk.startswith(outer, pos) else None
+            if stamp is not None:
+                return stamp
+            if pos == 0:
+                return None
+            if outer:
+                found = chunk.rfind(b"\n" + outer, floor, pos - 1)
+                pos = found + 1 if found >= 0 else (0 if floor == 0 and chunk.startswith(outer) else -1)
+            else:
+                pos = chunk.rfind(b"\n", 0, pos - 1) + 1
+            if pos < 0:
+                return None
+        return None
 
     def _line_number(self, chunk: bytes, start: int) -> int:
         """1-based line number of ``start``; counts only from the last position asked about."""
@@ -156,7 +225,7 @@ class TracebackCollector:
     def _close(self, key: bytes, truncated: bool = False) -> None:
         building = self._active.pop(key)
         building.tb.truncated = truncated
-        self.tracebacks.append(building.tb)
+        self._sink(building.tb)
 
     def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int) -> tuple[int, int]:
         """Start and end of the next line at or after ``start`` that carries ``raw_prefix``."""
@@ -198,6 +267,10 @@ class TracebackCollector:
                 return
             if was_chain and building.state == "frames":
                 self._consumed.add(line_start)  # a chained header, not a new traceback
+            if building.state == "after":
+                # Complete unless a chain marker of this rank follows: feed() finds those
+                # markers (and the rank's next header closes it), so no search ahead here.
+                return
 
     def _step(self, building: _Building, text: bytes) -> bool:
         """Advance one line; False when the traceback is complete (the line is not part of it)."""

@@ -1,0 +1,107 @@
+"""torchrun's failure summary: which ranks failed, with which exit code, and the root cause.
+
+torchrun (torch.distributed.elastic) ends a failed run with a block like::
+
+    Failures:
+    [1]:
+      time      : 2026-11-21_10:18:24
+      host      : node7
+      rank      : 1 (local_rank: 1)
+      exitcode  : 1 (pid: 14289)
+      ...
+    Root Cause (first observed failure):
+    [0]:
+      ...
+
+Each node's agent prints one for its own ranks. The "root cause" is the failure the agent
+observed first, which is the launcher's view of the first rank to fail.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+_FIELD = re.compile(rb"^\s+(time|host|rank|exitcode|traceback)\s*: ?(.*?)\s*$")
+_RANK = re.compile(rb"(\d+)")
+_EXIT = re.compile(rb"(-?\d+)")
+_SIGNAL = re.compile(rb"Signal (\d+) \((\w+)\)")
+MARKERS = (b"Failures:", b"Root Cause (first observed failure):")
+
+
+@dataclass
+class RankExit:
+    rank: int
+    host: str
+    exitcode: Optional[int]
+    signal: Optional[str]
+    root_cause: bool
+
+    @property
+    def how(self) -> str:
+        if self.signal:
+            return self.signal
+        if self.exitcode is not None and self.exitcode < 0:
+            return f"signal {-self.exitcode}"
+        return f"exit {self.exitcode}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "host": self.host,
+            "exitcode": self.exitcode,
+            "signal": self.signal,
+            "root_cause": self.root_cause,
+        }
+
+
+def parse_summary_block(lines: list[bytes], root_cause: bool) -> list[RankExit]:
+    """Parse the entries that follow a ``Failures:`` or ``Root Cause`` marker line."""
+    exits: list[RankExit] = []
+    fields: dict[bytes, bytes] = {}
+
+    def flush() -> None:
+        if b"rank" in fields:
+            number = _RANK.search(fields[b"rank"])
+            code = _EXIT.search(fields.get(b"exitcode", b""))
+            signal = _SIGNAL.search(fields.get(b"traceback", b""))
+            if number is not None:
+                exits.append(
+                    RankExit(
+                        rank=int(number.group(1)),
+                        host=fields.get(b"host", b"?").decode("utf-8", "replace"),
+                        exitcode=int(code.group(1)) if code else None,
+                        signal=signal.group(2).decode() if signal else None,
+                        root_cause=root_cause,
+                    )
+                )
+        fields.clear()
+
+    for line in lines:
+        line = line.rstrip(b"\r")
+        if line.startswith((b"---", b"===")) or line in MARKERS:
+            break
+        if re.match(rb"^\[\d+\]:$", line):
+            flush()
+            continue
+        match = _FIELD.match(line)
+        if match is not None:
+            fields[match.group(1)] = match.group(2)
+    flush()
+    return exits
+
+
+def find_summaries(chunk: bytes) -> list[RankExit]:
+    """Every torchrun failure entry in a chunk of whole lines (entries listed twice are kept once)."""
+    exits: list[RankExit] = []
+    for marker in MARKERS:
+        pos = chunk.find(marker)
+        while pos >= 0:
+            start = chunk.find(b"\n", pos)
+            if start < 0:
+                break
+            block = chunk[start + 1 : start + 1 + 64 * 1024].split(b"\n")
+            exits.extend(parse_summary_block(block, root_cause=marker != MARKERS[0]))
+            pos = chunk.find(marker, start)
+    return exits

@@ -1,0 +1,64 @@
+"""`logs errors` details on small hand-made logs: timestamps, chains, normalisation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli
+
+from rankscope.logs.grouping import normalise_message
+
+
+def test_first_failure_by_timestamp_across_files(tmp_path: Path) -> None:
+    """Per-node files: log order says nothing across files, the timestamps do."""
+    (tmp_path / "a.log").write_text(
+        "[a:0]:2024-05-01 10:00:05,000 INFO step 9\n"
+        "[a:0]:Traceback (most recent call last):\n"
+        '[a:0]:  File "x.py", line 1, in f\n'
+        "[a:0]:ValueError: late\n"
+    )
+    (tmp_path / "b.log").write_text(
+        "[b:1]:2024-05-01T10:00:01.000 INFO step 9\n"
+        "[b:1]:some line without a time\n"
+        "[b:1]:Traceback (most recent call last):\n"
+        '[b:1]:  File "x.py", line 2, in g\n'
+        "[b:1]:KeyError: 'early'\n"
+    )
+    data = run_cli("logs", "errors", str(tmp_path / "a.log"), str(tmp_path / "b.log"), "--json").json()
+    assert data["first_failure"]["label"] == "a:0"
+    assert data["first_failure_by_time"]["label"] == "b:1"
+    assert data["first_failure_by_time"]["time"] == "2024-05-01T10:00:01.000"
+    text = run_cli("logs", "errors", str(tmp_path / "a.log"), str(tmp_path / "b.log")).stdout
+    assert "first to fail (by timestamp): b:1" in text
+
+
+def test_chained_exception_is_one_error_with_its_cause(tmp_path: Path) -> None:
+    lines = [
+        "Traceback (most recent call last):",
+        '  File "io.py", line 3, in read',
+        "FileNotFoundError: ckpt-7.pt",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 9, in resume',
+        "RuntimeError: cannot resume from ckpt-7.pt",
+    ]
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[n:{r}]:{line}\n" for r in range(3) for line in lines))
+    data = run_cli("logs", "errors", str(path), "--json").json()
+    assert len(data["groups"]) == 1
+    group = data["groups"][0]
+    assert (group["exception_type"], group["ranks"]) == ("RuntimeError", "n:[0-2]")
+    assert group["chained"] == ["FileNotFoundError: ckpt-7.pt"]
+    assert [f["function"] for f in group["frames"]] == ["resume"]
+
+
+def test_normalisation_of_varying_parts() -> None:
+    message = (
+        "connect to 10.1.2.3:29500 failed on gpu017 at 0x7ffde000 "
+        "(/opt/conda/lib/python3.11/site-packages/torch/x.py, /tmp/tmpab12/f)"
+    )
+    assert normalise_message(message, hosts=["gpu017"]) == (
+        "connect to <ip> failed on <host> at <addr> (torch/x.py, <tmp>)"
+    )
