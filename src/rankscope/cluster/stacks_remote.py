@@ -152,7 +152,10 @@ def classify_node(result: NodeResult) -> tuple[NodeResult, Optional[StacksReport
     report = _parse_report(result.stdout)
     status = result.returncode
     stderr_tail = clean_reason(last_line(result.stderr), result.node)
-    if status in (126, 127) or (report is None and re.search(r"not found|No such file", stderr_tail)):
+    # 126/127 from sh; other shells (csh: exit 1, "Command not found.") are recognised by their words,
+    # but never when rankscope itself answered with one of its own exit codes (6: py-spy not found).
+    not_found_words = re.search(r"not found|No such file", stderr_tail) and status not in _REMOTE_EXIT
+    if status in (126, 127) or (report is None and not_found_words):
         stage, reason, hint = _REMOTE_EXIT[126 if status == 126 else 127]
         result.stage, result.reason, result.hint = (
             stage,

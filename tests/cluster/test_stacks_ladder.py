@@ -1,0 +1,88 @@
+"""The stage ladder of a node's stacks answer: exit code and stdout of the remote rankscope -> stage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rankscope.cluster.fanout import NodeResult
+from rankscope.cluster.stacks_remote import classify_node, node_failures, relabel_host
+from rankscope.model import Failure, RankId
+from rankscope.stacks.report import Member, ProcessInfo, StackGroup, StacksReport
+
+
+def answer(dumped: bool, failure: str = "") -> str:
+    report = StacksReport(hosts=["vm"])
+    if dumped:
+        report.processes = [ProcessInfo(pid=10, rank=RankId("vm", rank=0))]
+        report.groups = [StackGroup("MainThread", True, (), [Member("vm", 10, 0)])]
+    if failure:
+        report.failures = [Failure("pid 11", "dump", failure, "", RankId("vm", rank=1))]
+    return json.dumps(report.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("rc", "stdout", "stderr", "stage", "reason"),
+    [
+        (0, answer(True), "", "ok", ""),
+        (4, answer(True, "py-spy did not finish"), "", "ok", ""),
+        (0, "Welcome to the cluster!\n" + answer(True), "", "ok", ""),
+        (3, answer(False), "", "no job found", "no distributed job on this node"),
+        (
+            5,
+            answer(False, "Operation not permitted"),
+            "",
+            "dump failed",
+            "every dump failed: Operation not permitted",
+        ),
+        (6, "", "rankscope: error: py-spy not found on PATH", "dump failed", "py-spy is not installed there"),
+        (
+            7,
+            answer(False, "permission denied"),
+            "",
+            "dump failed",
+            "permission denied (ptrace): permission denied",
+        ),
+        (
+            127,
+            "",
+            "sh: 1: rankscope: not found",
+            "no rankscope there",
+            "rankscope not found: sh: 1: rankscope: not found",
+        ),
+        (
+            126,
+            "",
+            "sh: 1: /opt/rankscope: Permission denied",
+            "no rankscope there",
+            "rankscope is there but cannot run",
+        ),
+        (0, "not json", "", "bad answer", "exit 0 and no stacks JSON on stdout"),
+        (2, "", "Error: No such option: --local", "command failed", "exit 2: Error: No such option: --local"),
+    ],
+)
+def test_ladder(rc: int, stdout: str, stderr: str, stage: str, reason: str) -> None:
+    result, report = classify_node(
+        NodeResult("node07", "ok" if rc == 0 else "command failed", rc, stdout, stderr)
+    )
+    assert result.stage == stage
+    assert result.reason.startswith(reason)
+    assert (report is not None) == (stage == "ok")
+
+
+def test_transport_failures_keep_their_stage_and_fold_by_reason() -> None:
+    refused = [NodeResult(f"n{i}", "unreachable", None, "", "", "Connection refused", "h") for i in (1, 2, 4)]
+    for result in refused:
+        assert classify_node(result) == (result, None)
+    [failure] = node_failures(refused)
+    assert (failure.target, failure.stage) == ("n[1-2,4]", "unreachable")
+
+
+def test_ranks_are_labelled_with_the_node_name_given() -> None:
+    report = StacksReport.from_dict(json.loads(answer(True, "py-spy did not finish")))
+    relabel_host(report, "gpu007")
+    assert report.hosts == ["gpu007"]
+    assert report.processes[0].rank.host == "gpu007"
+    assert report.groups[0].members[0].host == "gpu007"
+    assert report.failures[0].target == "gpu007: pid 11"
