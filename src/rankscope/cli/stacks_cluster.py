@@ -40,7 +40,7 @@ def run_cluster_stacks(
     full: bool,
     color: Optional[bool],
 ) -> int:
-    from rankscope.cluster.output import _write_private, write_node_files
+    from rankscope.cluster.output import write_node_files
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
     from rankscope.stacks.explain import diagnose
@@ -57,8 +57,7 @@ def run_cluster_stacks(
         title = f"SLURM job {target.jobid}, {title}"
     text = render_text(report, diagnosis, full=full, color=False, title=title)
     if out_dir is not None:
-        write_node_files(out_dir, result.nodes, document, "stacks.json")
-        _write_private(out_dir / "report.txt", text)
+        write_node_files(out_dir, result.nodes, document, "stacks.json", extra={"report.txt": text})
     if as_json:
         click.echo(json.dumps(document, indent=2))
     else:
