@@ -12,7 +12,6 @@ then SLURM. Under ``srun torchrun ...`` a worker has both ``RANK`` and ``SLURM_P
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Mapping
 from typing import Optional
 
@@ -122,7 +121,7 @@ def rank_from_env(env: Mapping[str, str], host: Optional[str] = None) -> RankId:
 
 def short_hostname() -> str:
     """``hostname -s``: the name up to the first dot."""
-    return socket.gethostname().split(".", 1)[0]
+    return os.uname().nodename.split(".", 1)[0]
 
 
 def read_environ(pid: int) -> dict[str, str]:

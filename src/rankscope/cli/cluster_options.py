@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar
 
 import click
 
-from rankscope.cluster.transports import TRANSPORTS
+from rankscope.cluster import TRANSPORTS
 
 if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the fan-out machinery
     from rankscope.cluster.run import ClusterTarget
@@ -111,6 +111,11 @@ def cluster_target(
         overall_timeout=overall_timeout,
         ssh=ssh,
     )
+
+
+def cluster_requested(kwargs: dict[str, Any]) -> bool:
+    """True when the command line names nodes (--hosts, --hostfile or --jobid)."""
+    return bool(kwargs.get("hosts") or kwargs.get("hostfile") or kwargs.get("jobid"))
 
 
 def pop_cluster_kwargs(kwargs: dict[str, Any]) -> ClusterTarget:

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import click
 
-from rankscope.cli.cluster_options import cluster_options, pop_cluster_kwargs
+from rankscope.cli.cluster_options import cluster_options, cluster_requested, pop_cluster_kwargs
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.errors import ExitCode
@@ -123,8 +123,8 @@ def stacks(
     slurm_job: Optional[str],
     **cluster: Any,
 ) -> int:
-    target = pop_cluster_kwargs(cluster)
-    if target.requested and not local:
+    if cluster_requested(cluster) and not local:
+        target = pop_cluster_kwargs(cluster)
         # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
         from rankscope.cli.stacks_cluster import run_cluster_stacks
         from rankscope.cluster.stacks_remote import RemoteStacksOptions

@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from rankscope.cluster import TRANSPORTS as TRANSPORTS
 from rankscope.errors import MissingToolError
 
 START_MARKER = "__rankscope_node_started__"
 EXIT_MARKER = "__rankscope_node_exit__"
-
-TRANSPORTS = ("srun", "pdsh", "ssh")
 
 
 def command_string(command: Union[str, Sequence[str]]) -> str:
