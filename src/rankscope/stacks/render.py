@@ -7,7 +7,7 @@ from typing import Callable, Optional
 
 import click
 
-from rankscope.folding import describe_members
+from rankscope.folding import describe_members, fold_hosts
 from rankscope.model import Frame
 from rankscope.stacks.explain import Diagnosis, describe_frame, is_comm, is_library, locate
 from rankscope.stacks.merge import TreeNode, build_tree
@@ -128,7 +128,7 @@ def render_text(
     )
     sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
     lines.append(
-        style(f"rankscope stacks: {what} on {', '.join(report.hosts) or '?'}", bold=True)
+        style(f"rankscope stacks: {what} on {fold_hosts(report.hosts) or '?'}", bold=True)
         + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, {report.seconds:.2f}s"
     )
     lines.append("")
