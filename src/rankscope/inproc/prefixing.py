@@ -14,6 +14,7 @@ import sys
 import threading
 from typing import IO, Any, Optional
 
+from rankscope.inproc._stream import StreamProxy
 from rankscope.ranks import current_rank
 
 
@@ -26,11 +27,11 @@ def prefix_label(short_host: bool = False) -> str:
     return f"[{host}] " if rank.rank is None else f"[{host}:{rank.rank}] "
 
 
-class _PrefixStream:
+class _PrefixStream(StreamProxy):
     """Buffers partial lines; writes whole lines with the prefix, flushed."""
 
     def __init__(self, original: IO[str], prefix: str) -> None:
-        self._original = original
+        super().__init__(original)
         self._prefix = prefix
         self._partial = ""
         self._lock = threading.RLock()
@@ -51,15 +52,6 @@ class _PrefixStream:
                 self._original.write(self._prefix + self._partial)
                 self._partial = ""
             self._original.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._original.fileno()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._original, name)
 
 
 def prefix_output(short_host: bool = False, label: Optional[str] = None) -> str:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import IO, Any, Optional
+from typing import IO, Optional
 
+from rankscope.inproc._stream import StreamProxy
 from rankscope.ranks import current_rank
 
 
-class _TeeStream:
+class _TeeStream(StreamProxy):
     """Passes writes through; the file gets whole lines, each thread's pieces joined first.
 
     ``print`` writes its arguments, separators and newline in separate calls; without a
@@ -18,7 +19,7 @@ class _TeeStream:
     """
 
     def __init__(self, original: IO[str], owner: Tee) -> None:
-        self._original = original
+        super().__init__(original)
         self._owner = owner
         self._local = threading.local()
 
@@ -38,15 +39,6 @@ class _TeeStream:
             self._local.partial = ""
             self._owner.write_file(partial)
         self._original.flush()
-
-    def isatty(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        return self._original.fileno()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._original, name)
 
 
 class Tee:
