@@ -238,6 +238,12 @@ def _launcher_name(table: ProcessTable, pid: Optional[int]) -> str:
     return (launcher_kind(info) or "unknown") if info else "unknown"
 
 
+def _sort_workers(job: Job) -> Job:
+    """By rank; processes without a rank last, by pid."""
+    job.workers.sort(key=lambda w: (w.rank.rank is None, w.rank.rank or 0, w.pid))
+    return job
+
+
 def find_jobs(table: Optional[ProcessTable] = None, host: Optional[str] = None) -> list[Job]:
     """Every distributed job on this node: workers grouped by their nearest launcher."""
     table = table or ProcessTable()
@@ -257,11 +263,10 @@ def find_jobs(table: Optional[ProcessTable] = None, host: Optional[str] = None) 
             )
             jobs[launcher_pid] = job
         job.workers.append(table.worker(pid, host))
-    # An outer launcher (srun's slurmstepd around torchrun) is not a job of its own.
-    result = list(jobs.values())
-    for job in result:
-        job.workers.sort(key=lambda w: (w.rank.rank is None, w.rank.rank or 0, w.pid))
-    return sorted(result, key=lambda j: -len(j.workers))
+    # Workers are keyed by their *nearest* launcher, so srun's slurmstepd around torchrun is not a job.
+    for job in jobs.values():
+        _sort_workers(job)
+    return sorted(jobs.values(), key=lambda j: -len(j.workers))
 
 
 def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job:
@@ -275,9 +280,9 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
             for child in sorted(table.descendants(pid))
             if table.is_candidate_worker(child) and not table._parent_is_worker(child)
         ]
-        job = Job(launcher=kind, launcher_pid=pid, launcher_cmdline=info.command, workers=workers)
-        job.workers.sort(key=lambda w: (w.rank.rank is None, w.rank.rank or 0, w.pid))
-        return job
+        return _sort_workers(
+            Job(launcher=kind, launcher_pid=pid, launcher_cmdline=info.command, workers=workers)
+        )
     launcher_pid = table.nearest_launcher(pid)
     launcher_info = table.procs.get(launcher_pid) if launcher_pid else None
     return Job(

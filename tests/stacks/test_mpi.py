@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.system import ensure_commands
 
+from rankscope.demo.launch import kill_tree
 from rankscope.procs import ProcessTable, find_jobs
 
 pytestmark = pytest.mark.slow
@@ -24,8 +24,8 @@ SLEEPER = (
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    # Open MPI's ranks are not in mpirun's process group: kill the whole tree.
+    kill_tree(proc, grace=2.0)
 
 
 def start_mpirun(ready: Path, nproc: int) -> subprocess.Popen[bytes]:

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Optional, Sequence
+from typing import IO, Optional
 
 import psutil
 
@@ -70,28 +71,35 @@ class LaunchedJob:
 
     def stop(self, grace: float = 5.0) -> None:
         """Terminate the job and everything it started. Safe to call twice."""
-        pids = set(self._seen)
-        try:
-            for proc in psutil.Process(self.pid).children(recursive=True):
-                pids.add(proc.pid)
-        except psutil.NoSuchProcess:
-            pass
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(grace)
-        for pid in [self.pid, *sorted(pids)]:
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(grace)
+        kill_tree(self.process, grace, known=self._seen)
 
     def __enter__(self) -> LaunchedJob:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Iterable[int] = ()) -> None:
+    """SIGTERM a launcher (torchrun forwards it), then SIGKILL it and every descendant's process group.
+
+    Descendants are listed before anything is killed: torchrun and mpirun start their workers
+    outside their own process group, and once the launcher is gone those workers are orphans
+    that neither its process group nor its list of children reaches any more.
+    """
+    pids = set(known)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        pids.update(child.pid for child in psutil.Process(process.pid).children(recursive=True))
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace)
+    for pid in [process.pid, *sorted(pids)]:
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(grace)
 
 
 def start_torchrun(

@@ -143,6 +143,7 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
     states = motion(samples)
     final = [o.snapshot for o in last.values() if o.snapshot is not None]
     report.groups = group_snapshots(final)
+    resumed = {o.target.pid for _, o in result.outcomes if o.resumed}
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
@@ -152,7 +153,7 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
                 cmdline=target.cmdline,
                 state=states.get(target.pid),
                 was_stopped=outcome.state_before in ("T", "t"),
-                resumed=any(o.resumed for _, o in result.outcomes if o.target.pid == target.pid),
+                resumed=target.pid in resumed,
                 dumped=outcome.snapshot is not None,
             )
         )

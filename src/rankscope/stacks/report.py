@@ -152,9 +152,6 @@ class StacksReport:
     def other_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if not g.is_main]
 
-    def process_by_member(self) -> dict[Member, ProcessInfo]:
-        return {p.member: p for p in self.processes}
-
     def to_dict(self, diagnosis: Optional[dict[str, Any]] = None) -> dict[str, Any]:
         data: dict[str, Any] = {
             "schema": SCHEMA,
