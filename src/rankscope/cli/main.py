@@ -1,6 +1,6 @@
 """`rankscope` entry point: a click group whose verbs are imported only when used.
 
-Lazy loading keeps `rankscope stacks` start-up fast: rich, torch helpers and the log
+Lazy loading keeps `rankscope stacks` start-up fast: the multi-node fan-out, the demo and the log
 parsers are only imported by the verbs that need them.
 """
 
