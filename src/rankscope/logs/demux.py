@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, Optional
 
-from rankscope.logs.prefixes import host_and_rank, qualify, split_line
+from rankscope.logs.prefixes import chunk_lines, host_and_rank, labelled_lines, qualify, split_line
 
 
 def prefix_literals(label: bytes) -> list[bytes]:
@@ -135,17 +135,8 @@ class Splitter:
     def feed(
         self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool, host: Optional[bytes] = None
     ) -> None:
-        lines = chunk.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
         buffers: dict[Optional[bytes], list[bytes]] = {}
-        for line in lines:
-            if fixed_label is not None:
-                label: Optional[bytes] = fixed_label
-                text = line
-            else:
-                split = split_line(line, allow_srun)
-                label, text = split.label, split.text
+        for label, text in labelled_lines(chunk_lines(chunk), fixed_label, allow_srun):
             buffers.setdefault(qualify(label, host), []).append(text)
         for label, texts in buffers.items():
             self._handle(label).write(b"\n".join(texts) + b"\n")

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rankscope.logs.prefixes import host_and_rank, qualify, split_line
+from rankscope.logs.prefixes import chunk_lines, host_and_rank, labelled_lines, qualify, split_line
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
@@ -108,18 +108,10 @@ class Inventory:
                 break
 
     def _feed_lines(self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
-        lines = chunk.split(b"\n")
-        if lines and not lines[-1]:
-            lines.pop()
+        lines = chunk_lines(chunk)
         self.lines += len(lines)
         ranks = self.ranks
-        for line in lines:
-            if fixed_label is not None:
-                label: Optional[bytes] = fixed_label
-                text = line
-            else:
-                split = split_line(line, allow_srun)
-                label, text = split.label, split.text
+        for label, text in labelled_lines(lines, fixed_label, allow_srun):
             if label is None:
                 self.unprefixed += 1
                 continue

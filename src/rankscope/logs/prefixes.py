@@ -16,6 +16,7 @@ Labels are bytes (``b"host1:3"`` or ``b"3"``): the hot loops compare and hash th
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -66,6 +67,27 @@ def label_of(match: re.Match[bytes]) -> bytes:
     srun = match.groupdict().get("srun")
     assert srun is not None
     return srun.strip()
+
+
+def chunk_lines(chunk: bytes) -> list[bytes]:
+    """The lines of a block that ends at a line boundary, without their newlines."""
+    lines = chunk.split(b"\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def labelled_lines(
+    lines: list[bytes], fixed_label: Optional[bytes], allow_srun: bool
+) -> Iterator[tuple[Optional[bytes], bytes]]:
+    """(label, text) per line: every line gets ``fixed_label`` when given, else its own prefix's."""
+    if fixed_label is not None:
+        for line in lines:
+            yield fixed_label, line
+        return
+    for line in lines:
+        split = split_line(line, allow_srun)
+        yield split.label, split.text
 
 
 def split_line(line: bytes, allow_srun: bool = False) -> Split:
