@@ -63,6 +63,8 @@ def fold_hosts(hosts: Iterable[str]) -> str:
     one pass (NodeSet parses each name: 0.4 s for 12k hosts); anything else goes to NodeSet.
     """
     unique = set(hosts)
+    if len(unique) <= 1:  # one node: nothing to fold
+        return next(iter(unique), "")
     patterns: dict[tuple[str, str], list[str]] = {}
     others: list[str] = []
     for host in unique:

@@ -12,10 +12,14 @@ then SLURM. Under ``srun torchrun ...`` a worker has both ``RANK`` and ``SLURM_P
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Optional
 
-from rankscope.model import RankId
+#: typing and collections.abc cost milliseconds to import; the annotations do not need them at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Optional
+
+    from rankscope.model import RankId
 
 # (rank, local rank, world size, node rank, local world size) variable names per family.
 _TORCH = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE")
@@ -98,6 +102,8 @@ def rank_from_env(env: Mapping[str, str], host: Optional[str] = None) -> RankId:
     ``host`` defaults to SLURM's node name when set, else this machine's short hostname.
     Missing variables stay ``None``; nothing is guessed.
     """
+    from rankscope.model import RankId
+
     if host is None:
         host = env.get("SLURMD_NODENAME") or short_hostname()
     launcher = launcher_of(env)

@@ -13,8 +13,9 @@ from tests.support.cli import run_cli
 
 from rankscope.demo.launch import LaunchedJob
 from rankscope.procs import ProcessTable, find_jobs
-from rankscope.stacks.collect import Target, collect, proc_state
-from rankscope.stacks.pyspy import find_pyspy
+from rankscope.stacks.collect import Target, collect
+from rankscope.stacks.pstate import proc_state
+from rankscope.stacks.pyspy_cmd import find_pyspy
 
 pytestmark = pytest.mark.slow
 

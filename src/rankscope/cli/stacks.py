@@ -13,9 +13,9 @@ from rankscope.cli.cluster_options import cluster_options, cluster_requested, po
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.errors import ExitCode
-from rankscope.stacks.collect import DEFAULT_TIMEOUT
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.local import StacksOptions, exit_code_for, run_local, save_outputs
+from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT
 from rankscope.stacks.render import render_text
 
 HELP = """Dump every rank's Python stacks (py-spy) and say which ranks wait where.

@@ -10,19 +10,18 @@ that was already stopped (someone sent SIGSTOP) is left alone and reported as su
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional
 
 from rankscope.model import Failure, Frame, ProcessSnapshot, RankId
+from rankscope.stacks import prefetch
 from rankscope.stacks.permissions import explain_ptrace_denied
-from rankscope.stacks.pyspy import classify_error, dump_argv, parse_dump, pyspy_env
-
-DEFAULT_TIMEOUT = 10.0
+from rankscope.stacks.pstate import ensure_running, parent_pid, proc_state
+from rankscope.stacks.pyspy import classify_error, parse_dump
+from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
+from rankscope.stacks.runner import Run, Runner
 
 
 @dataclass(frozen=True)
@@ -47,32 +46,8 @@ class DumpOutcome:
     state_before: str = "?"
     #: True when rankscope found the process stopped after its dump and sent SIGCONT.
     resumed: bool = False
-
-
-def proc_state(pid: int) -> tuple[str, int]:
-    """(state letter from /proc/PID/stat, TracerPid); ('', 0) when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        state = stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3].decode()
-        tracer = 0
-        with open(f"/proc/{pid}/status") as handle:
-            for line in handle:
-                if line.startswith("TracerPid:"):
-                    tracer = int(line.split()[1])
-                    break
-        return state, tracer
-    except (OSError, ValueError):
-        return "", 0
-
-
-def _parent_pid(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        return int(stat[stat.rindex(b")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    #: True when the dump was started at start-up by rankscope.stacks.prefetch and adopted.
+    prefetched: bool = False
 
 
 def looks_like_python(pid: int) -> Optional[bool]:
@@ -110,7 +85,7 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
             target.rank,
         ), "?"
     if state in ("Z", "X"):
-        parent = _parent_pid(target.pid)
+        parent = parent_pid(target.pid)
         return Failure(
             target.label,
             "attach",
@@ -130,92 +105,60 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
     return None, state
 
 
-def _ensure_running(pid: int, state_before: str) -> bool:
-    """Continue a process rankscope left stopped. Returns True when it had to."""
-    if state_before in ("T", "t"):
-        return False
-    state, tracer = proc_state(pid)
-    if state in ("T", "t") and tracer == 0:
-        try:
-            os.kill(pid, signal.SIGCONT)
-            return True
-        except OSError:
-            return False
-    return False
-
-
-def dump_one(
-    target: Target,
-    pyspy: str,
-    native: bool,
-    with_locals: bool,
-    timeout: float,
-    intern: dict[Frame, Frame],
-) -> DumpOutcome:
-    started = time.monotonic()
-    failure, state = precheck(target)
-    outcome = DumpOutcome(target=target, state_before=state)
-    if failure is not None:
-        outcome.failure = failure
-        return outcome
-    if timeout <= 0:
+def _interpret(
+    outcome: DumpOutcome, run: Optional[Run], error: Optional[OSError], intern: dict[Frame, Frame]
+) -> None:
+    """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting)."""
+    target = outcome.target
+    if run is None:
         outcome.failure = Failure(
-            target.label,
-            "dump",
-            "not started: the overall deadline passed",
-            "raise --deadline or narrow the targets",
-            target.rank,
+            target.label, "dump", f"could not run py-spy: {error}", "reinstall py-spy", target.rank
         )
-        return outcome
-    argv = dump_argv(pyspy, target.pid, native=native, with_locals=with_locals)
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout, env=pyspy_env(), check=False)
-    except subprocess.TimeoutExpired:
+        return
+    outcome.seconds = run.seconds
+    if run.timed_out:
         outcome.failure = Failure(
             target.label,
             "dump",
-            f"py-spy did not finish within {timeout:g}s",
+            f"py-spy did not finish within {run.deadline - run.started:g}s",
             "raise --timeout (a process under heavy load or --native symbol loading is slow)",
             target.rank,
         )
-    except OSError as exc:
-        outcome.failure = Failure(
-            target.label, "dump", f"could not run py-spy: {exc}", "reinstall py-spy", target.rank
-        )
+    elif run.returncode == 0:
+        outcome.raw = run.stdout
+        try:
+            threads = parse_dump(outcome.raw, target.pid, intern)
+            outcome.snapshot = ProcessSnapshot(
+                pid=target.pid, rank=target.rank, threads=threads, cmdline=target.cmdline
+            )
+        except ValueError as exc:
+            outcome.failure = Failure(
+                target.label,
+                "parse",
+                f"unreadable py-spy output: {exc}",
+                "rerun with --out DIR to keep the raw dump",
+                target.rank,
+            )
     else:
-        outcome.raw = proc.stdout
-        if proc.returncode == 0:
-            try:
-                threads = parse_dump(proc.stdout, target.pid, intern)
-                outcome.snapshot = ProcessSnapshot(
-                    pid=target.pid, rank=target.rank, threads=threads, cmdline=target.cmdline
-                )
-            except ValueError as exc:
-                outcome.failure = Failure(
-                    target.label,
-                    "parse",
-                    f"unreadable py-spy output: {exc}",
-                    "rerun with --out DIR to keep the raw dump",
-                    target.rank,
-                )
-        else:
-            kind, reason = classify_error(proc.stderr.decode("utf-8", "replace"))
-            hint = {
-                "permission": explain_ptrace_denied(_target_uid(target.pid)),
-                "gone": "the rank exited while rankscope looked; its log says why",
-                "not-python": "point --pid at the job's launcher or a Python worker",
-            }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
-            stage = "attach" if kind in ("permission", "not-python") else "dump"
-            outcome.failure = Failure(target.label, stage, reason, hint, target.rank)
-            outcome.raw = proc.stderr
-    finally:
-        outcome.resumed = _ensure_running(target.pid, state)
-        outcome.seconds = time.monotonic() - started
-    return outcome
+        outcome.raw = run.stderr
+        kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
+        hint = {
+            "permission": explain_ptrace_denied(_target_uid(target.pid)),
+            "gone": "the rank exited while rankscope looked; its log says why",
+            "not-python": "point --pid at the job's launcher or a Python worker",
+        }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
+        stage = "attach" if kind in ("permission", "not-python") else "dump"
+        outcome.failure = Failure(target.label, stage, reason, hint, target.rank)
 
 
-def default_parallelism() -> int:
-    return max(4, 2 * (os.cpu_count() or 1))
+def _not_started(target: Target) -> Failure:
+    return Failure(
+        target.label,
+        "dump",
+        "not started: the overall deadline passed",
+        "raise --deadline or narrow the targets",
+        target.rank,
+    )
 
 
 def collect(
@@ -228,21 +171,66 @@ def collect(
     parallelism: Optional[int] = None,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> list[DumpOutcome]:
-    """Dump every target once, in parallel. ``deadline`` is a time.monotonic() instant."""
+    """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant.
+
+    Dumps that rankscope.stacks.prefetch started for the same command lines are adopted first.
+    """
     intern: dict[Frame, Frame] = {}
     total = len(targets)
+    limit = max(1, parallelism or default_parallelism())
+    runner, early = prefetch.handover()
+    runner = runner or Runner(pyspy_env())
+    outcomes = [DumpOutcome(target=t) for t in targets]
+    owner: dict[Run, DumpOutcome] = {}
+    queue: list[DumpOutcome] = []
+    for outcome in outcomes:
+        run = early.pop(tuple(dump_argv(pyspy, outcome.target.pid, native, with_locals)), None)
+        if run is not None:
+            if deadline is not None:
+                run.deadline = min(run.deadline, deadline)
+            outcome.state_before, outcome.prefetched = run.state_before, True
+            owner[run] = outcome
+        else:
+            queue.append(outcome)
+    queue.reverse()  # popped from the end: targets in their given order
     done = 0
 
-    def task(target: Target) -> DumpOutcome:
-        remaining = timeout if deadline is None else min(timeout, deadline - time.monotonic())
-        return dump_one(target, pyspy, native, with_locals, remaining, intern)
+    def finished(outcome: DumpOutcome) -> None:
+        nonlocal done
+        outcome.resumed = ensure_running(outcome.target.pid, outcome.state_before)
+        done += 1
+        if progress is not None:
+            progress(done, total)
 
-    outcomes: list[DumpOutcome] = []
-    workers = max(1, min(parallelism or default_parallelism(), total or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for outcome in pool.map(task, targets):
-            outcomes.append(outcome)
-            done += 1
-            if progress is not None:
-                progress(done, total)
+    while queue or owner:
+        while queue and len(owner) < limit:
+            outcome = queue.pop()
+            target = outcome.target
+            failure, outcome.state_before = precheck(target)
+            remaining = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            if failure is None and remaining <= 0:
+                failure = _not_started(target)
+            if failure is not None:
+                outcome.failure = failure
+                finished(outcome)
+                continue
+            try:
+                run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
+            except OSError as exc:
+                _interpret(outcome, None, exc, intern)
+                finished(outcome)
+                continue
+            run.target, run.state_before = target.pid, outcome.state_before
+            owner[run] = outcome
+        if owner:
+            for run in runner.wait():
+                mine = owner.pop(run, None)
+                if mine is not None:
+                    _interpret(mine, run, None, intern)
+                    finished(mine)
+    # Prefetched dumps of processes that were not targets after all: let them end, keep their targets running.
+    for run in early.values():
+        while not run.done:
+            runner.wait()
+        ensure_running(run.target, run.state_before)
     return outcomes

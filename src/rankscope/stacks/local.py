@@ -14,9 +14,9 @@ from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, ProcessSnapshot
 from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
-from rankscope.stacks.collect import DEFAULT_TIMEOUT, DumpOutcome, Target, collect
+from rankscope.stacks.collect import DumpOutcome, Target, collect
 from rankscope.stacks.merge import group_snapshots, motion
-from rankscope.stacks.pyspy import find_pyspy
+from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
 
 Progress = Callable[[str], None]

@@ -1,44 +1,12 @@
-"""py-spy as the engine: build its command line, parse its JSON, classify its failures."""
+"""py-spy as the engine: parse its JSON, classify its failures (running it: pyspy_cmd)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import sys
 from typing import Any, Optional
 
-from rankscope.errors import MissingToolError
 from rankscope.model import Frame, ThreadStack
-
-
-def find_pyspy() -> str:
-    """py-spy next to this interpreter (a venv's bin/), else on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.access(beside, os.X_OK):
-        return beside
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    raise MissingToolError("py-spy", "install it: pip install py-spy (a static binary, no compiler needed)")
-
-
-def dump_argv(pyspy: str, pid: int, native: bool = False, with_locals: bool = False) -> list[str]:
-    argv = [pyspy, "dump", "--pid", str(pid), "--json"]
-    if native:
-        argv.append("--native")
-    if with_locals:
-        argv.append("--locals")
-    return argv
-
-
-def pyspy_env() -> dict[str, str]:
-    # py-spy prints a Rust backtrace on every error when RUST_BACKTRACE is set.
-    env = dict(os.environ)
-    env["RUST_BACKTRACE"] = "0"
-    return env
-
 
 _NAME_DIGITS = re.compile(r"\d+")
 _RAW_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")

@@ -1,0 +1,171 @@
+"""Start the first py-spy dumps of a `rankscope stacks` run before the rest of rankscope loads.
+
+A local `rankscope stacks` run is mostly waiting for py-spy, yet it first spends ~50 ms of one
+core importing click, dataclasses, subprocess and its own modules, while the other cores idle.
+The console-script entry calls `start()` before any of that: when the command line is a plain
+local `stacks` run, it guesses the workers from /proc (cheaply, see `guess_pids`) and spawns
+their first dumps right away (as many as the collector runs at once), with exactly the
+command line the collector would use (rankscope.stacks.runner runs them).
+
+The collector (rankscope.stacks.collect) takes the runner over with `handover()` and adopts
+each prefetched dump whose command line is one it was about to run; anything else runs as
+usual. A wrong guess therefore never changes a result: it costs one read-only dump that
+nobody adopts, which the collector (or `release()` at exit) lets finish, leaving its target
+running. Set RANKSCOPE_PREFETCH=0 to turn this off.
+
+Only os and sys are imported here, plus rankscope modules that import nothing heavier
+(ranks, pstate, pyspy_cmd, runner): importing more would defeat the purpose.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rankscope.ranks import RANK_VARIABLES
+from rankscope.stacks.pstate import ensure_running, proc_state
+from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, find_pyspy, pyspy_env
+from rankscope.stacks.runner import Run, Runner
+
+TYPE_CHECKING = False  # typing itself is too slow to import here
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+_RANK_MARKS = tuple(b"\0" + name.encode() + b"=" for name in RANK_VARIABLES)
+_FLAGS = {"--native", "--locals"}
+#: Options that do not change which processes are dumped or how.
+_DISPLAY_FLAGS = {"--json", "--no-color", "--color", "--full", "--local"}
+_VALUED = {"--pid", "--timeout", "--deadline", "--out"}
+_runner: Runner | None = None
+_early: dict[tuple[str, ...], Run] = {}
+
+
+def parse(argv: Sequence[str]) -> tuple[list[int], bool, bool, float] | None:
+    """(pids, native, with_locals, timeout) of a plain local `stacks` command line, else None."""
+    if not argv or argv[0] != "stacks":
+        return None
+    pids: list[int] = []
+    flags: set[str] = set()
+    timeout = DEFAULT_TIMEOUT
+    args = list(argv[1:])
+    while args:
+        name, has_value, value = args.pop(0).partition("=")
+        if name in _FLAGS or name in _DISPLAY_FLAGS:
+            if has_value:
+                return None
+            flags.add(name)
+            continue
+        if name not in _VALUED:
+            return None  # --all-python, --samples, --jobs, --hosts ...: the collector decides alone
+        if not has_value:
+            if not args:
+                return None
+            value = args.pop(0)
+        try:
+            if name == "--pid":
+                pids.append(int(value))
+            elif name == "--timeout":
+                timeout = float(value)
+            elif name == "--deadline":
+                float(value)
+        except ValueError:
+            return None
+    return pids, "--native" in flags, "--locals" in flags, timeout
+
+
+def _ppid_table() -> dict[int, int]:
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    stat = handle.read()
+                table[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return table
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    except OSError:
+        return False
+
+
+def _has_rank(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = b"\0" + handle.read()
+    except OSError:
+        return False
+    return any(mark in environ for mark in _RANK_MARKS)
+
+
+def guess_pids(pids: Sequence[int]) -> list[int]:
+    """The processes `stacks` will most likely dump: a cheap guess, never a promise.
+
+    ``--pid P``: P's Python children (a launcher's workers), else P itself. No target: the
+    Python processes with a rank variable whose parent is not one, when they share one parent.
+    """
+    parents = _ppid_table()
+    if pids:
+        guessed = []
+        for pid in pids:
+            children = sorted(c for c, p in parents.items() if p == pid and _is_python(c))
+            guessed += children or ([pid] if _is_python(pid) else [])
+        return guessed
+    mine: set[int] = set()
+    pid = os.getpid()
+    while pid and pid not in mine:
+        mine.add(pid)
+        pid = parents.get(pid, 0)
+    ranked = {p for p in parents if p not in mine and _is_python(p) and _has_rank(p)}
+    workers = sorted(p for p in ranked if parents[p] not in ranked)
+    return workers if len({parents[p] for p in workers}) == 1 else []
+
+
+def start(argv: Sequence[str]) -> int:
+    """Spawn the first dumps of ``rankscope ARGV`` when it is a plain local `stacks` run; how many."""
+    global _runner
+    if os.environ.get("RANKSCOPE_PREFETCH", "1") == "0" or not sys.platform.startswith("linux"):
+        return 0
+    parsed = parse(argv)
+    if parsed is None:
+        return 0
+    pids, native, with_locals, timeout = parsed
+    try:
+        pyspy = find_pyspy()
+        runner = Runner(pyspy_env())
+        for pid in guess_pids(pids)[: default_parallelism()]:
+            key = tuple(dump_argv(pyspy, pid, native=native, with_locals=with_locals))
+            state = proc_state(pid)[0]
+            if state and state not in ("Z", "X") and key not in _early:
+                run = runner.spawn(key, timeout)
+                run.target, run.state_before = pid, state
+                _early[key] = run
+                _runner = runner
+    except Exception:  # py-spy missing, no posix_spawn ...: the collector does it all and reports why
+        pass
+    if _runner is not None:
+        import atexit
+
+        atexit.register(release)
+    return len(_early)
+
+
+def handover() -> tuple[Runner | None, dict[tuple[str, ...], Run]]:
+    """The runner and the prefetched dumps by command line, now owned by the caller (once)."""
+    global _runner, _early
+    handed = _runner, _early
+    _runner, _early = None, {}
+    return handed
+
+
+def release() -> None:
+    """At exit, when no collector took them: let the prefetched dumps end, leaving targets running."""
+    runner, early = handover()
+    if runner is not None:
+        runner.finish_all()
+    for run in early.values():
+        ensure_running(run.target, run.state_before)

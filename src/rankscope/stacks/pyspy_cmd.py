@@ -1,0 +1,49 @@
+"""Running py-spy: where it is, its command line, its environment.
+
+Kept free of heavy imports (only os and sys): rankscope.stacks.prefetch uses it before the
+rest of rankscope has loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: Seconds one dump may take unless told otherwise (--timeout).
+DEFAULT_TIMEOUT = 10.0
+
+
+def find_pyspy() -> str:
+    """py-spy next to this interpreter (a venv's bin/), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(beside, os.X_OK):
+        return beside
+    import shutil
+
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    from rankscope.errors import MissingToolError
+
+    raise MissingToolError("py-spy", "install it: pip install py-spy (a static binary, no compiler needed)")
+
+
+def dump_argv(pyspy: str, pid: int, native: bool = False, with_locals: bool = False) -> list[str]:
+    argv = [pyspy, "dump", "--pid", str(pid), "--json"]
+    if native:
+        argv.append("--native")
+    if with_locals:
+        argv.append("--locals")
+    return argv
+
+
+def pyspy_env() -> dict[str, str]:
+    # py-spy prints a Rust backtrace on every error when RUST_BACKTRACE is set.
+    env = dict(os.environ)
+    env["RUST_BACKTRACE"] = "0"
+    return env
+
+
+def default_parallelism() -> int:
+    """How many dumps run at once unless told: py-spy is short and mostly waits on the kernel."""
+    return max(4, 2 * (os.cpu_count() or 1))

@@ -1,0 +1,165 @@
+"""Run many short commands at once from one thread: posix_spawn, two pipes each, one poll loop.
+
+`rankscope stacks` runs one py-spy per rank. With subprocess and a thread pool every dump
+costs a thread, a Popen and a communicate() loop, and importing concurrent.futures and
+subprocess alone takes longer than several dumps. Here each command is spawned with
+os.posix_spawn, its stdout and stderr are read through a single select.poll(), and a
+command past its deadline is killed. Only os, select and time are imported, so the
+runner can start before the rest of rankscope loads (rankscope.stacks.prefetch).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import time
+
+TYPE_CHECKING = False  # typing is too slow to import here
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+_READ = select.POLLIN | select.POLLHUP | select.POLLERR
+_CHUNK = 1 << 16
+
+
+class Run:
+    """One command: its process, output read so far, and how it ended."""
+
+    __slots__ = (
+        "argv",
+        "child",
+        "started",
+        "deadline",
+        "target",
+        "state_before",
+        "_fds",
+        "_chunks",
+        "_open",
+        "returncode",
+        "timed_out",
+    )
+
+    def __init__(self, argv: tuple[str, ...], child: int, fds: tuple[int, int], timeout: float) -> None:
+        self.argv = argv
+        self.child = child
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        #: The process the command looks at (0: none) and its state letter just before it started.
+        self.target = 0
+        self.state_before = "?"
+        self._fds = fds
+        self._chunks: dict[int, list[bytes]] = {fds[0]: [], fds[1]: []}
+        self._open = set(fds)
+        self.returncode: int | None = None
+        self.timed_out = False
+
+    @property
+    def done(self) -> bool:
+        return self.returncode is not None
+
+    @property
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def stdout(self) -> bytes:
+        return b"".join(self._chunks[self._fds[0]])
+
+    @property
+    def stderr(self) -> bytes:
+        return b"".join(self._chunks[self._fds[1]])
+
+
+class Runner:
+    """Commands started with `spawn` and finished by `wait`; each is reaped exactly once."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+        self.running: list[Run] = []
+        self._poll = select.poll()
+        self._owner: dict[int, Run] = {}
+
+    def spawn(self, argv: Sequence[str], timeout: float) -> Run:
+        """Start ``argv`` (stdin /dev/null, stdout and stderr captured); OSError if it cannot start."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
+        try:
+            child = os.posix_spawn(argv[0], list(argv), self.env, file_actions=actions)
+        except OSError:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        run = Run(tuple(argv), child, (out_r, err_r), timeout)
+        for fd in (out_r, err_r):
+            self._owner[fd] = run
+            self._poll.register(fd, _READ)
+        self.running.append(run)
+        return run
+
+    def _close(self, run: Run, fd: int) -> None:
+        self._poll.unregister(fd)
+        del self._owner[fd]
+        os.close(fd)
+        run._open.discard(fd)
+
+    def _reap(self, run: Run) -> None:
+        for fd in list(run._open):
+            self._close(run, fd)
+        _, status = os.waitpid(run.child, 0)
+        run.returncode = os.waitstatus_to_exitcode(status)
+        self.running.remove(run)
+
+    def kill(self, run: Run) -> None:
+        """Stop a command now (SIGKILL) and reap it; it counts as timed out."""
+        import contextlib
+        import signal
+
+        if run.done:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(run.child, signal.SIGKILL)
+        run.timed_out = True
+        self._reap(run)
+
+    def wait(self, until: float | None = None) -> list[Run]:
+        """Read output until at least one command ends or ``until`` (monotonic) passes.
+
+        Returns the commands that ended (reaped), including those killed at their deadline.
+        """
+        finished: list[Run] = []
+        while self.running and not finished:
+            now = time.monotonic()
+            for run in [r for r in self.running if r.deadline <= now]:
+                self.kill(run)
+                finished.append(run)
+            if finished or (until is not None and now >= until):
+                break
+            nearest = min(r.deadline for r in self.running)
+            if until is not None:
+                nearest = min(nearest, until)
+            for fd, _ in self._poll.poll(max(0.0, nearest - now) * 1000 + 1):
+                run = self._owner[fd]
+                data = os.read(fd, _CHUNK)
+                if data:
+                    run._chunks[fd].append(data)
+                    continue
+                self._close(run, fd)
+                if not run._open:  # both pipes closed: the command has exited
+                    self._reap(run)
+                    finished.append(run)
+        return finished
+
+    def finish_all(self) -> list[Run]:
+        """Wait for every running command (each under its own deadline)."""
+        ended: list[Run] = []
+        while self.running:
+            ended += self.wait()
+        return ended
