@@ -6,7 +6,12 @@ stand-in remote rankscope picks the node's job by the RANKSCOPE_NODE variable ea
 sends. A black-holed node (iptables DROP on its port) measures what a dead node costs.
 All of it runs inside a private network namespace, so the DROP rule touches nothing else.
 
-    sudo .venv/bin/python bench/bench_multinode.py [--nodes 32] [--repeat 3] [--deadline 3]
+    sudo .venv/bin/python bench/bench_multinode.py [--nodes 32] [--repeat 3] [--deadline 3] [--root-rc]
+
+A node's login shell reads a plain ~/.bashrc (Debian's /etc/skel one, which returns at once for
+non-interactive shells): the sessions get a scratch HOME through sshd's SetEnv. With --root-rc
+they read this machine's /root/.bashrc instead, which runs `pyenv init` on every ssh command
+(about 80 ms of CPU per login, paid by rankscope and the manual line alike).
 
 Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/multinode.json.
 """
@@ -84,7 +89,13 @@ def inner(args: argparse.Namespace) -> int:
     sshd = None
     try:
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-        sshd = start_sshd(scratch / "sshd", nodes)
+        extra = []
+        if not args.root_rc:
+            home = scratch / "home"
+            home.mkdir()
+            shutil.copy("/etc/skel/.bashrc", home / ".bashrc")
+            extra.append(f"SetEnv HOME={home}")
+        sshd = start_sshd(scratch / "sshd", nodes, extra=extra)
         hole = free_port()
         subprocess.run(
             ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(hole), "-j", "DROP"], check=True
@@ -191,13 +202,20 @@ def inner(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "multinode.json").write_text(
             json.dumps(
-                {"nodes": len(nodes), "ranks": 2 * len(nodes), "runs": runs, "sequential": costs}, indent=2
+                {
+                    "nodes": len(nodes),
+                    "ranks": 2 * len(nodes),
+                    "root_rc": args.root_rc,
+                    "runs": runs,
+                    "sequential": costs,
+                },
+                indent=2,
             )
         )
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(
             f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, "
-            f"load average {load}\n"
+            f"login rc: {'/root/.bashrc' if args.root_rc else '/etc/skel/.bashrc'}, load average {load}\n"
         )
         print("| what | median s | min-max s | exit | output lines |")
         print("|---|---:|---:|---:|---:|")
@@ -232,6 +250,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=10.0, help="--node-timeout for the black-hole run")
+    parser.add_argument("--root-rc", action="store_true", help="nodes read /root/.bashrc at login")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -240,7 +259,7 @@ def main() -> int:
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         argv = [sys.executable, __file__, "--inner", "--nodes", str(args.nodes), "--repeat", str(args.repeat),
-                "--deadline", str(args.deadline)]  # fmt: skip
+                "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else [])]  # fmt: skip
         return subprocess.run(["ip", "netns", "exec", namespace, *argv]).returncode
     finally:
         subprocess.run(["ip", "netns", "del", namespace])

@@ -80,30 +80,6 @@ def test_runner_spawn_of_a_missing_program_raises_and_leaks_nothing() -> None:
     assert runner.running == [] and _open_fds() == fds
 
 
-@pytest.mark.parametrize(
-    ("argv", "expected"),
-    [
-        (["stacks"], ([], False, False, 10.0)),
-        (["stacks", "--pid", "42", "--pid=43", "--json"], ([42, 43], False, False, 10.0)),
-        (["stacks", "--native", "--locals", "--timeout", "2.5", "--no-color"], ([], True, True, 2.5)),
-        (["stacks", "--local", "--json", "--deadline", "30", "--out", "d"], ([], False, False, 10.0)),
-        (["stacks", "--all-python"], None),
-        (["stacks", "--samples", "3"], None),
-        (["stacks", "--hosts", "n[1-4]"], None),
-        (["stacks", "--jobs", "1"], None),
-        (["stacks", "--pid", "x"], None),
-        (["stacks", "--pid"], None),
-        (["stacks", "--native=yes"], None),
-        (["stacks", "--help"], None),
-        (["logs", "errors", "x.log"], None),
-        (["--debug", "stacks"], None),
-        ([], None),
-    ],
-)
-def test_prefetch_only_guesses_plain_local_stacks_runs(argv: list[str], expected: object) -> None:
-    assert prefetch.parse(argv) == expected
-
-
 @pytest.mark.slow
 def test_guess_matches_discovery_for_a_launcher_and_for_no_target(lock_job: LaunchedJob) -> None:
     assert prefetch.guess_pids([lock_job.pid]) == lock_job.worker_pids()
@@ -113,7 +89,7 @@ def test_guess_matches_discovery_for_a_launcher_and_for_no_target(lock_job: Laun
 
 @pytest.mark.slow
 def test_prefetched_dumps_are_adopted(lock_job: LaunchedJob) -> None:
-    assert prefetch.start(["stacks", "--pid", str(lock_job.pid), "--json"]) == 4
+    assert prefetch.start([lock_job.pid], False, False, 10.0) == 4
     result = run_local(StacksOptions(pids=(lock_job.pid,)))
     assert [o.prefetched for _, o in result.outcomes] == [True] * 4
     assert all(o.snapshot is not None for _, o in result.outcomes)
@@ -126,7 +102,7 @@ def test_prefetched_dumps_are_adopted(lock_job: LaunchedJob) -> None:
 def test_a_wrong_guess_is_not_used_and_leaves_its_target_running(lock_job: LaunchedJob) -> None:
     first, second = lock_job.worker_pids()[:2]
     # Guessed: `--native` dumps of `first`. Collected: a plain dump of `second` only.
-    assert prefetch.start(["stacks", "--pid", str(first), "--native"]) == 1
+    assert prefetch.start([first], True, False, 10.0) == 1
     targets = [Target(second, rank_of_pid(second))]
     (outcome,) = collect(targets, find_pyspy())
     assert outcome.snapshot is not None and not outcome.prefetched

@@ -93,9 +93,16 @@ class Sshd:
 
 
 def start_sshd(
-    workdir: Path, aliases: Sequence[str] = (), listen: str = "127.0.0.1", netns: Optional[str] = None
+    workdir: Path,
+    aliases: Sequence[str] = (),
+    listen: str = "127.0.0.1",
+    netns: Optional[str] = None,
+    extra: Sequence[str] = (),
 ) -> Sshd:
-    """Start sshd on ``listen`` (inside ``netns`` if given) and write the client config for ``aliases``."""
+    """Start sshd on ``listen`` (inside ``netns`` if given) and write the client config for ``aliases``.
+
+    ``extra`` lines are added to the sshd configuration.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     host_key = keygen(workdir / "host_key")
@@ -125,6 +132,7 @@ def start_sshd(
                 "MaxStartups 512",
                 "MaxSessions 512",
                 "LogLevel ERROR",
+                *extra,
                 "",
             ]
         )

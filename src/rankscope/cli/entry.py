@@ -1,18 +1,31 @@
-"""The `rankscope` console script: give a local `stacks` run a head start, then run the CLI.
+"""The `rankscope` console script.
 
-rankscope.stacks.prefetch starts the first py-spy dumps before click and the rest of
-rankscope are imported, so the imports overlap with the dumps instead of preceding them.
+A plain local `rankscope stacks` run (rankscope.cli.plain) gets a head start: its first
+py-spy dumps start at once (rankscope.stacks.prefetch), and it runs without importing click
+(rankscope.cli.stacks_report). Everything else goes to the click CLI (rankscope.cli.main).
+`RANKSCOPE_PREFETCH=0` turns both off.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main() -> None:
-    from rankscope.stacks.prefetch import start
+    argv = sys.argv[1:]
+    if os.environ.get("RANKSCOPE_PREFETCH", "1") != "0":
+        from rankscope.cli.plain import parse_plain
 
-    start(sys.argv[1:])
+        plain = parse_plain(argv)
+        if plain is not None:
+            from rankscope.stacks.prefetch import start
+
+            start(plain.pids, plain.native, plain.with_locals, plain.timeout)
+            from rankscope.cli.guard import run_guarded
+            from rankscope.cli.stacks_report import run_plain
+
+            run_guarded(lambda: run_plain(plain))
     from rankscope.cli.main import main as cli_main
 
     cli_main()

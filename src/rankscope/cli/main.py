@@ -13,7 +13,8 @@ from typing import Any, Optional
 import click
 
 from rankscope import __version__
-from rankscope.errors import ExitCode, RankscopeError
+from rankscope.cli.guard import run_guarded
+from rankscope.errors import ExitCode
 
 #: verb -> "module:attribute" of its click command.
 VERBS: dict[str, str] = {
@@ -62,35 +63,21 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-def main(argv: Optional[list[str]] = None) -> Any:
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+def _click_main(argv: Optional[list[str]]) -> Any:
+    """The click group, with click's own endings (usage errors, --help, Ctrl-C at a prompt) as exit codes."""
     try:
-        result = cli.main(args=argv, prog_name="rankscope", standalone_mode=False)
+        return cli.main(args=argv, prog_name="rankscope", standalone_mode=False)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        sys.exit(ExitCode.USAGE)
+        return ExitCode.USAGE
     except click.exceptions.Abort:
         click.echo("rankscope: interrupted", err=True)
-        sys.exit(130)
-    except RankscopeError as exc:
-        if debug:
-            raise
-        click.echo(f"rankscope: error: {exc.one_line()}", err=True)
-        sys.exit(int(exc.exit_code))
-    except KeyboardInterrupt:
-        click.echo("rankscope: interrupted", err=True)
-        sys.exit(130)
-    except BrokenPipeError:
-        sys.exit(0)
-    except Exception as exc:  # a bug: keep it to one line unless asked
-        if debug:
-            raise
-        click.echo(
-            f"rankscope: internal error: {type(exc).__name__}: {exc} — rerun with --debug and report it",
-            err=True,
-        )
-        sys.exit(ExitCode.INTERNAL)
+        return 130
+
+
+def main(argv: Optional[list[str]] = None) -> Any:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     # Commands return their exit code (standalone_mode=False hands it back here).
-    sys.exit(result if isinstance(result, int) else 0)
+    run_guarded(lambda: _click_main(argv), debug)

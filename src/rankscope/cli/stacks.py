@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import click
 
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, pop_cluster_kwargs
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
-from rankscope.errors import ExitCode
-from rankscope.stacks.explain import diagnose
-from rankscope.stacks.local import StacksOptions, exit_code_for, run_local, save_outputs
-from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT
-from rankscope.stacks.render import render_text
+from rankscope.cli.stacks_report import report_local
+from rankscope.stacks.local import StacksOptions
+from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
 
 HELP = """Dump every rank's Python stacks (py-spy) and say which ranks wait where.
 
@@ -38,16 +34,6 @@ Examples:
 Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
 6 py-spy missing, 7 permission denied (see docs/exit-codes.md).
 """
-
-
-def _progress_printer() -> Optional[Callable[[str], None]]:
-    if not sys.stderr.isatty():
-        return None
-
-    def show(message: str) -> None:
-        click.echo(f"\r\033[K{message}", err=True, nl=False)
-
-    return show
 
 
 @click.command(help=HELP + CLUSTER_EXAMPLES)
@@ -79,7 +65,7 @@ def _progress_printer() -> Optional[Callable[[str], None]]:
 @click.option(
     "--deadline",
     type=click.FloatRange(0.1),
-    default=60.0,
+    default=DEFAULT_DEADLINE,
     show_default=True,
     help="Deadline for the whole collection, seconds.",
 )
@@ -151,34 +137,4 @@ def stacks(
         interval=interval,
         parallelism=parallelism,
     )
-    progress = _progress_printer()
-    result = run_local(options, progress=progress)
-    if progress is not None:
-        click.echo("\r\033[K", err=True, nl=False)
-    report = result.report
-    diagnosis = diagnose(report)
-    document = report.to_dict(diagnosis=diagnosis.to_dict())
-    text = render_text(report, diagnosis, full=full, color=False)
-    code = exit_code_for(report)
-    if code == ExitCode.NOTHING_FOUND and not as_json:
-        click.echo(
-            "rankscope: error: no distributed job found on this node (no torchrun/deepspeed/accelerate/mpirun/srun "
-            "workers with a rank) — name a process with --pid PID, or use --all-python",
-            err=True,
-        )
-        return int(code)
-    if out_dir is not None:
-        save_outputs(out_dir, result, document, text)
-    if as_json:
-        click.echo(json.dumps(document, indent=2))
-    else:
-        use_color = sys.stdout.isatty() if color is None else color
-        click.echo(
-            render_text(report, diagnosis, full=full, color=use_color) if use_color else text, nl=False
-        )
-        if out_dir is not None:
-            click.echo(f"\nraw dumps, stacks.json and report.txt: {out_dir}/")
-    if code in (ExitCode.ALL_FAILED, ExitCode.PERMISSION_DENIED, ExitCode.BAD_INPUT) and report.failures:
-        first = report.failures[0]
-        click.echo(f"rankscope: error: {first.target}: {first.reason} — {first.hint}", err=True)
-    return int(code)
+    return report_local(options, as_json, None if out_dir is None else str(out_dir), full, color)

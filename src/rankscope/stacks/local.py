@@ -7,8 +7,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, ProcessSnapshot
@@ -16,8 +15,11 @@ from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
 from rankscope.stacks.merge import group_snapshots, motion
-from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, find_pyspy
+from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
+
+if TYPE_CHECKING:  # pathlib is imported only when --out is used
+    from pathlib import Path
 
 Progress = Callable[[str], None]
 
@@ -29,7 +31,7 @@ class StacksOptions:
     native: bool = False
     with_locals: bool = False
     timeout: float = DEFAULT_TIMEOUT
-    deadline: float = 60.0
+    deadline: float = DEFAULT_DEADLINE
     samples: int = 1
     interval: float = 1.0
     parallelism: Optional[int] = None

@@ -2,16 +2,16 @@
 
 A local `rankscope stacks` run is mostly waiting for py-spy, yet it first spends ~50 ms of one
 core importing click, dataclasses, subprocess and its own modules, while the other cores idle.
-The console-script entry calls `start()` before any of that: when the command line is a plain
-local `stacks` run, it guesses the workers from /proc (cheaply, see `guess_pids`) and spawns
-their first dumps right away (as many as the collector runs at once), with exactly the
-command line the collector would use (rankscope.stacks.runner runs them).
+The console-script entry calls `start()` before any of that when the command line is a plain
+local `stacks` run (rankscope.cli.plain): it guesses the workers from /proc (cheaply, see
+`guess_pids`) and spawns their first dumps right away (as many as the collector runs at once),
+with exactly the command line the collector would use (rankscope.stacks.runner runs them).
 
 The collector (rankscope.stacks.collect) takes the runner over with `handover()` and adopts
 each prefetched dump whose command line is one it was about to run; anything else runs as
 usual. A wrong guess therefore never changes a result: it costs one read-only dump that
 nobody adopts, which the collector (or `release()` at exit) lets finish, leaving its target
-running. Set RANKSCOPE_PREFETCH=0 to turn this off.
+running. RANKSCOPE_PREFETCH=0 turns this off (see rankscope.cli.entry).
 
 Only os and sys are imported here, plus rankscope modules that import nothing heavier
 (ranks, pstate, pyspy_cmd, runner): importing more would defeat the purpose.
@@ -24,7 +24,7 @@ import sys
 
 from rankscope.ranks import RANK_VARIABLES
 from rankscope.stacks.pstate import ensure_running, proc_state
-from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, find_pyspy, pyspy_env
+from rankscope.stacks.pyspy_cmd import default_parallelism, dump_argv, find_pyspy, pyspy_env
 from rankscope.stacks.runner import Run, Runner
 
 TYPE_CHECKING = False  # typing itself is too slow to import here
@@ -32,45 +32,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 _RANK_MARKS = tuple(b"\0" + name.encode() + b"=" for name in RANK_VARIABLES)
-_FLAGS = {"--native", "--locals"}
-#: Options that do not change which processes are dumped or how.
-_DISPLAY_FLAGS = {"--json", "--no-color", "--color", "--full", "--local"}
-_VALUED = {"--pid", "--timeout", "--deadline", "--out"}
 _runner: Runner | None = None
 _early: dict[tuple[str, ...], Run] = {}
-
-
-def parse(argv: Sequence[str]) -> tuple[list[int], bool, bool, float] | None:
-    """(pids, native, with_locals, timeout) of a plain local `stacks` command line, else None."""
-    if not argv or argv[0] != "stacks":
-        return None
-    pids: list[int] = []
-    flags: set[str] = set()
-    timeout = DEFAULT_TIMEOUT
-    args = list(argv[1:])
-    while args:
-        name, has_value, value = args.pop(0).partition("=")
-        if name in _FLAGS or name in _DISPLAY_FLAGS:
-            if has_value:
-                return None
-            flags.add(name)
-            continue
-        if name not in _VALUED:
-            return None  # --all-python, --samples, --jobs, --hosts ...: the collector decides alone
-        if not has_value:
-            if not args:
-                return None
-            value = args.pop(0)
-        try:
-            if name == "--pid":
-                pids.append(int(value))
-            elif name == "--timeout":
-                timeout = float(value)
-            elif name == "--deadline":
-                float(value)
-        except ValueError:
-            return None
-    return pids, "--native" in flags, "--locals" in flags, timeout
 
 
 def _ppid_table() -> dict[int, int]:
@@ -125,15 +88,11 @@ def guess_pids(pids: Sequence[int]) -> list[int]:
     return workers if len({parents[p] for p in workers}) == 1 else []
 
 
-def start(argv: Sequence[str]) -> int:
-    """Spawn the first dumps of ``rankscope ARGV`` when it is a plain local `stacks` run; how many."""
+def start(pids: Sequence[int], native: bool, with_locals: bool, timeout: float) -> int:
+    """Spawn the first dumps of a local `stacks` run for ``pids`` (none: find the job). How many."""
     global _runner
-    if os.environ.get("RANKSCOPE_PREFETCH", "1") == "0" or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return 0
-    parsed = parse(argv)
-    if parsed is None:
-        return 0
-    pids, native, with_locals, timeout = parsed
     try:
         pyspy = find_pyspy()
         runner = Runner(pyspy_env())

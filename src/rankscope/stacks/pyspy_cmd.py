@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import sys
 
-#: Seconds one dump may take unless told otherwise (--timeout).
+#: Seconds one dump may take, and a whole collection, unless told otherwise (--timeout, --deadline).
 DEFAULT_TIMEOUT = 10.0
+DEFAULT_DEADLINE = 60.0
 
 
 def find_pyspy() -> str:

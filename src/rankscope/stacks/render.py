@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable, Optional
 
-import click
-
 from rankscope.folding import describe_members, fold_hosts
 from rankscope.model import Frame
 from rankscope.stacks.explain import Diagnosis, describe_frame, is_comm, is_library, locate
@@ -114,7 +112,11 @@ def render_text(
     color: bool = False,
     title: str = "",
 ) -> str:
-    style: Style = click.style if color else _plain
+    style: Style = _plain
+    if color:  # only for a terminal: `--json` and piped reports never pay for importing click
+        import click
+
+        style = click.style
     multi_host = len(report.hosts) > 1
     states: dict[Member, Optional[str]] = (
         {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}

@@ -1,0 +1,42 @@
+"""How every rankscope command ends: one line per error and a documented exit code.
+
+Shared by the click CLI and the click-free path of plain `stacks` runs (rankscope.cli.entry).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+from rankscope.errors import ExitCode, RankscopeError
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
+
+
+def run_guarded(command: Callable[[], object], debug: bool = False) -> NoReturn:
+    """Run ``command`` and exit with its int result (0 otherwise); errors become one line and a code.
+
+    With ``debug`` a rankscope or internal error keeps its traceback.
+    """
+    try:
+        result = command()
+    except RankscopeError as exc:
+        if debug:
+            raise
+        _say(f"rankscope: error: {exc.one_line()}")
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        _say("rankscope: interrupted")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # a bug: keep it to one line unless asked
+        if debug:
+            raise
+        _say(f"rankscope: internal error: {type(exc).__name__}: {exc} — rerun with --debug and report it")
+        sys.exit(ExitCode.INTERNAL)
+    sys.exit(result if isinstance(result, int) else 0)
