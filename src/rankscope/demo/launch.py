@@ -111,10 +111,12 @@ def start_torchrun(
     torchrun_args: Sequence[str] = (),
     env: Optional[dict[str, str]] = None,
     stdout: Optional[IO[bytes]] = None,
+    launcher: Optional[Sequence[str]] = None,
 ) -> LaunchedJob:
     """Start ``torchrun --standalone --nproc-per-node N script ...`` in its own session.
 
-    Output goes to ``workdir/job.log`` unless ``stdout`` is given.
+    ``launcher`` replaces everything before the script (e.g. ``accelerate launch ...``); it
+    must start ``nproc`` workers. Output goes to ``workdir/job.log`` unless ``stdout`` is given.
     """
     workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rankscope-job-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -124,17 +126,10 @@ def start_torchrun(
     job_env["RANKSCOPE_READY_DIR"] = str(workdir)
     job_env.setdefault("OMP_NUM_THREADS", "1")
     log_path = workdir / "job.log"
-    argv = [
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node",
-        str(nproc),
-        *torchrun_args,
-        str(script),
-        *script_args,
-    ]
+    if launcher is None:
+        launcher = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+        launcher += torchrun_args
+    argv = [*launcher, str(script), *script_args]
     log = stdout if stdout is not None else open(log_path, "wb")  # noqa: SIM115 - handed to the child
     try:
         process = subprocess.Popen(
