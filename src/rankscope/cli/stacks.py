@@ -74,7 +74,7 @@ Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
     "parallelism",
     type=click.IntRange(1, 256),
     default=None,
-    help="Dumps in parallel (default: max(4, 2 x CPUs)).",
+    help="Dumps in parallel (default: 2 x CPUs, from 4 to 64).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema rankscope.stacks/1).")
 @click.option(

@@ -46,5 +46,9 @@ def pyspy_env() -> dict[str, str]:
 
 
 def default_parallelism() -> int:
-    """How many dumps run at once unless told: py-spy is short and mostly waits on the kernel."""
-    return max(4, 2 * (os.cpu_count() or 1))
+    """How many dumps run at once unless told: two per CPU, at least 4, at most 64.
+
+    py-spy is short and mostly waits on the kernel; the cap keeps a big node's run within a
+    default open-files limit (two pipes per dump) and its memory small (~10 MB per py-spy).
+    """
+    return max(4, min(64, 2 * (os.cpu_count() or 1)))
