@@ -183,8 +183,9 @@ def collect(
     outcomes = [DumpOutcome(target=t) for t in targets]
     owner: dict[Run, DumpOutcome] = {}
     queue: list[DumpOutcome] = []
+    argvs = {id(o): dump_argv(pyspy, o.target.pid, native, with_locals) for o in outcomes}
     for outcome in outcomes:
-        run = early.pop(tuple(dump_argv(pyspy, outcome.target.pid, native, with_locals)), None)
+        run = early.pop(tuple(argvs[id(outcome)]), None)
         if run is not None:
             if deadline is not None:
                 run.deadline = min(run.deadline, deadline)
@@ -215,7 +216,7 @@ def collect(
                 finished(outcome)
                 continue
             try:
-                run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
+                run = runner.spawn(argvs[id(outcome)], remaining)
             except OSError as exc:
                 _interpret(outcome, None, exc, intern)
                 finished(outcome)
@@ -229,8 +230,5 @@ def collect(
                     _interpret(mine, run, None, intern)
                     finished(mine)
     # Prefetched dumps of processes that were not targets after all: let them end, keep their targets running.
-    for run in early.values():
-        while not run.done:
-            runner.wait()
-        ensure_running(run.target, run.state_before)
+    prefetch.settle(runner, early)
     return outcomes

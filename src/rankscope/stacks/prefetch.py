@@ -23,7 +23,7 @@ import os
 import sys
 
 from rankscope.ranks import RANK_VARIABLES
-from rankscope.stacks.pstate import ensure_running, proc_state
+from rankscope.stacks.pstate import ensure_running, parent_pid, proc_state
 from rankscope.stacks.pyspy_cmd import default_parallelism, dump_argv, find_pyspy, pyspy_env
 from rankscope.stacks.runner import Run, Runner
 
@@ -38,14 +38,10 @@ _early: dict[tuple[str, ...], Run] = {}
 
 def _ppid_table() -> dict[int, int]:
     table = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as handle:
-                    stat = handle.read()
-                table[int(name)] = int(stat[stat.rindex(b")") + 2 :].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
+    for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+        ppid = parent_pid(pid)
+        if ppid is not None:
+            table[pid] = ppid
     return table
 
 
@@ -121,10 +117,14 @@ def handover() -> tuple[Runner | None, dict[tuple[str, ...], Run]]:
     return handed
 
 
-def release() -> None:
-    """At exit, when no collector took them: let the prefetched dumps end, leaving targets running."""
-    runner, early = handover()
+def settle(runner: Runner | None, unused: dict[tuple[str, ...], Run]) -> None:
+    """Let every command of ``runner`` end and leave the targets of ``unused`` prefetched dumps running."""
     if runner is not None:
         runner.finish_all()
-    for run in early.values():
+    for run in unused.values():
         ensure_running(run.target, run.state_before)
+
+
+def release() -> None:
+    """At exit, when no collector took them: let the prefetched dumps end, leaving targets running."""
+    settle(*handover())
