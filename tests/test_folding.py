@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rankscope.folding import describe_members, fold_hosts, fold_ints, parse_ints
-from rankscope.stacks.report import Member
+from rankscope.model import Member
 
 
 @given(st.sets(st.integers(min_value=0, max_value=5000), max_size=300))

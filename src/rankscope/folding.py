@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from rankscope.stacks.report import Member
+from rankscope.model import Member
 
 
 def fold_ints(values: Iterable[int]) -> str:

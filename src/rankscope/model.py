@@ -1,6 +1,6 @@
 """The shared vocabulary of rankscope: who a process is, what its stacks were, what failed.
 
-Everything here is plain data with one JSON form. Modules imported inside a training
+Everything here is plain data with one JSON form (rankscope.serial). Modules imported inside a training
 process use this file, so it stays compatible with Python 3.9.
 """
 
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from enum import Enum
+from typing import NamedTuple, Optional
+
+from rankscope.serial import OMIT_NONE
 
 #: Bumped whenever a JSON field changes meaning or disappears (adding fields does not bump it).
 SCHEMA_VERSION = 1
@@ -33,30 +36,33 @@ class RankId:
     @property
     def label(self) -> str:
         """``host:rank`` as printed in logs and reports (``host`` alone without a rank)."""
-        return self.host if self.rank is None else f"{self.host}:{self.rank}"
+        return rank_label(self.host, self.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "rank": self.rank,
-            "local_rank": self.local_rank,
-            "world_size": self.world_size,
-            "node_rank": self.node_rank,
-            "local_world_size": self.local_world_size,
-            "launcher": self.launcher,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankId:
-        return cls(
-            host=str(data.get("host", "")),
-            rank=data.get("rank"),
-            local_rank=data.get("local_rank"),
-            world_size=data.get("world_size"),
-            node_rank=data.get("node_rank"),
-            local_world_size=data.get("local_world_size"),
-            launcher=str(data.get("launcher", "unknown")),
-        )
+def rank_label(host: str, rank: Optional[int]) -> str:
+    """The one spelling of a rank's label: ``host:rank``, or ``host`` for a process without a rank."""
+    return host if rank is None else f"{host}:{rank}"
+
+
+def parse_label(label: str) -> tuple[str, Optional[int]]:
+    """``"node1:3"`` -> ``("node1", 3)``; ``"node1"`` -> ``("node1", None)`` (the inverse of rank_label)."""
+    host, sep, rank = label.rpartition(":")
+    if sep and rank.isdigit():
+        return host, int(rank)
+    return label, None
+
+
+@dataclass(frozen=True)
+class Member:
+    """One process in a group of equal things (a stack, an error, an output): where it runs, and its rank."""
+
+    host: str
+    pid: int
+    rank: Optional[int]
+
+    @property
+    def label(self) -> str:
+        return rank_label(self.host, self.rank)
 
 
 class Frame(NamedTuple):
@@ -87,16 +93,6 @@ class Frame(NamedTuple):
             return self.filename.rsplit("/", 1)[-1]
         return f"{self.short_filename}:{self.line}"
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"function": self.function, "filename": self.filename, "line": self.line}
-        if self.library is not None:
-            data["library"] = self.library
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Frame:
-        return cls(str(data["function"]), str(data["filename"]), int(data["line"]), data.get("library"))
-
 
 _PACKAGE_ROOTS = ("/site-packages/", "/dist-packages/")
 
@@ -121,33 +117,7 @@ class ThreadStack:
     active: bool = False
     owns_gil: bool = False
     #: Per-frame local variables (aligned with ``frames``) when collected with ``--locals``.
-    locals: Optional[tuple[Optional[dict[str, str]], ...]] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "thread_id": self.thread_id,
-            "name": self.name,
-            "is_main": self.is_main,
-            "active": self.active,
-            "owns_gil": self.owns_gil,
-            "frames": [f.to_dict() for f in self.frames],
-        }
-        if self.locals is not None:
-            data["locals"] = list(self.locals)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ThreadStack:
-        local_vars = data.get("locals")
-        return cls(
-            thread_id=int(data["thread_id"]),
-            name=str(data.get("name", "")),
-            frames=tuple(Frame.from_dict(f) for f in data.get("frames", [])),
-            is_main=bool(data.get("is_main", False)),
-            active=bool(data.get("active", False)),
-            owns_gil=bool(data.get("owns_gil", False)),
-            locals=tuple(local_vars) if local_vars is not None else None,
-        )
+    locals: Optional[tuple[Optional[dict[str, str]], ...]] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
@@ -167,56 +137,77 @@ class ProcessSnapshot:
                 return thread
         return self.threads[0] if self.threads else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "rank": self.rank.to_dict(),
-            "taken_at": self.taken_at,
-            "cmdline": self.cmdline,
-            "threads": [t.to_dict() for t in self.threads],
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProcessSnapshot:
-        return cls(
-            pid=int(data["pid"]),
-            rank=RankId.from_dict(data.get("rank", {})),
-            threads=[ThreadStack.from_dict(t) for t in data.get("threads", [])],
-            taken_at=float(data.get("taken_at", 0.0)),
-            cmdline=str(data.get("cmdline", "")),
-        )
+class Words(str, Enum):
+    """An enum whose members are the words written in reports and JSON (``Stage.NO_JOB == "no job found"``)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Stage(Words):
+    """How far rankscope got with a target before it failed: one ladder for processes and nodes.
+
+    A process: discover -> attach -> dump -> parse. A node (the manual "date, then pgrep, then
+    py-spy" ladder): unreachable -> auth refused -> transport error / timeout -> no rankscope
+    there -> no job found -> dump failed / bad answer / command failed. ``ok`` is a node that answered.
+    """
+
+    DISCOVER = "discover"
+    ATTACH = "attach"
+    DUMP = "dump"
+    PARSE = "parse"
+    OK = "ok"
+    UNREACHABLE = "unreachable"
+    AUTH_REFUSED = "auth refused"
+    TIMEOUT = "timeout"
+    TRANSPORT_ERROR = "transport error"
+    COMMAND_FAILED = "command failed"
+    NO_RANKSCOPE = "no rankscope there"
+    NO_JOB = "no job found"
+    DUMP_FAILED = "dump failed"
+    BAD_ANSWER = "bad answer"
+
+
+class FailureKind(Words):
+    """Why a target failed, whatever the stage: what the exit code and the fix depend on."""
+
+    GONE = "gone"
+    PERMISSION = "permission"
+    NOT_PYTHON = "not-python"
+    ZOMBIE = "zombie"
+    TIMED_OUT = "timed-out"
+    MISSING_TOOL = "missing-tool"
+    BAD_OUTPUT = "bad-output"
+    NOTHING_THERE = "nothing-there"
+    OTHER = "other"
 
 
 @dataclass(frozen=True)
 class Failure:
     """Something rankscope could not do, kept as data so the rest of the report still prints.
 
-    ``stage`` is where it stopped: ``discover``, ``attach``, ``dump``, ``parse``, ``connect`` ...
-    ``hint`` is the next thing the user can do about it.
+    ``stage`` is where it stopped and ``kind`` why; ``hint`` is the next thing the user can do.
     """
 
     target: str
-    stage: str
+    stage: Stage
     reason: str
     hint: str = ""
     rank: Optional[RankId] = None
+    kind: FailureKind = FailureKind.OTHER
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "stage": self.stage,
-            "reason": self.reason,
-            "hint": self.hint,
-            "rank": self.rank.to_dict() if self.rank else None,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Failure:
-        rank = data.get("rank")
-        return cls(
-            target=str(data["target"]),
-            stage=str(data["stage"]),
-            reason=str(data["reason"]),
-            hint=str(data.get("hint", "")),
-            rank=RankId.from_dict(rank) if rank else None,
-        )
+@dataclass
+class NodeStatus:
+    """How one node of a multi-node run answered: ``ok``, or the stage it reached and why."""
+
+    node: str
+    stage: Stage
+    #: The remote command's exit status; None when it never reported one (transport failure, timeout).
+    returncode: Optional[int]
+    reason: str = ""
+    elapsed: float = field(default=0.0, metadata={"round": 3})

@@ -8,8 +8,8 @@ import pytest
 
 from rankscope.cluster.fanout import NodeResult
 from rankscope.cluster.stacks_remote import classify_node, node_failures, relabel_host
-from rankscope.model import Failure, RankId
-from rankscope.stacks.report import Member, ProcessInfo, StackGroup, StacksReport
+from rankscope.model import Failure, Member, RankId
+from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport, load_report, report_document
 
 
 def answer(dumped: bool, failure: str = "") -> str:
@@ -19,7 +19,7 @@ def answer(dumped: bool, failure: str = "") -> str:
         report.groups = [StackGroup("MainThread", True, (), [Member("vm", 10, 0)])]
     if failure:
         report.failures = [Failure("pid 11", "dump", failure, "", RankId("vm", rank=1))]
-    return json.dumps(report.to_dict())
+    return json.dumps(report_document(report))
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_transport_failures_keep_their_stage_and_fold_by_reason() -> None:
 
 
 def test_ranks_are_labelled_with_the_node_name_given() -> None:
-    report = StacksReport.from_dict(json.loads(answer(True, "py-spy did not finish")))
+    report = load_report(json.loads(answer(True, "py-spy did not finish")))
     relabel_host(report, "gpu007")
     assert report.hosts == ["gpu007"]
     assert report.processes[0].rank.host == "gpu007"

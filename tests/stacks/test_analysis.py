@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
 from rankscope.stacks.explain import diagnose, locate
 from rankscope.stacks.merge import build_tree, group_snapshots, merge_reports, motion
 from rankscope.stacks.render import render_text
-from rankscope.stacks.report import ProcessInfo, StacksReport
+from rankscope.stacks.report import ProcessInfo, StacksReport, load_report, report_document
 
 SITE = "/venv/lib/python3.11/site-packages/"
 MAIN = Frame("<module>", "/job/train.py", 90)
@@ -114,10 +116,20 @@ def test_merge_reports_of_two_nodes() -> None:
 
 def test_json_round_trip() -> None:
     report = report_of(*hung(0, 1, 3), snap(2, MAIN, LOOP, LOAD))
-    text = json.dumps(report.to_dict())
-    again = StacksReport.from_dict(json.loads(text))
-    assert again.to_dict() == report.to_dict()
+    report.diagnosis = diagnose(report)
+    text = json.dumps(report_document(report))
+    again = load_report(json.loads(text))
+    assert report_document(again) == report_document(report)
+    assert again.diagnosis is not None and again.diagnosis.divergent_ranks == [2]
     assert diagnose(again).headline == diagnose(report).headline
+    assert again.groups[0].frames == report.groups[0].frames  # Frames come back as Frames
+
+
+def test_loading_a_foreign_document_names_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="not a rankscope.stacks document"):
+        load_report({"schema": "rankscope.exec/1"})
+    with pytest.raises(ValueError, match=r"groups\[0\].*missing field 'thread'"):
+        load_report({"schema": "rankscope.stacks/1", "groups": [{"frames": []}]})
 
 
 def test_motion_marks_stuck_and_moving() -> None:

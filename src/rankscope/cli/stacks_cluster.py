@@ -45,12 +45,13 @@ def run_cluster_stacks(
     from rankscope.cluster.targets import fold
     from rankscope.stacks.explain import diagnose
     from rankscope.stacks.render import render_text
+    from rankscope.stacks.report import report_document
 
     result = stacks_remote(target, options)
     report = result.report
-    diagnosis = diagnose(report)
-    document = report.to_dict(diagnosis=diagnosis.to_dict())
-    document["nodes"] = result.nodes_json()
+    diagnosis = report.diagnosis = diagnose(report)
+    report.nodes = result.node_statuses()
+    document = report_document(report)
     answered = result.answered
     title = f"{len(answered)} of {len(result.nodes)} nodes ({fold(answered) or 'none'})"
     if target.jobid:

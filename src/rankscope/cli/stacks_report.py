@@ -15,6 +15,7 @@ from rankscope.errors import ExitCode
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.local import StacksOptions, exit_code_for, run_local, save_outputs
 from rankscope.stacks.render import render_text
+from rankscope.stacks.report import report_document
 
 if TYPE_CHECKING:
     from rankscope.cli.plain import PlainStacks
@@ -46,8 +47,8 @@ def report_local(
     if progress is not None:
         progress("")
     report = result.report
-    diagnosis = diagnose(report)
-    document = report.to_dict(diagnosis=diagnosis.to_dict()) if as_json or out_dir is not None else {}
+    diagnosis = report.diagnosis = diagnose(report)
+    document = report_document(report) if as_json or out_dir is not None else {}
     text = render_text(report, diagnosis, full=full, color=False)
     code = exit_code_for(report)
     out = sys.stdout

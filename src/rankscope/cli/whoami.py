@@ -9,6 +9,7 @@ import click
 
 from rankscope.errors import BadInputError, ExitCode
 from rankscope.ranks import current_rank, rank_of_pid
+from rankscope.serial import to_json
 
 HELP = """Show the rank identity (host, rank, local rank, world size, node rank, launcher)
 that rankscope derives from a process's environment.
@@ -40,8 +41,8 @@ def whoami(pid: Optional[int], as_json: bool) -> int:
                 "run as the process owner or as root",
             ) from None
     if as_json:
-        click.echo(json.dumps(rank.to_dict(), indent=2))
+        click.echo(json.dumps(to_json(rank), indent=2))
     else:
-        for key, value in rank.to_dict().items():
+        for key, value in to_json(rank).items():
             click.echo(f"{key:17} {'-' if value is None else value}")
     return ExitCode.OK

@@ -14,15 +14,15 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Optional
 
 from rankscope.cluster.fanout import COMMAND_FAILED, OK, NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.errors import ExitCode
-from rankscope.model import Failure
+from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
-from rankscope.stacks.report import StacksReport
+from rankscope.stacks.report import StacksReport, load_report
 
 NO_RANKSCOPE = "no rankscope there"
 NO_JOB = "no job found"
@@ -115,17 +115,8 @@ class ClusterStacks:
             return ExitCode.NOTHING_FOUND
         return ExitCode.ALL_FAILED
 
-    def nodes_json(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "node": r.node,
-                "stage": r.stage,
-                "returncode": r.returncode,
-                "reason": r.reason,
-                "elapsed": round(r.elapsed, 3),
-            }
-            for r in self.nodes
-        ]
+    def node_statuses(self) -> list[NodeStatus]:
+        return [NodeStatus(r.node, Stage(r.stage), r.returncode, r.reason, r.elapsed) for r in self.nodes]
 
 
 def _parse_report(stdout: str) -> Optional[StacksReport]:
@@ -133,13 +124,13 @@ def _parse_report(stdout: str) -> Optional[StacksReport]:
     if not text:
         return None
     try:
-        return StacksReport.from_dict(json.loads(text))
+        return load_report(json.loads(text))
     except (ValueError, KeyError, TypeError):
         # A login banner or an rc-file echo may come first: try from the first "{" at a line start.
         match = re.search(r"^\{", text, re.MULTILINE)
         if match and match.start() > 0:
             try:
-                return StacksReport.from_dict(json.loads(text[match.start() :]))
+                return load_report(json.loads(text[match.start() :]))
             except (ValueError, KeyError, TypeError):
                 return None
         return None
@@ -205,7 +196,7 @@ def relabel_host(report: StacksReport, node: str) -> StacksReport:
 def node_failures(results: Sequence[NodeResult]) -> list[Failure]:
     """One Failure per (stage, reason) with the folded node list as its target."""
     return [
-        Failure(target=group.nodeset, stage=group.stage, reason=group.reason, hint=group.hint)
+        Failure(target=group.nodeset, stage=Stage(group.stage), reason=group.reason, hint=group.hint)
         for group in group_failures(results)
     ]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rankscope.demo.launch import start_torchrun
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.stacks.explain import Diagnosis, diagnose
+from rankscope.stacks.explain import diagnose
 from rankscope.stacks.local import StacksOptions, run_local
-from rankscope.stacks.report import StacksReport
+from rankscope.stacks.report import Diagnosis, StacksReport
 
 
 @dataclass

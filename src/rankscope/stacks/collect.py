@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from rankscope.model import Failure, Frame, ProcessSnapshot, RankId
+from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
 from rankscope.stacks import prefetch
 from rankscope.stacks.permissions import explain_ptrace_denied
 from rankscope.stacks.pstate import ensure_running, parent_pid, proc_state
@@ -79,28 +79,31 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
     if not state:
         return Failure(
             target.label,
-            "discover",
+            Stage.DISCOVER,
             "no such process (it exited or never existed)",
             "check the pid with ps; a rank that exited early is in the job's log",
             target.rank,
+            FailureKind.GONE,
         ), "?"
     if state in ("Z", "X"):
         parent = parent_pid(target.pid)
         return Failure(
             target.label,
-            "attach",
+            Stage.ATTACH,
             f"the process is a zombie: it exited and its parent (pid {parent}) has not reaped it",
             "this rank died; read its exit status and last log lines",
             target.rank,
+            FailureKind.ZOMBIE,
         ), state
     if looks_like_python(target.pid) is False:
         name = target.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] or "?"
         return Failure(
             target.label,
-            "attach",
+            Stage.ATTACH,
             f"not a Python process ({name})",
             "point --pid at the job's launcher or a Python worker",
             target.rank,
+            FailureKind.NOT_PYTHON,
         ), state
     return None, state
 
@@ -112,17 +115,23 @@ def _interpret(
     target = outcome.target
     if run is None:
         outcome.failure = Failure(
-            target.label, "dump", f"could not run py-spy: {error}", "reinstall py-spy", target.rank
+            target.label,
+            Stage.DUMP,
+            f"could not run py-spy: {error}",
+            "reinstall py-spy",
+            target.rank,
+            FailureKind.MISSING_TOOL,
         )
         return
     outcome.seconds = run.seconds
     if run.timed_out:
         outcome.failure = Failure(
             target.label,
-            "dump",
+            Stage.DUMP,
             f"py-spy did not finish within {run.deadline - run.started:g}s",
             "raise --timeout (a process under heavy load or --native symbol loading is slow)",
             target.rank,
+            FailureKind.TIMED_OUT,
         )
     elif run.returncode == 0:
         outcome.raw = run.stdout
@@ -134,10 +143,11 @@ def _interpret(
         except ValueError as exc:
             outcome.failure = Failure(
                 target.label,
-                "parse",
+                Stage.PARSE,
                 f"unreadable py-spy output: {exc}",
                 "rerun with --out DIR to keep the raw dump",
                 target.rank,
+                FailureKind.BAD_OUTPUT,
             )
     else:
         outcome.raw = run.stderr
@@ -147,17 +157,18 @@ def _interpret(
             "gone": "the rank exited while rankscope looked; its log says why",
             "not-python": "point --pid at the job's launcher or a Python worker",
         }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
-        stage = "attach" if kind in ("permission", "not-python") else "dump"
-        outcome.failure = Failure(target.label, stage, reason, hint, target.rank)
+        stage = Stage.ATTACH if kind in ("permission", "not-python") else Stage.DUMP
+        outcome.failure = Failure(target.label, stage, reason, hint, target.rank, FailureKind(kind))
 
 
 def _not_started(target: Target) -> Failure:
     return Failure(
         target.label,
-        "dump",
+        Stage.DUMP,
         "not started: the overall deadline passed",
         "raise --deadline or narrow the targets",
         target.rank,
+        FailureKind.TIMED_OUT,
     )
 
 

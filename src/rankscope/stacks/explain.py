@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 from rankscope.folding import describe_members, fold_ints
-from rankscope.model import Frame
-from rankscope.stacks.report import Member, StackGroup, StacksReport
+from rankscope.model import Frame, Member
+from rankscope.stacks.report import Diagnosis, Finding, StackGroup, StacksReport
 
 #: Python-level entry points of torch.distributed (and DeepSpeed's comm layer) that block.
 COLLECTIVES = frozenset(
@@ -149,51 +149,9 @@ def _user_before(frames: Sequence[Frame], index: int) -> Optional[Frame]:
     return None
 
 
-@dataclass
-class Finding:
-    """A set of ranks at one place."""
-
-    kind: str  # "waiting" (in a collective), "elsewhere" (not), "together" (everyone the same)
-    members: list[Member]
-    place: Place
-    text: str
-
-    def ranks(self) -> list[int]:
-        return sorted({m.rank for m in self.members if m.rank is not None})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "ranks": fold_ints(self.ranks()),
-            "members": [m.to_dict() for m in self.members],
-            "collective": self.place.collective,
-            "called_from": self.place.caller.to_dict() if self.place.caller else None,
-            "innermost": self.place.innermost.to_dict() if self.place.innermost else None,
-            "text": self.text,
-        }
-
-
-@dataclass
-class Diagnosis:
-    headline: str
-    findings: list[Finding] = field(default_factory=list)
-    divergent: list[Member] = field(default_factory=list)
-    missing_ranks: list[int] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def divergent_ranks(self) -> list[int]:
-        return sorted({m.rank for m in self.divergent if m.rank is not None})
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "headline": self.headline,
-            "divergent_ranks": self.divergent_ranks,
-            "divergent": [m.to_dict() for m in self.divergent],
-            "missing_ranks": self.missing_ranks,
-            "findings": [f.to_dict() for f in self.findings],
-            "notes": self.notes,
-        }
+def _finding(kind: str, members: list[Member], place: Place, text: str) -> Finding:
+    ranks = fold_ints(m.rank for m in members if m.rank is not None)
+    return Finding(kind, ranks, members, place.collective, place.caller, place.innermost, text)
 
 
 def _findings(groups: Sequence[StackGroup]) -> list[tuple[Place, list[Member]]]:
@@ -255,7 +213,7 @@ def diagnose(report: StacksReport) -> Diagnosis:
     if len(places) == 1:
         place, members = places[0]
         text = f"all {len(members)} {'processes' if members[0].rank is None else 'ranks'} ({who(members)}) {place.text()}"
-        finding = Finding("together", members, place, text)
+        finding = _finding("together", members, place, text)
         if place.collective:
             text += (
                 ". Nobody here is elsewhere: the rank they wait for is missing or on another node, or the "
@@ -271,19 +229,19 @@ def diagnose(report: StacksReport) -> Diagnosis:
     divergent: list[Member] = []
     if waiting and elsewhere:
         for place, members in waiting:
-            findings.append(Finding("waiting", members, place, f"{who(members)} {place.text()}"))
+            findings.append(_finding("waiting", members, place, f"{who(members)} {place.text()}"))
         for place, members in elsewhere:
             findings.append(
-                Finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}")
+                _finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}")
             )
             divergent.extend(members)
     else:
         (major_place, major), *minor = places
         kind = "waiting" if waiting else "elsewhere"
-        findings.append(Finding(kind, major, major_place, f"{who(major)} {major_place.text()}"))
+        findings.append(_finding(kind, major, major_place, f"{who(major)} {major_place.text()}"))
         for place, members in minor:
             verb = place.text() if waiting else f"is elsewhere: {place.text()}"
-            findings.append(Finding(kind, members, place, f"{who(members)} {verb}"))
+            findings.append(_finding(kind, members, place, f"{who(members)} {verb}"))
             divergent.extend(members)
         if waiting:
             notes.append("the ranks are in different collectives or call sites: a mismatched collective call")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.model import Failure, ProcessSnapshot
+from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
@@ -57,9 +57,10 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
                 failures.append(
                     Failure(
                         f"pid {pid}",
-                        "discover",
+                        Stage.DISCOVER,
                         "no such process (it exited or never existed)",
                         "check the pid with ps; a rank that exited early is in the job's log",
+                        kind=FailureKind.GONE,
                     )
                 )
                 continue
@@ -93,9 +94,10 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
             failures.append(
                 Failure(
                     f"{job.launcher} pid {job.launcher_pid}",
-                    "discover",
+                    Stage.DISCOVER,
                     "the launcher has no Python workers with a rank",
                     "the workers may not have started yet, or have all exited: read the job's log",
+                    kind=FailureKind.NOTHING_THERE,
                 )
             )
     for pid in options.pids:
@@ -171,13 +173,13 @@ def exit_code_for(report: StacksReport) -> ExitCode:
     if not report.processes and not report.failures:
         return ExitCode.NOTHING_FOUND
     if dumped == 0:
-        if report.failures and all("permission" in f.reason for f in report.failures):
+        if report.failures and all(f.kind == FailureKind.PERMISSION for f in report.failures):
             return ExitCode.PERMISSION_DENIED
         if not report.processes:
             # Only named pids that do not exist (or launchers without workers) were given.
             return (
                 ExitCode.BAD_INPUT
-                if all(f.stage == "discover" for f in report.failures)
+                if all(f.stage == Stage.DISCOVER for f in report.failures)
                 else ExitCode.ALL_FAILED
             )
         return ExitCode.ALL_FAILED

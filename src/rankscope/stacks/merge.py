@@ -6,9 +6,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.model import Frame, ProcessSnapshot
+from rankscope.model import Frame, Member, ProcessSnapshot
 from rankscope.stacks.pyspy import thread_role
-from rankscope.stacks.report import MOVING, STUCK, Member, StackGroup, StacksReport
+from rankscope.stacks.report import MOVING, STUCK, StackGroup, StacksReport
 
 GroupKey = tuple[str, tuple[Frame, ...]]
 

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Callable, Optional
 
 from rankscope.folding import describe_members, fold_hosts
-from rankscope.model import Frame
-from rankscope.stacks.explain import Diagnosis, describe_frame, is_comm, is_library, locate
+from rankscope.model import Frame, Member
+from rankscope.stacks.explain import describe_frame, is_comm, is_library, locate
 from rankscope.stacks.merge import TreeNode, build_tree
-from rankscope.stacks.report import MOVING, STUCK, Member, StackGroup, StacksReport
+from rankscope.stacks.report import MOVING, STUCK, Diagnosis, StackGroup, StacksReport
 
 Style = Callable[..., str]
 

@@ -10,29 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rankscope.model import SCHEMA_VERSION, Failure, Frame, RankId
+from rankscope.model import SCHEMA_VERSION, Failure, Frame, Member, NodeStatus, RankId
+from rankscope.serial import OMIT_NONE, dump_document, load_document
 
 SCHEMA = f"rankscope.stacks/{SCHEMA_VERSION}"
 
 #: Per-process states over several samples.
 STUCK = "stuck"
 MOVING = "moving"
-
-
-@dataclass(frozen=True)
-class Member:
-    """One process in a stack group."""
-
-    host: str
-    pid: int
-    rank: Optional[int]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "rank": self.rank}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Member:
-        return cls(host=str(data["host"]), pid=int(data["pid"]), rank=data.get("rank"))
 
 
 @dataclass
@@ -47,23 +32,6 @@ class StackGroup:
     @property
     def key(self) -> tuple[str, tuple[Frame, ...]]:
         return (self.thread, self.frames)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread": self.thread,
-            "is_main": self.is_main,
-            "frames": [f.to_dict() for f in self.frames],
-            "members": [m.to_dict() for m in self.members],
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StackGroup:
-        return cls(
-            thread=str(data["thread"]),
-            is_main=bool(data.get("is_main", False)),
-            frames=tuple(Frame.from_dict(f) for f in data.get("frames", [])),
-            members=[Member.from_dict(m) for m in data.get("members", [])],
-        )
 
 
 @dataclass
@@ -85,29 +53,6 @@ class ProcessInfo:
     def member(self) -> Member:
         return Member(self.rank.host, self.pid, self.rank.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "rank": self.rank.to_dict(),
-            "cmdline": self.cmdline,
-            "state": self.state,
-            "was_stopped": self.was_stopped,
-            "resumed": self.resumed,
-            "dumped": self.dumped,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ProcessInfo:
-        return cls(
-            pid=int(data["pid"]),
-            rank=RankId.from_dict(data.get("rank", {})),
-            cmdline=str(data.get("cmdline", "")),
-            state=data.get("state"),
-            was_stopped=bool(data.get("was_stopped", False)),
-            resumed=bool(data.get("resumed", False)),
-            dumped=bool(data.get("dumped", True)),
-        )
-
 
 @dataclass
 class JobInfo:
@@ -116,26 +61,43 @@ class JobInfo:
     launcher_pid: Optional[int]
     cmdline: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "launcher": self.launcher,
-            "launcher_pid": self.launcher_pid,
-            "cmdline": self.cmdline,
-        }
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobInfo:
-        return cls(
-            host=str(data.get("host", "")),
-            launcher=str(data.get("launcher", "unknown")),
-            launcher_pid=data.get("launcher_pid"),
-            cmdline=str(data.get("cmdline", "")),
-        )
+@dataclass
+class Finding:
+    """A set of ranks at one place, and the sentence that says so."""
+
+    #: "waiting" (in a collective), "elsewhere" (not), "together" (everyone the same).
+    kind: str
+    #: The members' ranks, folded (``0-1,3``).
+    ranks: str
+    members: list[Member]
+    #: e.g. "all_reduce (torch.distributed)"; None when not in a collective.
+    collective: Optional[str]
+    #: The user's frame that called the collective (or the innermost user frame).
+    called_from: Optional[Frame]
+    #: The innermost frame (what py-spy prints first).
+    innermost: Optional[Frame]
+    text: str
+
+
+@dataclass
+class Diagnosis:
+    headline: str
+    findings: list[Finding] = field(default_factory=list)
+    divergent: list[Member] = field(default_factory=list)
+    missing_ranks: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: The ranks of ``divergent``, sorted: what a script checks first.
+    divergent_ranks: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.divergent_ranks = sorted({m.rank for m in self.divergent if m.rank is not None})
 
 
 @dataclass
 class StacksReport:
+    """The ``rankscope.stacks`` document: one node's (or, merged, every node's) stacks."""
+
     groups: list[StackGroup] = field(default_factory=list)
     processes: list[ProcessInfo] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
@@ -144,7 +106,11 @@ class StacksReport:
     samples: int = 1
     interval: float = 0.0
     native: bool = False
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata={"round": 3})
+    #: Filled in by the analysis (rankscope.stacks.explain.diagnose) before the report is written.
+    diagnosis: Optional[Diagnosis] = field(default=None, metadata=OMIT_NONE)
+    #: Multi-node runs: how every node answered (failed ones are also in ``failures``).
+    nodes: Optional[list[NodeStatus]] = field(default=None, metadata=OMIT_NONE)
 
     def main_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if g.is_main]
@@ -152,36 +118,12 @@ class StacksReport:
     def other_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if not g.is_main]
 
-    def to_dict(self, diagnosis: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "schema": SCHEMA,
-            "hosts": self.hosts,
-            "jobs": [j.to_dict() for j in self.jobs],
-            "samples": self.samples,
-            "interval": self.interval,
-            "native": self.native,
-            "seconds": round(self.seconds, 3),
-            "processes": [p.to_dict() for p in self.processes],
-            "groups": [g.to_dict() for g in self.groups],
-            "failures": [f.to_dict() for f in self.failures],
-        }
-        if diagnosis is not None:
-            data["diagnosis"] = diagnosis
-        return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StacksReport:
-        schema = str(data.get("schema", ""))
-        if not schema.startswith("rankscope.stacks/"):
-            raise ValueError(f"not a rankscope stacks document (schema {schema!r})")
-        return cls(
-            groups=[StackGroup.from_dict(g) for g in data.get("groups", [])],
-            processes=[ProcessInfo.from_dict(p) for p in data.get("processes", [])],
-            failures=[Failure.from_dict(f) for f in data.get("failures", [])],
-            jobs=[JobInfo.from_dict(j) for j in data.get("jobs", [])],
-            hosts=[str(h) for h in data.get("hosts", [])],
-            samples=int(data.get("samples", 1)),
-            interval=float(data.get("interval", 0.0)),
-            native=bool(data.get("native", False)),
-            seconds=float(data.get("seconds", 0.0)),
-        )
+def report_document(report: StacksReport) -> dict[str, Any]:
+    """The JSON `rankscope stacks --json` prints (and writes to --out DIR/stacks.json)."""
+    return dump_document(SCHEMA, report)
+
+
+def load_report(data: Any) -> StacksReport:
+    """A :func:`report_document` read back (a node's answer, or a saved stacks.json); ValueError if it is not one."""
+    return load_document(StacksReport, data, SCHEMA)
