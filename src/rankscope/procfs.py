@@ -185,9 +185,12 @@ class ProcfsEntry:
         """
         if "python" not in self._known:
             self._known.add("python")
-            argv0 = _basename(self.cmdline[0]) if self.cmdline else ""
-            names = (self.comm, _basename(self.exe), argv0)
-            self._python = True if any(n.startswith(PYTHON_NAMES) for n in names) else maps_python(self.pid)
+            self._python = (
+                self.comm.startswith(PYTHON_NAMES)  # each name is read only if the one before says nothing
+                or _basename(self.exe).startswith(PYTHON_NAMES)
+                or (bool(self.cmdline) and _basename(self.cmdline[0]).startswith(PYTHON_NAMES))
+                or maps_python(self.pid)
+            )
         return self._python
 
 
