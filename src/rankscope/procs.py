@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from rankscope import procfs
 from rankscope.model import RankId
-from rankscope.ranks import RANK_VARIABLES, rank_from_env, read_environ, short_hostname
+from rankscope.procfs import ProcfsEntry
+from rankscope.ranks import RANK_VARIABLES, rank_from_env, short_hostname
 
 _LAUNCHER_EXES = {"mpirun", "mpiexec", "orterun", "prterun", "prted", "orted", "slurmstepd", "mpiexec.hydra"}
 _LAUNCHER_MODULES = {
@@ -26,56 +28,6 @@ _LAUNCHER_MODULES = {
     "accelerate.commands.launch": "accelerate",
 }
 _LAUNCHER_SCRIPTS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "accelerate": "accelerate"}
-
-
-@dataclass
-class ProcInfo:
-    """A process from /proc; its command line and executable are read on first use."""
-
-    pid: int
-    ppid: int
-    name: str
-    _cmdline: Optional[list[str]] = field(default=None, repr=False)
-    _exe: Optional[str] = field(default=None, repr=False)
-
-    @property
-    def cmdline(self) -> list[str]:
-        if self._cmdline is None:
-            try:
-                with open(f"/proc/{self.pid}/cmdline", "rb") as handle:
-                    raw = handle.read()
-                self._cmdline = [a.decode("utf-8", "replace") for a in raw.split(b"\0") if a]
-            except OSError:
-                self._cmdline = []
-        return self._cmdline
-
-    @property
-    def exe(self) -> str:
-        if self._exe is None:
-            try:
-                self._exe = os.readlink(f"/proc/{self.pid}/exe")
-            except OSError:
-                self._exe = ""
-        return self._exe
-
-    @property
-    def command(self) -> str:
-        return " ".join(self.cmdline) if self.cmdline else f"[{self.name}]"
-
-
-def _read_stat(pid: int) -> Optional[tuple[str, int]]:
-    """(comm, ppid) from /proc/PID/stat; None when the process is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except OSError:
-        return None
-    open_paren, close_paren = stat.find(b"("), stat.rfind(b")")
-    fields = stat[close_paren + 2 :].split()
-    try:
-        return stat[open_paren + 1 : close_paren].decode("utf-8", "replace"), int(fields[1])
-    except (IndexError, ValueError):
-        return None
 
 
 @dataclass
@@ -103,11 +55,11 @@ def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
-def launcher_kind(proc: ProcInfo) -> Optional[str]:
+def launcher_kind(proc: ProcfsEntry) -> Optional[str]:
     """Which launcher a process is, from its command line; ``None`` for anything else."""
     argv = proc.cmdline
-    if _basename(proc.name) in _LAUNCHER_EXES or (argv and _basename(argv[0]) in _LAUNCHER_EXES):
-        return "slurm" if proc.name == "slurmstepd" else "mpirun"
+    if _basename(proc.comm) in _LAUNCHER_EXES or (argv and _basename(argv[0]) in _LAUNCHER_EXES):
+        return "slurm" if proc.comm == "slurmstepd" else "mpirun"
     if not argv:
         return None
     # `python -m module ...`
@@ -124,14 +76,7 @@ def launcher_kind(proc: ProcInfo) -> Optional[str]:
     return None
 
 
-def is_python(proc: ProcInfo) -> bool:
-    names = [proc.name, _basename(proc.exe)]
-    if proc.cmdline:
-        names.append(_basename(proc.cmdline[0]))
-    return any(n.startswith("python") or n.startswith("pypy") for n in names if n)
-
-
-def _is_rankscope(proc: ProcInfo) -> bool:
+def _is_rankscope(proc: ProcfsEntry) -> bool:
     argv = proc.cmdline
     if argv and _basename(argv[0]) == "rankscope":
         return True
@@ -141,48 +86,23 @@ def _is_rankscope(proc: ProcInfo) -> bool:
 
 
 class ProcessTable:
-    """One pass over /proc/*/stat: every process with its parent and children.
+    """Every process on this node (rankscope.procfs.table: one pass over /proc) with its children.
 
-    Reading /proc directly (command lines only when needed) keeps discovery at a few
-    milliseconds: `rankscope stacks` is compared with a bare `pgrep | xargs py-spy`.
+    Command lines and environments are read only for the processes discovery asks about,
+    which keeps it at a few milliseconds: `rankscope stacks` is compared with a bare
+    `pgrep | xargs py-spy`.
     """
 
     def __init__(self) -> None:
-        self.procs: dict[int, ProcInfo] = {}
+        self.procs: dict[int, ProcfsEntry] = procfs.table()
         self.children: dict[int, list[int]] = {}
-        with os.scandir("/proc") as entries:
-            for entry in entries:
-                if not entry.name.isdigit():
-                    continue
-                pid = int(entry.name)
-                stat = _read_stat(pid)
-                if stat is not None:
-                    self.procs[pid] = ProcInfo(pid=pid, ppid=stat[1], name=stat[0])
         for pid, info in self.procs.items():
             self.children.setdefault(info.ppid, []).append(pid)
-        self._environ: dict[int, Optional[dict[str, str]]] = {}
-        self.excluded = self._self_and_ancestors()
-
-    def _self_and_ancestors(self) -> set[int]:
-        pids = set()
-        pid = os.getpid()
-        while pid and pid not in pids:
-            pids.add(pid)
-            info = self.procs.get(pid)
-            pid = info.ppid if info else 0
-        return pids
-
-    def environ(self, pid: int) -> Optional[dict[str, str]]:
-        if pid not in self._environ:
-            try:
-                self._environ[pid] = read_environ(pid)
-            except OSError:
-                self._environ[pid] = None
-        return self._environ[pid]
+        self.excluded = procfs.self_and_ancestors(self.procs)
 
     def has_rank(self, pid: int) -> bool:
-        env = self.environ(pid)
-        return bool(env) and any(v in env for v in RANK_VARIABLES)  # type: ignore[operator]
+        info = self.procs.get(pid)
+        return info is not None and any(info.variable(name) is not None for name in RANK_VARIABLES)
 
     def descendants(self, pid: int) -> list[int]:
         out: list[int] = []
@@ -197,7 +117,10 @@ class ProcessTable:
         info = self.procs.get(pid)
         if info is None or pid in self.excluded or _is_rankscope(info):
             return False
-        return launcher_kind(info) is None and is_python(info) and self.has_rank(pid)
+        if launcher_kind(info) is not None or not self.has_rank(pid):
+            return False
+        # Asked last: for the few rank carriers whose names say nothing it reads /proc/PID/maps.
+        return info.is_python is True
 
     def nearest_launcher(self, pid: int) -> Optional[int]:
         seen = set()
@@ -226,8 +149,8 @@ class ProcessTable:
         return False
 
     def worker(self, pid: int, host: Optional[str] = None) -> Worker:
-        env = self.environ(pid) or {}
         info = self.procs[pid]
+        env = info.environ or {}
         return Worker(pid=pid, rank=rank_from_env(env, host=host), cmdline=info.command)
 
 
@@ -294,18 +217,17 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
 
 
 def all_python(table: ProcessTable, host: Optional[str] = None) -> Job:
-    """Every Python process of the calling user (root: of every user), rankscope excluded."""
+    """Every Python process of the calling user (root: of every user), rankscope excluded.
+
+    "Python" is rankscope.procfs's rule, so an embedded interpreter counts too; for a process
+    whose names say nothing that costs one read of /proc/PID/maps.
+    """
     host = host or short_hostname()
     uid = os.geteuid()
     workers = []
     for pid, info in sorted(table.procs.items()):
-        if pid in table.excluded or _is_rankscope(info) or not is_python(info):
+        if pid in table.excluded or (uid != 0 and info.uid != uid):
             continue
-        if uid != 0:
-            try:
-                if os.stat(f"/proc/{pid}").st_uid != uid:
-                    continue
-            except OSError:
-                continue
-        workers.append(table.worker(pid, host))
+        if info.is_python is True and not _is_rankscope(info):
+            workers.append(table.worker(pid, host))
     return Job(launcher="any", launcher_pid=None, launcher_cmdline="", workers=workers)

@@ -1,7 +1,8 @@
 """Who is this process? Derive a :class:`RankId` from a launcher's environment.
 
 Works on the current process (``os.environ``) or any process on this node
-(``/proc/PID/environ``). Imported inside training processes: Python 3.9, stdlib only.
+(``/proc/PID/environ``, read by rankscope.procfs). Imported inside training processes:
+Python 3.9, stdlib only.
 
 Precedence, most specific first: the torch variables (what ``torch.distributed`` uses,
 set by torchrun, DeepSpeed and accelerate), then Open MPI, then MPICH/Intel MPI/PMI/PMIx,
@@ -130,24 +131,14 @@ def short_hostname() -> str:
     return os.uname().nodename.split(".", 1)[0]
 
 
-def read_environ(pid: int) -> dict[str, str]:
-    """The environment a process was started with, from ``/proc/PID/environ``.
+def rank_of_pid(pid: int, host: Optional[str] = None) -> RankId:
+    """The :class:`RankId` of a process on this node, from /proc/PID/environ.
 
     Raises ``OSError`` (``FileNotFoundError``, ``PermissionError``) as the kernel does.
     """
-    with open(f"/proc/{pid}/environ", "rb") as handle:
-        raw = handle.read()
-    env: dict[str, str] = {}
-    for entry in raw.split(b"\0"):
-        key, sep, value = entry.partition(b"=")
-        if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return env
+    from rankscope.procfs import environ  # training processes only ever ask about themselves
 
-
-def rank_of_pid(pid: int, host: Optional[str] = None) -> RankId:
-    """The :class:`RankId` of a process on this node."""
-    return rank_from_env(read_environ(pid), host=host)
+    return rank_from_env(environ(pid), host=host)
 
 
 def current_rank() -> RankId:

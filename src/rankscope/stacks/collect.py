@@ -9,16 +9,16 @@ that was already stopped (someone sent SIGSTOP) is left alone and reported as su
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from rankscope import procfs
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
 from rankscope.stacks import prefetch
 from rankscope.stacks.permissions import explain_ptrace_denied
-from rankscope.stacks.pstate import ensure_running, parent_pid, proc_state
+from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy import classify_error, parse_dump
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
 from rankscope.stacks.runner import Run, Runner
@@ -50,33 +50,10 @@ class DumpOutcome:
     prefetched: bool = False
 
 
-def looks_like_python(pid: int) -> Optional[bool]:
-    """True/False from the process's executable and mapped libraries; None if unreadable."""
-    try:
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        exe = ""
-    if "python" in exe.rsplit("/", 1)[-1]:
-        return True
-    try:
-        with open(f"/proc/{pid}/maps", "rb") as handle:
-            maps = handle.read()
-    except OSError:
-        return None
-    return b"libpython" in maps or b"python3" in maps
-
-
-def _target_uid(pid: int) -> Optional[int]:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
 def precheck(target: Target) -> tuple[Optional[Failure], str]:
     """Failures knowable without ptrace (gone, zombie, not Python), and the state letter."""
-    state, _ = proc_state(target.pid)
-    if not state:
+    entry = procfs.process(target.pid)
+    if entry is None:
         return Failure(
             target.label,
             Stage.DISCOVER,
@@ -85,17 +62,16 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
             target.rank,
             FailureKind.GONE,
         ), "?"
-    if state in ("Z", "X"):
-        parent = parent_pid(target.pid)
+    if entry.state in ("Z", "X"):
         return Failure(
             target.label,
             Stage.ATTACH,
-            f"the process is a zombie: it exited and its parent (pid {parent}) has not reaped it",
+            f"the process is a zombie: it exited and its parent (pid {entry.ppid}) has not reaped it",
             "this rank died; read its exit status and last log lines",
             target.rank,
             FailureKind.ZOMBIE,
-        ), state
-    if looks_like_python(target.pid) is False:
+        ), entry.state
+    if entry.is_python is False:
         name = target.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] or "?"
         return Failure(
             target.label,
@@ -104,8 +80,8 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
             "point --pid at the job's launcher or a Python worker",
             target.rank,
             FailureKind.NOT_PYTHON,
-        ), state
-    return None, state
+        ), entry.state
+    return None, entry.state
 
 
 def _interpret(
@@ -153,7 +129,7 @@ def _interpret(
         outcome.raw = run.stderr
         kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
         hint = {
-            "permission": explain_ptrace_denied(_target_uid(target.pid)),
+            "permission": explain_ptrace_denied(procfs.uid(target.pid)),
             "gone": "the rank exited while rankscope looked; its log says why",
             "not-python": "point --pid at the job's launcher or a Python worker",
         }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")

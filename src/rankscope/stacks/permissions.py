@@ -5,33 +5,13 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-_CAP_SYS_PTRACE = 19
-_YAMA = "/proc/sys/kernel/yama/ptrace_scope"
-
-
-def yama_scope() -> Optional[int]:
-    try:
-        with open(_YAMA) as handle:
-            return int(handle.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def has_cap_sys_ptrace() -> bool:
-    try:
-        with open("/proc/self/status") as handle:
-            for line in handle:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> _CAP_SYS_PTRACE & 1)
-    except (OSError, ValueError):
-        pass
-    return False
+from rankscope.procfs import has_cap_sys_ptrace, yama_ptrace_scope
 
 
 def explain_ptrace_denied(target_uid: Optional[int] = None) -> str:
     """One sentence: why ptrace was refused and what to do about it."""
     euid = os.geteuid()
-    scope = yama_scope()
+    scope = yama_ptrace_scope()
     cap = has_cap_sys_ptrace()
     reasons = []
     if euid != 0 and target_uid is not None and target_uid != euid:

@@ -1,0 +1,341 @@
+"""Everything rankscope reads from /proc, in one place.
+
+The process table (one pass over /proc/*/stat), a process's stat fields (comm, state, ppid),
+status fields (TracerPid, CapEff), environment, command line, executable, owner, the one rule
+for "is this a Python process", and the yama ptrace scope. Callers get data or ``None``;
+nothing here raises for a process that is gone, except :func:`environ`, whose callers tell
+"no such process" from "permission denied".
+
+Job discovery (launchers, workers, ranks) lives in rankscope.procs; this module knows only
+the kernel's files. It imports nothing but ``os`` and ``errno``: rankscope.ranks, which runs
+inside training processes (Python 3.9, standard library only), reads environments through it.
+
+Direct reads, not psutil. Measured with bench/bench_procfs.py on a shared 2-core VM (minimum
+of 15 to 21 fresh interpreters; ~110 processes, and ~1,100 in brackets):
+
+- ``import psutil``: 27 ms in a fresh interpreter, still 16 ms after the modules a
+  `rankscope stacks` run imports anyway; ``import rankscope.procfs``: 0.8 ms. The whole
+  stacks run over 16 ranks takes ~0.15 s on this VM (docs/benchmarks.md), and its target is
+  to be no slower than ``pgrep | xargs py-spy dump``.
+- One pass over the table (pid, ppid, comm): 2 ms against 12 to 15 ms with
+  ``psutil.process_iter(["pid", "ppid", "name"])`` [17 ms against 119 ms].
+- That pass plus each Python process's command line and environment (what discovery
+  reads): 3 ms against 16 ms [18 ms against 127 ms].
+
+psutil's portability buys nothing here (py-spy targets are Linux processes), and it would be
+imported on the path whose start-up time is the product. Files are read with os.open/os.read,
+half the cost of open() for these small files. /proc/PID/maps is the dear one (45 µs for a
+small process), hence read only when a process's names say nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+#: typing costs milliseconds to import; the annotations do not need it at run time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Optional, Union
+
+    #: A pid, or "self" for the calling process.
+    Pid = Union[int, str]
+
+#: Names (comm, executable, argv[0]) of a Python interpreter start with one of these.
+PYTHON_NAMES = ("python", "pypy")
+#: In /proc/PID/maps, the mark of an interpreter whose names say nothing: a libpython an
+#: embedding program links (uwsgi, a C++ host), or a renamed static build's own library paths.
+_PYTHON_MAPPINGS = (b"libpython", b"libpypy", b"python3")
+_CAP_SYS_PTRACE = 19
+_YAMA_PTRACE_SCOPE = "/proc/sys/kernel/yama/ptrace_scope"
+
+
+def _read(pid: Pid, name: str) -> bytes:
+    # os.open/os.read: half the cost of open() for these small files, which a table pass reads by the hundred.
+    fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY)
+    try:
+        chunks: list[bytes] = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+
+
+def _read_stat(pid: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)  # one line, well under 4 KiB: one read returns it whole
+    finally:
+        os.close(fd)
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+class ProcfsEntry:
+    """One process as /proc shows it: stat's fields read at once, everything else on first use and kept.
+
+    Not to be confused with the stacks report's ``ProcessInfo``, which says what a dump found.
+    """
+
+    __slots__ = (
+        "pid",
+        "comm",
+        "state",
+        "ppid",
+        "_cmdline",
+        "_exe",
+        "_environ_raw",
+        "_environ",
+        "_uid",
+        "_python",
+        "_known",
+    )
+
+    def __init__(self, pid: int, comm: str, state: str, ppid: int) -> None:
+        self.pid = pid
+        #: The kernel's 15-character process name (a thread may rename it: torch's pt_main_thread).
+        self.comm = comm
+        #: The scheduler state letter: R, S, D, T (stopped), t (traced), Z (zombie), X ...
+        self.state = state
+        self.ppid = ppid
+        self._cmdline: Optional[list[str]] = None
+        self._exe: Optional[str] = None
+        self._environ_raw: Optional[bytes] = None
+        self._environ: Optional[dict[str, str]] = None
+        self._uid: Optional[int] = None
+        self._python: Optional[bool] = None
+        #: Which of the optional fields above have been read (None is a valid answer for them).
+        self._known: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"ProcfsEntry(pid={self.pid}, comm={self.comm!r}, state={self.state!r}, ppid={self.ppid})"
+
+    @property
+    def cmdline(self) -> list[str]:
+        if self._cmdline is None:
+            self._cmdline = cmdline(self.pid)
+        return self._cmdline
+
+    @property
+    def exe(self) -> str:
+        if self._exe is None:
+            self._exe = exe(self.pid)
+        return self._exe
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+
+    @property
+    def environ(self) -> Optional[dict[str, str]]:
+        """The process's start-up environment; ``None`` when it cannot be read (gone, another user's)."""
+        raw = self._raw_environ()
+        if self._environ is None and raw is not None:
+            self._environ = parse_environ(raw)
+        return self._environ
+
+    def variable(self, name: str) -> Optional[str]:
+        """One variable of the start-up environment, found without parsing the rest of it.
+
+        Discovery asks every process for a few names; parsing whole environments would cost
+        more than the rest of the table pass.
+        """
+        raw = self._raw_environ()
+        if not raw:
+            return None
+        key = name.encode() + b"="
+        if raw.startswith(key):
+            start = len(key)
+        else:
+            found = raw.find(b"\0" + key)
+            if found < 0:
+                return None
+            start = found + 1 + len(key)
+        end = raw.find(b"\0", start)
+        return raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+
+    def _raw_environ(self) -> Optional[bytes]:
+        if "environ" not in self._known:
+            self._known.add("environ")
+            try:
+                self._environ_raw = environ_bytes(self.pid)
+            except OSError:
+                self._environ_raw = None
+        return self._environ_raw
+
+    @property
+    def uid(self) -> Optional[int]:
+        if "uid" not in self._known:
+            self._known.add("uid")
+            self._uid = uid(self.pid)
+        return self._uid
+
+    @property
+    def is_python(self) -> Optional[bool]:
+        """Whether this is a Python interpreter; ``None`` when nothing readable says either way.
+
+        Its names decide first (comm, executable, argv[0]: python*, pypy*). Only when none of
+        them does, /proc/PID/maps decides: an interpreter library mapped means an embedded
+        or renamed interpreter. Unreadable maps (another user's process) leave it unknown.
+        """
+        if "python" not in self._known:
+            self._known.add("python")
+            self._python = (
+                self.comm.startswith(PYTHON_NAMES)  # each name is read only if the one before says nothing
+                or _basename(self.exe).startswith(PYTHON_NAMES)
+                or (bool(self.cmdline) and _basename(self.cmdline[0]).startswith(PYTHON_NAMES))
+                or maps_python(self.pid)
+            )
+        return self._python
+
+
+def process(pid: int) -> Optional[ProcfsEntry]:
+    """A process's /proc/PID/stat fields as a :class:`ProcfsEntry`; ``None`` when it is gone."""
+    try:
+        stat = _read_stat(pid)
+    except OSError:
+        return None
+    # comm may hold spaces and parentheses: it runs from the first "(" to the last ")".
+    open_paren, close_paren = stat.find(b"("), stat.rfind(b")")
+    fields = stat[close_paren + 2 :].split()
+    try:
+        return ProcfsEntry(
+            pid,
+            stat[open_paren + 1 : close_paren].decode("utf-8", "replace"),
+            fields[0].decode("ascii", "replace"),
+            int(fields[1]),
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+def table() -> dict[int, ProcfsEntry]:
+    """Every process on this node, from one pass over /proc (stat only; the rest is read on demand)."""
+    procs = {}
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if entry.name.isdigit():
+                found = process(int(entry.name))
+                if found is not None:
+                    procs[found.pid] = found
+    return procs
+
+
+def self_and_ancestors(procs: dict[int, ProcfsEntry]) -> set[int]:
+    """The calling process and its ancestors in ``procs``: rankscope never targets its own chain."""
+    pids = set()
+    pid = os.getpid()
+    while pid and pid not in pids:
+        pids.add(pid)
+        found = procs.get(pid)
+        pid = found.ppid if found else 0
+    return pids
+
+
+def parent_pid(pid: int) -> Optional[int]:
+    found = process(pid)
+    return found.ppid if found else None
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of a process; ``[]`` for a kernel thread, a zombie, or one that cannot be read."""
+    try:
+        raw = _read(pid, "cmdline")
+    except OSError:
+        return []
+    return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
+
+
+def exe(pid: int) -> str:
+    """The executable's path; ``""`` when unreadable (another user's process, a kernel thread)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def environ(pid: Pid) -> dict[str, str]:
+    """The environment a process was started with, from /proc/PID/environ.
+
+    Raises ``FileNotFoundError`` when the process is gone (a zombie too: the kernel answers
+    ESRCH for it), ``PermissionError`` for another user's process.
+    """
+    return parse_environ(environ_bytes(pid))
+
+
+def environ_bytes(pid: Pid) -> bytes:
+    """/proc/PID/environ as it is (NUL-separated ``NAME=value``); raises as :func:`environ` does."""
+    try:
+        return _read(pid, "environ")
+    except ProcessLookupError as exc:
+        raise FileNotFoundError(errno.ENOENT, "the process has exited", exc.filename) from None
+
+
+def parse_environ(raw: bytes) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for entry in raw.split(b"\0"):
+        key, sep, value = entry.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def uid(pid: int) -> Optional[int]:
+    """The owner of /proc/PID (the process's effective uid; root for a non-dumpable one)."""
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def status_field(pid: Pid, name: str) -> Optional[str]:
+    """One field of /proc/PID/status (``TracerPid``, ``CapEff`` ...); ``None`` when unreadable."""
+    prefix = name.encode() + b":"
+    try:
+        for line in _read(pid, "status").splitlines():
+            if line.startswith(prefix):
+                return line[len(prefix) :].strip().decode("ascii", "replace")
+    except OSError:
+        pass
+    return None
+
+
+def tracer_pid(pid: int) -> int:
+    """The pid of whoever ptrace-attached the process (py-spy, gdb); 0 when none or unknown."""
+    value = status_field(pid, "TracerPid")
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+def has_cap_sys_ptrace() -> bool:
+    """Whether the calling process may ptrace others regardless of yama (CAP_SYS_PTRACE in CapEff)."""
+    value = status_field("self", "CapEff")
+    try:
+        return bool(int(value, 16) >> _CAP_SYS_PTRACE & 1) if value else False
+    except ValueError:
+        return False
+
+
+def yama_ptrace_scope() -> Optional[int]:
+    """kernel.yama.ptrace_scope (0 classic, 1 parents only, 2 admin only, 3 none); ``None`` without yama."""
+    try:
+        with open(_YAMA_PTRACE_SCOPE, "rb") as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def maps_python(pid: int) -> Optional[bool]:
+    """Whether a Python interpreter library is mapped into the process; ``None`` when maps is unreadable."""
+    try:
+        maps = _read(pid, "maps")
+    except OSError:
+        return None
+    return any(mark in maps for mark in _PYTHON_MAPPINGS)

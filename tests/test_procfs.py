@@ -1,0 +1,249 @@
+"""rankscope.procfs on real processes: a Python child, a sleep, a zombie, a dead pid, an embedded interpreter."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope import procfs
+from rankscope.procs import ProcessTable, all_python
+from rankscope.ranks import rank_of_pid
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+RANK_ENV = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "t"}
+SLEEPER = "import sys, time; print('ready', flush=True); time.sleep(120)"
+
+
+def _start(argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
+
+
+@pytest.fixture
+def python_child() -> Iterator[subprocess.Popen[str]]:
+    # RANK first, and a value with "=" in it: variable() reads the start, the middle and odd values.
+    env = {**RANK_ENV, **os.environ, "ODD": "a=b", "EMPTY": ""}
+    proc = _start([sys.executable, "-c", SLEEPER, "an-argument"], env=env)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    yield proc
+    _stop(proc)
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[str]]:
+    """A process that is not Python, but carries rank variables (a shell wrapper would)."""
+    proc = _start(["sleep", "120"], env={**os.environ, **RANK_ENV})
+    _wait_for(lambda: procfs.exe(proc.pid).endswith("/sleep"))
+    yield proc
+    _stop(proc)
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A host program that is not named python and runs an interpreter from libpython (uwsgi, a C++ app)."""
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    binary = Path(sys.executable).resolve()
+    ldd = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False).stdout
+    if "libpython" not in ldd:
+        pytest.skip(f"{binary} links Python statically: no libpython to embed")
+    host = tmp_path / "host-app"
+    shutil.copy(binary, host)
+    env = {
+        **os.environ,
+        **RANK_ENV,
+        "LD_LIBRARY_PATH": libdir,
+        "PYTHONHOME": sys.base_prefix,
+        "PYTHONPATH": "",
+    }
+    proc = _start([str(host), "-c", SLEEPER], env=env)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    yield proc
+    _stop(proc)
+
+
+def _wait_for(condition: object, seconds: float = 30.0) -> None:
+    """Poll a condition the kernel settles shortly (exec done, a child exited); fail if it never does."""
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "the process never got there"
+        time.sleep(0.01)
+
+
+def test_python_child_is_read_whole(python_child: subprocess.Popen[str]) -> None:
+    entry = procfs.process(python_child.pid)
+    assert entry is not None
+    assert entry.pid == python_child.pid and entry.ppid == os.getpid()
+    assert entry.state in ("S", "R")
+    assert entry.cmdline == [sys.executable, "-c", SLEEPER, "an-argument"]
+    assert entry.command == " ".join(entry.cmdline)
+    assert Path(entry.exe) == Path(sys.executable).resolve()
+    assert entry.uid == os.geteuid()
+    assert entry.environ is not None and {k: entry.environ[k] for k in RANK_ENV} == RANK_ENV
+    assert (entry.variable("RANK"), entry.variable("WORLD_SIZE")) == ("3", "8")
+    assert (entry.variable("ODD"), entry.variable("EMPTY"), entry.variable("ANK")) == ("a=b", "", None)
+    assert entry.is_python is True
+    assert procfs.tracer_pid(python_child.pid) == 0
+    assert procfs.parent_pid(python_child.pid) == os.getpid()
+    assert rank_of_pid(python_child.pid).rank == 3
+
+
+def test_the_table_has_every_process_once_and_knows_rankscope_s_own_chain(
+    python_child: subprocess.Popen[str], sleeper: subprocess.Popen[str]
+) -> None:
+    procs = procfs.table()
+    assert {python_child.pid, sleeper.pid, os.getpid(), os.getppid()} <= set(procs)
+    assert procs[sleeper.pid].comm == "sleep" and procs[sleeper.pid].ppid == os.getpid()
+    mine = procfs.self_and_ancestors(procs)
+    assert {os.getpid(), os.getppid()} <= mine
+    assert python_child.pid not in mine and sleeper.pid not in mine
+
+
+def test_a_sleep_is_not_python_even_with_rank_variables(sleeper: subprocess.Popen[str]) -> None:
+    entry = procfs.process(sleeper.pid)
+    assert entry is not None and entry.comm == "sleep"
+    assert entry.is_python is False  # names say nothing, and its maps hold no interpreter
+    assert procfs.maps_python(sleeper.pid) is False
+    table = ProcessTable()
+    assert table.has_rank(sleeper.pid)
+    assert not table.is_candidate_worker(sleeper.pid)
+    assert sleeper.pid not in {w.pid for w in all_python(table).workers}
+
+
+def test_an_interpreter_with_another_name_is_python_by_its_maps(embedded: subprocess.Popen[str]) -> None:
+    entry = procfs.process(embedded.pid)
+    assert entry is not None
+    assert (entry.comm, Path(entry.exe).name, Path(entry.cmdline[0]).name) == ("host-app",) * 3
+    assert procfs.maps_python(embedded.pid) is True
+    assert entry.is_python is True
+    table = ProcessTable()
+    assert table.is_candidate_worker(embedded.pid)
+    assert embedded.pid in {w.pid for w in all_python(table).workers}
+
+
+def test_python_child_is_a_candidate_worker_and_its_rank_is_read(python_child: subprocess.Popen[str]) -> None:
+    table = ProcessTable()
+    assert table.is_candidate_worker(python_child.pid)
+    worker = table.worker(python_child.pid, host="h")
+    assert (worker.rank.rank, worker.rank.local_rank, worker.rank.world_size) == (3, 1, 8)
+    assert worker.rank.launcher == "torchrun"
+    assert python_child.pid in {w.pid for w in all_python(table).workers}
+    assert os.getpid() not in {w.pid for w in all_python(table).workers}
+
+
+def test_a_zombie_has_a_state_and_a_parent_but_nothing_else() -> None:
+    proc = subprocess.Popen(["true"])
+    try:
+        _wait_for(lambda: (procfs.process(proc.pid) or procfs.ProcfsEntry(0, "", "?", 0)).state == "Z")
+        entry = procfs.process(proc.pid)
+        assert entry is not None and entry.ppid == os.getpid() and entry.comm == "true"
+        assert entry.cmdline == [] and entry.command == "[true]"
+        assert entry.exe == ""
+        assert entry.environ is None
+        with pytest.raises(FileNotFoundError):  # the kernel says ESRCH: gone, as far as a caller cares
+            rank_of_pid(proc.pid)
+        result = run_cli("whoami", "--pid", str(proc.pid))
+        assert (result.returncode, result.stderr.strip()) == (
+            8,
+            f"rankscope: error: no process with pid {proc.pid} — check the pid with ps or pgrep",
+        )
+    finally:
+        proc.wait()
+
+
+def test_a_dead_pid_reads_as_gone() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    pid = proc.pid
+    assert procfs.process(pid) is None
+    assert procfs.parent_pid(pid) is None
+    assert procfs.cmdline(pid) == [] and procfs.exe(pid) == ""
+    assert procfs.uid(pid) is None
+    assert procfs.maps_python(pid) is None
+    assert procfs.status_field(pid, "TracerPid") is None and procfs.tracer_pid(pid) == 0
+    with pytest.raises(FileNotFoundError):
+        procfs.environ(pid)
+    with pytest.raises(FileNotFoundError):
+        rank_of_pid(pid)
+    assert pid not in procfs.table()
+
+
+def test_status_fields_of_this_process() -> None:
+    assert procfs.status_field("self", "Pid") == str(os.getpid())
+    assert procfs.status_field("self", "NoSuchField") is None
+    cap_eff = int(procfs.status_field("self", "CapEff") or "0", 16)
+    assert procfs.has_cap_sys_ptrace() == bool(cap_eff & (1 << 19))
+    scope = procfs.yama_ptrace_scope()
+    if Path("/proc/sys/kernel/yama/ptrace_scope").exists():
+        assert scope == int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    else:
+        assert scope is None
+
+
+def test_a_comm_with_spaces_and_parentheses_is_read_whole(tmp_path: Path) -> None:
+    odd = tmp_path / "a) b (c"
+    odd.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    proc = _start([str(odd), "120"])
+    try:
+        _wait_for(lambda: (procfs.process(proc.pid) or procfs.ProcfsEntry(0, "", "", 0)).comm == "a) b (c")
+        entry = procfs.process(proc.pid)
+        assert entry is not None and entry.ppid == os.getpid() and entry.state in ("S", "R")
+    finally:
+        _stop(proc)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a reader as another user")
+def test_another_users_process_is_python_by_name_and_unknown_otherwise(
+    python_child: subprocess.Popen[str], sleeper: subprocess.Popen[str]
+) -> None:
+    """As an unprivileged user, root's maps and environ are unreadable: names decide, or nothing does."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None:
+        pytest.skip("no system python3 an unprivileged user can run")
+    script = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('procfs', {str(SRC / 'rankscope' / 'procfs.py')!r})\n"
+        "procfs = importlib.util.module_from_spec(spec); spec.loader.exec_module(procfs)\n"
+        "for pid in map(int, sys.argv[1:]):\n"
+        "    entry = procfs.process(pid)\n"
+        "    print(entry.comm, entry.is_python, entry.environ, entry.uid)\n"
+    )
+    result = subprocess.run(
+        [system_python, "-c", script, str(python_child.pid), str(sleeper.pid)],
+        capture_output=True,
+        text=True,
+        user=65534,
+        group=65534,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    child, sleep = result.stdout.splitlines()
+    assert child.split()[1:] == ["True", "None", "0"]
+    assert sleep.split() == ["sleep", "None", "None", "0"]
+
+
+def test_procfs_parses_as_python39_and_imports_only_os() -> None:
+    """rankscope.ranks reads environments through it inside training processes (Python 3.9, stdlib)."""
+    tree = ast.parse((SRC / "rankscope" / "procfs.py").read_text(), feature_version=(3, 9))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert imported <= {"os", "errno", "__future__", "typing"}
