@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests.support.system import real_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,3 +53,86 @@ def test_inprocess_modules_parse_as_python39() -> None:
         ast.parse(source, feature_version=(3, 9))
     for path in (ROOT / "src" / "rankscope" / "inproc").glob("*.py"):
         ast.parse(path.read_text(), feature_version=(3, 9))
+
+
+GUARDED_CONFTEST = """
+from tests.support import system
+
+system.TOOLS["fake"] = {"rankscope-fake-tool": "rankscope-no-such-package"}
+pytest_plugins = ["tests.support.tools"]
+"""
+
+GUARDED_TESTS = """
+import subprocess
+
+import pytest
+
+
+def run_tool():
+    return subprocess.run(["rankscope-fake-tool"], capture_output=True, text=True)
+
+
+@pytest.mark.needs("fake")
+def test_declared():
+    assert run_tool().stdout == "real\\n"
+
+
+def test_undeclared():
+    run_tool()
+
+
+def test_undeclared_sees_a_stand_in():
+    result = run_tool()
+    assert result.returncode == 127 and 'needs("fake")' in result.stderr
+
+
+def test_no_tool():
+    assert True
+"""
+
+
+def _run_guarded(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    tool = bin_dir / "rankscope-fake-tool"
+    tool.write_text("#!/bin/sh\necho real\n")
+    tool.chmod(0o755)
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\naddopts = --strict-markers\nmarkers =\n    needs: tools\n"
+    )
+    (tmp_path / "conftest.py").write_text(GUARDED_CONFTEST)
+    (tmp_path / "test_guarded.py").write_text(tests)
+    env = dict(os.environ, PATH=os.pathsep.join([str(bin_dir), real_path()]), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_test_that_runs_an_undeclared_system_tool_fails(tmp_path: Path) -> None:
+    """The tool guard (tests/support/tools.py): declared tools run, undeclared ones fail the test."""
+    result = _run_guarded(tmp_path, GUARDED_TESTS)
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    outcomes = {
+        line.split()[1].split("::")[-1]: line.split()[0]
+        for line in out.splitlines()
+        if line.startswith(("PASSED ", "FAILED ", "ERROR "))
+    }
+    assert outcomes == {
+        "test_declared": "PASSED",
+        "test_undeclared": "FAILED",
+        "test_undeclared_sees_a_stand_in": "FAILED",
+        "test_no_tool": "PASSED",
+    }, out
+    assert "ran rankscope-fake-tool without declaring it" in out
+
+
+def test_an_unknown_tool_name_is_a_usage_error(tmp_path: Path) -> None:
+    result = _run_guarded(tmp_path, "import pytest\n\n@pytest.mark.needs('pdhs')\ndef test_x():\n    pass\n")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "unknown tool(s) ['pdhs']" in result.stderr
