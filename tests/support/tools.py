@@ -68,10 +68,8 @@ class ToolGuard:
                 stand_in.chmod(0o755)
 
     def _blocker(self, command: str) -> str:
-        owners = " or ".join(f'"{name}"' for name, commands in sorted(TOOLS.items()) if command in commands)
         message = (
-            f"rankscope tests: this test runs {command} but does not declare it: "
-            f"add @pytest.mark.needs({owners}) (docs/testing.md)"
+            f"rankscope tests: {command} is hidden from this test, which does not declare it: {_fix(command)}"
         )
         return _BLOCKER.format(
             command=shlex.quote(command), log=shlex.quote(str(self.log)), message=shlex.quote(message)
@@ -113,7 +111,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(
                 f"{item.nodeid}: unknown tool(s) {unknown} in needs(); known: {sorted(TOOLS)}"
             )
-        implied = {tool for fixture in item.fixturenames for tool in FIXTURE_NEEDS.get(fixture, ())}
+        fixtures = getattr(item, "fixturenames", ())
+        implied = {tool for fixture in fixtures for tool in FIXTURE_NEEDS.get(fixture, ())}
         if implied:  # so that `-m needs` selects every test that uses a system tool
             item.add_marker(pytest.mark.needs(*sorted(implied)))
 
@@ -133,23 +132,23 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     _guard.allow(None)
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, object, None]:
-    outcome = yield
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
     if _guard is None or call.when == "teardown":
-        return
+        return report
     undeclared = _guard.take_undeclared()
-    if not undeclared:
-        return
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    owners = sorted({n for n, commands in TOOLS.items() for c in undeclared if c in commands})
-    message = (
-        f"ran {', '.join(undeclared)} without declaring it: mark the test "
-        f"@pytest.mark.needs(...) with one of {owners} (docs/testing.md)"
-    )
-    if report.failed and report.longrepr:
-        message = f"{report.longrepr}\n\n{message}"
-    report.outcome = "failed"
-    report.longrepr = message
+    if undeclared:
+        message = "\n".join(f"ran {command} without declaring it: {_fix(command)}" for command in undeclared)
+        if report.failed and report.longrepr:
+            message = f"{report.longrepr}\n\n{message}"
+        report.outcome = "failed"
+        report.longrepr = message
+    return report
+
+
+def _fix(command: str) -> str:
+    owners = [name for name, commands in sorted(TOOLS.items()) if command in commands]
+    return " or ".join(f'@pytest.mark.needs("{name}")' for name in owners) + " (docs/testing.md)"
