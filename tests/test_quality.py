@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tests.support.system import real_path
+from tests.support import cluster_fixtures
+from tests.support.system import TOOLS, real_path
+from tests.support.tools import FIXTURE_NEEDS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,3 +139,21 @@ def test_an_unknown_tool_name_is_a_usage_error(tmp_path: Path) -> None:
     result = _run_guarded(tmp_path, "import pytest\n\n@pytest.mark.needs('pdhs')\ndef test_x():\n    pass\n")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
     assert "unknown tool(s) ['pdhs']" in result.stderr
+
+
+def test_tools_run_by_absolute_path_are_declared() -> None:
+    """The guard hides commands found on PATH only: a test module that runs a system tool by its
+    absolute path (``/usr/bin/time``) must still declare it."""
+    missing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        text = path.read_text()
+        for match in re.finditer(r"""["'](?:/usr)?/s?bin/([\w.+-]+)["']""", text):
+            owners = [name for name, commands in TOOLS.items() if match[1] in commands]
+            if owners and not any(re.search(rf"""needs\([^)]*["']{name}["']""", text) for name in owners):
+                missing.append(f"{path.relative_to(ROOT)} runs {match[0]} without needs({owners})")
+    assert not missing, "\n".join(missing)
+
+
+def test_every_tool_fixture_exists() -> None:
+    assert set(FIXTURE_NEEDS) <= set(vars(cluster_fixtures)), "FIXTURE_NEEDS names a fixture that is gone"
+    assert {tool for tools in FIXTURE_NEEDS.values() for tool in tools} <= set(TOOLS)
