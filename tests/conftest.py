@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-pytest_plugins = ["tests.support.cluster_fixtures"]
+pytest_plugins = ["tests.support.tools", "tests.support.cluster_fixtures"]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

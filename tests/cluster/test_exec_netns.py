@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.support.cluster_fixtures import NetnsCluster
 
 
@@ -18,6 +19,7 @@ def test_black_hole_costs_its_deadline_and_closed_port_is_unreachable(netns_clus
     assert "closed  unreachable: " in out and "Connection refused" in out
 
 
+@pytest.mark.needs("pdsh")
 def test_overall_deadline_bounds_a_black_hole(netns_cluster: NetnsCluster) -> None:
     result = netns_cluster.run_cli(
         "exec", "--via", "pdsh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "30",

@@ -84,6 +84,7 @@ def _mpirun(args: list[str], timeout: float = 120) -> subprocess.CompletedProces
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.needs("openmpi")
 def test_prefix_under_mpirun() -> None:
     result = _mpirun(["-np", "4", RANKSCOPE, "prefix", "--", sys.executable, "-c", "print('hello')"])
     assert result.returncode == 0, result.stderr
@@ -92,6 +93,7 @@ def test_prefix_under_mpirun() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.needs("openmpi")
 def test_real_mpirun_tag_output_is_read(tmp_path: Path) -> None:
     """Real `mpirun --tag-output` output: 4 ranks, rank 2 raises a different error."""
     code = (

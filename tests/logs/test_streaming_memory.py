@@ -12,6 +12,7 @@ from tests.support.system import ensure_commands
 
 
 @pytest.mark.slow
+@pytest.mark.needs("time")
 @pytest.mark.timeout(300)
 def test_errors_memory_stays_flat_with_300k_tracebacks(tmp_path: Path) -> None:
     ensure_commands({"time": "time"})

@@ -15,7 +15,7 @@ from tests.support.system import ensure_commands
 from rankscope.demo.launch import kill_tree
 from rankscope.procs import ProcessTable, find_jobs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs("openmpi")]
 
 SLEEPER = (
     "import os, pathlib, time; "

@@ -1,7 +1,8 @@
 """Session-scoped fixtures with real cluster engines: sshd "nodes", SLURM, network namespaces.
 
 Registered through ``pytest_plugins`` in tests/conftest.py, so any test can ask for them.
-Each fixture installs what it needs (apt-get, see system.py) and tears down in ``finally``.
+Each fixture installs what it needs (apt-get, see system.py) and tears down in ``finally``;
+requesting one declares its tools (``FIXTURE_NEEDS`` in tools.py: keep it in step).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from tests.support.cli import CliResult
 from tests.support.netns import NetnsNodes, create_client
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
-from tests.support.system import ensure_commands
+from tests.support.system import ensure_tools
 
 #: The "remote" rankscope every test node runs: this very install.
 REMOTE_RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
@@ -33,7 +34,7 @@ SSH_NODES = [f"node{i:02d}" for i in range(1, 5)]
 def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     """sshd on 127.0.0.1 reachable as node01..node04, plus ``badauth`` (login refused) and
     ``unknownkey`` (host key not in known_hosts) and ``closedport`` (nothing listens)."""
-    ensure_commands({"sshd": "openssh-server", "ssh": "openssh-client", "ssh-keyscan": "openssh-client"})
+    ensure_tools("ssh")
     server = start_sshd(tmp_path_factory.mktemp("sshd"), SSH_NODES)
     try:
         add_alias(server, "badauth", User="rankscope-no-such-user")
@@ -46,7 +47,7 @@ def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 
 @pytest.fixture(scope="session")
 def pdsh_installed() -> None:
-    ensure_commands({"pdsh": "pdsh"})
+    ensure_tools("pdsh")
 
 
 def client_env() -> dict[str, str]:
@@ -58,9 +59,7 @@ def client_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A running single-node SLURM cluster (node ``localhost``); use ``.env`` for clients."""
-    ensure_commands(
-        {"slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sbatch": "slurm-wlm", "munged": "munge"}
-    )
+    ensure_tools("slurm")
     cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
     try:
         yield cluster
@@ -88,7 +87,7 @@ class NetnsCluster:
 
 @pytest.fixture(scope="session")
 def netns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetnsCluster]:
-    ensure_commands({"sshd": "openssh-server", "ip": "iproute2", "iptables": "iptables"})
+    ensure_tools("netns", "ssh")
     net = create_client()
     sshd: Optional[Sshd] = None
     try:
