@@ -7,6 +7,11 @@ sends. A black-holed node (iptables DROP on its port) measures what a dead node 
 All of it runs inside a private network namespace, so the DROP rule touches nothing else.
 
     sudo .venv/bin/python bench/bench_multinode.py [--nodes 32] [--repeat 3] [--deadline 3] [--root-rc]
+        [--engines] [--baseline-src DIR]
+
+--engines adds the fan-out rows again with ClusterShell's Task as the engine (bench/task_engine.py);
+--baseline-src DIR adds them with the rankscope sources in DIR (e.g. an older checkout's src/), run
+in the same set-up, for a before/after comparison in one run.
 
 A node's login shell reads a plain ~/.bashrc (Debian's /etc/skel one, which returns at once for
 non-interactive shells): the sessions get a scratch HOME through sshd's SetEnv. With --root-rc
@@ -50,7 +55,7 @@ def timed(
 
 
 def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dict[str, object]:
-    timed(argv, env)  # warm-up: page cache, sshd's first fork
+    first, _ = timed(argv, env)  # warm-up: page cache, sshd's first fork (and ssh masters, when kept)
     times, last = [], None
     for _ in range(repeat):
         seconds, last = timed(argv, env)
@@ -58,6 +63,7 @@ def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dic
     assert last is not None
     return {
         "name": name,
+        "first_s": round(first, 2),
         "median_s": round(statistics.median(times), 2),
         "min_s": round(min(times), 2),
         "max_s": round(max(times), 2),
@@ -170,7 +176,22 @@ def inner(args: argparse.Namespace) -> int:
                 [*pdsh, *pdsh_hole, "-w", f"{nodeset},blackhole", manual_line],
             ),
         ]
-        runs = [measure(name, argv, env, args.repeat) for name, argv in plan]
+        # The same fan-out rows through another engine: ClusterShell's Task, or older sources.
+        engines: list[tuple[str, list[str], dict[str, str]]] = [("", [str(RANKSCOPE)], env)]
+        if args.engines:
+            task = [sys.executable, str(ROOT / "bench" / "task_engine.py")]
+            engines.append((" [ClusterShell Task]", task, env))
+        if args.baseline_src:
+            old = dict(env, PYTHONPATH=str(Path(args.baseline_src).resolve()))
+            engines.append((" [before]", [str(RANKSCOPE)], old))
+        rows = [(name, argv, env) for name, argv in plan]
+        for number, (label, prefix, engine_env) in enumerate(engines[1:], start=1):
+            for name, argv in plan:
+                if name.startswith("rankscope"):
+                    # Own ssh masters per engine: a row must pay for its first connections itself.
+                    argv = [str(a).replace(f"{scratch}/cm-", f"{scratch}/cm{number}-") for a in argv]
+                    rows.append((name + label, [*prefix, *argv[1:]], engine_env))
+        runs = [measure(name, argv, row_env, args.repeat) for name, argv, row_env in rows]
         # Where the time goes: the per-node work alone, node after node, no ssh.
         remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
         manual_cmd = ["sh", "-c", manual_line]
@@ -217,12 +238,12 @@ def inner(args: argparse.Namespace) -> int:
             f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, "
             f"login rc: {'/root/.bashrc' if args.root_rc else '/etc/skel/.bashrc'}, load average {load}\n"
         )
-        print("| what | median s | min-max s | exit | output lines |")
-        print("|---|---:|---:|---:|---:|")
+        print("| what | median s | min-max s | first run s | exit | output lines |")
+        print("|---|---:|---:|---:|---:|---:|")
         for run in runs:
             spread = f"{run['min_s']}-{run['max_s']}"
             print(
-                f"| {run['name']} | {run['median_s']} | {spread} | {run['returncode']} "
+                f"| {run['name']} | {run['median_s']} | {spread} | {run['first_s']} | {run['returncode']} "
                 f"| {run['stdout_lines']} |"
             )
         print(f"\nper-node work for all {len(nodes)} nodes, one after the other (no fan-out):\n")
@@ -251,6 +272,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=10.0, help="--node-timeout for the black-hole run")
     parser.add_argument("--root-rc", action="store_true", help="nodes read /root/.bashrc at login")
+    parser.add_argument("--engines", action="store_true", help="also run the rows on ClusterShell's Task")
+    parser.add_argument("--baseline-src", metavar="DIR", help="also run the rows with the rankscope in DIR")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -259,7 +282,9 @@ def main() -> int:
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         argv = [sys.executable, __file__, "--inner", "--nodes", str(args.nodes), "--repeat", str(args.repeat),
-                "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else [])]  # fmt: skip
+                "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else []),
+                *(["--engines"] if args.engines else []),
+                *(["--baseline-src", args.baseline_src] if args.baseline_src else [])]  # fmt: skip
         return subprocess.run(["ip", "netns", "exec", namespace, *argv]).returncode
     finally:
         subprocess.run(["ip", "netns", "del", namespace])
