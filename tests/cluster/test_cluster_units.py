@@ -13,7 +13,7 @@ import pytest
 
 from rankscope.cluster.classify import classify
 from rankscope.cluster.fanout import run_on_nodes, run_srun_step
-from rankscope.cluster.gather import group_failures, group_outputs, render_groups
+from rankscope.cluster.gather import group_failures, group_outputs, render_groups, results_to_json
 from rankscope.cluster.targets import expand_nodeset, parse_hostfile
 from rankscope.cluster.transports import SrunStep, SshOptions, SshTransport, remote_script
 from rankscope.errors import BadInputError
@@ -187,3 +187,22 @@ def test_fanout_limit_overall_deadline_and_unstartable_transport(tmp_path: Path)
 
     [missing] = run_on_nodes(Missing(), ["n1"], "true")
     assert missing.stage == "transport error" and missing.reason.startswith("cannot start ")
+
+
+def test_exec_document_keeps_its_schema_and_field_names() -> None:
+    ok = classify("n1", 0, "up\n", "__rankscope_node_exit__ 0\n", False, 5, 0.12345)
+    refused = classify("n2", 255, "", "ssh: connect to host n2 port 22: Connection refused\n", False, 5, 0.5)
+    assert results_to_json([ok, refused]) == {
+        "schema": "rankscope.exec/1",
+        "nodes": [
+            {"node": "n1", "stage": "ok", "returncode": 0, "stdout": "up\n", "stderr": "", "reason": "",
+             "hint": "", "elapsed": 0.123},
+            {"node": "n2", "stage": "unreachable", "returncode": None, "stdout": "",
+             "stderr": "ssh: connect to host n2 port 22: Connection refused\n",
+             "reason": "ssh: connect to host n2 port 22: Connection refused", "hint": refused.hint, "elapsed": 0.5},
+        ],
+        "groups": [{"nodes": "n1", "count": 1, "returncode": 0, "output": "up\n"}],
+        "failures": [
+            {"nodes": "n2", "count": 1, "stage": "unreachable", "reason": refused.reason, "hint": refused.hint}
+        ],
+    }  # fmt: skip

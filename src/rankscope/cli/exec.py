@@ -48,9 +48,11 @@ def exec_cmd(command: tuple[str, ...], as_json: bool, out_dir: Optional[Path], *
     if not command or not "".join(command).strip():
         raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
     progress = tty_progress()
-    results = run_remote(target, command[0] if len(command) == 1 else list(command), progress)
-    if progress is not None:
-        progress.clear()
+    try:
+        results = run_remote(target, command[0] if len(command) == 1 else list(command), progress)
+    finally:
+        if progress is not None:
+            progress.clear()
     document = results_to_json(results)
     if out_dir is not None:
         write_node_files(out_dir, results, document, "exec.json")

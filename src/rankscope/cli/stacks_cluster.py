@@ -49,9 +49,11 @@ def run_cluster_stacks(
     from rankscope.stacks.report import report_document
 
     progress = tty_progress()
-    result = stacks_remote(target, options, progress)
-    if progress is not None:
-        progress.clear()
+    try:
+        result = stacks_remote(target, options, progress)
+    finally:
+        if progress is not None:
+            progress.clear()
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
     report.nodes = result.node_statuses()
