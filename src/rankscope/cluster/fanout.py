@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
@@ -35,7 +36,7 @@ from rankscope.model import Stage
 
 #: After SIGTERM at the deadline, how long a transport gets to end cleanly before SIGKILL.
 TERM_GRACE = 1.0
-#: Without pidfds (Linux < 5.3), how often exits are looked for.
+#: Without pidfds (Linux < 5.3, or a low open-files limit), how often exits are looked for.
 _POLL_EXIT = 0.05
 #: At most this many 64 KiB reads from a finished node's pipes (a grandchild may still write).
 _DRAIN_READS = 64
@@ -82,11 +83,13 @@ class _Running:
 class _Fanout:
     """Start transports, read them, end them at their deadline; one selector for all of them."""
 
-    def __init__(self, env: Optional[dict[str, str]]) -> None:
+    def __init__(self, env: Optional[dict[str, str]], fanout: int) -> None:
         self.env = env
         self.selector = selectors.DefaultSelector()
         self.running: list[_Running] = []
-        self.use_pidfd = hasattr(os, "pidfd_open")
+        # A pidfd is a third descriptor per node: only where the open-files limit has room for it.
+        room = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.use_pidfd = hasattr(os, "pidfd_open") and (room < 0 or 3 * fanout + 64 <= room)
 
     def start(self, index: int, node: str, argv: list[str], budget: float) -> Optional[NodeResult]:
         """Start one transport; a NodeResult at once if it cannot start."""
@@ -200,7 +203,7 @@ def run_commands(
     overall_end = time.monotonic() + (overall_timeout if overall_timeout is not None else float("inf"))
     pending = deque(enumerate(commands))
     results: dict[int, NodeResult] = {}
-    engine = _Fanout(env)
+    engine = _Fanout(env, fanout)
 
     def record(index: int, result: NodeResult) -> None:
         results[index] = result
