@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -63,9 +64,10 @@ def answer(dumped: bool, failure: str = "") -> str:
     ],
 )
 def test_ladder(rc: int, stdout: str, stderr: str, stage: str, reason: str) -> None:
-    result, report = classify_node(
-        NodeResult("node07", Stage.OK if rc == 0 else Stage.COMMAND_FAILED, rc, stdout, stderr)
-    )
+    answer = NodeResult("node07", Stage.OK if rc == 0 else Stage.COMMAND_FAILED, rc, stdout, stderr)
+    before = replace(answer)
+    result, report = classify_node(answer)
+    assert answer == before  # the fan-out's result is not changed, a refined one is returned
     assert result.stage == stage
     assert result.reason.startswith(reason)
     assert (report is not None) == (stage == "ok")
