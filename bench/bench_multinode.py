@@ -18,7 +18,8 @@ non-interactive shells): the sessions get a scratch HOME through sshd's SetEnv. 
 they read this machine's /root/.bashrc instead, which runs `pyenv init` on every ssh command
 (about 80 ms of CPU per login, paid by rankscope and the manual line alike).
 
-Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/multinode.json.
+Each row gets a warm-up run ("first run s"), then the rows are run round after round, --repeat
+times. Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/multinode.json.
 """
 
 from __future__ import annotations
@@ -54,25 +55,33 @@ def timed(
     return time.perf_counter() - began, proc
 
 
-def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dict[str, object]:
-    first, _ = timed(argv, env)  # warm-up: page cache, sshd's first fork (and ssh masters, when kept)
-    times, last = [], None
+def measure_rows(rows: list[tuple[str, list[str], dict[str, str]]], repeat: int) -> list[dict[str, object]]:
+    """A warm-up run of every row, then ``repeat`` rounds over all rows (interleaved: a slow
+    minute on a shared machine falls on every row alike, not on the rows that happened to run then)."""
+    firsts = [timed(argv, env)[0] for _, argv, env in rows]  # page cache, sshd's first fork, ssh masters
+    times: list[list[float]] = [[] for _ in rows]
+    last: list[subprocess.CompletedProcess[str]] = []
     for _ in range(repeat):
-        seconds, last = timed(argv, env)
-        times.append(seconds)
-    assert last is not None
-    return {
-        "name": name,
-        "first_s": round(first, 2),
-        "median_s": round(statistics.median(times), 2),
-        "min_s": round(min(times), 2),
-        "max_s": round(max(times), 2),
-        "returncode": last.returncode,
-        "stdout_bytes": len(last.stdout),
-        "stdout_lines": len(last.stdout.splitlines()),
-        "stdout": last.stdout,
-        "stderr_tail": last.stderr[-500:],
-    }
+        last = []
+        for index, (_, argv, env) in enumerate(rows):
+            seconds, proc = timed(argv, env)
+            times[index].append(seconds)
+            last.append(proc)
+    return [
+        {
+            "name": name,
+            "first_s": round(first, 2),
+            "median_s": round(statistics.median(row_times), 2),
+            "min_s": round(min(row_times), 2),
+            "max_s": round(max(row_times), 2),
+            "returncode": proc.returncode,
+            "stdout_bytes": len(proc.stdout),
+            "stdout_lines": len(proc.stdout.splitlines()),
+            "stdout": proc.stdout,
+            "stderr_tail": proc.stderr[-500:],
+        }
+        for (name, _, _), first, row_times, proc in zip(rows, firsts, times, last)
+    ]
 
 
 def sequential_cost(argv_for_node: list[list[str]], env: dict[str, str]) -> dict[str, float]:
@@ -156,7 +165,8 @@ def inner(args: argparse.Namespace) -> int:
             str(sshd.ssh_config),
         ]
         # %n: one master per alias (all aliases share host and port here, %C would share one master).
-        control = ["ControlMaster=auto", f"ControlPath={scratch}/cm-%n", "ControlPersist=120"]
+        # 600 s: the masters outlive a whole round over all rows.
+        control = ["ControlMaster=auto", f"ControlPath={scratch}/cm-%n", "ControlPersist=600"]
         plan = [
             ("rankscope stacks --via ssh", [*stacks, "--via", "ssh"]),
             ("rankscope stacks --via pdsh", [*stacks, "--via", "pdsh"]),
@@ -191,7 +201,7 @@ def inner(args: argparse.Namespace) -> int:
                     # Own ssh masters per engine: a row must pay for its first connections itself.
                     argv = [str(a).replace(f"{scratch}/cm-", f"{scratch}/cm{number}-") for a in argv]
                     rows.append((name + label, [*prefix, *argv[1:]], engine_env))
-        runs = [measure(name, argv, row_env, args.repeat) for name, argv, row_env in rows]
+        runs = measure_rows(rows, args.repeat)
         # Where the time goes: the per-node work alone, node after node, no ssh.
         remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
         manual_cmd = ["sh", "-c", manual_line]
@@ -259,6 +269,8 @@ def inner(args: argparse.Namespace) -> int:
         for job in jobs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, 9)
+        for master in scratch.glob("cm*-*"):  # the kept ssh connections end with the benchmark
+            subprocess.run(["ssh", "-o", f"ControlPath={master}", "-O", "exit", "x"], capture_output=True)
         if sshd is not None:
             sshd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
