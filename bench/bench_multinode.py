@@ -7,13 +7,19 @@ sends. A black-holed node (iptables DROP on its port) measures what a dead node 
 All of it runs inside a private network namespace, so the DROP rule touches nothing else.
 
     sudo .venv/bin/python bench/bench_multinode.py [--nodes 32] [--repeat 3] [--deadline 3] [--root-rc]
+        [--engines] [--baseline-src DIR]
+
+--engines adds the fan-out rows again with ClusterShell's Task as the engine (bench/task_engine.py);
+--baseline-src DIR adds them with the rankscope sources in DIR (e.g. an older checkout's src/), run
+in the same set-up, for a before/after comparison in one run.
 
 A node's login shell reads a plain ~/.bashrc (Debian's /etc/skel one, which returns at once for
 non-interactive shells): the sessions get a scratch HOME through sshd's SetEnv. With --root-rc
 they read this machine's /root/.bashrc instead, which runs `pyenv init` on every ssh command
 (about 80 ms of CPU per login, paid by rankscope and the manual line alike).
 
-Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/multinode.json.
+Each row gets a warm-up run ("first run s"), then the rows are run round after round, --repeat
+times. Prints a Markdown table (paste into docs/benchmarks.md) and writes bench/out/multinode.json.
 """
 
 from __future__ import annotations
@@ -49,24 +55,33 @@ def timed(
     return time.perf_counter() - began, proc
 
 
-def measure(name: str, argv: list[str], env: dict[str, str], repeat: int) -> dict[str, object]:
-    timed(argv, env)  # warm-up: page cache, sshd's first fork
-    times, last = [], None
+def measure_rows(rows: list[tuple[str, list[str], dict[str, str]]], repeat: int) -> list[dict[str, object]]:
+    """A warm-up run of every row, then ``repeat`` rounds over all rows (interleaved: a slow
+    minute on a shared machine falls on every row alike, not on the rows that happened to run then)."""
+    firsts = [timed(argv, env)[0] for _, argv, env in rows]  # page cache, sshd's first fork, ssh masters
+    times: list[list[float]] = [[] for _ in rows]
+    last: list[subprocess.CompletedProcess[str]] = []
     for _ in range(repeat):
-        seconds, last = timed(argv, env)
-        times.append(seconds)
-    assert last is not None
-    return {
-        "name": name,
-        "median_s": round(statistics.median(times), 2),
-        "min_s": round(min(times), 2),
-        "max_s": round(max(times), 2),
-        "returncode": last.returncode,
-        "stdout_bytes": len(last.stdout),
-        "stdout_lines": len(last.stdout.splitlines()),
-        "stdout": last.stdout,
-        "stderr_tail": last.stderr[-500:],
-    }
+        last = []
+        for index, (_, argv, env) in enumerate(rows):
+            seconds, proc = timed(argv, env)
+            times[index].append(seconds)
+            last.append(proc)
+    return [
+        {
+            "name": name,
+            "first_s": round(first, 2),
+            "median_s": round(statistics.median(row_times), 2),
+            "min_s": round(min(row_times), 2),
+            "max_s": round(max(row_times), 2),
+            "returncode": proc.returncode,
+            "stdout_bytes": len(proc.stdout),
+            "stdout_lines": len(proc.stdout.splitlines()),
+            "stdout": proc.stdout,
+            "stderr_tail": proc.stderr[-500:],
+        }
+        for (name, _, _), first, row_times, proc in zip(rows, firsts, times, last)
+    ]
 
 
 def sequential_cost(argv_for_node: list[list[str]], env: dict[str, str]) -> dict[str, float]:
@@ -150,7 +165,8 @@ def inner(args: argparse.Namespace) -> int:
             str(sshd.ssh_config),
         ]
         # %n: one master per alias (all aliases share host and port here, %C would share one master).
-        control = ["ControlMaster=auto", f"ControlPath={scratch}/cm-%n", "ControlPersist=120"]
+        # 600 s: the masters outlive a whole round over all rows.
+        control = ["ControlMaster=auto", f"ControlPath={scratch}/cm-%n", "ControlPersist=600"]
         plan = [
             ("rankscope stacks --via ssh", [*stacks, "--via", "ssh"]),
             ("rankscope stacks --via pdsh", [*stacks, "--via", "pdsh"]),
@@ -170,7 +186,22 @@ def inner(args: argparse.Namespace) -> int:
                 [*pdsh, *pdsh_hole, "-w", f"{nodeset},blackhole", manual_line],
             ),
         ]
-        runs = [measure(name, argv, env, args.repeat) for name, argv in plan]
+        # The same fan-out rows through another engine: ClusterShell's Task, or older sources.
+        engines: list[tuple[str, list[str], dict[str, str]]] = [("", [str(RANKSCOPE)], env)]
+        if args.engines:
+            task = [sys.executable, str(ROOT / "bench" / "task_engine.py")]
+            engines.append((" [ClusterShell Task]", task, env))
+        if args.baseline_src:
+            old = dict(env, PYTHONPATH=str(Path(args.baseline_src).resolve()))
+            engines.append((" [before]", [str(RANKSCOPE)], old))
+        rows = [(name, argv, env) for name, argv in plan]
+        for number, (label, prefix, engine_env) in enumerate(engines[1:], start=1):
+            for name, argv in plan:
+                if name.startswith("rankscope"):
+                    # Own ssh masters per engine: a row must pay for its first connections itself.
+                    argv = [str(a).replace(f"{scratch}/cm-", f"{scratch}/cm{number}-") for a in argv]
+                    rows.append((name + label, [*prefix, *argv[1:]], engine_env))
+        runs = measure_rows(rows, args.repeat)
         # Where the time goes: the per-node work alone, node after node, no ssh.
         remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
         manual_cmd = ["sh", "-c", manual_line]
@@ -217,12 +248,12 @@ def inner(args: argparse.Namespace) -> int:
             f"\n{len(nodes)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, "
             f"login rc: {'/root/.bashrc' if args.root_rc else '/etc/skel/.bashrc'}, load average {load}\n"
         )
-        print("| what | median s | min-max s | exit | output lines |")
-        print("|---|---:|---:|---:|---:|")
+        print("| what | median s | min-max s | first run s | exit | output lines |")
+        print("|---|---:|---:|---:|---:|---:|")
         for run in runs:
             spread = f"{run['min_s']}-{run['max_s']}"
             print(
-                f"| {run['name']} | {run['median_s']} | {spread} | {run['returncode']} "
+                f"| {run['name']} | {run['median_s']} | {spread} | {run['first_s']} | {run['returncode']} "
                 f"| {run['stdout_lines']} |"
             )
         print(f"\nper-node work for all {len(nodes)} nodes, one after the other (no fan-out):\n")
@@ -238,6 +269,8 @@ def inner(args: argparse.Namespace) -> int:
         for job in jobs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(job.pid, 9)
+        for master in scratch.glob("cm*-*"):  # the kept ssh connections end with the benchmark
+            subprocess.run(["ssh", "-o", f"ControlPath={master}", "-O", "exit", "x"], capture_output=True)
         if sshd is not None:
             sshd.stop()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -251,6 +284,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=10.0, help="--node-timeout for the black-hole run")
     parser.add_argument("--root-rc", action="store_true", help="nodes read /root/.bashrc at login")
+    parser.add_argument("--engines", action="store_true", help="also run the rows on ClusterShell's Task")
+    parser.add_argument("--baseline-src", metavar="DIR", help="also run the rows with the rankscope in DIR")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -259,7 +294,9 @@ def main() -> int:
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         argv = [sys.executable, __file__, "--inner", "--nodes", str(args.nodes), "--repeat", str(args.repeat),
-                "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else [])]  # fmt: skip
+                "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else []),
+                *(["--engines"] if args.engines else []),
+                *(["--baseline-src", args.baseline_src] if args.baseline_src else [])]  # fmt: skip
         return subprocess.run(["ip", "netns", "exec", namespace, *argv]).returncode
     finally:
         subprocess.run(["ip", "netns", "del", namespace])

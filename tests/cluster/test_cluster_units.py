@@ -8,13 +8,16 @@ import signal
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
-from rankscope.cluster.fanout import classify, run_on_nodes, run_srun_step
-from rankscope.cluster.gather import group_failures, group_outputs, render_groups
+from rankscope.cluster.classify import classify
+from rankscope.cluster.fanout import run_on_nodes, run_srun_step
+from rankscope.cluster.gather import group_failures, group_outputs, render_groups, results_to_json
 from rankscope.cluster.targets import expand_nodeset, parse_hostfile
 from rankscope.cluster.transports import SrunStep, SshOptions, SshTransport, remote_script
 from rankscope.errors import BadInputError
+from rankscope.model import Stage
 
 
 def test_nodesets_expand_like_clustershell() -> None:
@@ -71,11 +74,11 @@ def test_folding_of_outputs_and_failures() -> None:
         classify(f"n{i}", 0, "same\n", remote_script("x").split(";")[0] + "\n", False, 5, 0) for i in range(3)
     ]
     for result in results:  # pretend every node finished with status 0
-        result.returncode, result.stage = 0, "ok"
+        result.returncode, result.stage = 0, Stage.OK
     refused = classify("n9", 255, "", "ssh: connect to host n9 port 22: Connection refused\n", False, 5, 0)
     groups = group_outputs([*results, refused])
-    assert [(g.nodeset, g.output) for g in groups] == [("n[0-2]", "same\n")]
-    assert [(f.nodeset, f.stage) for f in group_failures([*results, refused])] == [("n9", "unreachable")]
+    assert [(g.nodes, g.output) for g in groups] == [("n[0-2]", "same\n")]
+    assert [(f.nodes, f.stage) for f in group_failures([*results, refused])] == [("n9", "unreachable")]
     assert "Failed nodes (1 of 4):" in render_groups([*results, refused])
 
 
@@ -125,8 +128,13 @@ class LocalShell:
 
 
 @pytest.mark.timeout(25)
-def test_a_daemonised_grandchild_holding_the_pipes_does_not_hold_the_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize("exits_seen_by", ["pidfd", "polling"])
+def test_a_daemonised_grandchild_holding_the_pipes_does_not_hold_the_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exits_seen_by: str
+) -> None:
     # An ssh ControlPersist master does this: it outlives ssh and keeps its stdout/stderr open.
+    if exits_seen_by == "polling":  # kernels before 5.3, or a low open-files limit
+        monkeypatch.delattr(os, "pidfd_open")
     pid_file = tmp_path / "grandchild.pid"
     script = remote_script(f"setsid sleep 60 & echo $! > {pid_file}; echo done")
     try:
@@ -136,3 +144,70 @@ def test_a_daemonised_grandchild_holding_the_pipes_does_not_hold_the_node(tmp_pa
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.timeout(25)
+def test_a_node_past_its_deadline_is_ended_with_its_whole_process_group(tmp_path: Path) -> None:
+    # SIGTERM first (srun ends its step on it), then the group: nothing the node started survives.
+    # The transport itself (here the shell the script runs in, no markers) catches the SIGTERM.
+    child_pid, term_seen = tmp_path / "child.pid", tmp_path / "term"
+    script = f"trap 'echo term > {term_seen}; exit 143' TERM; sleep 60 & echo $! > {child_pid}; wait"
+    messages: list[str] = []
+    [result] = run_on_nodes(LocalShell(), ["n1"], script, node_timeout=1, progress=messages.append)
+    assert (result.stage, result.reason) == ("unreachable", "never answered within 1s")
+    assert term_seen.read_text() == "term\n"
+    assert _gone(int(child_pid.read_text()))
+    assert messages == ["1/1 nodes"]
+
+
+@pytest.mark.timeout(25)
+def test_fanout_limit_overall_deadline_and_unstartable_transport(tmp_path: Path) -> None:
+    running = tmp_path / "running"
+    running.mkdir()
+    # Each node notes how many nodes run beside it.
+    script = remote_script(f"touch {running}/$$; ls {running} | wc -l; sleep 0.3; rm {running}/$$")
+    messages: list[str] = []
+    results = run_on_nodes(
+        LocalShell(), [f"n{i}" for i in range(6)], script, fanout=2, progress=messages.append
+    )
+    assert [r.stage for r in results] == ["ok"] * 6
+    assert max(int(r.stdout) for r in results) <= 2
+    assert messages == [f"{i}/6 nodes" for i in range(1, 7)]
+    # One at a time, one second for all: the first node uses it up, the others never start.
+    slow = remote_script("sleep 30")
+    first, *others = run_on_nodes(LocalShell(), ["a", "b", "c"], slow, fanout=1, overall_timeout=1)
+    assert (first.stage, first.reason) == ("timeout", "command still running after 1s")
+    assert {(r.stage, r.reason) for r in others} == {("timeout", "not started: overall deadline reached")}
+
+    class Missing(LocalShell):
+        def node_argv(self, node: str, script: str) -> list[str]:
+            return [str(tmp_path / "no-such-transport"), script]
+
+    [missing] = run_on_nodes(Missing(), ["n1"], "true")
+    assert missing.stage == "transport error" and missing.reason.startswith("cannot start ")
+
+
+def test_exec_document_keeps_its_schema_and_field_names() -> None:
+    ok = classify("n1", 0, "up\n", "__rankscope_node_exit__ 0\n", False, 5, 0.12345)
+    refused = classify("n2", 255, "", "ssh: connect to host n2 port 22: Connection refused\n", False, 5, 0.5)
+    assert results_to_json([ok, refused]) == {
+        "schema": "rankscope.exec/1",
+        "nodes": [
+            {"node": "n1", "stage": "ok", "returncode": 0, "stdout": "up\n", "stderr": "", "reason": "",
+             "hint": "", "elapsed": 0.123},
+            {"node": "n2", "stage": "unreachable", "returncode": None, "stdout": "",
+             "stderr": "ssh: connect to host n2 port 22: Connection refused\n",
+             "reason": "ssh: connect to host n2 port 22: Connection refused", "hint": refused.hint, "elapsed": 0.5},
+        ],
+        "groups": [{"nodes": "n1", "count": 1, "returncode": 0, "output": "up\n"}],
+        "failures": [
+            {"nodes": "n2", "count": 1, "stage": "unreachable", "reason": refused.reason, "hint": refused.hint}
+        ],
+    }  # fmt: skip

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from rankscope.cluster.fanout import NodeResult
+from rankscope.cluster.classify import NodeResult
 from rankscope.cluster.stacks_remote import classify_node, node_failures, relabel_host
-from rankscope.model import Failure, Member, RankId
+from rankscope.model import Failure, Member, RankId, Stage
 from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport, load_report, report_document
 
 
@@ -18,7 +19,7 @@ def answer(dumped: bool, failure: str = "") -> str:
         report.processes = [ProcessInfo(pid=10, rank=RankId("vm", rank=0))]
         report.groups = [StackGroup("MainThread", True, (), [Member("vm", 10, 0)])]
     if failure:
-        report.failures = [Failure("pid 11", "dump", failure, "", RankId("vm", rank=1))]
+        report.failures = [Failure("pid 11", Stage.DUMP, failure, "", RankId("vm", rank=1))]
     return json.dumps(report_document(report))
 
 
@@ -63,16 +64,19 @@ def answer(dumped: bool, failure: str = "") -> str:
     ],
 )
 def test_ladder(rc: int, stdout: str, stderr: str, stage: str, reason: str) -> None:
-    result, report = classify_node(
-        NodeResult("node07", "ok" if rc == 0 else "command failed", rc, stdout, stderr)
-    )
+    answer = NodeResult("node07", Stage.OK if rc == 0 else Stage.COMMAND_FAILED, rc, stdout, stderr)
+    before = replace(answer)
+    result, report = classify_node(answer)
+    assert answer == before  # the fan-out's result is not changed, a refined one is returned
     assert result.stage == stage
     assert result.reason.startswith(reason)
     assert (report is not None) == (stage == "ok")
 
 
 def test_transport_failures_keep_their_stage_and_fold_by_reason() -> None:
-    refused = [NodeResult(f"n{i}", "unreachable", None, "", "", "Connection refused", "h") for i in (1, 2, 4)]
+    refused = [
+        NodeResult(f"n{i}", Stage.UNREACHABLE, None, "", "", "Connection refused", "h") for i in (1, 2, 4)
+    ]
     for result in refused:
         assert classify_node(result) == (result, None)
     [failure] = node_failures(refused)

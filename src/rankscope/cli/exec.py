@@ -9,11 +9,12 @@ from typing import Any, Optional
 import click
 
 from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, pop_cluster_kwargs
-from rankscope.cluster.fanout import OK
+from rankscope.cli.progress import tty_progress
 from rankscope.cluster.gather import render_groups, results_to_json
 from rankscope.cluster.output import write_node_files
 from rankscope.cluster.run import run_remote
 from rankscope.errors import BadInputError, ExitCode
+from rankscope.model import Stage
 
 HELP = """Run a command on every node; identical outputs are printed once under their folded node list.
 
@@ -46,7 +47,12 @@ def exec_cmd(command: tuple[str, ...], as_json: bool, out_dir: Optional[Path], *
     target = pop_cluster_kwargs(kwargs)
     if not command or not "".join(command).strip():
         raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
-    results = run_remote(target, command[0] if len(command) == 1 else list(command))
+    progress = tty_progress()
+    try:
+        results = run_remote(target, command[0] if len(command) == 1 else list(command), progress)
+    finally:
+        if progress is not None:
+            progress.clear()
     document = results_to_json(results)
     if out_dir is not None:
         write_node_files(out_dir, results, document, "exec.json")
@@ -54,7 +60,7 @@ def exec_cmd(command: tuple[str, ...], as_json: bool, out_dir: Optional[Path], *
         click.echo(json.dumps(document, indent=2))
     else:
         click.echo(render_groups(results), nl=False)
-    good = sum(1 for r in results if r.stage == OK)
+    good = sum(1 for r in results if r.stage is Stage.OK)
     if good == len(results):
         return int(ExitCode.OK)
     return int(ExitCode.ALL_FAILED if good == 0 else ExitCode.PARTIAL)

@@ -40,6 +40,7 @@ def run_cluster_stacks(
     full: bool,
     color: Optional[bool],
 ) -> int:
+    from rankscope.cli.progress import tty_progress
     from rankscope.cluster.output import write_node_files
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
@@ -47,7 +48,12 @@ def run_cluster_stacks(
     from rankscope.stacks.render import render_text
     from rankscope.stacks.report import report_document
 
-    result = stacks_remote(target, options)
+    progress = tty_progress()
+    try:
+        result = stacks_remote(target, options, progress)
+    finally:
+        if progress is not None:
+            progress.clear()
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
     report.nodes = result.node_statuses()

@@ -1,10 +1,16 @@
 """Run one remote script on many nodes at once, with deadlines, and turn each outcome into data.
 
-Every node ends as a :class:`NodeResult` with a ``stage``: ``ok`` or how far it got
-(the "date, then pgrep, then py-spy" ladder): ``unreachable``, ``auth refused``,
-``timeout``, ``command failed``; callers such as ``stacks`` refine ``command failed``
-by the remote exit code (``no rankscope there``, ``no job found``, ``dump failed``).
-Nothing here raises for a node: one bad node never hides the others.
+One thread runs everything: at most ``fanout`` transports (ssh, pdsh, or one srun step) at a
+time, their stdout and stderr read through one selector, each process watched through a pidfd.
+A node is done when its transport exits, not when its pipes close: a daemonised grandchild (an
+ssh ControlPersist master) may hold them open for minutes. Every transport runs in its own
+process group; at its deadline the group gets SIGTERM (srun then ends its step, ssh its
+session) and SIGKILL a second later; whatever the group left behind is killed when the node
+is done. Every outcome goes through the pure :func:`rankscope.cluster.classify.classify`;
+nothing here raises for a node: one bad node never hides the others.
+
+ClusterShell's ``Task`` was measured as the engine for this and not taken: docs/multinode.md,
+"Why not ClusterShell's Task".
 """
 
 from __future__ import annotations
@@ -12,67 +18,30 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
+import selectors
 import signal
 import subprocess
 import tempfile
-import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Optional, Protocol
 
-from rankscope.cluster.transports import EXIT_MARKER, START_MARKER, SrunStep
+from rankscope.cluster.classify import NodeResult as NodeResult  # re-exported: the fan-out's result
+from rankscope.cluster.classify import classify, last_line, seconds, split_markers, started_node
+from rankscope.cluster.transports import SrunStep
+from rankscope.model import Stage
 
-OK = "ok"
-UNREACHABLE = "unreachable"
-AUTH_REFUSED = "auth refused"
-TIMEOUT = "timeout"
-COMMAND_FAILED = "command failed"
-TRANSPORT_ERROR = "transport error"
+#: After SIGTERM at the deadline, how long a transport gets to end cleanly before SIGKILL.
+TERM_GRACE = 1.0
+#: Without pidfds (Linux < 5.3, or a low open-files limit), how often exits are looked for.
+_POLL_EXIT = 0.05
+#: At most this many 64 KiB reads from a finished node's pipes (a grandchild may still write).
+_DRAIN_READS = 64
 
-#: ssh/pdsh/srun messages -> (stage, hint). First match wins, checked in order.
-_TRANSPORT_MESSAGES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (
-        re.compile(
-            r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED|No \S+ host key is known"
-        ),
-        AUTH_REFUSED,
-        "the node's host key is not in known_hosts: add it (ssh-keyscan NODE >> ~/.ssh/known_hosts) "
-        "or, on a trusted network only, pass --insecure-no-host-key-check",
-    ),
-    (
-        re.compile(r"Permission denied|Too many authentication failures|Authentication failed"),
-        AUTH_REFUSED,
-        "passwordless login is needed: check your key with `ssh -o BatchMode=yes NODE true`",
-    ),
-    (
-        re.compile(
-            r"Connection refused|Connection timed out|No route to host|Network is unreachable|"
-            r"Could not resolve hostname|Name or service not known|Temporary failure in name resolution|"
-            r"kex_exchange_identification|Connection reset|Connection closed by|port \d+: Operation timed out"
-        ),
-        UNREACHABLE,
-        "check the node is up and sshd listens: `ssh NODE date`",
-    ),
-)
-
-
-@dataclass
-class NodeResult:
-    node: str
-    stage: str
-    returncode: Optional[int]
-    stdout: str
-    stderr: str
-    reason: str = ""
-    hint: str = ""
-    elapsed: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.stage == OK
+Progress = Optional[Callable[[str], None]]
 
 
 class NodeTransport(Protocol):
@@ -81,203 +50,184 @@ class NodeTransport(Protocol):
     def env(self) -> Optional[dict[str, str]]: ...
 
 
-#: pdsh's own summary line ("pdsh@host: node: ssh exited with exit code 255") says less than ssh's.
-_PDSH_SUMMARY = re.compile(r"^pdsh@\S+: \S+: ssh exited with exit code \d+$")
+class _Running:
+    """One transport process: its pipes, its deadline, what it printed so far."""
+
+    def __init__(self, index: int, node: str, process: subprocess.Popen[bytes], budget: float) -> None:
+        assert process.stdout is not None and process.stderr is not None
+        self.index = index
+        self.node = node
+        self.process = process
+        self.budget = budget
+        self.began = time.monotonic()
+        self.deadline = self.began + budget
+        self.kill_at = float("inf")
+        self.timed_out = False
+        self.pipes: dict[int, IO[bytes]] = {p.fileno(): p for p in (process.stdout, process.stderr)}
+        self.output: dict[IO[bytes], list[bytes]] = {process.stdout: [], process.stderr: []}
+        self.pidfd: Optional[int] = None
+
+    @property
+    def wake_at(self) -> float:
+        return self.kill_at if self.timed_out else self.deadline
+
+    def text(self, pipe: Optional[IO[bytes]]) -> str:
+        assert pipe is not None
+        return b"".join(self.output[pipe]).decode(errors="replace")
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
 
 
-def last_line(text: str) -> str:
-    """The last line worth showing: pdsh's summary only when nothing else was said."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    useful = [line for line in lines if not _PDSH_SUMMARY.match(line)]
-    return (useful or lines or [""])[-1]
+class _Fanout:
+    """Start transports, read them, end them at their deadline; one selector for all of them."""
 
+    def __init__(self, env: Optional[dict[str, str]], fanout: int) -> None:
+        self.env = env
+        self.selector = selectors.DefaultSelector()
+        self.running: list[_Running] = []
+        # A pidfd is a third descriptor per node: only where the open-files limit has room for it.
+        room = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.use_pidfd = hasattr(os, "pidfd_open") and (room < 0 or 3 * fanout + 64 <= room)
 
-#: ssh -v lines that tell how far a login got; they and the rest of ssh's chatter are removed.
-_SSH_CONNECTED = "Connection established."
-_SSH_AUTHENTICATED = "Authenticated to "
-_SSH_CHATTER = re.compile(
-    r"^(?:\S+: )?(?:debug\d: |OpenSSH_|Authenticated to |Transferred: sent |Bytes per second: )"
-)
-
-
-@dataclass
-class LoginProgress:
-    connected: bool = False
-    authenticated: bool = False
-
-
-def strip_ssh_debug(stderr: str) -> tuple[LoginProgress, str]:
-    """Remove ``ssh -v`` lines; report whether TCP connected and whether login succeeded."""
-    progress = LoginProgress()
-    if "debug1: " not in stderr:
-        return progress, stderr
-    kept = []
-    for line in stderr.splitlines():
-        if _SSH_CHATTER.match(line):
-            progress.connected = progress.connected or _SSH_CONNECTED in line
-            progress.authenticated = progress.authenticated or _SSH_AUTHENTICATED in line
-            continue
-        kept.append(line)
-    return progress, "\n".join(kept) + ("\n" if kept else "")
-
-
-def split_markers(stderr: str) -> tuple[bool, Optional[int], str]:
-    """Strip our marker lines: (did the remote start, its exit status if it finished, the rest of stderr)."""
-    started = False
-    status: Optional[int] = None
-    kept: list[str] = []
-    for line in stderr.splitlines():
-        if START_MARKER in line:
-            started = True
-            continue
-        if EXIT_MARKER in line:
-            tail = line.split(EXIT_MARKER, 1)[1].strip()
-            status = int(tail) if tail.isdigit() else status
-            continue
-        kept.append(line)
-    rest = "\n".join(kept)
-    return started, status, (rest + "\n" if rest else "")
-
-
-def _secs(value: float) -> str:
-    return f"{value:.1f}".rstrip("0").rstrip(".")
-
-
-def started_node(stderr: str) -> str:
-    """The node name a start marker carries (set in srun steps), or ''."""
-    for line in stderr.splitlines():
-        if START_MARKER in line:
-            return line.split(START_MARKER, 1)[1].strip()
-    return ""
-
-
-def classify(
-    node: str,
-    returncode: Optional[int],
-    stdout: str,
-    stderr: str,
-    timed_out: bool,
-    deadline: float,
-    elapsed: float,
-) -> NodeResult:
-    """Turn one node's raw outcome into a NodeResult with its stage."""
-    login, stderr = strip_ssh_debug(stderr)
-    started, status, rest = split_markers(stderr)
-    result = NodeResult(node, OK, status, stdout, rest, elapsed=elapsed)
-    if timed_out:
-        result.stage = TIMEOUT if started else UNREACHABLE
-        result.returncode = None
-        within = _secs(deadline)
-        if started:
-            result.reason = f"command still running after {within}s"
-            result.hint = "the node answered but the command hangs: raise --node-timeout or look at the node"
-        elif login.authenticated:
-            result.stage = TIMEOUT
-            result.reason = f"logged in, but the command had not started after {within}s"
-            result.hint = "slow shell start-up or --remote-setup on the node? try `ssh NODE true`"
-        elif login.connected:
-            result.stage = TIMEOUT
-            result.reason = f"connected, but the login had not finished after {within}s"
-            result.hint = (
-                "sshd on the node is slow or overloaded (or DNS/LDAP lookups hang): raise --node-timeout"
-            )
-        else:
-            result.reason = f"never answered within {within}s"
-            result.hint = "the node or a firewall drops traffic: check it is up (`ping`, `ssh NODE date`)"
-        return result
-    if status is None:
-        # The command never reported its exit status: the transport failed on the way.
-        message = last_line(rest) or f"exited with code {returncode} before running the command"
-        for pattern, stage, hint in _TRANSPORT_MESSAGES:
-            match = pattern.search(rest)
-            if match:
-                result.stage, result.hint = stage, hint
-                # The line that told us, e.g. "ssh: connect to host n1 port 22: Connection refused".
-                message = rest[rest.rfind("\n", 0, match.start()) + 1 :].split("\n", 1)[0].strip()
-                break
-        else:
-            result.stage = TRANSPORT_ERROR if not started else COMMAND_FAILED
-            result.hint = "run the transport by hand to see why: `ssh NODE date`"
-        result.reason = clean_reason(message, node)
-        return result
-    if status != 0:
-        result.stage = COMMAND_FAILED
-        result.reason = f"exit {status}" + (
-            f": {clean_reason(last_line(rest), node)}" if rest.strip() else ""
-        )
-    return result
-
-
-def clean_reason(message: str, node: str) -> str:
-    # pdsh prefixes lines with "node: " and "pdsh@host: node: "; the node is already shown.
-    message = re.sub(r"^pdsh@\S+:\s*", "", message)
-    if message.startswith(f"{node}: "):
-        message = message[len(node) + 2 :]
-    return message
-
-
-def _kill_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def _drain(pipe: IO[bytes], chunks: list[bytes]) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        fd = pipe.fileno()
-        for chunk in iter(lambda: os.read(fd, 65536), b""):
-            chunks.append(chunk)
-
-
-def _run_one(
-    argv: list[str], env: Optional[dict[str, str]], node: str, timeout: float, stop_all: threading.Event
-) -> NodeResult:
-    if timeout <= 0 or stop_all.is_set():
-        return NodeResult(
-            node, TIMEOUT, None, "", "", "not started: overall deadline reached", "raise --deadline"
-        )
-    began = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # a whole ssh/pdsh tree is killed at the deadline
-        )
-    except OSError as exc:
-        return NodeResult(node, TRANSPORT_ERROR, None, "", "", f"cannot start {argv[0]}: {exc}", "")
-    # Done means "the transport exited", not "its pipes closed": a daemonised grandchild (an
-    # ssh ControlPersist master, say) may hold them open for minutes. So the pipes are read by
-    # threads and, once the process is gone, waited for only briefly.
-    out: list[bytes] = []
-    err: list[bytes] = []
-    assert process.stdout is not None and process.stderr is not None
-    readers = [
-        threading.Thread(target=_drain, args=(process.stdout, out), daemon=True),
-        threading.Thread(target=_drain, args=(process.stderr, err), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    timed_out = False
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
-        _kill_group(process, signal.SIGTERM)
+    def start(self, index: int, node: str, argv: list[str], budget: float) -> Optional[NodeResult]:
+        """Start one transport; a NodeResult at once if it cannot start."""
         try:
-            process.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            _kill_group(process)
-            process.wait()
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self.env,
+                start_new_session=True,  # its own process group, ended as a whole
+            )
+        except OSError as exc:
+            return NodeResult(node, Stage.TRANSPORT_ERROR, None, "", "", f"cannot start {argv[0]}: {exc}")
+        run = _Running(index, node, process, budget)
+        for fd in run.pipes:
+            os.set_blocking(fd, False)
+            self.selector.register(fd, selectors.EVENT_READ, run)
+        if self.use_pidfd:
+            try:
+                run.pidfd = os.pidfd_open(process.pid)
+                self.selector.register(run.pidfd, selectors.EVENT_READ, run)
+            except OSError:  # a kernel without pidfds: look for exits every _POLL_EXIT seconds
+                self.use_pidfd = False
+        self.running.append(run)
+        return None
+
+    def _read(self, run: _Running, fd: int) -> bool:
+        """Take what one pipe holds now; False when nothing more is there (closed at end of file)."""
+        pipe = run.pipes[fd]
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._close(run, fd)
+            return False
+        run.output[pipe].append(chunk)
+        return True
+
+    def _close(self, run: _Running, fd: int) -> None:
+        self.selector.unregister(fd)
+        run.pipes.pop(fd).close()
+
+    def wait(self) -> list[tuple[int, NodeResult]]:
+        """Read output until a transport exits or a deadline passes; the nodes that ended, classified."""
+        now = time.monotonic()
+        wait = max(0.0, min(run.wake_at for run in self.running) - now)
+        if not self.use_pidfd:
+            wait = min(wait, _POLL_EXIT)
+        # Infinite: every node is past SIGKILL, only their exits (pidfds) are awaited.
+        for key, _ in self.selector.select(None if wait == float("inf") else wait):
+            run: _Running = key.data
+            if key.fd in run.pipes:
+                self._read(run, key.fd)
+        now = time.monotonic()
+        ended = []
+        for run in list(self.running):
+            if run.process.poll() is not None:
+                ended.append((run.index, self._finish(run)))
+            elif not run.timed_out and now >= run.deadline:
+                # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
+                run.timed_out, run.kill_at = True, now + TERM_GRACE
+                run.signal_group(signal.SIGTERM)
+            elif run.timed_out and now >= run.kill_at:
+                run.kill_at = float("inf")
+                run.signal_group(signal.SIGKILL)
+        return ended
+
+    def _finish(self, run: _Running) -> NodeResult:
+        """The transport exited: take what its pipes hold now, end its group, classify it."""
+        self.running.remove(run)
+        run.signal_group(signal.SIGKILL)  # anything it left behind in its group
+        for fd in list(run.pipes):
+            for _ in range(_DRAIN_READS):
+                if not self._read(run, fd):
+                    break
+            if fd in run.pipes:  # still open: a grandchild outside the group holds it
+                self._close(run, fd)
+        if run.pidfd is not None:
+            self.selector.unregister(run.pidfd)
+            os.close(run.pidfd)
+        elapsed = time.monotonic() - run.began
+        stdout, stderr = run.text(run.process.stdout), run.text(run.process.stderr)
+        return classify(run.node, run.process.returncode, stdout, stderr, run.timed_out, run.budget, elapsed)
+
+    def close(self) -> None:
+        """End whatever still runs (an exception in the caller): nothing outlives the fan-out."""
+        for run in list(self.running):
+            run.signal_group(signal.SIGKILL)
+            run.process.wait()
+            self._finish(run)
+        self.selector.close()
+
+
+def run_commands(
+    commands: Sequence[tuple[str, list[str]]],
+    env: Optional[dict[str, str]] = None,
+    fanout: int = 32,
+    node_timeout: float = 30.0,
+    overall_timeout: Optional[float] = None,
+    progress: Progress = None,
+) -> list[NodeResult]:
+    """Run ``(node, argv)`` commands, at most ``fanout`` at once; one NodeResult each, in order.
+
+    A command gets ``node_timeout`` seconds, less if ``overall_timeout`` (from now) is closer;
+    commands not started by then are reported, not run.
+    """
+    overall_end = time.monotonic() + (overall_timeout if overall_timeout is not None else float("inf"))
+    pending = deque(enumerate(commands))
+    results: dict[int, NodeResult] = {}
+    engine = _Fanout(env, fanout)
+
+    def record(index: int, result: NodeResult) -> None:
+        results[index] = result
+        if progress is not None:
+            progress(f"{len(results)}/{len(commands)} nodes")
+
+    try:
+        while pending or engine.running:
+            while pending and len(engine.running) < max(1, fanout):
+                index, (node, argv) = pending.popleft()
+                budget = min(node_timeout, overall_end - time.monotonic())
+                if budget <= 0:
+                    reason = "not started: overall deadline reached"
+                    record(index, NodeResult(node, Stage.TIMEOUT, None, "", "", reason, "raise --deadline"))
+                    continue
+                failed = engine.start(index, node, argv, budget)
+                if failed is not None:
+                    record(index, failed)
+            if engine.running:
+                for index, result in engine.wait():
+                    record(index, result)
     finally:
-        _kill_group(process)
-    for reader in readers:
-        reader.join(timeout=1.0)
-    stdout = b"".join(out).decode(errors="replace")
-    stderr = b"".join(err).decode(errors="replace")
-    return classify(node, process.returncode, stdout, stderr, timed_out, timeout, time.monotonic() - began)
+        engine.close()
+    return [results[index] for index in range(len(commands))]
 
 
 def run_on_nodes(
@@ -287,33 +237,16 @@ def run_on_nodes(
     fanout: int = 32,
     node_timeout: float = 30.0,
     overall_timeout: Optional[float] = None,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Progress = None,
 ) -> list[NodeResult]:
     """Run ``script`` on every node through a per-node transport (ssh, pdsh); results in node order.
 
     At most ``fanout`` nodes at once. A node gets ``node_timeout`` seconds, less if the
     ``overall_timeout`` is closer; nodes not started by then are reported, not waited for.
+    ``progress`` gets ``"12/40 nodes"`` as nodes end.
     """
-    overall_end = time.monotonic() + (overall_timeout if overall_timeout is not None else float("inf"))
-    stop_all = threading.Event()
-    env = transport.env()
-    done = [0]
-    lock = threading.Lock()
-
-    def one(node: str) -> NodeResult:
-        remaining = min(node_timeout, overall_end - time.monotonic())
-        result = _run_one(transport.node_argv(node, script), env, node, remaining, stop_all)
-        if progress is not None:
-            with lock:
-                done[0] += 1
-                progress(done[0], len(nodes))
-        return result
-
-    with ThreadPoolExecutor(max_workers=max(1, min(fanout, len(nodes)))) as pool:
-        try:
-            return list(pool.map(one, nodes))
-        finally:
-            stop_all.set()
+    commands = [(node, transport.node_argv(node, script)) for node in nodes]
+    return run_commands(commands, transport.env(), fanout, node_timeout, overall_timeout, progress)
 
 
 _SRUN_REFUSED = (
@@ -335,7 +268,7 @@ def run_srun_step(
     timeout: float = 30.0,
     env: Optional[dict[str, str]] = None,
 ) -> list[NodeResult]:
-    """Run ``script`` once per node in one srun step of a running job; per-node output via ``%N`` files.
+    """Run ``script`` once per node in one srun step of a running job; per-node output via ``%t`` files.
 
     SLURM versions that refuse ``--overlap`` or ``--gres=gpu:0`` get the step again without it.
     """
@@ -345,15 +278,15 @@ def run_srun_step(
             for stale in Path(scratch).iterdir():
                 stale.unlink()
             remaining = max(1.0, timeout - (time.monotonic() - began))
-            result = _run_one(step.argv(nodes, script, scratch), env, "srun", remaining, threading.Event())
+            [result] = run_commands([("srun", step.argv(nodes, script, scratch))], env, 1, remaining)
             refused = next((opt for opt, pattern in _SRUN_REFUSED if pattern.search(result.stderr)), None)
             files = list(Path(scratch).glob("*.err"))  # the step ran: do not retry
             if refused and not files and getattr(step, "overlap" if refused == "overlap" else "gres_zero"):
                 step = step.without(refused)
                 continue
             break
-        step_timed_out = result.stage in (TIMEOUT, UNREACHABLE) and result.returncode is None
-        srun_message = last_line(split_markers(result.stderr)[2]) or result.reason
+        step_timed_out = result.stage in (Stage.TIMEOUT, Stage.UNREACHABLE) and result.returncode is None
+        srun_message = last_line(split_markers(result.stderr).rest) or result.reason
         by_node: dict[str, tuple[str, str]] = {}
         for err_path in Path(scratch).glob("*.err"):
             stderr = err_path.read_text(errors="replace")
@@ -361,24 +294,22 @@ def run_srun_step(
             if name:
                 out_path = err_path.with_suffix(".out")
                 by_node[name] = (out_path.read_text(errors="replace") if out_path.exists() else "", stderr)
+        elapsed = time.monotonic() - began
         results = []
         for node in nodes:
             if node not in by_node:
-                stage = TIMEOUT if step_timed_out else TRANSPORT_ERROR
+                stage = Stage.TIMEOUT if step_timed_out else Stage.TRANSPORT_ERROR
                 reason = (
-                    f"never answered within {_secs(timeout)}s"
+                    f"never answered within {seconds(timeout)}s"
                     if step_timed_out
                     else f"srun did not run here: {srun_message}"
                 )
-                results.append(
-                    NodeResult(
-                        node, stage, None, "", "", reason, "check the job with `squeue -j JOBID` and `sinfo`"
-                    )
-                )
+                hint = "check the job with `squeue -j JOBID` and `sinfo`"
+                results.append(NodeResult(node, stage, None, "", "", reason, hint, elapsed))
                 continue
             stdout, stderr = by_node[node]
-            node_result = classify(node, None, stdout, stderr, False, timeout, time.monotonic() - began)
+            node_result = classify(node, None, stdout, stderr, False, timeout, elapsed)
             if step_timed_out and node_result.returncode is None:
-                node_result = classify(node, None, stdout, stderr, True, timeout, time.monotonic() - began)
+                node_result = classify(node, None, stdout, stderr, True, timeout, elapsed)
             results.append(node_result)
         return results

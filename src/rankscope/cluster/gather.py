@@ -6,33 +6,42 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from rankscope.cluster.fanout import OK, NodeResult
+from rankscope.cluster.classify import NodeResult
 from rankscope.cluster.targets import fold
+from rankscope.model import Stage
+from rankscope.serial import dump_document
+
+EXEC_SCHEMA = "rankscope.exec/1"
 
 
 @dataclass(frozen=True)
 class OutputGroup:
-    """Nodes that printed exactly the same stdout and exited the same way."""
+    """Nodes (folded: ``node[01-04]``) that printed exactly the same stdout and exited the same way."""
 
-    nodes: tuple[str, ...]
+    nodes: str
+    count: int
     returncode: Optional[int]
     output: str
-
-    @property
-    def nodeset(self) -> str:
-        return fold(self.nodes)
 
 
 @dataclass(frozen=True)
 class FailureGroup:
-    nodes: tuple[str, ...]
-    stage: str
+    """Nodes (folded) that stopped at the same stage for the same reason."""
+
+    nodes: str
+    count: int
+    stage: Stage
     reason: str
     hint: str
 
-    @property
-    def nodeset(self) -> str:
-        return fold(self.nodes)
+
+@dataclass
+class ExecResult:
+    """What ``rankscope exec --json`` prints (schema ``rankscope.exec/1``)."""
+
+    nodes: list[NodeResult]
+    groups: list[OutputGroup]
+    failures: list[FailureGroup]
 
 
 def group_outputs(results: Sequence[NodeResult]) -> list[OutputGroup]:
@@ -42,19 +51,20 @@ def group_outputs(results: Sequence[NodeResult]) -> list[OutputGroup]:
         if result.returncode is None:
             continue
         buckets.setdefault((result.stdout, result.returncode), []).append(result.node)
-    groups = [OutputGroup(tuple(nodes), rc, out) for (out, rc), nodes in buckets.items()]
-    return sorted(groups, key=lambda g: (-len(g.nodes), g.returncode or 0, g.nodeset))
+    groups = [OutputGroup(fold(nodes), len(nodes), rc, out) for (out, rc), nodes in buckets.items()]
+    return sorted(groups, key=lambda g: (-g.count, g.returncode or 0, g.nodes))
 
 
 def group_failures(results: Sequence[NodeResult]) -> list[FailureGroup]:
-    """Nodes that did not end ``ok``, grouped by (stage, reason)."""
-    buckets: dict[tuple[str, str, str], list[str]] = {}
+    """Nodes that did not end ``ok``, grouped by (stage, reason, hint)."""
+    buckets: dict[tuple[Stage, str, str], list[str]] = {}
     for result in results:
-        if result.stage == OK:
+        if result.stage is Stage.OK:
             continue
         buckets.setdefault((result.stage, result.reason, result.hint), []).append(result.node)
     return [
-        FailureGroup(tuple(nodes), stage, reason, hint) for (stage, reason, hint), nodes in buckets.items()
+        FailureGroup(fold(nodes), len(nodes), stage, reason, hint)
+        for (stage, reason, hint), nodes in buckets.items()
     ]
 
 
@@ -62,7 +72,7 @@ def render_groups(results: Sequence[NodeResult]) -> str:
     """Text for a person: one block per distinct output, then every failed node with its stage."""
     lines: list[str] = []
     for group in group_outputs(results):
-        title = f"{group.nodeset} ({len(group.nodes)})"
+        title = f"{group.nodes} ({group.count})"
         if group.returncode:
             title += f" exit {group.returncode}"
         rule = "-" * max(15, len(title))
@@ -71,38 +81,16 @@ def render_groups(results: Sequence[NodeResult]) -> str:
         lines += body.splitlines() if body else ["(no output)"]
     failures = group_failures(results)
     if failures:
-        total = sum(len(f.nodes) for f in failures)
+        total = sum(f.count for f in failures)
         lines += ["", f"Failed nodes ({total} of {len(results)}):"]
         for failure in failures:
-            line = f"  {failure.nodeset}  {failure.stage}: {failure.reason}"
-            lines.append(line)
+            lines.append(f"  {failure.nodes}  {failure.stage}: {failure.reason}")
             if failure.hint:
                 lines.append(f"      hint: {failure.hint}")
     return "\n".join(lines) + "\n"
 
 
 def results_to_json(results: Sequence[NodeResult]) -> dict[str, Any]:
-    return {
-        "schema": "rankscope.exec/1",
-        "nodes": [
-            {
-                "node": r.node,
-                "stage": r.stage,
-                "returncode": r.returncode,
-                "stdout": r.stdout,
-                "stderr": r.stderr,
-                "reason": r.reason,
-                "hint": r.hint,
-                "elapsed": round(r.elapsed, 3),
-            }
-            for r in results
-        ],
-        "groups": [
-            {"nodes": g.nodeset, "count": len(g.nodes), "returncode": g.returncode, "output": g.output}
-            for g in group_outputs(results)
-        ],
-        "failures": [
-            {"nodes": f.nodeset, "count": len(f.nodes), "stage": f.stage, "reason": f.reason, "hint": f.hint}
-            for f in group_failures(results)
-        ],
-    }
+    """The ``rankscope.exec/1`` document: every node, the output groups, the failure groups."""
+    document = ExecResult(list(results), group_outputs(results), group_failures(results))
+    return dump_document(EXEC_SCHEMA, document)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rankscope.cluster.fanout import NodeResult, run_on_nodes, run_srun_step
+from rankscope.cluster.classify import NodeResult
+from rankscope.cluster.fanout import run_on_nodes, run_srun_step
 from rankscope.cluster.targets import expand_nodeset, parse_hostfile, slurm_job_nodes
 from rankscope.cluster.transports import PdshTransport, SrunStep, SshOptions, SshTransport, remote_script
 from rankscope.errors import BadInputError
@@ -28,10 +28,6 @@ class ClusterTarget:
     node_timeout: float = 30.0
     overall_timeout: Optional[float] = None
     ssh: SshOptions = field(default_factory=SshOptions)
-
-    @property
-    def requested(self) -> bool:
-        return bool(self.hosts or self.hostfile or self.jobid)
 
     def nodes(self) -> list[str]:
         chosen = [name for name, value in (("--hosts", self.hosts), ("--hostfile", self.hostfile)) if value]
@@ -55,21 +51,15 @@ class ClusterTarget:
         return "pdsh" if shutil.which("pdsh") else "ssh"
 
 
-def _tty_progress() -> Optional[Callable[[int, int], None]]:
-    """``12/40 nodes`` on stderr when it is a terminal; silent when piped."""
-    if not sys.stderr.isatty():
-        return None
+def run_remote(
+    target: ClusterTarget,
+    command: str | Sequence[str],
+    progress: Optional[Callable[[str], None]] = None,
+) -> list[NodeResult]:
+    """Run ``command`` on every node of ``target``; one NodeResult per node, in node order.
 
-    def show(done: int, total: int) -> None:
-        end = "\r\033[K" if done == total else ""
-        sys.stderr.write(f"\r\033[K{done}/{total} nodes{end}")
-        sys.stderr.flush()
-
-    return show
-
-
-def run_remote(target: ClusterTarget, command: str | Sequence[str]) -> list[NodeResult]:
-    """Run ``command`` on every node of ``target``; one NodeResult per node, in node order."""
+    ``progress`` is told ``"12/40 nodes"`` as nodes end (ssh and pdsh; an srun step ends at once).
+    """
     nodes = target.nodes()
     via = target.transport_name()
     script = remote_script(command, target.remote_setup)
@@ -96,5 +86,5 @@ def run_remote(target: ClusterTarget, command: str | Sequence[str]) -> list[Node
         fanout=target.fanout,
         node_timeout=target.node_timeout,
         overall_timeout=target.overall_timeout,
-        progress=_tty_progress(),
+        progress=progress,
     )

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from rankscope.cluster.fanout import COMMAND_FAILED, OK, NodeResult, clean_reason, last_line
+from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.errors import ExitCode
@@ -24,36 +24,35 @@ from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
 from rankscope.stacks.report import StacksReport, load_report
 
-NO_RANKSCOPE = "no rankscope there"
-NO_JOB = "no job found"
-DUMP_FAILED = "dump failed"
-BAD_ANSWER = "bad answer"
-
 #: The remote rankscope's exit code (docs/exit-codes.md) -> (stage, reason, hint) when it sent no stacks.
-_REMOTE_EXIT: dict[int, tuple[str, str, str]] = {
+_REMOTE_EXIT: dict[int, tuple[Stage, str, str]] = {
     3: (
-        NO_JOB,
+        Stage.NO_JOB,
         "no distributed job on this node",
         "is the job running here? try `rankscope exec ... -- pgrep -a python`",
     ),
-    5: (DUMP_FAILED, "every dump failed", "see the node's failures above, or run `rankscope stacks` there"),
+    5: (
+        Stage.DUMP_FAILED,
+        "every dump failed",
+        "see the node's failures above, or run `rankscope stacks` there",
+    ),
     6: (
-        DUMP_FAILED,
+        Stage.DUMP_FAILED,
         "py-spy is not installed there",
         "pip install py-spy on the node (or fix PATH with --remote-setup)",
     ),
     7: (
-        DUMP_FAILED,
+        Stage.DUMP_FAILED,
         "permission denied (ptrace)",
         "run as the job's user or root; see ptrace_scope in docs/stacks.md",
     ),
     126: (
-        NO_RANKSCOPE,
+        Stage.NO_RANKSCOPE,
         "rankscope is there but cannot run",
         "check --remote-rankscope points to an executable",
     ),
     127: (
-        NO_RANKSCOPE,
+        Stage.NO_RANKSCOPE,
         "rankscope not found",
         "install it there, or pass --remote-rankscope PATH / --remote-setup",
     ),
@@ -105,18 +104,18 @@ class ClusterStacks:
 
     @property
     def answered(self) -> list[str]:
-        return [r.node for r in self.nodes if r.stage == OK]
+        return [r.node for r in self.nodes if r.stage is Stage.OK]
 
     def exit_code(self) -> ExitCode:
         dumped = sum(1 for p in self.report.processes if p.dumped)
         if dumped:
             return ExitCode.PARTIAL if self.report.failures else ExitCode.OK
-        if self.node_failures and all(f.stage == NO_JOB for f in self.node_failures):
+        if self.node_failures and all(f.stage is Stage.NO_JOB for f in self.node_failures):
             return ExitCode.NOTHING_FOUND
         return ExitCode.ALL_FAILED
 
     def node_statuses(self) -> list[NodeStatus]:
-        return [NodeStatus(r.node, Stage(r.stage), r.returncode, r.reason, r.elapsed) for r in self.nodes]
+        return [NodeStatus(r.node, r.stage, r.returncode, r.reason, r.elapsed) for r in self.nodes]
 
 
 def _parse_report(stdout: str) -> Optional[StacksReport]:
@@ -137,40 +136,39 @@ def _parse_report(stdout: str) -> Optional[StacksReport]:
 
 
 def classify_node(result: NodeResult) -> tuple[NodeResult, Optional[StacksReport]]:
-    """Refine a node's stage from the remote rankscope's exit code and answer; parse its report."""
+    """A node's stacks answer -> (its result with the stage refined by the remote exit code, its report).
+
+    Pure: ``result`` is not changed. A node whose transport failed or timed out keeps its stage.
+    """
     if result.returncode is None:
-        return result, None  # the transport failed or timed out: stage already set
+        return result, None
     report = _parse_report(result.stdout)
     status = result.returncode
     stderr_tail = clean_reason(last_line(result.stderr), result.node)
+
+    def refined(stage: Stage, reason: str = "", hint: str = "") -> NodeResult:
+        return replace(result, stage=stage, reason=reason, hint=hint)
+
     # 126/127 from sh; other shells (csh: exit 1, "Command not found.") are recognised by their words,
     # but never when rankscope itself answered with one of its own exit codes (6: py-spy not found).
     not_found_words = re.search(r"not found|No such file", stderr_tail) and status not in _REMOTE_EXIT
     if status in (126, 127) or (report is None and not_found_words):
         stage, reason, hint = _REMOTE_EXIT[126 if status == 126 else 127]
-        result.stage, result.reason, result.hint = (
-            stage,
-            f"{reason}: {stderr_tail}" if stderr_tail else reason,
-            hint,
-        )
-        return result, None
+        return refined(stage, f"{reason}: {stderr_tail}" if stderr_tail else reason, hint), None
     if report is not None and any(p.dumped for p in report.processes):
-        result.stage, result.reason, result.hint = OK, "", ""
-        return result, report
+        return refined(Stage.OK), report
     if status in _REMOTE_EXIT:
-        result.stage, result.reason, result.hint = _REMOTE_EXIT[status]
+        stage, reason, hint = _REMOTE_EXIT[status]
         if report is not None and report.failures and status != 3:
-            result.reason += f": {report.failures[0].reason}"
-        return result, None
+            reason += f": {report.failures[0].reason}"
+        return refined(stage, reason, hint), None
     if report is None:
-        result.stage = BAD_ANSWER if status == 0 else COMMAND_FAILED
-        result.reason = (
+        reason = (
             f"exit {status}: {stderr_tail}" if stderr_tail else f"exit {status} and no stacks JSON on stdout"
         )
-        result.hint = "is the remote rankscope the same version? run `rankscope stacks --local --json` there"
-        return result, None
-    result.stage, result.reason = OK, ""
-    return result, report
+        hint = "is the remote rankscope the same version? run `rankscope stacks --local --json` there"
+        return refined(Stage.BAD_ANSWER if status == 0 else Stage.COMMAND_FAILED, reason, hint), None
+    return refined(Stage.OK), report
 
 
 def relabel_host(report: StacksReport, node: str) -> StacksReport:
@@ -196,20 +194,21 @@ def relabel_host(report: StacksReport, node: str) -> StacksReport:
 def node_failures(results: Sequence[NodeResult]) -> list[Failure]:
     """One Failure per (stage, reason) with the folded node list as its target."""
     return [
-        Failure(target=group.nodeset, stage=Stage(group.stage), reason=group.reason, hint=group.hint)
+        Failure(target=group.nodes, stage=group.stage, reason=group.reason, hint=group.hint)
         for group in group_failures(results)
     ]
 
 
-def stacks_remote(target: ClusterTarget, options: RemoteStacksOptions) -> ClusterStacks:
+def stacks_remote(
+    target: ClusterTarget,
+    options: RemoteStacksOptions,
+    progress: Optional[Callable[[str], None]] = None,
+) -> ClusterStacks:
     """Collect every node's stacks and merge them; failed nodes are listed last with their stage."""
     script = options.argv(target.node_timeout)
-    results = run_remote(target, script)
-    reports: list[StacksReport] = []
-    for result in results:
-        _, report = classify_node(result)
-        if report is not None:
-            reports.append(relabel_host(report, result.node))
+    answers = [classify_node(result) for result in run_remote(target, script, progress)]
+    results = [result for result, _ in answers]
+    reports = [relabel_host(report, result.node) for result, report in answers if report is not None]
     merged = merge_reports(reports)
     failures = node_failures(results)
     merged.failures.extend(failures)
