@@ -180,3 +180,14 @@ def test_node_files_are_never_written_through_a_link(tmp_path: Path) -> None:
     with pytest.raises(BadInputError, match="symbolic link"):
         write_node_files(out, [NodeResult("n1", "ok", 0, "new", "")], {}, "exec.json")
     assert victim.read_text() == "keep"
+
+
+def test_small_verbs_read_their_options_by_name() -> None:
+    from rankscope.cli.params import from_params
+    from rankscope.cli.prefix import PrefixRequest, prefix
+    from rankscope.cli.whoami import WhoamiRequest, whoami
+
+    with prefix.make_context("prefix", ["--short-host", "--rank", "3", "--", "ls", "-l"]) as ctx:
+        assert from_params(PrefixRequest, ctx.params) == PrefixRequest(("ls", "-l"), True, 3)
+    with whoami.make_context("whoami", ["--pid", "7", "--json"]) as ctx:
+        assert from_params(WhoamiRequest, ctx.params) == WhoamiRequest(7, True)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.cluster import TRANSPORTS
 
 if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the fan-out machinery
@@ -100,5 +100,4 @@ def cluster_target(params: Mapping[str, Any]) -> ClusterTarget:
         connect_timeout=10.0 if node_timeout > 10.0 else node_timeout + 1.0,
         insecure_no_host_key_check=params["insecure_no_host_key_check"],
     )
-    named = {spec.name: params[spec.name] for spec in fields(ClusterTarget) if spec.name in params}
-    return ClusterTarget(**{**named, "ssh": ssh})
+    return from_params(ClusterTarget, params, ssh=ssh)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.errors import ExitCode
 
 HELP = """Launch a real 4-rank torchrun job (gloo, CPU) in which one rank deadlocks,
@@ -40,7 +41,7 @@ def demo(**params: Any) -> int:
     from rankscope.demo.run import DemoOptions, run_demo
     from rankscope.stacks.render import render_text
 
-    options = DemoOptions(**params)
+    options = from_params(DemoOptions, params)
     culprit = options.culprit
     if not 0 <= culprit < options.nproc:
         raise click.BadParameter(f"must be between 0 and {options.nproc - 1}", param_hint="--culprit")

@@ -12,6 +12,7 @@ import click
 from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, cluster_target
 from rankscope.cli.nodefiles import write_node_files
 from rankscope.cli.outcome import exit_code
+from rankscope.cli.params import from_params
 from rankscope.cluster.gather import render_groups, results_to_json
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.errors import BadInputError
@@ -55,12 +56,7 @@ class ExecRequest:
 )
 @click.argument("command", nargs=-1, required=True)
 def exec_cmd(**params: Any) -> int:
-    request = ExecRequest(
-        cluster=cluster_target(params),
-        command=params["command"],
-        as_json=params["as_json"],
-        out_dir=params["out_dir"],
-    )
+    request = from_params(ExecRequest, params, cluster=cluster_target(params))
     if not request.command or not "".join(request.command).strip():
         raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
     command = request.command

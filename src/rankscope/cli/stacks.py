@@ -8,13 +8,14 @@ rankscope.cli.stacks_cluster, which derives every node's command line from the s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.params import from_params
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.stacks.options import StacksOptions
@@ -49,13 +50,8 @@ class StacksRequest:
 
 def read_request(params: Mapping[str, Any]) -> StacksRequest:
     """The click parameters of `stacks`, by name, as one StacksRequest."""
-    parts = ("options", "cluster")
-    own = {spec.name: params[spec.name] for spec in fields(StacksRequest) if spec.name not in parts}
-    return StacksRequest(
-        options=StacksOptions(**{spec.name: params[spec.name] for spec in fields(StacksOptions)}),
-        cluster=cluster_target(params) if cluster_requested(params) and not params["local"] else None,
-        **own,
-    )
+    cluster = cluster_target(params) if cluster_requested(params) and not params["local"] else None
+    return from_params(StacksRequest, params, options=from_params(StacksOptions, params), cluster=cluster)
 
 
 HELP = """Dump every rank's Python stacks (py-spy) and say which ranks wait where.
