@@ -191,3 +191,20 @@ def test_small_verbs_read_their_options_by_name() -> None:
         assert from_params(PrefixRequest, ctx.params) == PrefixRequest(("ls", "-l"), True, 3)
     with whoami.make_context("whoami", ["--pid", "7", "--json"]) as ctx:
         assert from_params(WhoamiRequest, ctx.params) == WhoamiRequest(7, True)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_nothing_found_on_this_node(
+    as_json: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rankscope.cli import stacks_report
+    from rankscope.stacks.local import LocalResult
+
+    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress: LocalResult(StacksReport()))
+    code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), as_json=as_json))
+    assert code == ExitCode.NOTHING_FOUND
+    out, err = capsys.readouterr()
+    if as_json:
+        assert '"schema": "rankscope.stacks/1"' in out and err == ""
+    else:
+        assert out == "" and err.startswith("rankscope: error: no distributed job found on this node")
