@@ -1,4 +1,4 @@
-from rankscope.cli.entry import main
+from rankscope.cli.main import main
 
 if __name__ == "__main__":
     main()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.cluster import TRANSPORTS
 
 if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the fan-out machinery
@@ -77,59 +78,26 @@ def cluster_options(func: F) -> F:
     return func
 
 
-def cluster_target(
-    hosts: Optional[str],
-    hostfile: Optional[Path],
-    jobid: Optional[str],
-    via: Optional[str],
-    remote_setup: str,
-    fanout: int,
-    node_timeout: float,
-    overall_timeout: Optional[float],
-    ssh_config: Optional[Path],
-    ssh_options: tuple[str, ...],
-    insecure_no_host_key_check: bool,
-) -> ClusterTarget:
+def cluster_requested(params: Mapping[str, Any]) -> bool:
+    """True when the command line names nodes (--hosts, --hostfile or --jobid)."""
+    return bool(params.get("hosts") or params.get("hostfile") or params.get("jobid"))
+
+
+def cluster_target(params: Mapping[str, Any]) -> ClusterTarget:
+    """The node-targeting options as one ClusterTarget, read by name from click's parameters.
+
+    Each ClusterTarget field comes from the parameter of the same name (one a verb lacks keeps its
+    default: `stacks` has no overall deadline option); the ssh flags become its SshOptions.
+    """
     from rankscope.cluster.run import ClusterTarget
     from rankscope.cluster.transports import SshOptions
 
+    node_timeout = params["node_timeout"]
     ssh = SshOptions(
-        config_file=str(ssh_config) if ssh_config else None,
-        options=tuple(ssh_options),
+        config_file=str(params["ssh_config"]) if params["ssh_config"] else None,
+        options=tuple(params["ssh_options"]),
         # Below 10 s, ssh's own ConnectTimeout would race our deadline: let the deadline decide.
         connect_timeout=10.0 if node_timeout > 10.0 else node_timeout + 1.0,
-        insecure_no_host_key_check=insecure_no_host_key_check,
+        insecure_no_host_key_check=params["insecure_no_host_key_check"],
     )
-    return ClusterTarget(
-        hosts=hosts,
-        hostfile=hostfile,
-        jobid=jobid,
-        via=via,
-        remote_setup=remote_setup,
-        fanout=fanout,
-        node_timeout=node_timeout,
-        overall_timeout=overall_timeout,
-        ssh=ssh,
-    )
-
-
-def cluster_requested(kwargs: dict[str, Any]) -> bool:
-    """True when the command line names nodes (--hosts, --hostfile or --jobid)."""
-    return bool(kwargs.get("hosts") or kwargs.get("hostfile") or kwargs.get("jobid"))
-
-
-def pop_cluster_kwargs(kwargs: dict[str, Any]) -> ClusterTarget:
-    names = (
-        "hosts",
-        "hostfile",
-        "jobid",
-        "via",
-        "remote_setup",
-        "fanout",
-        "node_timeout",
-        "overall_timeout",
-        "ssh_config",
-        "ssh_options",
-        "insecure_no_host_key_check",
-    )
-    return cluster_target(*(kwargs.pop(name, None) for name in names))
+    return from_params(ClusterTarget, params, ssh=ssh)

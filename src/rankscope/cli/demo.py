@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.errors import ExitCode
 
 HELP = """Launch a real 4-rank torchrun job (gloo, CPU) in which one rank deadlocks,
@@ -35,17 +37,19 @@ SCENARIOS = ["lock", "skip-barrier", "deep"]
     help="lock: self-deadlock on a lock; skip-barrier: never reaches the barrier; deep: stuck deep in its own calls.",
 )
 @click.option("--native", is_flag=True, help="Diagnose with native frames too.")
-def demo(nproc: int, culprit: int, scenario: str, native: bool) -> int:
-    from rankscope.demo.run import run_demo
+def demo(**params: Any) -> int:
+    from rankscope.demo.run import DemoOptions, run_demo
     from rankscope.stacks.render import render_text
 
-    if not 0 <= culprit < nproc:
-        raise click.BadParameter(f"must be between 0 and {nproc - 1}", param_hint="--culprit")
+    options = from_params(DemoOptions, params)
+    culprit = options.culprit
+    if not 0 <= culprit < options.nproc:
+        raise click.BadParameter(f"must be between 0 and {options.nproc - 1}", param_hint="--culprit")
 
     def say(message: str) -> None:
         click.echo(click.style("demo: ", fg="magenta") + message, err=True)
 
-    result = run_demo(nproc=nproc, culprit=culprit, scenario=scenario, say=say, native=native)
+    result = run_demo(options, say)
     click.echo(render_text(result.report, result.diagnosis, color=sys.stdout.isatty()))
     if result.named_culprit:
         click.echo(

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import click
 
-from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, pop_cluster_kwargs
+from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, cluster_target
+from rankscope.cli.nodefiles import write_node_files
+from rankscope.cli.outcome import exit_code
+from rankscope.cli.params import from_params
 from rankscope.cli.progress import tty_progress
 from rankscope.cluster.gather import render_groups, results_to_json
-from rankscope.cluster.output import write_node_files
-from rankscope.cluster.run import run_remote
-from rankscope.errors import BadInputError, ExitCode
-from rankscope.model import Stage
+from rankscope.cluster.run import ClusterTarget, run_remote
+from rankscope.errors import BadInputError
+from rankscope.model import Failure, Stage
 
 HELP = """Run a command on every node; identical outputs are printed once under their folded node list.
 
@@ -32,6 +35,16 @@ the command with status 0, 4 when some did not, 5 when none did (docs/exit-codes
 """
 
 
+@dataclass(frozen=True)
+class ExecRequest:
+    """Everything one `rankscope exec` command line asks for."""
+
+    cluster: ClusterTarget
+    command: tuple[str, ...]
+    as_json: bool = False
+    out_dir: Optional[Path] = None
+
+
 @click.command("exec", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @cluster_options
 @DEADLINE_OPTION
@@ -43,24 +56,23 @@ the command with status 0, 4 when some did not, 5 when none did (docs/exit-codes
     help="Also keep NODE.out per node and exec.json here.",
 )
 @click.argument("command", nargs=-1, required=True)
-def exec_cmd(command: tuple[str, ...], as_json: bool, out_dir: Optional[Path], **kwargs: Any) -> int:
-    target = pop_cluster_kwargs(kwargs)
-    if not command or not "".join(command).strip():
+def exec_cmd(**params: Any) -> int:
+    request = from_params(ExecRequest, params, cluster=cluster_target(params))
+    if not request.command or not "".join(request.command).strip():
         raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
+    command = request.command
     progress = tty_progress()
     try:
-        results = run_remote(target, command[0] if len(command) == 1 else list(command), progress)
+        results = run_remote(request.cluster, command[0] if len(command) == 1 else list(command), progress)
     finally:
         if progress is not None:
             progress.clear()
     document = results_to_json(results)
-    if out_dir is not None:
-        write_node_files(out_dir, results, document, "exec.json")
-    if as_json:
+    if request.out_dir is not None:
+        write_node_files(request.out_dir, results, document, "exec.json")
+    if request.as_json:
         click.echo(json.dumps(document, indent=2))
     else:
         click.echo(render_groups(results), nl=False)
-    good = sum(1 for r in results if r.stage is Stage.OK)
-    if good == len(results):
-        return int(ExitCode.OK)
-    return int(ExitCode.ALL_FAILED if good == 0 else ExitCode.PARTIAL)
+    failures = [Failure(r.node, Stage(r.stage), r.reason, r.hint) for r in results if not r.ok]
+    return int(exit_code(len(results), len(results) - len(failures), failures))

@@ -1,7 +1,4 @@
-"""How every rankscope command ends: one line per error and a documented exit code.
-
-Shared by the click CLI and the click-free path of plain `stacks` runs (rankscope.cli.entry).
-"""
+"""How every rankscope command ends: one line per error and a documented exit code."""
 
 from __future__ import annotations
 

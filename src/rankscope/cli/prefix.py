@@ -7,10 +7,12 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO, Optional
+from dataclasses import dataclass
+from typing import IO, Any, Optional
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode, MissingToolError
 from rankscope.ranks import current_rank
 
@@ -27,6 +29,16 @@ Examples:
   mpirun -np 16 rankscope prefix --short-host -- python train.py
   torchrun --no-python --nproc-per-node 8 rankscope prefix -- python train.py
 """
+
+
+@dataclass(frozen=True)
+class PrefixRequest:
+    """Everything one `rankscope prefix` command line asks for."""
+
+    command: tuple[str, ...]
+    short_host: bool = False
+    #: This rank instead of the environment's.
+    rank_override: Optional[int] = None
 
 
 def _label(short_host: bool, rank_override: Optional[int]) -> str:
@@ -60,8 +72,10 @@ def _pump(source: IO[bytes], sink: IO[bytes], prefix: bytes, lock: threading.Loc
     "--rank", "rank_override", type=int, default=None, help="Use this rank instead of the environment's."
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def prefix(short_host: bool, rank_override: Optional[int], command: tuple[str, ...]) -> int:
-    label = _label(short_host, rank_override)
+def prefix(**params: Any) -> int:
+    request = from_params(PrefixRequest, params)
+    label = _label(request.short_host, request.rank_override)
+    command = request.command
     try:
         child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:

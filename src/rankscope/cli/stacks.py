@@ -1,18 +1,58 @@
-"""`rankscope stacks`: where is every rank of a hung job, and which one is elsewhere."""
+"""`rankscope stacks`: where is every rank of a hung job, and which one is elsewhere.
+
+The command line becomes one :class:`StacksRequest` (read by parameter name, see
+:func:`read_request`); this node's run goes to rankscope.cli.stacks_report, a multi-node one to
+rankscope.cli.stacks_cluster, which derives every node's command line from the same options.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
-from rankscope.cli.cluster_options import cluster_options, cluster_requested, pop_cluster_kwargs
+from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.params import from_params
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
-from rankscope.cli.stacks_report import report_local
-from rankscope.stacks.local import StacksOptions
+from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
+
+if TYPE_CHECKING:  # the fan-out machinery is imported only when nodes are named
+    from rankscope.cluster.run import ClusterTarget
+
+
+@dataclass(frozen=True)
+class StacksRequest:
+    """Everything one `rankscope stacks` command line asks for."""
+
+    options: StacksOptions
+    #: The nodes to run on; None for a run on this node only (no --hosts/--hostfile/--jobid, or --local).
+    cluster: Optional[ClusterTarget] = None
+    as_json: bool = False
+    out_dir: Optional[Path] = None
+    full: bool = False
+    local: bool = False
+    color: Optional[bool] = None
+    remote_rankscope: str = "rankscope"
+
+    def node_argv(self) -> list[str]:
+        """The command line every node of a multi-node run gets, derived from :attr:`options`."""
+        assert self.cluster is not None
+        options = self.options.for_node(self.cluster.node_timeout)
+        if self.cluster.jobid:
+            options = replace(options, slurm_job=self.cluster.jobid)
+        return [self.remote_rankscope, *options.to_argv()]
+
+
+def read_request(params: Mapping[str, Any]) -> StacksRequest:
+    """The click parameters of `stacks`, by name, as one StacksRequest."""
+    cluster = cluster_target(params) if cluster_requested(params) and not params["local"] else None
+    return from_params(StacksRequest, params, options=from_params(StacksOptions, params), cluster=cluster)
+
 
 HELP = """Dump every rank's Python stacks (py-spy) and say which ranks wait where.
 
@@ -90,51 +130,18 @@ Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
 @cluster_options
 @REMOTE_RANKSCOPE_OPTION
 @click.option("--slurm-job", metavar="J", help="Only processes of SLURM job J on this node (set by --jobid).")
-def stacks(
-    pids: tuple[int, ...],
-    all_python: bool,
-    native: bool,
-    with_locals: bool,
-    samples: int,
-    interval: float,
-    timeout: float,
-    deadline: float,
-    parallelism: Optional[int],
-    as_json: bool,
-    out_dir: Optional[Path],
-    full: bool,
-    local: bool,
-    color: Optional[bool],
-    remote_rankscope: str,
-    slurm_job: Optional[str],
-    **cluster: Any,
-) -> int:
-    if cluster_requested(cluster) and not local:
-        target = pop_cluster_kwargs(cluster)
+def stacks(**params: Any) -> int:
+    request = read_request(params)
+    if request.cluster is not None:
         # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
         from rankscope.cli.stacks_cluster import run_cluster_stacks
-        from rankscope.cluster.stacks_remote import RemoteStacksOptions
 
-        target.overall_timeout = deadline
-        remote = RemoteStacksOptions(
-            remote_rankscope, pids, all_python, native, with_locals, samples, interval, timeout, deadline
-        )
-        if target.jobid:
-            remote.extra += ["--slurm-job", target.jobid]
-        return run_cluster_stacks(target, remote, as_json, out_dir, full, color)
-    if slurm_job:
+        return run_cluster_stacks(request)
+    from rankscope.cli.stacks_report import report_local
+
+    options = request.options
+    if options.slurm_job:
         from rankscope.cluster.slurm_local import slurm_job_pids
 
-        pids = (*pids, *slurm_job_pids(slurm_job))
-    options = StacksOptions(
-        pids=pids,
-        all_python=all_python,
-        native=native,
-        with_locals=with_locals,
-        timeout=timeout,
-        deadline=deadline,
-        samples=samples,
-        interval=interval,
-        parallelism=parallelism,
-    )
-    return report_local(options, as_json, None if out_dir is None else str(out_dir), full, color)
+        options = replace(options, pids=(*options.pids, *slurm_job_pids(options.slurm_job)))
+    return report_local(options, request)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:  # the fan-out machinery is imported only when a multi-node run starts
-    from rankscope.cluster.run import ClusterTarget
-    from rankscope.cluster.stacks_remote import RemoteStacksOptions
+if TYPE_CHECKING:
+    from rankscope.cli.stacks import StacksRequest
 
 REMOTE_RANKSCOPE_OPTION = click.option(
     "--remote-rankscope",
@@ -32,25 +31,24 @@ unreachable, auth refused, no rankscope there, no job found, dump failed, timeou
 """
 
 
-def run_cluster_stacks(
-    target: ClusterTarget,
-    options: RemoteStacksOptions,
-    as_json: bool,
-    out_dir: Optional[Path],
-    full: bool,
-    color: Optional[bool],
-) -> int:
+def run_cluster_stacks(request: StacksRequest) -> int:
+    """Every node runs ``request.node_argv()``; the answers are merged, printed and kept (--out)."""
+    # The fan-out machinery is imported only when a multi-node run starts.
+    from rankscope.cli.nodefiles import write_node_files
+    from rankscope.cli.outcome import exit_code
     from rankscope.cli.progress import tty_progress
-    from rankscope.cluster.output import write_node_files
+    from rankscope.cli.stacks_report import render_for
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
     from rankscope.stacks.explain import diagnose
-    from rankscope.stacks.render import render_text
     from rankscope.stacks.report import report_document
 
+    assert request.cluster is not None
+    # The whole run keeps to --deadline, as a local one does.
+    target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
     try:
-        result = stacks_remote(target, options, progress)
+        result = stacks_remote(target, request.node_argv(), progress)
     finally:
         if progress is not None:
             progress.clear()
@@ -62,19 +60,18 @@ def run_cluster_stacks(
     title = f"{len(answered)} of {len(result.nodes)} nodes ({fold(answered) or 'none'})"
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"
-    text = render_text(report, diagnosis, full=full, color=False, title=title)
-    if out_dir is not None:
-        write_node_files(out_dir, result.nodes, document, "stacks.json", extra={"report.txt": text})
-    if as_json:
+    kept, shown = render_for(request, report, diagnosis, title)
+    if request.out_dir is not None:
+        write_node_files(
+            request.out_dir, result.nodes, document, "stacks.json", extra={"report.txt": kept or ""}
+        )
+    if shown is None:
         click.echo(json.dumps(document, indent=2))
     else:
-        import sys
-
-        use_color = sys.stdout.isatty() if color is None else color
-        click.echo(
-            render_text(report, diagnosis, full=full, color=True, title=title) if use_color else text,
-            nl=False,
-        )
-        if out_dir is not None:
-            click.echo(f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {out_dir}/")
-    return int(result.exit_code())
+        click.echo(shown, nl=False)
+        if request.out_dir is not None:
+            click.echo(
+                f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
+            )
+    dumped = sum(1 for p in report.processes if p.dumped)
+    return int(exit_code(len(result.nodes), dumped, report.failures))

@@ -1,24 +1,24 @@
-"""The local half of `rankscope stacks`: collect on this node, diagnose, print or save.
-
-Free of click, so a plain run (rankscope.cli.plain) can go straight here from the console
-script; the click command (rankscope.cli.stacks) calls the same `report_local`.
-"""
+"""The local half of `rankscope stacks`: collect on this node, diagnose, print, keep --out files."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
+from rankscope.cli.outcome import exit_code
+from rankscope.cli.outfiles import OutDir
+from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
 from rankscope.stacks.explain import diagnose
-from rankscope.stacks.local import StacksOptions, exit_code_for, run_local, save_outputs
+from rankscope.stacks.local import LocalResult, run_local
+from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.render import render_text
-from rankscope.stacks.report import report_document
+from rankscope.stacks.report import Diagnosis, StacksReport, report_document
 
 if TYPE_CHECKING:
-    from rankscope.cli.plain import PlainStacks
+    from rankscope.cli.stacks import StacksRequest
 
 NOTHING_FOUND = (
     "rankscope: error: no distributed job found on this node (no torchrun/deepspeed/accelerate/mpirun/srun "
@@ -26,46 +26,32 @@ NOTHING_FOUND = (
 )
 
 
-def progress_printer() -> Optional[Callable[[str], None]]:
-    """A one-line progress display on stderr when it is a terminal, else None."""
-    if not sys.stderr.isatty():
-        return None
-
-    def show(message: str) -> None:
-        sys.stderr.write(f"\r\033[K{message}")
-        sys.stderr.flush()
-
-    return show
-
-
-def report_local(
-    options: StacksOptions, as_json: bool, out_dir: Optional[str], full: bool, color: Optional[bool]
-) -> int:
+def report_local(options: StacksOptions, request: StacksRequest) -> int:
     """Run the local pipeline and print its report; returns the exit code (docs/exit-codes.md)."""
-    progress = progress_printer()
-    result = run_local(options, progress=progress)
-    if progress is not None:
-        progress("")
+    progress = tty_progress()
+    try:
+        result = run_local(options, progress=progress)
+    finally:
+        if progress is not None:
+            progress.clear()
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
-    document = report_document(report) if as_json or out_dir is not None else {}
-    text = render_text(report, diagnosis, full=full, color=False)
-    code = exit_code_for(report)
-    out = sys.stdout
-    if code == ExitCode.NOTHING_FOUND and not as_json:
+    dumped = sum(1 for p in report.processes if p.dumped)
+    code = exit_code(len(report.processes), dumped, report.failures)
+    if code == ExitCode.NOTHING_FOUND and not request.as_json:
         sys.stderr.write(NOTHING_FOUND + "\n")
         return int(code)
-    if out_dir is not None:
-        from pathlib import Path
-
-        save_outputs(Path(out_dir), result, document, text)
-    if as_json:
+    document = report_document(report) if request.as_json or request.out_dir is not None else {}
+    kept, shown = render_for(request, report, diagnosis)
+    if request.out_dir is not None:
+        save_outputs(request.out_dir, result, document, kept or "")
+    out = sys.stdout
+    if shown is None:
         out.write(json.dumps(document, indent=2) + "\n")
     else:
-        use_color = out.isatty() if color is None else color
-        out.write(render_text(report, diagnosis, full=full, color=use_color) if use_color else text)
-        if out_dir is not None:
-            out.write(f"\nraw dumps, stacks.json and report.txt: {out_dir}/\n")
+        out.write(shown)
+        if request.out_dir is not None:
+            out.write(f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n")
     out.flush()
     if code in (ExitCode.ALL_FAILED, ExitCode.PERMISSION_DENIED, ExitCode.BAD_INPUT) and report.failures:
         first = report.failures[0]
@@ -73,13 +59,35 @@ def report_local(
     return int(code)
 
 
-def run_plain(plain: PlainStacks) -> int:
-    """A plain `rankscope stacks` run, parsed by rankscope.cli.plain."""
-    options = StacksOptions(
-        pids=plain.pids,
-        native=plain.native,
-        with_locals=plain.with_locals,
-        timeout=plain.timeout,
-        deadline=plain.deadline,
-    )
-    return report_local(options, plain.as_json, plain.out, plain.full, plain.color)
+def render_for(
+    request: StacksRequest, report: StacksReport, diagnosis: Diagnosis, title: str = ""
+) -> tuple[Optional[str], Optional[str]]:
+    """The text report as --out keeps it (plain; None without --out) and as printed (None with --json).
+
+    Nothing is rendered that is not used: a --json run renders no text unless --out keeps it.
+    """
+    use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
+    kept = None
+    if request.out_dir is not None or not (request.as_json or use_color):
+        kept = render_text(report, diagnosis, full=request.full, color=False, title=title)
+    if request.as_json:
+        return kept, None
+    if use_color:
+        return kept, render_text(report, diagnosis, full=request.full, color=True, title=title)
+    return kept, kept
+
+
+def save_outputs(out_dir: Path, result: LocalResult, document: dict[str, Any], text: str) -> None:
+    """Keep every raw dump (raw/), the merged JSON and the text report, readable only by the owner."""
+    with OutDir(out_dir) as out:
+        raw = out.subdir("raw")
+        for sample, outcome in result.outcomes:
+            rank = outcome.target.rank.rank
+            stem = f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
+            if result.report.samples > 1:
+                stem += f".sample-{sample + 1}"
+            suffix = ".json" if outcome.snapshot is not None else ".error.txt"
+            body = outcome.raw or (outcome.failure.reason.encode() if outcome.failure else b"")
+            out.write(stem + suffix, body, subdir=raw)
+        out.write("stacks.json", json.dumps(document, indent=2))
+        out.write("report.txt", text)

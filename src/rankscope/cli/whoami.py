@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import click
 
+from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode
 from rankscope.ranks import current_rank, rank_of_pid
 from rankscope.serial import to_json
@@ -22,12 +24,23 @@ Examples:
 """
 
 
+@dataclass(frozen=True)
+class WhoamiRequest:
+    """Everything one `rankscope whoami` command line asks for."""
+
+    #: Read this process's environment instead of our own.
+    pid: Optional[int] = None
+    as_json: bool = False
+
+
 @click.command(help=HELP)
 @click.option(
     "--pid", type=int, default=None, help="Read /proc/PID/environ instead of this process's environment."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def whoami(pid: Optional[int], as_json: bool) -> int:
+def whoami(**params: Any) -> int:
+    request = from_params(WhoamiRequest, params)
+    pid = request.pid
     if pid is None:
         rank = current_rank()
     else:
@@ -40,7 +53,7 @@ def whoami(pid: Optional[int], as_json: bool) -> int:
                 f"cannot read /proc/{pid}/environ: permission denied",
                 "run as the process owner or as root",
             ) from None
-    if as_json:
+    if request.as_json:
         click.echo(json.dumps(to_json(rank), indent=2))
     else:
         for key, value in to_json(rank).items():

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
 from rankscope.cluster.run import ClusterTarget, run_remote
-from rankscope.errors import ExitCode
 from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
 from rankscope.stacks.report import StacksReport, load_report
@@ -60,43 +59,6 @@ _REMOTE_EXIT: dict[int, tuple[Stage, str, str]] = {
 
 
 @dataclass
-class RemoteStacksOptions:
-    """The local-pipeline flags every node gets, and where rankscope lives there."""
-
-    remote_rankscope: str = "rankscope"
-    pids: Sequence[int] = ()
-    all_python: bool = False
-    native: bool = False
-    with_locals: bool = False
-    samples: int = 1
-    interval: float = 1.0
-    timeout: Optional[float] = None
-    deadline: Optional[float] = None
-    extra: list[str] = field(default_factory=list)
-
-    def argv(self, node_timeout: float) -> list[str]:
-        argv = [self.remote_rankscope, "stacks", "--local", "--json"]
-        for pid in self.pids:
-            argv += ["--pid", str(pid)]
-        if self.all_python:
-            argv.append("--all-python")
-        if self.native:
-            argv.append("--native")
-        if self.with_locals:
-            argv.append("--locals")
-        if self.samples > 1:
-            argv += ["--samples", str(self.samples), "--interval", f"{self.interval:g}"]
-        if self.timeout is not None:
-            argv += ["--timeout", f"{self.timeout:g}"]
-        # Finish on the node, with partial results, before the caller's deadline kills it.
-        remote_deadline = max(1.0, node_timeout * 0.8 - 1.0)
-        if self.deadline is not None:
-            remote_deadline = min(remote_deadline, self.deadline)
-        argv += ["--deadline", f"{remote_deadline:g}", *self.extra]
-        return argv
-
-
-@dataclass
 class ClusterStacks:
     report: StacksReport
     nodes: list[NodeResult]
@@ -105,14 +67,6 @@ class ClusterStacks:
     @property
     def answered(self) -> list[str]:
         return [r.node for r in self.nodes if r.stage is Stage.OK]
-
-    def exit_code(self) -> ExitCode:
-        dumped = sum(1 for p in self.report.processes if p.dumped)
-        if dumped:
-            return ExitCode.PARTIAL if self.report.failures else ExitCode.OK
-        if self.node_failures and all(f.stage is Stage.NO_JOB for f in self.node_failures):
-            return ExitCode.NOTHING_FOUND
-        return ExitCode.ALL_FAILED
 
     def node_statuses(self) -> list[NodeStatus]:
         return [NodeStatus(r.node, r.stage, r.returncode, r.reason, r.elapsed) for r in self.nodes]
@@ -201,12 +155,14 @@ def node_failures(results: Sequence[NodeResult]) -> list[Failure]:
 
 def stacks_remote(
     target: ClusterTarget,
-    options: RemoteStacksOptions,
+    argv: Sequence[str],
     progress: Optional[Callable[[str], None]] = None,
 ) -> ClusterStacks:
-    """Collect every node's stacks and merge them; failed nodes are listed last with their stage."""
-    script = options.argv(target.node_timeout)
-    answers = [classify_node(result) for result in run_remote(target, script, progress)]
+    """Run ``argv`` (a ``rankscope stacks --local --json`` command line) on every node and merge the answers.
+
+    Failed nodes are listed last with their stage.
+    """
+    answers = [classify_node(result) for result in run_remote(target, list(argv), progress)]
     results = [result for result, _ in answers]
     reports = [relabel_host(report, result.node) for result, report in answers if report is not None]
     merged = merge_reports(reports)

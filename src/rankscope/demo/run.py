@@ -11,8 +11,20 @@ from pathlib import Path
 from rankscope.demo.launch import start_torchrun
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.stacks.explain import diagnose
-from rankscope.stacks.local import StacksOptions, run_local
+from rankscope.stacks.local import run_local
+from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.report import Diagnosis, StacksReport
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What `rankscope demo` starts: ``nproc`` ranks, one of which (``culprit``) hangs as ``scenario`` says."""
+
+    nproc: int = 4
+    culprit: int = 2
+    scenario: str = "lock"
+    #: Diagnose with native frames too.
+    native: bool = False
 
 
 @dataclass
@@ -38,14 +50,10 @@ def require_torch() -> None:
         ) from None
 
 
-def run_demo(
-    nproc: int = 4,
-    culprit: int = 2,
-    scenario: str = "lock",
-    say: Callable[[str], None] = lambda _: None,
-    native: bool = False,
-) -> DemoResult:
+def run_demo(options: DemoOptions, say: Callable[[str], None] = lambda _: None) -> DemoResult:
+    """Start the job, wait for it to hang, diagnose it, stop it; ``say`` hears what happens."""
     require_torch()
+    nproc, culprit, scenario = options.nproc, options.culprit, options.scenario
     workdir = Path(tempfile.mkdtemp(prefix="rankscope-demo-"))
     say(
         f"starting a {nproc}-rank torchrun job (gloo, CPU) in which rank {culprit} deadlocks ({scenario}) ..."
@@ -61,7 +69,7 @@ def run_demo(
         say(
             f"job is hung (launcher pid {job.pid}, workers {', '.join(map(str, job.worker_pids()))}); diagnosing ..."
         )
-        result = run_local(StacksOptions(pids=[job.pid], native=native, samples=2, interval=0.5))
+        result = run_local(StacksOptions(pids=(job.pid,), native=options.native, samples=2, interval=0.5))
         return DemoResult(result.report, diagnose(result.report), culprit, job.pid)
     finally:
         job.stop()

@@ -16,7 +16,6 @@ from typing import Optional
 
 from rankscope import procfs
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
-from rankscope.stacks import prefetch
 from rankscope.stacks.permissions import explain_ptrace_denied
 from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy import classify_error, parse_dump
@@ -46,8 +45,6 @@ class DumpOutcome:
     state_before: str = "?"
     #: True when rankscope found the process stopped after its dump and sent SIGCONT.
     resumed: bool = False
-    #: True when the dump was started at start-up by rankscope.stacks.prefetch and adopted.
-    prefetched: bool = False
 
 
 def precheck(target: Target) -> tuple[Optional[Failure], str]:
@@ -158,29 +155,14 @@ def collect(
     parallelism: Optional[int] = None,
     progress: Optional[Callable[[int, int], None]] = None,
 ) -> list[DumpOutcome]:
-    """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant.
-
-    Dumps that rankscope.stacks.prefetch started for the same command lines are adopted first.
-    """
+    """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant."""
     intern: dict[Frame, Frame] = {}
     total = len(targets)
     limit = max(1, parallelism or default_parallelism())
-    runner, early = prefetch.handover()
-    runner = runner or Runner(pyspy_env())
+    runner = Runner(pyspy_env())
     outcomes = [DumpOutcome(target=t) for t in targets]
     owner: dict[Run, DumpOutcome] = {}
-    queue: list[DumpOutcome] = []
-    argvs = {id(o): dump_argv(pyspy, o.target.pid, native, with_locals) for o in outcomes}
-    for outcome in outcomes:
-        run = early.pop(tuple(argvs[id(outcome)]), None)
-        if run is not None:
-            if deadline is not None:
-                run.deadline = min(run.deadline, deadline)
-            outcome.state_before, outcome.prefetched = run.state_before, True
-            owner[run] = outcome
-        else:
-            queue.append(outcome)
-    queue.reverse()  # popped from the end: targets in their given order
+    queue = outcomes[::-1]  # popped from the end: targets in their given order
     done = 0
 
     def finished(outcome: DumpOutcome) -> None:
@@ -203,7 +185,7 @@ def collect(
                 finished(outcome)
                 continue
             try:
-                run = runner.spawn(argvs[id(outcome)], remaining)
+                run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
             except OSError as exc:
                 _interpret(outcome, None, exc, intern)
                 finished(outcome)
@@ -216,6 +198,4 @@ def collect(
                 if mine is not None:
                     _interpret(mine, run, None, intern)
                     finished(mine)
-    # Prefetched dumps of processes that were not targets after all: let them end, keep their targets running.
-    prefetch.settle(runner, early)
     return outcomes

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
@@ -15,33 +13,17 @@ from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
 from rankscope.stacks.merge import group_snapshots, motion
-from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, find_pyspy
+from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
-
-if TYPE_CHECKING:  # pathlib is imported only when --out is used
-    from pathlib import Path
 
 Progress = Callable[[str], None]
 
 
 @dataclass
-class StacksOptions:
-    pids: Sequence[int] = ()
-    all_python: bool = False
-    native: bool = False
-    with_locals: bool = False
-    timeout: float = DEFAULT_TIMEOUT
-    deadline: float = DEFAULT_DEADLINE
-    samples: int = 1
-    interval: float = 1.0
-    parallelism: Optional[int] = None
-    host: Optional[str] = None
-
-
-@dataclass
 class LocalResult:
     report: StacksReport
-    #: (target, sample index, outcome) for every dump attempt: what --out keeps.
+    #: (sample index, outcome) for every dump attempt: what --out keeps.
     outcomes: list[tuple[int, DumpOutcome]] = field(default_factory=list)
 
 
@@ -79,7 +61,7 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
 
 def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> LocalResult:
     started = time.monotonic()
-    host = options.host or short_hostname()
+    host = short_hostname()
     pyspy = find_pyspy()
     table = ProcessTable()
     jobs, failures = resolve_jobs(options, table, host)
@@ -166,58 +148,3 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
     report.failures = failures
     report.seconds = time.monotonic() - started
     return result
-
-
-def exit_code_for(report: StacksReport) -> ExitCode:
-    dumped = sum(1 for p in report.processes if p.dumped)
-    if not report.processes and not report.failures:
-        return ExitCode.NOTHING_FOUND
-    if dumped == 0:
-        if report.failures and all(f.kind == FailureKind.PERMISSION for f in report.failures):
-            return ExitCode.PERMISSION_DENIED
-        if not report.processes:
-            # Only named pids that do not exist (or launchers without workers) were given.
-            return (
-                ExitCode.BAD_INPUT
-                if all(f.stage == Stage.DISCOVER for f in report.failures)
-                else ExitCode.ALL_FAILED
-            )
-        return ExitCode.ALL_FAILED
-    return ExitCode.PARTIAL if report.failures else ExitCode.OK
-
-
-def private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
-def write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.chmod(path, 0o600)
-
-
-def save_outputs(out_dir: Path, result: LocalResult, document: dict[str, object], text: str) -> list[Path]:
-    """Keep every raw dump plus the merged JSON and the text report, readable only by the owner."""
-    private_dir(out_dir)
-    raw_dir = private_dir(out_dir / "raw")
-    written = []
-    for sample, outcome in result.outcomes:
-        rank = outcome.target.rank.rank
-        stem = (
-            f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
-        )
-        if result.report.samples > 1:
-            stem += f".sample-{sample + 1}"
-        suffix = ".json" if outcome.snapshot is not None else ".error.txt"
-        body = outcome.raw or (outcome.failure.reason.encode() if outcome.failure else b"")
-        path = raw_dir / (stem + suffix)
-        write_private(path, body)
-        written.append(path)
-    merged = out_dir / "stacks.json"
-    write_private(merged, json.dumps(document, indent=2).encode())
-    report_txt = out_dir / "report.txt"
-    write_private(report_txt, text.encode())
-    return [merged, report_txt, *written]

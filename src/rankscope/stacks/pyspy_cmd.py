@@ -1,8 +1,4 @@
-"""Running py-spy: where it is, its command line, its environment.
-
-Kept free of heavy imports (only os and sys): rankscope.stacks.prefetch uses it before the
-rest of rankscope has loaded.
-"""
+"""Running py-spy: where it is, its command line, its environment."""
 
 from __future__ import annotations
 

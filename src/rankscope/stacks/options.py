@@ -1,0 +1,60 @@
+"""What a `rankscope stacks` collection is asked to do, and the command line that asks it.
+
+The CLI (rankscope.cli.stacks) builds one :class:`StacksOptions` from its command line; a
+multi-node run derives every node's command line from the same object (:meth:`to_argv`), so a
+new option cannot be forgotten on the way to the nodes: each field names its flag, and
+tests/test_cli.py checks that the derived command line reads back to an equal object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Optional
+
+from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
+
+#: Field metadata key: the `rankscope stacks` flag that sets the field.
+FLAG = "flag"
+
+
+def _flag(name: str, default: Any) -> Any:
+    return field(default=default, metadata={FLAG: name})
+
+
+@dataclass(frozen=True)
+class StacksOptions:
+    """The collection options of `rankscope stacks` (their names are the click parameters')."""
+
+    pids: tuple[int, ...] = _flag("--pid", ())
+    all_python: bool = _flag("--all-python", False)
+    native: bool = _flag("--native", False)
+    with_locals: bool = _flag("--locals", False)
+    samples: int = _flag("--samples", 1)
+    interval: float = _flag("--interval", 1.0)
+    timeout: float = _flag("--timeout", DEFAULT_TIMEOUT)
+    deadline: float = _flag("--deadline", DEFAULT_DEADLINE)
+    parallelism: Optional[int] = _flag("--jobs", None)
+    #: Only the processes of this SLURM job (a multi-node --jobid run sets it on every node).
+    slurm_job: Optional[str] = _flag("--slurm-job", None)
+
+    def for_node(self, node_timeout: float) -> StacksOptions:
+        """The options one node of a multi-node run gets: it must finish, with partial results,
+        before the caller's per-node deadline drops it."""
+        return replace(self, deadline=min(self.deadline, max(1.0, node_timeout * 0.8 - 1.0)))
+
+    def to_argv(self) -> list[str]:
+        """``stacks --local --json`` and a flag for every option that is not its default."""
+        argv = ["stacks", "--local", "--json"]
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if value == spec.default:
+                continue
+            flag = spec.metadata[FLAG]
+            if isinstance(value, bool):
+                argv.append(flag)
+            elif isinstance(value, tuple):
+                for item in value:
+                    argv += [flag, str(item)]
+            else:
+                argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
+        return argv

@@ -1,0 +1,210 @@
+"""One options object per verb, the node command line derived from it, one exit-code policy, one --out writer."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rankscope.cli.cluster_options import cluster_target
+from rankscope.cli.exec import exec_cmd
+from rankscope.cli.nodefiles import write_node_files
+from rankscope.cli.outcome import exit_code
+from rankscope.cli.stacks import StacksRequest, read_request, stacks
+from rankscope.cluster.classify import NodeResult
+from rankscope.cluster.run import ClusterTarget
+from rankscope.cluster.transports import SshOptions
+from rankscope.errors import BadInputError, ExitCode
+from rankscope.model import Failure, FailureKind, Stage
+from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.report import Diagnosis, StacksReport
+
+#: Every field away from its default, so a field without a flag (or a flag that reads back
+#: differently) breaks the round trip below.
+EVERYTHING = StacksOptions(
+    pids=(4242, 17),
+    all_python=True,
+    native=True,
+    with_locals=True,
+    samples=3,
+    interval=0.25,
+    timeout=2.5,
+    deadline=12.125,
+    parallelism=7,
+    slurm_job="2180718",
+)
+
+
+def parse_stacks(argv: list[str]) -> StacksRequest:
+    """``rankscope stacks ARGV`` read by the real click command, without running it."""
+    with stacks.make_context("stacks", list(argv)) as ctx:
+        return read_request(ctx.params)
+
+
+def test_the_sample_sets_every_option() -> None:
+    assert all(getattr(EVERYTHING, f.name) != f.default for f in fields(StacksOptions))
+
+
+@pytest.mark.parametrize("options", [StacksOptions(), EVERYTHING, StacksOptions(interval=1 / 3, pids=(1,))])
+def test_to_argv_reads_back_to_the_same_options(options: StacksOptions) -> None:
+    argv = options.to_argv()
+    assert argv[:3] == ["stacks", "--local", "--json"]
+    request = parse_stacks(argv[1:])
+    assert request.options == options
+    assert request.local and request.as_json and request.cluster is None
+
+
+def test_node_argv_is_derived_from_the_same_options() -> None:
+    request = parse_stacks(
+        [
+            "--jobid",
+            "99",
+            "--node-timeout",
+            "20",
+            "--native",
+            "--pid",
+            "5",
+            "--remote-rankscope",
+            "/v/rankscope",
+        ]
+    )
+    argv = request.node_argv()
+    assert argv[0] == "/v/rankscope"
+    on_node = parse_stacks(argv[2:])
+    # The node finishes before the caller's per-node deadline (0.8 x 20 - 1 s) and keeps to the job.
+    assert on_node.options == replace(request.options, deadline=15.0, slurm_job="99")
+    assert on_node.local and on_node.as_json
+
+
+def test_node_deadline_never_exceeds_the_run_deadline() -> None:
+    assert StacksOptions(deadline=3.0).for_node(60.0).deadline == 3.0
+    assert StacksOptions().for_node(1.0).deadline == 1.0
+
+
+def test_cluster_options_are_read_by_name() -> None:
+    argv = ["--hosts", "n[1-2]", "--fanout", "3", "--node-timeout", "5", "--ssh-option", "A=1"]
+    argv += [
+        "--ssh-option",
+        "B=2",
+        "--via",
+        "ssh",
+        "--insecure-no-host-key-check",
+        "--deadline",
+        "9",
+        "--",
+        "date",
+    ]
+    with exec_cmd.make_context("exec", argv) as ctx:
+        target = cluster_target(ctx.params)
+    assert target == ClusterTarget(
+        hosts="n[1-2]",
+        via="ssh",
+        fanout=3,
+        node_timeout=5.0,
+        overall_timeout=9.0,
+        ssh=SshOptions(options=("A=1", "B=2"), connect_timeout=6.0, insecure_no_host_key_check=True),
+    )
+
+
+def test_stacks_reads_the_cluster_options_too() -> None:
+    request = parse_stacks(["--hostfile", "hf", "--remote-setup", ". ~/.pdshrc", "--ssh-config", "cfg"])
+    assert request.cluster == ClusterTarget(
+        hostfile=Path("hf"),
+        remote_setup=". ~/.pdshrc",
+        ssh=SshOptions(config_file="cfg", connect_timeout=10.0),
+    )
+    assert parse_stacks(["--hostfile", "hf", "--local"]).cluster is None
+
+
+def _failure(stage: Stage, kind: FailureKind = FailureKind.OTHER) -> Failure:
+    return Failure("t", stage, "why", kind=kind)
+
+
+@pytest.mark.parametrize(
+    ("targets", "done", "failures", "code"),
+    [
+        (4, 4, [], ExitCode.OK),
+        (4, 3, [_failure(Stage.DUMP)], ExitCode.PARTIAL),
+        (0, 0, [], ExitCode.NOTHING_FOUND),
+        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.NO_JOB)], ExitCode.NOTHING_FOUND),
+        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.UNREACHABLE)], ExitCode.ALL_FAILED),
+        (2, 0, [_failure(Stage.ATTACH, FailureKind.PERMISSION)] * 2, ExitCode.PERMISSION_DENIED),
+        (0, 0, [_failure(Stage.DISCOVER, FailureKind.GONE)], ExitCode.BAD_INPUT),
+        (
+            1,
+            0,
+            [_failure(Stage.DISCOVER, FailureKind.GONE)],
+            ExitCode.ALL_FAILED,
+        ),  # it exited while we looked
+        (3, 0, [_failure(Stage.COMMAND_FAILED)], ExitCode.ALL_FAILED),
+    ],
+)
+def test_one_exit_code_policy(targets: int, done: int, failures: list[Failure], code: ExitCode) -> None:
+    assert exit_code(targets, done, failures) == code
+
+
+def test_json_runs_render_no_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rankscope.cli import stacks_report
+
+    def refuse(*_: Any, **__: Any) -> str:
+        raise AssertionError("render_text ran for --json")
+
+    monkeypatch.setattr(stacks_report, "render_text", refuse)
+    request = StacksRequest(StacksOptions(), as_json=True)
+    assert stacks_report.render_for(request, StacksReport(), Diagnosis(headline="")) == (None, None)
+
+
+def test_node_files_are_private_and_say_the_stage(tmp_path: Path) -> None:
+    results = [
+        NodeResult("n1", "ok", 0, "{}", ""),
+        NodeResult("n2", "unreachable", None, "", "ssh: no route", reason="never answered"),
+    ]
+    out = tmp_path / "out"
+    write_node_files(out, results, {"schema": "x"}, "exec.json", extra={"report.txt": "text"})
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert sorted(p.name for p in out.iterdir()) == ["exec.json", "n1.out", "n2.err", "n2.out", "report.txt"]
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in out.iterdir())
+    assert (out / "n2.err").read_text() == "# stage: unreachable: never answered\nssh: no route"
+
+
+def test_node_files_are_never_written_through_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "n1.out")
+    with pytest.raises(BadInputError, match="symbolic link"):
+        write_node_files(out, [NodeResult("n1", "ok", 0, "new", "")], {}, "exec.json")
+    assert victim.read_text() == "keep"
+
+
+def test_small_verbs_read_their_options_by_name() -> None:
+    from rankscope.cli.params import from_params
+    from rankscope.cli.prefix import PrefixRequest, prefix
+    from rankscope.cli.whoami import WhoamiRequest, whoami
+
+    with prefix.make_context("prefix", ["--short-host", "--rank", "3", "--", "ls", "-l"]) as ctx:
+        assert from_params(PrefixRequest, ctx.params) == PrefixRequest(("ls", "-l"), True, 3)
+    with whoami.make_context("whoami", ["--pid", "7", "--json"]) as ctx:
+        assert from_params(WhoamiRequest, ctx.params) == WhoamiRequest(7, True)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_nothing_found_on_this_node(
+    as_json: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rankscope.cli import stacks_report
+    from rankscope.stacks.local import LocalResult
+
+    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress: LocalResult(StacksReport()))
+    code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), as_json=as_json))
+    assert code == ExitCode.NOTHING_FOUND
+    out, err = capsys.readouterr()
+    if as_json:
+        assert '"schema": "rankscope.stacks/1"' in out and err == ""
+    else:
+        assert out == "" and err.startswith("rankscope: error: no distributed job found on this node")
