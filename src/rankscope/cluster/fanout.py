@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Optional, Protocol
 
-from rankscope.cluster.classify import classify, last_line, seconds, split_markers, started_node
+from rankscope.cluster.classify import NodeResult, classify, last_line, seconds, split_markers, started_node
 from rankscope.cluster.transports import SrunStep
 from rankscope.model import Stage
 
