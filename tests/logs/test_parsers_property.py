@@ -8,8 +8,8 @@ from ClusterShell.RangeSet import RangeSet
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rankscope.logs.folding import fold_labels
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.labels import fold_labels
+from rankscope.logs.prefixes import PLAIN, split_line
 from rankscope.logs.tracebacks import TracebackCollector
 
 hosts = st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True)
@@ -130,8 +130,8 @@ def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[st
     chunk = b"".join(kind.format(h=h, r=r).encode() + b"\n" for kind, h, r in rows)
     fast, slow = Inventory(), Inventory()
     fast.feed(chunk)
-    slow._feed_lines(chunk, None, False)
-    assert fast.to_dict() == slow.to_dict()
+    slow._feed_lines(chunk, PLAIN)
+    assert fast.document() == slow.document()
 
 
 @settings(max_examples=80, deadline=None)
