@@ -8,14 +8,14 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO, ClassVar, Protocol
 
 import click
 
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import BadInputError, ExitCode, NothingFoundError
 from rankscope.logs.reading import Reading
-from rankscope.logs.sources import discover
+from rankscope.logs.sources import ReadSummary, discover
 from rankscope.serial import dump_document
 
 HOST_FROM_FILENAME = click.option(
@@ -62,7 +62,14 @@ def _reading(
             progress.clear()
 
 
-def _emit_json(document: Any, reading: Reading) -> None:
+class _Document(Protocol):
+    """A ``rankscope.logs.*`` document: its class names the schema; ``read`` says what was read."""
+
+    SCHEMA: ClassVar[str]
+    read: ReadSummary
+
+
+def _emit_json(document: _Document, reading: Reading) -> None:
     """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read."""
     document.read = reading.summary()
     click.echo(json.dumps(dump_document(document.SCHEMA, document), indent=2))

@@ -52,7 +52,6 @@ class ReadStats:
     """What reading saw, so that nothing is dropped silently."""
 
     bytes_read: int = 0
-    lines: int = 0
     cut_lines: int = 0
     binary_sources: int = 0
 
