@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from rankscope.model import Member
+if TYPE_CHECKING:  # `logs grep` folds nothing and starts faster without the model
+    from rankscope.model import Member
 
 
 def fold_ints(values: Iterable[int]) -> str:

@@ -16,7 +16,6 @@ from rankscope.cli.progress import tty_progress
 from rankscope.errors import BadInputError, ExitCode, NothingFoundError
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import ReadSummary, discover
-from rankscope.serial import dump_document
 
 HOST_FROM_FILENAME = click.option(
     "--host-from-filename",
@@ -71,6 +70,8 @@ class _Document(Protocol):
 
 def _emit_json(document: _Document, reading: Reading) -> None:
     """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read."""
+    from rankscope.serial import dump_document
+
     document.read = reading.summary()
     click.echo(json.dumps(dump_document(document.SCHEMA, document), indent=2))
 
