@@ -5,7 +5,7 @@ from ClusterShell.RangeSet import RangeSet
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rankscope.folding import describe_members, fold_hosts, fold_ints, parse_ints
+from rankscope.folding import describe_members, fold_host_ranks, fold_hosts, fold_ints, parse_ints
 from rankscope.model import Member
 
 
@@ -42,3 +42,34 @@ def test_fold_hosts_is_nodeset_notation(names: set[tuple[str, int, int]], odd: s
 
 def test_fold_hosts() -> None:
     assert fold_hosts(["gpu003", "gpu001", "gpu002", "gpu010"]) == "gpu[001-003,010]"
+
+
+def test_fold_host_ranks() -> None:
+    local = [(f"n{h}", r) for h in (1, 2) for r in range(4)]
+    assert fold_host_ranks(local) == "n[1-2]:[0-3]"
+    assert fold_host_ranks([*local, ("n3", 0)]) == "n3:0 n[1-2]:[0-3]"
+    assert fold_host_ranks([("node001", 0), ("node001", 1), ("node002", 2), ("node002", 4)]) == (
+        "0-2,4 on node[001-002]"  # global ranks: no rank on two hosts
+    )
+    assert fold_host_ranks([(None, 5), (None, 3), (None, 4), ("n1", 0)]) == "3-5 n1:0"
+    assert fold_host_ranks([]) == ""
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["gpu01", "gpu02", "gpu10", "login"]), st.sets(st.integers(0, 9), min_size=1)
+    )
+)
+def test_fold_host_ranks_expands_back(ranks_by_host: dict[str, set[int]]) -> None:
+    pairs = {(host, rank) for host, ranks in ranks_by_host.items() for rank in ranks}
+    folded = fold_host_ranks(sorted(pairs))
+    if " on " in folded:  # global ranks: the ranks, and the hosts they run on
+        ranks, hosts = folded.split(" on ")
+        assert set(RangeSet(ranks)) == {str(rank) for _host, rank in pairs}
+        assert set(NodeSet(hosts)) == set(ranks_by_host)
+        return
+    expanded = set()
+    for part in folded.split():
+        hosts, ranks = part.rsplit(":", 1)
+        expanded |= {(host, int(rank)) for host in NodeSet(hosts) for rank in RangeSet(ranks.strip("[]"))}
+    assert expanded == pairs

@@ -9,9 +9,12 @@ tests/test_folding.py checks that the output is exactly RangeSet's.
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Optional
 
-from rankscope.model import Member
+if TYPE_CHECKING:  # `logs grep` folds nothing and starts faster without the model
+    from rankscope.model import Member
 
 
 def fold_ints(values: Iterable[int]) -> str:
@@ -93,6 +96,31 @@ def fold_hosts(hosts: Iterable[str]) -> str:
     from ClusterShell.NodeSet import NodeSet  # imported here: start-up time matters
 
     return str(NodeSet.fromlist(sorted(folded + others)))
+
+
+def fold_host_ranks(pairs: Iterable[tuple[Optional[str], int]]) -> str:
+    """Ranks where they run, folded the way rank labels (``host:rank``) read.
+
+    Hosts with the same ranks fold together (``n[1-2]:[0-1]``, local ranks); when no rank is on
+    two hosts they are global ranks and read better as one range (``0-6,8-511 on node[000-063]``).
+    A rank without a host (``None``) is folded alone: ``0-3``.
+    """
+    hosted: dict[str, set[int]] = defaultdict(set)
+    unhosted: set[int] = set()
+    for host, rank in pairs:
+        (unhosted if host is None else hosted[host]).add(rank)
+    parts = [fold_ints(unhosted)] if unhosted else []
+    if len(hosted) > 1:
+        numbers = [rank for ranks in hosted.values() for rank in ranks]
+        if len(numbers) == len(set(numbers)):
+            return " ".join([*parts, f"{fold_ints(numbers)} on {fold_hosts(hosted)}"])
+    by_ranks: dict[str, list[str]] = defaultdict(list)
+    for host, ranks in hosted.items():
+        by_ranks[fold_ints(ranks)].append(host)
+    for folded, hosts in sorted(by_ranks.items(), key=lambda item: fold_hosts(item[1])):
+        ranks_part = f"[{folded}]" if ("," in folded or "-" in folded) else folded
+        parts.append(f"{fold_hosts(hosts)}:{ranks_part}")
+    return " ".join(parts)
 
 
 def describe_members(members: Sequence[Member], with_hosts: bool = False) -> str:

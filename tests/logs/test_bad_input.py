@@ -160,3 +160,20 @@ def test_unprefixed_interleaving_without_headers_still_counts_the_errors(tmp_pat
     assert data["unprefixed_exception_lines"] == [
         {"exception": "TimeoutError: worker <n> gave no batch in <n> s", "count": 3}
     ]
+
+
+def test_split_never_writes_through_a_link_planted_in_out_dir(tmp_path: Path) -> None:
+    """A shared --out directory where someone planted DIR/vm_rank1.log -> ../victim.txt."""
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[vm:{rank}]:{line}\n" for rank in (0, 1) for line in TRACEBACK))
+    out = tmp_path / "per-rank"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / "vm_rank1.log").symlink_to("../victim.txt")
+    result = run_cli("logs", "split", str(path), "--out", str(out))
+    assert result.returncode == 8
+    line = _one_error_line(result.stderr)
+    assert f"cannot write {out / 'vm_rank1.log'}: it is a symbolic link" in line
+    assert victim.read_text() == "precious\n"
+    assert (out / "vm_rank1.log").is_symlink()

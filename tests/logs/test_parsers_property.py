@@ -8,9 +8,10 @@ from ClusterShell.RangeSet import RangeSet
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from rankscope.logs.folding import fold_labels
-from rankscope.logs.prefixes import split_line
+from rankscope.logs.labels import fold_labels, host_and_rank
+from rankscope.logs.prefixes import PLAIN, split_line
 from rankscope.logs.tracebacks import TracebackCollector
+from rankscope.model import parse_label, rank_label
 
 hosts = st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True)
 ranks = st.integers(min_value=0, max_value=100_000)
@@ -100,6 +101,15 @@ def test_interleaved_tracebacks_are_rebuilt_per_rank(
         assert not tb.truncated
 
 
+@given(hosts, ranks)
+def test_labels_read_back_as_the_shared_identity(host: str, rank: int) -> None:
+    """A label in a log is spelled as model.rank_label spells it, and read as model.parse_label reads it."""
+    label = rank_label(host, rank).encode()
+    assert host_and_rank(label) == (host, rank) == parse_label(label.decode())
+    assert host_and_rank(str(rank).encode()) == (None, rank)  # a bare rank: no host known
+    assert host_and_rank(host.encode()) == (host, None) == parse_label(host)
+
+
 @given(st.sets(st.integers(min_value=0, max_value=5000), min_size=1, max_size=200))
 def test_fold_bare_ranks_expands_back(numbers: set[int]) -> None:
     folded = fold_labels([str(n).encode() for n in numbers])
@@ -130,8 +140,8 @@ def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[st
     chunk = b"".join(kind.format(h=h, r=r).encode() + b"\n" for kind, h, r in rows)
     fast, slow = Inventory(), Inventory()
     fast.feed(chunk)
-    slow._feed_lines(chunk, None, False)
-    assert fast.to_dict() == slow.to_dict()
+    slow._feed_lines(chunk, PLAIN)
+    assert fast.document() == slow.document()
 
 
 @settings(max_examples=80, deadline=None)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO, ClassVar, Protocol
 
 import click
 
+from rankscope.cli.progress import tty_progress
 from rankscope.errors import BadInputError, ExitCode, NothingFoundError
 from rankscope.logs.reading import Reading
-from rankscope.logs.sources import discover
+from rankscope.logs.sources import ReadSummary, discover
 
 HOST_FROM_FILENAME = click.option(
     "--host-from-filename",
@@ -44,18 +48,32 @@ def logs() -> None:
     pass
 
 
-def _emit_json(schema: str, payload: dict[str, Any], reading: Reading) -> None:
-    data = {"schema": f"rankscope.logs.{schema}/1", **payload, "read": _read_summary(reading)}
-    click.echo(json.dumps(data, indent=2))
+@contextlib.contextmanager
+def _reading(
+    inputs: tuple[str, ...], host_from_filename: bool, show_progress: bool = True
+) -> Iterator[Reading]:
+    """The inputs to read, with a progress line on a terminal, erased when reading ends (or fails)."""
+    progress = tty_progress(min_interval=0.25) if show_progress else None
+    try:
+        yield Reading(discover(inputs), host_from_filename, progress)
+    finally:
+        if progress is not None:
+            progress.clear()
 
 
-def _read_summary(reading: Reading) -> dict[str, Any]:
-    return {
-        "sources": [s.name for s in reading.inputs],
-        "bytes": reading.stats.bytes_read,
-        "cut_long_lines": reading.stats.cut_lines,
-        "skipped": list(reading.skipped),
-    }
+class _Document(Protocol):
+    """A ``rankscope.logs.*`` document: its class names the schema; ``read`` says what was read."""
+
+    SCHEMA: ClassVar[str]
+    read: ReadSummary
+
+
+def _emit_json(document: _Document, reading: Reading) -> None:
+    """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read."""
+    from rankscope.serial import dump_document
+
+    document.read = reading.summary()
+    click.echo(json.dumps(dump_document(document.SCHEMA, document), indent=2))
 
 
 def _read_notes(reading: Reading) -> list[str]:
@@ -96,23 +114,24 @@ Examples:
 @HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.ranks/1).")
 def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
-    from rankscope.logs.folding import fold_labels
     from rankscope.logs.inventory import Inventory
+    from rankscope.logs.labels import fold_labels
 
-    reading = Reading(discover(inputs), host_from_filename)
     inventory = Inventory()
-    for opened in reading.sources():
-        for chunk in opened.chunks:
-            inventory.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
+    with _reading(inputs, host_from_filename) as reading:
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                inventory.feed(chunk, opened.labels)
     reading.check_something_read()
+    document = inventory.document()
     if as_json:
-        _emit_json("ranks", inventory.to_dict(), reading)
+        _emit_json(document, reading)
         return ExitCode.OK
-    labels = inventory.sorted_labels()
+    labels = list(inventory.ranks)
     click.echo(f"{len(labels)} rank(s): {fold_labels(labels) or '-'}   {inventory.lines} lines")
-    for row in inventory.to_dict()["ranks"]:
-        times = f"  {row['first_time']} .. {row['last_time']}" if row["first_time"] else ""
-        click.echo(f"  {row['label']:>20}  {row['lines']:>10} lines{times}")
+    for row in document.ranks:
+        times = f"  {row.first_time} .. {row.last_time}" if row.first_time else ""
+        click.echo(f"  {row.label:>20}  {row.lines:>10} lines{times}")
     if inventory.unprefixed:
         click.echo(f"  {'(no rank prefix)':>20}  {inventory.unprefixed:>10} lines")
     for note in _read_notes(reading):
@@ -151,18 +170,16 @@ def grep(
 ) -> int:
     from rankscope.logs.demux import RankGrep
 
-    reading = Reading(discover(inputs), host_from_filename, progress=False)
     finder = RankGrep(_labels(ranks_), keep_prefix)
     out = sys.stdout.buffer
     found = 0
-    for opened in reading.sources():
-        for data, lo, hi in opened.windows:
-            lines = list(
-                finder.lines(data, opened.source.fixed_label, opened.allow_srun, lo, hi, opened.host)
-            )
-            if lines:
-                found += len(lines)
-                out.write(b"\n".join(lines) + b"\n")
+    with _reading(inputs, host_from_filename, show_progress=False) as reading:  # lines go to the terminal
+        for opened in reading.sources():
+            for data, lo, hi in opened.windows:
+                lines = list(finder.lines(data, opened.labels, lo, hi))
+                if lines:
+                    found += len(lines)
+                    out.write(b"\n".join(lines) + b"\n")
     out.flush()
     reading.check_something_read()
     for note in _read_notes(reading):
@@ -195,37 +212,30 @@ Examples:
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
 def split(inputs: tuple[str, ...], out_dir: Path, as_json: bool, host_from_filename: bool) -> int:
-    from rankscope.logs.demux import Splitter, safe_file_name
+    from rankscope.cli.outfiles import OutDir
+    from rankscope.logs.demux import SplitDocument, Splitter
 
-    reading = Reading(discover(inputs), host_from_filename)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise BadInputError(f"{out_dir} exists and is not a directory", "choose another --out")
-    splitter = Splitter(out_dir)
-    try:
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                splitter.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
-    finally:
-        splitter.close()
+    with _reading(inputs, host_from_filename) as reading, OutDir(out_dir) as out:
+
+        def open_file(name: str) -> BinaryIO:
+            return os.fdopen(out.open(name), "wb")
+
+        splitter = Splitter(open_file)
+        try:
+            for opened in reading.sources():
+                for chunk in opened.chunks:
+                    splitter.feed(chunk, opened.labels)
+        finally:
+            splitter.close()
     reading.check_something_read()
-    rows = sorted(
-        (
-            {
-                "label": label.decode("utf-8", "replace") if label is not None else None,
-                "file": str(out_dir / safe_file_name(label)),
-                "lines": count,
-            }
-            for label, count in splitter.counts.items()
-        ),
-        key=lambda row: str(row["file"]),
-    )
+    files = splitter.written(out_dir)
     if as_json:
-        _emit_json("split", {"out": str(out_dir), "files": rows}, reading)
+        _emit_json(SplitDocument(str(out_dir), files), reading)
         return ExitCode.OK
-    click.echo(f"wrote {len(rows)} file(s) to {out_dir}/")
-    for row in rows:
-        name = Path(str(row["file"])).name
-        click.echo(f"  {name:>28}  {row['lines']:>10} lines  ({row['label'] or 'no rank prefix'})")
+    click.echo(f"wrote {len(files)} file(s) to {out_dir}/")
+    for row in files:
+        name = Path(row.file).name
+        click.echo(f"  {name:>28}  {row.lines:>10} lines  ({row.label or 'no rank prefix'})")
     for note in _read_notes(reading):
         click.echo(f"note: {note}")
     return ExitCode.OK
@@ -254,15 +264,13 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.errors/1).")
 @click.option("--frames", default=6, show_default=True, help="Innermost frames shown per error.")
 def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filename: bool) -> int:
-    from rankscope.logs.errors_report import render_errors, scan_errors
+    from rankscope.logs.errors_report import errors_document, render_errors, scan_errors
 
-    reading = Reading(discover(inputs), host_from_filename)
-    report, counts = scan_errors(reading)
+    with _reading(inputs, host_from_filename) as reading:
+        report, counts = scan_errors(reading)
     reading.check_something_read()
     if as_json:
-        from rankscope.logs.errors_report import errors_to_dict
-
-        _emit_json("errors", errors_to_dict(report, counts), reading)
+        _emit_json(errors_document(report, counts), reading)
     else:
         click.echo(render_errors(report, counts, frames, _read_notes(reading)))
     return ExitCode.OK
@@ -288,11 +296,11 @@ Examples:
 def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.nccl import NcclScan, render_nccl
 
-    reading = Reading(discover(inputs), host_from_filename)
     scan = NcclScan()
-    for opened in reading.sources():
-        for chunk in opened.chunks:
-            scan.feed(chunk, opened.source.fixed_label, opened.allow_srun, opened.host)
+    with _reading(inputs, host_from_filename) as reading:
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                scan.feed(chunk, opened.labels)
     reading.check_something_read()
     result = scan.result()
     if not result.ranks and not result.findings:
@@ -301,7 +309,7 @@ def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> in
             "run the job with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and keep its output",
         )
     if as_json:
-        _emit_json("nccl", result.to_dict(), reading)
+        _emit_json(result, reading)
     else:
         click.echo(render_nccl(result, _read_notes(reading)))
     return ExitCode.OK

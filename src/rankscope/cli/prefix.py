@@ -14,6 +14,7 @@ import click
 
 from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode, MissingToolError
+from rankscope.model import rank_label
 from rankscope.ranks import current_rank
 
 HELP = """Run CMD and put [host:rank] in front of every line it writes to stdout and stderr.
@@ -47,7 +48,7 @@ def _label(short_host: bool, rank_override: Optional[int]) -> str:
     if short_host:
         host = re.sub(r"[^0-9]", "", host) or host
     number = rank_override if rank_override is not None else rank.rank
-    return f"[{host}] " if number is None else f"[{host}:{number}] "
+    return f"[{rank_label(host, number)}] "
 
 
 def _pump(source: IO[bytes], sink: IO[bytes], prefix: bytes, lock: threading.Lock) -> None:

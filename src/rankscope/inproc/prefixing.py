@@ -20,11 +20,13 @@ from rankscope.ranks import current_rank
 
 def prefix_label(short_host: bool = False) -> str:
     """``[host:rank] `` for this process (``[host] `` when no launcher set a rank)."""
+    from rankscope.model import rank_label  # already loaded by current_rank()
+
     rank = current_rank()
     host = rank.host
     if short_host:
         host = re.sub(r"[^0-9]", "", host) or host
-    return f"[{host}] " if rank.rank is None else f"[{host}:{rank.rank}] "
+    return f"[{rank_label(host, rank.rank)}] "
 
 
 class _PrefixStream(StreamProxy):

@@ -1,5 +1,7 @@
 """Read the logs of many ranks: recognise prefixes, de-interleave, group tracebacks, explain NCCL output.
 
-Reading (``sources``) streams bytes; everything else works on lines or chunks handed to it
-and does no I/O of its own.
+Reading (``sources``, ``reading``) streams bytes; the scanners (``inventory``, ``demux``,
+``tracebacks`` + ``grouping``, ``nccl``) work on the blocks handed to them, with rank labels as
+bytes, and do no I/O of their own. ``labels`` is where a label becomes host and rank; each
+scanner's result is a document type (``rankscope.logs.<verb>/1``) written by rankscope.serial.
 """

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Optional
+from typing import BinaryIO, Callable, ClassVar, Optional
 
-from rankscope.logs.prefixes import chunk_lines, host_and_rank, labelled_lines, qualify, split_line
+from rankscope.logs.labels import host_and_rank, label_text
+from rankscope.logs.prefixes import SourceLabels, split_line
+from rankscope.logs.sources import ReadSummary
 
 
 def prefix_literals(label: bytes) -> list[bytes]:
@@ -62,21 +64,14 @@ class RankGrep:
             literals = [lit for label in wanted for lit in prefix_literals(label)]
         return literals
 
-    def lines(
-        self,
-        chunk: bytes,
-        fixed_label: Optional[bytes],
-        allow_srun: bool,
-        lo: int = 0,
-        hi: int = -1,
-        host: Optional[bytes] = None,
-    ) -> Iterator[bytes]:
+    def lines(self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1) -> Iterator[bytes]:
         """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy."""
         if hi < 0:
             hi = len(chunk)
+        fixed_label, host = labels.fixed_label, labels.host
         if fixed_label is not None:
             chunk, lo, hi = chunk[lo:hi], 0, hi - lo
-            if qualify(fixed_label, host) in self.labels:
+            if labels.label(fixed_label) in self.labels:
                 for line in chunk.split(b"\n")[:-1] if chunk.endswith(b"\n") else chunk.split(b"\n"):
                     yield (b"[" + fixed_label + b"] " + line) if self.keep_prefix else line
             return
@@ -102,8 +97,8 @@ class RankGrep:
         for start in sorted(starts):
             end = chunk.find(b"\n", start, hi)
             line = chunk[start : hi if end < 0 else end]
-            split = split_line(line, allow_srun)
-            if qualify(split.label, host) in self.labels:
+            split = split_line(line, labels.allow_srun)
+            if labels.label(split.label) in self.labels:
                 yield line.rstrip(b"\r") if self.keep_prefix else split.text
 
 
@@ -114,30 +109,47 @@ def safe_file_name(label: Optional[bytes]) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text.replace(":", "_rank")) + ".log"
 
 
-class Splitter:
-    """Write each rank's lines (prefix stripped) to ``DIR/<host>_rank<N>.log``, private modes."""
+@dataclass
+class SplitFile:
+    """One file ``logs split`` wrote: the rank, the file, how many lines."""
 
-    def __init__(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(out_dir, 0o700)
-        self.out_dir = out_dir
+    label: Optional[str]
+    file: str
+    lines: int
+
+
+@dataclass
+class SplitDocument:
+    """``rankscope.logs.split``: the files written into ``out``."""
+
+    SCHEMA: ClassVar[str] = "rankscope.logs.split/1"
+
+    out: str
+    files: list[SplitFile]
+    read: ReadSummary = field(default_factory=ReadSummary)
+
+
+class Splitter:
+    """Send each rank's lines (prefix stripped) to its own file, named by :func:`safe_file_name`.
+
+    ``open_file(name)`` opens that file for writing; the caller owns the directory.
+    """
+
+    def __init__(self, open_file: Callable[[str], BinaryIO]) -> None:
+        self.open_file = open_file
         self.files: dict[Optional[bytes], BinaryIO] = {}
         self.counts: dict[Optional[bytes], int] = {}
 
     def _handle(self, label: Optional[bytes]) -> BinaryIO:
         handle = self.files.get(label)
         if handle is None:
-            path = self.out_dir / safe_file_name(label)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            handle = self.files[label] = os.fdopen(fd, "wb")
+            handle = self.files[label] = self.open_file(safe_file_name(label))
         return handle
 
-    def feed(
-        self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool, host: Optional[bytes] = None
-    ) -> None:
+    def feed(self, chunk: bytes, labels: SourceLabels) -> None:
         buffers: dict[Optional[bytes], list[bytes]] = {}
-        for label, text in labelled_lines(chunk_lines(chunk), fixed_label, allow_srun):
-            buffers.setdefault(qualify(label, host), []).append(text)
+        for label, text in labels.lines(chunk):
+            buffers.setdefault(label, []).append(text)
         for label, texts in buffers.items():
             self._handle(label).write(b"\n".join(texts) + b"\n")
             self.counts[label] = self.counts.get(label, 0) + len(texts)
@@ -145,3 +157,11 @@ class Splitter:
     def close(self) -> None:
         for handle in self.files.values():
             handle.close()
+
+    def written(self, out_dir: Path) -> list[SplitFile]:
+        """The files written so far, by file name; ``out_dir`` is the directory they are in."""
+        rows = [
+            SplitFile(label_text(label), str(out_dir / safe_file_name(label)), count)
+            for label, count in self.counts.items()
+        ]
+        return sorted(rows, key=lambda row: row.file)

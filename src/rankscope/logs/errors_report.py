@@ -5,15 +5,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import ClassVar, Optional
 
 from rankscope.folding import fold_ints
-from rankscope.logs.folding import fold_labels
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, normalise_message
-from rankscope.logs.prefixes import host_and_rank
+from rankscope.logs.labels import fold_label_hosts, fold_labels, host_and_rank, label_text
 from rankscope.logs.reading import Reading
+from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
-from rankscope.logs.tracebacks import HEADER, RankTraceback, TracebackCollector
+from rankscope.logs.tracebacks import HEADER, FrameLine, RankTraceback, TracebackCollector
 
 #: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
 _EXCEPTION_LINE = re.compile(
@@ -45,21 +45,20 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     collector = TracebackCollector(sink=grouper.add)
     counts = LineCounts()
     for opened in reading.sources():
-        collector.start_source(opened.source.name, opened.source.fixed_label, opened.allow_srun, opened.host)
+        labels = opened.labels
+        collector.start_source(opened.source.name, labels)
+        # Counted on bracket-prefixed sources only (not torchrun log dirs nor srun --label output).
+        bracketed = labels.fixed_label is None and not labels.allow_srun
         unprefixed_source: Optional[bool] = None
         for chunk in opened.chunks:
             lines = chunk.count(b"\n")
             counts.lines += lines
             if unprefixed_source is None:
-                unprefixed_source = (
-                    opened.source.fixed_label is None
-                    and not opened.allow_srun
-                    and chunk.count(b"\n[") < max(1, lines // 10)
-                )
+                unprefixed_source = bracketed and chunk.count(b"\n[") < max(1, lines // 10)
             if unprefixed_source:
                 for line in _EXCEPTION_LINE.findall(chunk):
                     counts.exception_lines[line.rstrip(b"\r").decode("utf-8", "replace")] += 1
-            if opened.source.fixed_label is None and not opened.allow_srun:
+            if bracketed:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
             collector.feed(chunk)
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
@@ -71,8 +70,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
 
 
 def _where(tb: RankTraceback) -> str:
-    label = tb.label.decode("utf-8", "replace") if tb.label is not None else "(no rank prefix)"
-    return f"{label} ({tb.source} line {tb.line_number})"
+    return f"{label_text(tb.label) or '(no rank prefix)'} ({tb.source} line {tb.line_number})"
 
 
 def _render_group(
@@ -86,7 +84,7 @@ def _render_group(
     labels = group.labels
     ranks = fold_labels(labels)
     kind = "" if index == 1 or title != "error" else "minority, "
-    is_first = first is not None and group.first is first
+    is_first = first is not None and group.example is first
     head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
     global_ranks = group.global_ranks
     numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
@@ -118,7 +116,7 @@ def _render_group(
             "  (message differs between ranks; common form: "
             f"{group.exception_type}: {group.normalised_message})"
         )
-    out.append(f"  first seen: {_where(group.first)}")
+    out.append(f"  first seen: {_where(group.example)}")
     return out
 
 
@@ -211,39 +209,120 @@ def _render_exits(exits: list[RankExit]) -> list[str]:
     return out
 
 
-def _label(tb: RankTraceback) -> Optional[str]:
-    return tb.label.decode("utf-8", "replace") if tb.label is not None else None
+@dataclass
+class Place:
+    """Where a traceback starts: the rank's label (None without a prefix), the source, the line."""
+
+    label: Optional[str]
+    source: str
+    line: int
 
 
-def errors_to_dict(report: ErrorsReport, counts: LineCounts) -> dict[str, Any]:
-    first = report.first_failure
-    return {
-        "groups": [g.to_dict() for g in report.groups],
-        "first_failure": None
+@dataclass
+class FirstFailure:
+    label: Optional[str]
+    source: str
+    line: int
+    exception: str
+
+
+@dataclass
+class FirstFailureByTime:
+    label: Optional[str]
+    source: str
+    line: int
+    #: The last timestamp the rank wrote before its traceback, as written.
+    time: Optional[str]
+    exception: str
+
+
+@dataclass
+class ErrorEntry:
+    """One distinct error: the first traceback in full, and every rank that raised it."""
+
+    exception_type: str
+    message: str
+    normalised_message: str
+    messages_vary: bool
+    count: int
+    #: The ranks folded (``vm:[0-2,4-7]``); ``labels`` lists them one by one.
+    ranks: str
+    labels: list[Optional[str]]
+    hosts: str
+    global_ranks: Optional[str]
+    first: Place
+    truncated: bool
+    chained: list[str]
+    frames: list[FrameLine]
+
+
+@dataclass
+class ExceptionLineCount:
+    exception: str
+    count: int
+
+
+@dataclass
+class ErrorsDocument:
+    """``rankscope.logs.errors``: each distinct error once, the first to fail, torchrun's summary."""
+
+    SCHEMA: ClassVar[str] = "rankscope.logs.errors/1"
+
+    groups: list[ErrorEntry]
+    first_failure: Optional[FirstFailure]
+    first_failure_by_time: Optional[FirstFailureByTime]
+    #: Indexes into ``groups`` of the errors fewer ranks raised than the first.
+    minority: list[int]
+    unprefixed_groups: list[ErrorEntry]
+    lines: int
+    unprefixed_lines: int
+    tracebacks: int
+    truncated_tracebacks: int
+    torchrun_failures: list[RankExit]
+    unprefixed_exception_lines: list[ExceptionLineCount]
+    read: ReadSummary = field(default_factory=ReadSummary)
+
+
+def _entry(group: ErrorGroup) -> ErrorEntry:
+    example = group.example
+    labels = group.labels
+    return ErrorEntry(
+        exception_type=group.exception_type,
+        message=example.message,
+        normalised_message=group.normalised_message,
+        messages_vary=group.messages_vary,
+        count=group.count,
+        ranks=fold_labels(labels),
+        labels=[label_text(label) for label in labels],
+        hosts=fold_label_hosts(labels),
+        global_ranks=group.global_ranks,
+        first=Place(label_text(example.label), example.source, example.line_number),
+        truncated=example.truncated,
+        chained=list(example.chained),
+        frames=list(example.frames),
+    )
+
+
+def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
+    first, by_time = report.first_failure, report.first_by_time
+    return ErrorsDocument(
+        groups=[_entry(group) for group in report.groups],
+        first_failure=None
         if first is None
-        else {
-            "label": first.label.decode("utf-8", "replace") if first.label else None,
-            "source": first.source,
-            "line": first.line_number,
-            "exception": first.exception,
-        },
-        "first_failure_by_time": None
-        if report.first_by_time is None
-        else {
-            "label": _label(report.first_by_time),
-            "source": report.first_by_time.source,
-            "line": report.first_by_time.line_number,
-            "time": report.first_by_time.time,
-            "exception": report.first_by_time.exception,
-        },
-        "minority": list(range(1, len(report.groups))),
-        "unprefixed_groups": [g.to_dict() for g in report.unprefixed],
-        "lines": counts.lines,
-        "unprefixed_lines": counts.unprefixed,
-        "tracebacks": counts.tracebacks,
-        "truncated_tracebacks": counts.truncated,
-        "torchrun_failures": [e.to_dict() for e in counts.exits],
-        "unprefixed_exception_lines": [
-            {"exception": line, "count": count} for line, count in _orphan_exception_lines(counts)
+        else FirstFailure(label_text(first.label), first.source, first.line_number, first.exception),
+        first_failure_by_time=None
+        if by_time is None
+        else FirstFailureByTime(
+            label_text(by_time.label), by_time.source, by_time.line_number, by_time.time, by_time.exception
+        ),
+        minority=list(range(1, len(report.groups))),
+        unprefixed_groups=[_entry(group) for group in report.unprefixed],
+        lines=counts.lines,
+        unprefixed_lines=counts.unprefixed,
+        tracebacks=counts.tracebacks,
+        truncated_tracebacks=counts.truncated,
+        torchrun_failures=counts.exits,
+        unprefixed_exception_lines=[
+            ExceptionLineCount(line, count) for line, count in _orphan_exception_lines(counts)
         ],
-    }
+    )

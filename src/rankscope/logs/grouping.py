@@ -9,13 +9,12 @@ of a library) agree.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.folding import fold_ints
-from rankscope.logs.folding import fold_hosts, fold_labels
-from rankscope.logs.prefixes import host_and_rank
+from rankscope.logs.labels import host_and_rank, label_order
 from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
@@ -85,14 +84,7 @@ class ErrorGroup:
     @property
     def labels(self) -> list[Optional[bytes]]:
         """Every label once, by host then rank."""
-
-        def key(label: Optional[bytes]) -> tuple[int, str, int, bytes]:
-            if label is None:
-                return (1, "", 0, b"")
-            host, rank = host_and_rank(label)
-            return (0, host or "", -1 if rank is None else rank, label)
-
-        return sorted(self._labels, key=key)
+        return sorted(self._labels, key=label_order)
 
     @property
     def global_ranks(self) -> Optional[str]:
@@ -102,34 +94,8 @@ class ErrorGroup:
         return fold_ints(self._global_ranks)
 
     @property
-    def first(self) -> RankTraceback:
-        return self.example
-
-    @property
     def messages_vary(self) -> bool:
         return len(self._exceptions) > 1
-
-    def to_dict(self) -> dict[str, Any]:
-        example = self.example
-        labels = self.labels
-        return {
-            "exception_type": self.exception_type,
-            "message": example.message,
-            "normalised_message": self.normalised_message,
-            "messages_vary": self.messages_vary,
-            "count": self.count,
-            "ranks": fold_labels(labels),
-            "labels": [_label_str(label) for label in labels],
-            "hosts": fold_hosts(labels),
-            "global_ranks": self.global_ranks,
-            "first": _where(self.first),
-            "truncated": example.truncated,
-            "chained": list(example.chained),
-            "frames": [
-                {"filename": f.filename, "line": f.line, "function": f.function, "code": f.code}
-                for f in example.frames
-            ],
-        }
 
 
 @dataclass
@@ -141,22 +107,6 @@ class ErrorsReport:
     unprefixed: list[ErrorGroup] = field(default_factory=list)
     #: The traceback with the earliest timestamp, when the ranks' lines carry timestamps.
     first_by_time: Optional[RankTraceback] = None
-
-    @property
-    def majority(self) -> Optional[ErrorGroup]:
-        return self.groups[0] if self.groups else None
-
-    @property
-    def minority(self) -> list[ErrorGroup]:
-        return self.groups[1:]
-
-
-def _label_str(label: Optional[bytes]) -> Optional[str]:
-    return None if label is None else label.decode("utf-8", "replace")
-
-
-def _where(tb: RankTraceback) -> dict[str, Any]:
-    return {"label": _label_str(tb.label), "source": tb.source, "line": tb.line_number}
 
 
 class Grouper:
@@ -207,12 +157,4 @@ class Grouper:
 
     @staticmethod
     def _sorted(groups: dict[tuple[Any, ...], ErrorGroup]) -> list[ErrorGroup]:
-        return sorted(groups.values(), key=lambda g: (-len(g._labels), g.first.order))
-
-
-def group_tracebacks(tracebacks: Iterable[RankTraceback]) -> ErrorsReport:
-    """Group a finished list of tracebacks (see :class:`Grouper`)."""
-    grouper = Grouper()
-    for tb in sorted(tracebacks, key=lambda tb: tb.order):
-        grouper.add(tb)
-    return grouper.report()
+        return sorted(groups.values(), key=lambda g: (-len(g._labels), g.example.order))

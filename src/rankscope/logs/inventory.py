@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import ClassVar, Optional
 
-from rankscope.logs.prefixes import chunk_lines, host_and_rank, labelled_lines, qualify, split_line
+from rankscope.logs.labels import host_and_rank, label_order
+from rankscope.logs.prefixes import PLAIN, SourceLabels, qualify, split_line
+from rankscope.logs.sources import ReadSummary
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
+from rankscope.serial import SKIP
 
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
 _HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
@@ -28,9 +31,33 @@ def _bare_lines(chunk: bytes, head: bytes) -> int:
 
 @dataclass
 class RankLines:
+    """One rank's lines: a row of ``logs ranks``."""
+
+    label: str
+    host: Optional[str]
+    rank: Optional[int]
     lines: int = 0
     first_time: Optional[str] = None
     last_time: Optional[str] = None
+    #: The label as read (bytes), for sorting.
+    raw: bytes = field(default=b"", metadata=SKIP, repr=False)
+
+    @classmethod
+    def of(cls, label: bytes) -> RankLines:
+        """A new row: the label read as host and rank once, when the rank is first seen."""
+        return cls(label.decode("utf-8", "replace"), *host_and_rank(label), raw=label)
+
+
+@dataclass
+class RanksDocument:
+    """``rankscope.logs.ranks``: which ranks wrote how many lines, and when."""
+
+    SCHEMA: ClassVar[str] = "rankscope.logs.ranks/1"
+
+    lines: int
+    unprefixed_lines: int
+    ranks: list[RankLines]
+    read: ReadSummary = field(default_factory=ReadSummary)
 
 
 @dataclass
@@ -41,18 +68,12 @@ class Inventory:
     _head_labels: dict[bytes, Optional[bytes]] = field(default_factory=dict)
     _host: Optional[bytes] = None
 
-    def feed(
-        self,
-        chunk: bytes,
-        fixed_label: Optional[bytes] = None,
-        allow_srun: bool = False,
-        host: Optional[bytes] = None,
-    ) -> None:
-        self._host = host
-        if fixed_label is None and not allow_srun:
+    def feed(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
+        self._host = labels.host
+        if labels.fixed_label is None and not labels.allow_srun:
             self._feed_bracketed(chunk)
             return
-        self._feed_lines(chunk, fixed_label, allow_srun)
+        self._feed_lines(chunk, labels)
 
     def _feed_bracketed(self, chunk: bytes) -> None:
         """Count bracket prefixes with one C-level regex scan; parse each distinct one once.
@@ -81,7 +102,7 @@ class Inventory:
             prefixed += count
             entry = self.ranks.get(label)
             if entry is None:
-                entry = self.ranks[label] = RankLines()
+                entry = self.ranks[label] = RankLines.of(label)
             entry.lines += count
             self._times(entry, chunk, head)
         self.unprefixed += total - prefixed
@@ -107,19 +128,17 @@ class Inventory:
             if last < 0:
                 break
 
-    def _feed_lines(self, chunk: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
-        lines = chunk_lines(chunk)
-        self.lines += len(lines)
+    def _feed_lines(self, chunk: bytes, labels: SourceLabels) -> None:
         ranks = self.ranks
-        for label, text in labelled_lines(lines, fixed_label, allow_srun):
+        count = unprefixed = 0
+        for label, text in labels.lines(chunk):
+            count += 1
             if label is None:
-                self.unprefixed += 1
+                unprefixed += 1
                 continue
-            label = qualify(label, self._host)
-            assert label is not None
             entry = ranks.get(label)
             if entry is None:
-                entry = ranks[label] = RankLines()
+                entry = ranks[label] = RankLines.of(label)
             entry.lines += 1
             if b"-" in text[:40]:
                 stamp = TIMESTAMP.search(text, 0, 40)
@@ -128,27 +147,12 @@ class Inventory:
                     if entry.first_time is None:
                         entry.first_time = value
                     entry.last_time = value
+        self.lines += count
+        self.unprefixed += unprefixed
 
-    def sorted_labels(self) -> list[bytes]:
-        def key(label: bytes) -> tuple[str, int, bytes]:
-            host, rank = host_and_rank(label)
-            return (host or "", -1 if rank is None else rank, label)
+    def rows(self) -> list[RankLines]:
+        """Every rank's row, by host then rank."""
+        return sorted(self.ranks.values(), key=lambda row: label_order(row.raw))
 
-        return sorted(self.ranks, key=key)
-
-    def to_dict(self) -> dict[str, Any]:
-        rows = []
-        for label in self.sorted_labels():
-            host, rank = host_and_rank(label)
-            entry = self.ranks[label]
-            rows.append(
-                {
-                    "label": label.decode("utf-8", "replace"),
-                    "host": host,
-                    "rank": rank,
-                    "lines": entry.lines,
-                    "first_time": entry.first_time,
-                    "last_time": entry.last_time,
-                }
-            )
-        return {"lines": self.lines, "unprefixed_lines": self.unprefixed, "ranks": rows}
+    def document(self) -> RanksDocument:
+        return RanksDocument(self.lines, self.unprefixed, self.rows())

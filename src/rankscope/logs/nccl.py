@@ -9,12 +9,14 @@ else by ``host:pid``; ``comm ... rank R nranks N`` lines tell the NCCL rank.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import ClassVar, Optional
 
-from rankscope.logs.folding import fold_labels
-from rankscope.logs.prefixes import qualify, split_line
+from rankscope.logs.labels import fold_labels, label_text
+from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line
+from rankscope.logs.sources import ReadSummary
+from rankscope.model import Member
+from rankscope.serial import SKIP
 
 _LINE = re.compile(
     rb"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
@@ -60,10 +62,15 @@ IB_STATUS = {
 
 @dataclass
 class NcclProcess:
-    key: str
+    """One process that wrote NCCL lines, and what NCCL chose there.
+
+    ``who`` names it: its rank label when its lines had a prefix, else NCCL's own ``host:rank``
+    (or ``host pid N`` until a ``comm ... rank R`` line tells the rank).
+    """
+
+    who: str
     host: str
-    pid: str
-    label: Optional[bytes] = None
+    pid: int
     rank: Optional[int] = None
     nranks: Optional[int] = None
     version: Optional[str] = None
@@ -74,64 +81,46 @@ class NcclProcess:
     socket_interfaces: list[str] = field(default_factory=list)
     oob_interface: Optional[str] = None
     bootstrap_interface: Optional[str] = None
-    transports: Counter[str] = field(default_factory=Counter)
+    transports: dict[str, int] = field(default_factory=dict)
     warnings: int = 0
+    #: The rank label of its lines, as read; None when they had no prefix.
+    label: Optional[bytes] = field(default=None, metadata=SKIP)
 
     @property
-    def who(self) -> str:
-        if self.label is not None:
-            return self.label.decode("utf-8", "replace")
-        return f"{self.host}:{self.rank}" if self.rank is not None else f"{self.host} pid {self.pid}"
+    def member(self) -> Member:
+        return Member(self.host, self.pid, self.rank)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "who": self.who,
-            "host": self.host,
-            "pid": int(self.pid),
-            "rank": self.rank,
-            "nranks": self.nranks,
-            "version": self.version,
-            "network": self.network,
-            "ib_devices": self.ib_devices,
-            "ib_links": self.ib_links,
-            "socket_interfaces": self.socket_interfaces,
-            "oob_interface": self.oob_interface,
-            "bootstrap_interface": self.bootstrap_interface,
-            "transports": dict(self.transports),
-            "warnings": self.warnings,
-        }
+    def update_who(self) -> None:
+        """Set ``who`` from what is known now (call again when the rank becomes known)."""
+        if self.label is not None:
+            self.who = self.label.decode("utf-8", "replace")
+        elif self.rank is not None:
+            self.who = self.member.label
+        else:
+            self.who = f"{self.host} pid {self.pid}"
 
 
 @dataclass
-class Finding:
+class NcclFinding:
+    """Something NCCL's output says is wrong (or suspicious), with the next step."""
+
     kind: str
     message: str
     next_step: str
     who: list[str] = field(default_factory=list)
     example: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "message": self.message,
-            "next_step": self.next_step,
-            "who": self.who,
-            "example": self.example,
-        }
-
 
 @dataclass
-class NcclResult:
-    ranks: list[NcclProcess]
-    findings: list[Finding]
-    nccl_lines: int
+class NcclDocument:
+    """``rankscope.logs.nccl``: every process with NCCL output, and the findings."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nccl_lines": self.nccl_lines,
-            "ranks": [p.to_dict() for p in self.ranks],
-            "findings": [f.to_dict() for f in self.findings],
-        }
+    SCHEMA: ClassVar[str] = "rankscope.logs.nccl/1"
+
+    nccl_lines: int
+    ranks: list[NcclProcess]
+    findings: list[NcclFinding]
+    read: ReadSummary = field(default_factory=ReadSummary)
 
 
 @dataclass
@@ -148,30 +137,22 @@ class NcclScan:
         self.completions: dict[str, _Warn] = {}
         self.system_errors = _Warn()
         self.nccl_lines = 0
-        self._host: Optional[bytes] = None
 
-    def feed(
-        self,
-        chunk: bytes,
-        fixed_label: Optional[bytes] = None,
-        allow_srun: bool = False,
-        host: Optional[bytes] = None,
-    ) -> None:
-        self._host = host
+    def feed(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
         pos = chunk.find(b"NCCL")
         while pos >= 0:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
-            self._line(chunk[start:end], fixed_label, allow_srun)
+            self._line(chunk[start:end], labels)
             pos = chunk.find(b"NCCL", end)
 
-    def _line(self, line: bytes, fixed_label: Optional[bytes], allow_srun: bool) -> None:
-        split = split_line(line, allow_srun)
-        label = qualify(fixed_label if fixed_label is not None else split.label, self._host)
+    def _line(self, line: bytes, labels: SourceLabels) -> None:
+        split = split_line(line, labels.allow_srun)
+        label = labels.label(split.label)
         if b"unhandled system error" in split.text or b"ncclSystemError" in split.text:
             self.system_errors.count += 1
-            self.system_errors.who.setdefault(label.decode() if label else "?", None)
+            self.system_errors.who.setdefault(label_text(label) or "?", None)
             self.system_errors.example = (
                 self.system_errors.example or split.text.decode("utf-8", "replace")[:300]
             )
@@ -180,11 +161,12 @@ class NcclScan:
             return
         self.nccl_lines += 1
         host = match.group("host").decode("utf-8", "replace")
-        pid = match.group("pid").decode()
+        pid = int(match.group("pid"))
         key = label.decode("utf-8", "replace") if label is not None else f"{host}:{pid}"
         proc = self.processes.get(key)
         if proc is None:
-            proc = self.processes[key] = NcclProcess(key, host, pid, label)
+            proc = self.processes[key] = NcclProcess("", host, pid, label=label)
+            proc.update_who()
         msg = match.group("msg").decode("utf-8", "replace").rstrip("\r")
         if match.group("level") in (b"WARN", b"ABORT"):
             proc.warnings += 1
@@ -236,30 +218,36 @@ class NcclScan:
         if channel is not None:
             via = channel.group(1)
             parts = via.split("/")
-            proc.transports[parts[0] if parts[0] != "NET" else "/".join(parts[:2])] += 1
+            transport = parts[0] if parts[0] != "NET" else "/".join(parts[:2])
+            proc.transports[transport] = proc.transports.get(transport, 0) + 1
             if parts[0] == "NET" and len(parts) > 1 and proc.network is None:
                 proc.network = parts[1]
             return
         comm = _COMM_RANK.search(msg)
         if comm is not None and proc.rank is None:
             proc.rank, proc.nranks = int(comm.group(1)), int(comm.group(2))
+            proc.update_who()
 
-    def result(self) -> NcclResult:
-        procs = sorted(
-            self.processes.values(), key=lambda p: (p.rank if p.rank is not None else 1 << 30, p.key)
+    def result(self) -> NcclDocument:
+        ordered = sorted(
+            self.processes.items(),
+            key=lambda item: (item[1].rank if item[1].rank is not None else 1 << 30, item[0]),
         )
-        return NcclResult(procs, self._findings(procs), self.nccl_lines)
+        procs = [proc for _key, proc in ordered]
+        return NcclDocument(self.nccl_lines, procs, self._findings(procs))
 
-    def _findings(self, procs: list[NcclProcess]) -> list[Finding]:
-        findings: list[Finding] = []
+    def _findings(self, procs: list[NcclProcess]) -> list[NcclFinding]:
+        findings: list[NcclFinding] = []
         for status, entry in sorted(self.completions.items()):
             meaning, step = IB_STATUS.get(
                 status, (f"InfiniBand completion error status {status}", "check the IB link with ibv_devinfo")
             )
-            findings.append(Finding(f"ib_completion_{status}", meaning, step, list(entry.who), entry.example))
+            findings.append(
+                NcclFinding(f"ib_completion_{status}", meaning, step, list(entry.who), entry.example)
+            )
         if self.system_errors.count:
             findings.append(
-                Finding(
+                NcclFinding(
                     "unhandled_system_error",
                     "NCCL 'unhandled system error': a system call or library (socket, IB verbs, CUDA) failed",
                     "the NCCL WARN lines just before it name the failing call; rerun with NCCL_DEBUG=INFO "
@@ -278,7 +266,7 @@ class NcclScan:
             if ib_elsewhere:
                 message += f" while {len(ib_elsewhere)} use InfiniBand/RoCE"
             findings.append(
-                Finding(
+                NcclFinding(
                     "socket_fallback",
                     message,
                     "if these nodes have InfiniBand/RoCE, NCCL did not find or was told not to use it: check "
@@ -295,7 +283,7 @@ class NcclScan:
         if len(interfaces) > 1:
             summary = "; ".join(f"{name}: {_fold(who)}" for name, who in sorted(interfaces.items()))
             findings.append(
-                Finding(
+                NcclFinding(
                     "interface_mismatch",
                     f"ranks chose different network interfaces ({summary})",
                     "set NCCL_SOCKET_IFNAME (and GLOO_SOCKET_IFNAME) to the interface that connects "
@@ -306,7 +294,7 @@ class NcclScan:
         versions = {p.version for p in procs if p.version}
         if len(versions) > 1:
             findings.append(
-                Finding(
+                NcclFinding(
                     "version_mismatch",
                     f"different NCCL versions across ranks: {', '.join(sorted(versions))}",
                     "install the same torch/NCCL build on every node",
@@ -315,7 +303,7 @@ class NcclScan:
             )
         for text, entry in sorted(self.warns.items(), key=lambda item: -item[1].count):
             findings.append(
-                Finding(
+                NcclFinding(
                     "warn",
                     f"NCCL WARN ({entry.count}x): {text}",
                     _warn_hint(text),
@@ -349,7 +337,7 @@ def _fold(who: list[str]) -> str:
     )
 
 
-def render_nccl(result: NcclResult, notes: list[str]) -> str:
+def render_nccl(result: NcclDocument, notes: list[str]) -> str:
     out = [f"{len(result.ranks)} process(es) with NCCL output ({result.nccl_lines} NCCL lines)"]
     for p in result.ranks:
         transports = ", ".join(f"{k}x{v}" for k, v in sorted(p.transports.items())) or "-"

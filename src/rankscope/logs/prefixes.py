@@ -10,7 +10,8 @@ Forms understood (outermost first; one nested torch ``[rankN]:`` is stripped as 
 - SLURM ``srun --label``: ``12: `` (optionally space padded), only when asked for
   (``allow_srun``): the form is too easy to confuse with ordinary text to guess it per line.
 
-Labels are bytes (``b"host1:3"`` or ``b"3"``): the hot loops compare and hash them without decoding.
+Labels are bytes (``b"host1:3"`` or ``b"3"``): the hot loops compare and hash them without decoding;
+:mod:`rankscope.logs.labels` reads them as host and rank.
 """
 
 from __future__ import annotations
@@ -69,25 +70,47 @@ def label_of(match: re.Match[bytes]) -> bytes:
     return srun.strip()
 
 
+@dataclass(frozen=True)
+class SourceLabels:
+    """How the lines of one source get their rank label.
+
+    ``fixed_label``: every line has it (a torchrun ``--log-dir`` file names its rank);
+    ``allow_srun``: ``N: `` prefixes are read (the source looks like ``srun --label`` output);
+    ``host``: given to labels without one (``--host-from-filename``).
+    """
+
+    fixed_label: Optional[bytes] = None
+    allow_srun: bool = False
+    host: Optional[bytes] = None
+
+    def label(self, parsed: Optional[bytes]) -> Optional[bytes]:
+        """The label of a line whose prefix parsed to ``parsed``."""
+        return qualify(self.fixed_label if self.fixed_label is not None else parsed, self.host)
+
+    def lines(self, chunk: bytes) -> Iterator[tuple[Optional[bytes], bytes]]:
+        """(label, text) for each line of a block of whole lines."""
+        lines = chunk_lines(chunk)
+        fixed = self.label(self.fixed_label)
+        if fixed is not None:
+            for line in lines:
+                yield fixed, line
+            return
+        host, allow_srun = self.host, self.allow_srun
+        for line in lines:
+            split = split_line(line, allow_srun)
+            yield qualify(split.label, host), split.text
+
+
+#: Lines read as they come: no fixed label, no srun labels, no host given.
+PLAIN = SourceLabels()
+
+
 def chunk_lines(chunk: bytes) -> list[bytes]:
     """The lines of a block that ends at a line boundary, without their newlines."""
     lines = chunk.split(b"\n")
     if lines and not lines[-1]:
         lines.pop()
     return lines
-
-
-def labelled_lines(
-    lines: list[bytes], fixed_label: Optional[bytes], allow_srun: bool
-) -> Iterator[tuple[Optional[bytes], bytes]]:
-    """(label, text) per line: every line gets ``fixed_label`` when given, else its own prefix's."""
-    if fixed_label is not None:
-        for line in lines:
-            yield fixed_label, line
-        return
-    for line in lines:
-        split = split_line(line, allow_srun)
-        yield split.label, split.text
 
 
 def split_line(line: bytes, allow_srun: bool = False) -> Split:
@@ -131,34 +154,11 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
     return Split(line[:end], label, text)
 
 
-def strip_text(text: bytes) -> bytes:
-    """Drop a nested torch prefix, a trailing CR and ANSI colour codes from a line's text."""
-    if text.startswith(b"[rank"):
-        inner = TORCH_RANK.match(text)
-        if inner is not None:
-            text = text[inner.end() :]
-    if text.endswith(b"\r"):
-        text = text[:-1]
-    if b"\x1b" in text:
-        text = ANSI.sub(b"", text)
-    return text
-
-
 def qualify(label: Optional[bytes], host: Optional[bytes]) -> Optional[bytes]:
     """Give a bare rank label a host (``b"3"`` -> ``b"node7:3"``); labels with a host stay."""
     if host is None or label is None or b":" in label:
         return label
     return host + b":" + label
-
-
-def host_and_rank(label: bytes) -> tuple[Optional[str], Optional[int]]:
-    """``b"node3:12"`` -> ``("node3", 12)``; ``b"12"`` -> ``(None, 12)``."""
-    host, sep, rank = label.rpartition(b":")
-    try:
-        number = int(rank)
-    except ValueError:
-        return (label.decode("utf-8", "replace"), None)
-    return (host.decode("utf-8", "replace") if sep else None, number)
 
 
 def sniff_srun(sample: bytes) -> bool:

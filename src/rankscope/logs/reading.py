@@ -5,22 +5,31 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged
-from rankscope.logs.prefixes import sniff_srun
-from rankscope.logs.progress import Progress
-from rankscope.logs.sources import BinaryInput, LogSource, ReadStats, Window, read_windows, window_bytes
+from rankscope.logs.prefixes import SourceLabels, sniff_srun
+from rankscope.logs.sources import (
+    BinaryInput,
+    LogSource,
+    ReadStats,
+    ReadSummary,
+    Window,
+    read_windows,
+    window_bytes,
+)
+
+#: How much of a source's start is looked at to tell srun --label or Open MPI output.
+_SNIFF = 1 << 20
 
 
 @dataclass
 class OpenedSource:
     source: LogSource
-    allow_srun: bool
+    #: How this source's lines get their rank labels.
+    labels: SourceLabels
     windows: Iterator[Window]
-    #: With ``host_from_filename``: the file's name up to its first dot, given to bare rank labels.
-    host: Optional[bytes] = None
 
     @property
     def chunks(self) -> Iterator[bytes]:
@@ -30,24 +39,20 @@ class OpenedSource:
 
 @dataclass
 class Reading:
-    """Iterate :meth:`sources`; afterwards ``stats`` and ``skipped`` say what was read and what not."""
+    """Iterate :meth:`sources`; afterwards ``stats`` and ``skipped`` say what was read and what not.
+
+    ``progress``, when given, is called after each block with ``reading job.log  412 / 1074 MB``
+    (the caller decides how often to show it, and where).
+    """
 
     inputs: Sequence[LogSource]
     host_from_filename: bool = False
-    #: Show reading progress on a terminal (off for verbs that stream their output there).
-    progress: bool = True
+    progress: Optional[Callable[[str], None]] = None
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
 
     def sources(self) -> Iterator[OpenedSource]:
-        sizes = [s.path.stat().st_size for s in self.inputs if s.path is not None and not s.not_read]
-        progress = Progress(sum(sizes) if len(sizes) == len(self.inputs) else None, enabled=self.progress)
-        try:
-            yield from self._sources(progress)
-        finally:
-            progress.close()
-
-    def _sources(self, progress: Progress) -> Iterator[OpenedSource]:
+        total = self._total_mb() if self.progress is not None else ""
         for source in self.inputs:
             if source.not_read:
                 self.skipped.append(f"{source.name}: {source.not_read}")
@@ -64,28 +69,46 @@ class Reading:
                 else None
             )
             if first is None:
-                yield OpenedSource(source, False, iter(()), host)
+                yield OpenedSource(source, SourceLabels(source.fixed_label, False, host), iter(()))
                 continue
             data, start, end = first
-            allow_srun = source.fixed_label is None and sniff_srun(data[start : min(end, start + (1 << 20))])
+            head = data[start : min(end, start + _SNIFF)]
+            allow_srun = source.fixed_label is None and sniff_srun(head)
             stream: Iterator[Window] = itertools.chain([first], windows)
-            if source.fixed_label is None and looks_tagged(data[start : min(end, start + (1 << 20))]):
+            if source.fixed_label is None and looks_tagged(head):
                 stream = _joined(stream)
-            tracked = progress.track(stream, source.name, self.stats)
-            yield OpenedSource(source, allow_srun, tracked, host)
+            if self.progress is not None:
+                stream = self._tracked(stream, source.name, total)
+            yield OpenedSource(source, SourceLabels(source.fixed_label, allow_srun, host), stream)
+
+    def _total_mb(self) -> str:
+        """`` / 1074`` (MB) when every input's size is known (no stdin, no skipped files)."""
+        sizes = [s.path.stat().st_size for s in self.inputs if s.path is not None and not s.not_read]
+        total = sum(sizes)
+        return f" / {total / 1e6:.0f}" if total and len(sizes) == len(self.inputs) else ""
+
+    def _tracked(self, windows: Iterator[Window], name: str, total: str) -> Iterator[Window]:
+        progress = self.progress
+        assert progress is not None
+        for window in windows:
+            yield window
+            progress(f"reading {name[-40:]}  {self.stats.bytes_read / 1e6:.0f}{total} MB")
+
+    def summary(self) -> ReadSummary:
+        return ReadSummary(
+            [s.name for s in self.inputs], self.stats.bytes_read, self.stats.cut_lines, list(self.skipped)
+        )
 
     def check_something_read(self) -> None:
         """Raise the right one-line error when no source had any text."""
         names = ", ".join(s.name for s in self.inputs[:3])
         if len(self.inputs) > 3:
             names += f" and {len(self.inputs) - 3} more"
-        binary = [s for s in self.skipped if s.endswith("binary data, not a text log")]
-        if self.stats.bytes_read == 0 or (binary and len(binary) == len(self.inputs)):
-            if binary and len(binary) == len(self.inputs):
-                raise BadInputError(
-                    f"{names}: binary data, not a text log",
-                    "give the console log or a torchrun --log-dir tree",
-                )
+        if self.stats.binary_sources and self.stats.binary_sources == len(self.inputs):
+            raise BadInputError(
+                f"{names}: binary data, not a text log", "give the console log or a torchrun --log-dir tree"
+            )
+        if self.stats.bytes_read == 0:
             raise NothingFoundError(f"{names}: empty, no log lines", "is this the right file?")
 
 

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Optional
 
@@ -23,7 +23,7 @@ MAX_LINE = 4 << 20
 #: File names read when a directory is given (plus torchrun's stdout.log/stderr.log).
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".out.gz", ".err.gz", ".txt.gz", ".gz")
 #: torchrun --log-dir layout: <dir>/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log
-_LOG_DIR_FILE = re.compile(r"attempt_(\d+)/(\d+)/(stdout|stderr)\.log$")
+_LOG_DIR_FILE = re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,6 @@ class LogSource:
     name: str
     path: Optional[Path]
     fixed_label: Optional[bytes] = None
-    attempt: Optional[int] = None
     #: Set for files found but not read as logs (torchrun's error.json), with the reason.
     not_read: str = ""
 
@@ -53,16 +52,25 @@ class ReadStats:
     """What reading saw, so that nothing is dropped silently."""
 
     bytes_read: int = 0
-    lines: int = 0
     cut_lines: int = 0
     binary_sources: int = 0
+
+
+@dataclass
+class ReadSummary:
+    """The ``read`` object of every ``rankscope.logs.*`` document: what was read, and what was not."""
+
+    sources: list[str] = field(default_factory=list)
+    bytes: int = 0
+    cut_long_lines: int = 0
+    skipped: list[str] = field(default_factory=list)
 
 
 def _from_log_dir(path: Path) -> Optional[LogSource]:
     match = _LOG_DIR_FILE.search(path.as_posix())
     if match is None:
         return None
-    return LogSource(str(path), path, fixed_label=match.group(2).encode(), attempt=int(match.group(1)))
+    return LogSource(str(path), path, fixed_label=match.group(1).encode())
 
 
 def discover(inputs: Sequence[str]) -> list[LogSource]:
@@ -120,7 +128,7 @@ def looks_binary(sample: bytes) -> bool:
 
 
 class BinaryInput(Exception):
-    """Raised from :func:`read_chunks` when a source is not text."""
+    """Raised from :func:`read_windows` when a source is not text."""
 
 
 #: A window ``(data, start, end)``: ``data[start:end]`` is whole lines, without copying ``data``.
@@ -156,32 +164,23 @@ def read_windows(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -
             if not block:
                 break
             stats.bytes_read += len(block)
-            begin = 0
-            if carry:
-                newline = block.find(b"\n")
-                if newline < 0:
-                    carry += block
-                    if len(carry) > MAX_LINE:
-                        stats.cut_lines += 1
-                        joined = carry + b"\n"
-                        yield (joined, 0, len(joined))
-                        carry = b""
-                    continue
-                joined = carry + block[: newline + 1]
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                carry += block
+            else:
+                begin = 0
+                if carry:  # the line cut by the previous block boundary, joined alone
+                    begin = block.find(b"\n") + 1
+                    joined = carry + block[:begin]
+                    yield (joined, 0, len(joined))
+                if begin <= cut:
+                    yield (block, begin, cut + 1)
+                carry = block[cut + 1 :]
+            if len(carry) > MAX_LINE:
+                stats.cut_lines += 1
+                joined = carry + b"\n"
                 yield (joined, 0, len(joined))
                 carry = b""
-                begin = newline + 1
-            cut = block.rfind(b"\n")
-            if cut < begin:
-                carry = block[begin:]
-                if len(carry) > MAX_LINE:
-                    stats.cut_lines += 1
-                    joined = carry + b"\n"
-                    yield (joined, 0, len(joined))
-                    carry = b""
-                continue
-            yield (block, begin, cut + 1)
-            carry = block[cut + 1 :]
         if carry:
             joined = carry + b"\n"
             yield (joined, 0, len(joined))
@@ -193,17 +192,3 @@ def read_windows(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -
 def window_bytes(window: Window) -> bytes:
     data, start, end = window
     return data if start == 0 and end == len(data) else data[start:end]
-
-
-def read_chunks(source: LogSource, stats: ReadStats, chunk_size: int = CHUNK) -> Iterator[bytes]:
-    """Like :func:`read_windows`, as plain byte strings of whole lines (one copy per block)."""
-    for window in read_windows(source, stats, chunk_size):
-        yield window_bytes(window)
-
-
-def iter_lines(chunk: bytes) -> list[bytes]:
-    """The lines of a chunk from :func:`read_chunks`, without newlines."""
-    lines = chunk.split(b"\n")
-    if lines and not lines[-1]:
-        lines.pop()
-    return lines

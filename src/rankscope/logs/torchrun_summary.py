@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
 _FIELD = re.compile(rb"^\s+(time|host|rank|exitcode|traceback)\s*: ?(.*?)\s*$")
 _RANK = re.compile(rb"(\d+)")
@@ -32,6 +32,8 @@ MARKERS = (b"Failures:", b"Root Cause (first observed failure):")
 
 @dataclass
 class RankExit:
+    """One entry of torchrun's failure summary (a ``torchrun_failures`` item of ``logs errors``)."""
+
     rank: int
     host: str
     exitcode: Optional[int]
@@ -45,15 +47,6 @@ class RankExit:
         if self.exitcode is not None and self.exitcode < 0:
             return f"signal {-self.exitcode}"
         return f"exit {self.exitcode}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "host": self.host,
-            "exitcode": self.exitcode,
-            "signal": self.signal,
-            "root_cause": self.root_cause,
-        }
 
 
 def parse_summary_block(lines: list[bytes], root_cause: bool) -> list[RankExit]:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rankscope.logs.prefixes import qualify, split_line
+from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -90,35 +90,25 @@ def _decode(data: bytes) -> str:
 class TracebackCollector:
     """Feed it chunks of whole lines (per source); read :attr:`tracebacks` after :meth:`finish`."""
 
-    def __init__(
-        self, allow_srun: bool = False, sink: Optional[Callable[[RankTraceback], None]] = None
-    ) -> None:
+    def __init__(self, sink: Optional[Callable[[RankTraceback], None]] = None) -> None:
         """Complete tracebacks go to ``sink``, or are kept in :attr:`tracebacks` without one."""
-        self.allow_srun = allow_srun
         self.tracebacks: list[RankTraceback] = []
         self._sink = sink if sink is not None else self.tracebacks.append
-        self._host: Optional[bytes] = None
+        self._labels = PLAIN
+        self._allow_srun = False
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
-        self._fixed_label: Optional[bytes] = None
         self._lines_before = 0
         self._consumed: set[int] = set()
         self._chunk_has_times = False
         self._cursor = (0, 0)
 
-    def start_source(
-        self,
-        name: str,
-        fixed_label: Optional[bytes] = None,
-        allow_srun: bool = False,
-        host: Optional[bytes] = None,
-    ) -> None:
+    def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
         self.finish()
         self._source = name
-        self._fixed_label = fixed_label
-        self._host = host
-        self.allow_srun = allow_srun
+        self._labels = labels
+        self._allow_srun = labels.allow_srun
         self._lines_before = 0
 
     def feed(self, chunk: bytes) -> None:
@@ -139,7 +129,7 @@ class TracebackCollector:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
-            split = split_line(chunk[start:end], self.allow_srun)
+            split = split_line(chunk[start:end], self._allow_srun)
             if not is_header:
                 waiting = self._active.get(split.raw_prefix)
                 if (
@@ -178,7 +168,7 @@ class TracebackCollector:
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
-            label=qualify(self._fixed_label if self._fixed_label is not None else label, self._host),
+            label=self._labels.label(label),
             source=self._source,
             order=self._order,
             line_number=line_number,
@@ -237,8 +227,8 @@ class TracebackCollector:
                 end = chunk.find(b"\n", start)
                 end = len(chunk) if end < 0 else end
                 if (
-                    self._fixed_label is not None
-                    or split_line(chunk[start:end], self.allow_srun).label is None
+                    self._labels.fixed_label is not None
+                    or split_line(chunk[start:end], self._allow_srun).label is None
                 ):
                     return (start, end)
                 start = end + 1
@@ -260,7 +250,7 @@ class TracebackCollector:
             if line_start < 0:
                 return
             start = line_end + 1
-            text = split_line(chunk[line_start:line_end], self.allow_srun).text
+            text = split_line(chunk[line_start:line_end], self._allow_srun).text
             was_chain = building.state == "chain"
             if not self._step(building, text):
                 self._close(key)
