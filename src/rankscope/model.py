@@ -47,7 +47,7 @@ def rank_label(host: str, rank: Optional[int]) -> str:
 def parse_label(label: str) -> tuple[str, Optional[int]]:
     """``"node1:3"`` -> ``("node1", 3)``; ``"node1"`` -> ``("node1", None)`` (the inverse of rank_label)."""
     host, sep, rank = label.rpartition(":")
-    if sep and rank.isdigit():
+    if sep and rank.isascii() and rank.isdigit():
         return host, int(rank)
     return label, None
 
