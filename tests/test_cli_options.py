@@ -160,8 +160,8 @@ def test_json_runs_render_no_text(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_node_files_are_private_and_say_the_stage(tmp_path: Path) -> None:
     results = [
-        NodeResult("n1", "ok", 0, "{}", ""),
-        NodeResult("n2", "unreachable", None, "", "ssh: no route", reason="never answered"),
+        NodeResult("n1", Stage.OK, 0, "{}", ""),
+        NodeResult("n2", Stage.UNREACHABLE, None, "", "ssh: no route", reason="never answered"),
     ]
     out = tmp_path / "out"
     write_node_files(out, results, {"schema": "x"}, "exec.json", extra={"report.txt": "text"})
@@ -178,7 +178,7 @@ def test_node_files_are_never_written_through_a_link(tmp_path: Path) -> None:
     out.mkdir()
     os.symlink(victim, out / "n1.out")
     with pytest.raises(BadInputError, match="symbolic link"):
-        write_node_files(out, [NodeResult("n1", "ok", 0, "new", "")], {}, "exec.json")
+        write_node_files(out, [NodeResult("n1", Stage.OK, 0, "new", "")], {}, "exec.json")
     assert victim.read_text() == "keep"
 
 
