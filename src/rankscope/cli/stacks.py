@@ -76,6 +76,10 @@ Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
 """
 
 
+#: --timeout and --deadline: seconds, at least 0.1, default shown in --help.
+SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
+
+
 @click.command(help=HELP + CLUSTER_EXAMPLES)
 @click.option(
     "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
@@ -95,19 +99,9 @@ Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
 @click.option(
     "--interval", type=click.FloatRange(0), default=1.0, show_default=True, help="Seconds between samples."
 )
+@click.option("--timeout", default=DEFAULT_TIMEOUT, help="Deadline per process dump, seconds.", **SECONDS)
 @click.option(
-    "--timeout",
-    type=click.FloatRange(0.1),
-    default=DEFAULT_TIMEOUT,
-    show_default=True,
-    help="Deadline per process dump, seconds.",
-)
-@click.option(
-    "--deadline",
-    type=click.FloatRange(0.1),
-    default=DEFAULT_DEADLINE,
-    show_default=True,
-    help="Deadline for the whole collection, seconds.",
+    "--deadline", default=DEFAULT_DEADLINE, help="Deadline for the whole collection, seconds.", **SECONDS
 )
 @click.option(
     "--jobs",

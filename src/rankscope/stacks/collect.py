@@ -33,6 +33,10 @@ class Target:
     def label(self) -> str:
         return f"pid {self.pid}" + (f" (rank {self.rank.rank})" if self.rank.rank is not None else "")
 
+    def failure(self, stage: Stage, reason: str, hint: str, kind: FailureKind) -> Failure:
+        """What went wrong with this target, labelled with its pid and rank."""
+        return Failure(self.label, stage, reason, hint, self.rank, kind)
+
 
 @dataclass
 class DumpOutcome:
@@ -51,31 +55,25 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
     """Failures knowable without ptrace (gone, zombie, not Python), and the state letter."""
     entry = procfs.process(target.pid)
     if entry is None:
-        return Failure(
-            target.label,
+        return target.failure(
             Stage.DISCOVER,
             "no such process (it exited or never existed)",
             "check the pid with ps; a rank that exited early is in the job's log",
-            target.rank,
             FailureKind.GONE,
         ), "?"
     if entry.state in ("Z", "X"):
-        return Failure(
-            target.label,
+        return target.failure(
             Stage.ATTACH,
             f"the process is a zombie: it exited and its parent (pid {entry.ppid}) has not reaped it",
             "this rank died; read its exit status and last log lines",
-            target.rank,
             FailureKind.ZOMBIE,
         ), entry.state
     if entry.is_python is False:
         name = target.cmdline.split(" ", 1)[0].rsplit("/", 1)[-1] or "?"
-        return Failure(
-            target.label,
+        return target.failure(
             Stage.ATTACH,
             f"not a Python process ({name})",
             "point --pid at the job's launcher or a Python worker",
-            target.rank,
             FailureKind.NOT_PYTHON,
         ), entry.state
     return None, entry.state
@@ -87,23 +85,15 @@ def _interpret(
     """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting)."""
     target = outcome.target
     if run is None:
-        outcome.failure = Failure(
-            target.label,
-            Stage.DUMP,
-            f"could not run py-spy: {error}",
-            "reinstall py-spy",
-            target.rank,
-            FailureKind.MISSING_TOOL,
-        )
+        reason = f"could not run py-spy: {error}"
+        outcome.failure = target.failure(Stage.DUMP, reason, "reinstall py-spy", FailureKind.MISSING_TOOL)
         return
     outcome.seconds = run.seconds
     if run.timed_out:
-        outcome.failure = Failure(
-            target.label,
+        outcome.failure = target.failure(
             Stage.DUMP,
             f"py-spy did not finish within {run.deadline - run.started:g}s",
             "raise --timeout (a process under heavy load or --native symbol loading is slow)",
-            target.rank,
             FailureKind.TIMED_OUT,
         )
     elif run.returncode == 0:
@@ -114,12 +104,10 @@ def _interpret(
                 pid=target.pid, rank=target.rank, threads=threads, cmdline=target.cmdline
             )
         except ValueError as exc:
-            outcome.failure = Failure(
-                target.label,
+            outcome.failure = target.failure(
                 Stage.PARSE,
                 f"unreadable py-spy output: {exc}",
                 "rerun with --out DIR to keep the raw dump",
-                target.rank,
                 FailureKind.BAD_OUTPUT,
             )
     else:
@@ -131,16 +119,14 @@ def _interpret(
             "not-python": "point --pid at the job's launcher or a Python worker",
         }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
         stage = Stage.ATTACH if kind in ("permission", "not-python") else Stage.DUMP
-        outcome.failure = Failure(target.label, stage, reason, hint, target.rank, FailureKind(kind))
+        outcome.failure = target.failure(stage, reason, hint, FailureKind(kind))
 
 
 def _not_started(target: Target) -> Failure:
-    return Failure(
-        target.label,
+    return target.failure(
         Stage.DUMP,
         "not started: the overall deadline passed",
         "raise --deadline or narrow the targets",
-        target.rank,
         FailureKind.TIMED_OUT,
     )
 
