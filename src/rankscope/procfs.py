@@ -237,11 +237,6 @@ def self_and_ancestors(procs: dict[int, ProcfsEntry]) -> set[int]:
     return pids
 
 
-def parent_pid(pid: int) -> Optional[int]:
-    found = process(pid)
-    return found.ppid if found else None
-
-
 def cmdline(pid: int) -> list[str]:
     """argv of a process; ``[]`` for a kernel thread, a zombie, or one that cannot be read."""
     try:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
-import psutil
+from rankscope.procs import ProcessTable
 
 HANG_JOB = Path(__file__).with_name("hang_job.py")
 
@@ -38,11 +38,7 @@ class LaunchedJob:
 
     def worker_pids(self) -> list[int]:
         """Direct children of the launcher: one per local rank."""
-        try:
-            children = psutil.Process(self.pid).children()
-        except psutil.NoSuchProcess:
-            return []
-        pids = sorted(child.pid for child in children)
+        pids = sorted(ProcessTable().children.get(self.pid, []))
         self._seen.update(pids)
         return pids
 
@@ -88,8 +84,7 @@ def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Itera
     that neither its process group nor its list of children reaches any more.
     """
     pids = set(known)
-    with contextlib.suppress(psutil.NoSuchProcess):
-        pids.update(child.pid for child in psutil.Process(process.pid).children(recursive=True))
+    pids.update(ProcessTable().descendants(process.pid))
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -15,9 +15,6 @@ import os
 
 from rankscope import procfs
 
-# rankscope.stacks.prefetch still imports parent_pid from here.
-from rankscope.procfs import parent_pid as parent_pid
-
 STOPPED = ("T", "t")
 
 

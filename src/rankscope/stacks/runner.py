@@ -4,8 +4,7 @@
 costs a thread, a Popen and a communicate() loop, and importing concurrent.futures and
 subprocess alone takes longer than several dumps. Here each command is spawned with
 os.posix_spawn, its stdout and stderr are read through a single select.poll(), and a
-command past its deadline is killed. Only os, select and time are imported, so the
-runner can start before the rest of rankscope loads (rankscope.stacks.prefetch).
+command past its deadline is killed. Only os, select and time are imported.
 """
 
 from __future__ import annotations
