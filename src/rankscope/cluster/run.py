@@ -15,7 +15,7 @@ from rankscope.cluster.transports import PdshTransport, SrunStep, SshOptions, Ss
 from rankscope.errors import BadInputError
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterTarget:
     """Where to run (one of hosts, hostfile, jobid) and how (via, options, deadlines)."""
 
