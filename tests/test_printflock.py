@@ -197,3 +197,43 @@ def test_unusable_lock_path_prints_unlocked(shared: Path, tmp_path: Path, kind: 
     result = _print_as(0, shared, lines=3, lock_file=str(lock))
     assert (result.returncode, result.stdout) == (0, _expected(0, 3))
     assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.timeout(120)
+def test_another_users_ranks_still_exclude_each_other(shared: Path) -> None:
+    """4 forked processes of uid 65534, default lock path; each line reaches the file in 401 writes."""
+    out = shared / "job.log"
+    body = f"""
+        from rankscope.inproc import printflock
+        class Sink:  # unbuffered: every piece print hands over is its own write(2)
+            def __init__(self):
+                self.fd = os.open({str(out)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            def write(self, text):
+                return os.write(self.fd, text.encode())
+            def flush(self):
+                pass
+        sink = Sink()
+        pids = []
+        for p in range(4):
+            pid = os.fork()
+            if pid == 0:
+                piece = chr(65 + p) * 50
+                for i in range(50):
+                    printflock(*[piece] * 400, sep="", file=sink)
+                os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _code(NOBODY, body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env(shared),
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    lines = out.read_text().splitlines()
+    assert sorted("".join(sorted(set(line))) for line in lines) == [c for c in "ABCD" for _ in range(50)]
+    assert {len(line) for line in lines} == {50 * 400}
+    assert (shared / f"rankscope-printflock-{NOBODY}.lock").stat().st_uid == NOBODY
