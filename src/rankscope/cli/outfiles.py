@@ -50,7 +50,9 @@ class OutDir:
         self._created: dict[tuple[str, str], tuple[int, int]] = {}
         parent = self.path.parent
         if parent.exists() and not parent.is_dir():
-            raise BadInputError(f"cannot write {self.path}: {parent} is not a directory", "pass --out a directory of yours")
+            raise BadInputError(
+                f"cannot write {self.path}: {parent} is not a directory", "pass --out a directory of yours"
+            )
         try:
             parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
