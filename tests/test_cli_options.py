@@ -14,6 +14,7 @@ from rankscope.cli.cluster_options import cluster_target
 from rankscope.cli.exec import exec_cmd
 from rankscope.cli.nodefiles import write_node_files
 from rankscope.cli.outcome import exit_code
+from rankscope.cli.outfiles import OutDir
 from rankscope.cli.stacks import StacksRequest, read_request, stacks
 from rankscope.cluster.classify import NodeResult
 from rankscope.cluster.run import ClusterTarget
@@ -177,9 +178,88 @@ def test_node_files_are_never_written_through_a_link(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     os.symlink(victim, out / "n1.out")
-    with pytest.raises(BadInputError, match="symbolic link"):
+    with pytest.raises(BadInputError, match="not empty"):
         write_node_files(out, [NodeResult("n1", Stage.OK, 0, "new", "")], {}, "exec.json")
     assert victim.read_text() == "keep"
+
+
+def test_out_dir_refuses_a_non_empty_directory_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "shared"
+    out.mkdir()
+    out.chmod(0o755)
+    (out / "theirs.txt").write_text("keep")
+    with pytest.raises(BadInputError) as caught:
+        OutDir(out)
+    assert "is not empty" in str(caught.value) and "--force" in caught.value.hint
+    with OutDir(out, force=True) as forced:
+        forced.write("mine.txt", "new")
+    assert (out / "theirs.txt").read_text() == "keep"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755  # not created here: never chmodded
+
+
+def test_forced_out_dir_replaces_a_file_and_makes_it_private(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    old = out / "n1.out"
+    old.write_text("old text that is longer than the new one")
+    old.chmod(0o644)
+    other_link = tmp_path / "hard"
+    os.link(old, other_link)  # the old inode lives on elsewhere: it must not be written
+    write_node_files(out, [NodeResult("n1", Stage.OK, 0, "new", "")], {}, "exec.json", force=True)
+    assert old.read_text() == "new"
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600
+    assert other_link.read_text() == "old text that is longer than the new one"
+
+
+def test_forced_out_dir_still_refuses_a_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "n1.out")
+    with pytest.raises(BadInputError, match="symbolic link"):
+        write_node_files(out, [NodeResult("n1", Stage.OK, 0, "new", "")], {}, "exec.json", force=True)
+    assert victim.read_text() == "keep" and (out / "n1.out").is_symlink()
+
+
+def test_out_dir_under_a_file_is_one_clear_error(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for path in (afile / "sub", afile / "sub" / "deeper"):
+        with pytest.raises(BadInputError, match="cannot write .*afile.*not a directory|Not a directory"):
+            OutDir(path)
+    assert afile.read_text() == "x"
+
+
+def test_reopen_appends_to_the_same_file_and_refuses_a_replacement(tmp_path: Path) -> None:
+    with OutDir(tmp_path / "out") as out:
+        os.write(fd := out.open("r.log"), b"one\n")
+        os.close(fd)
+        os.write(fd := out.reopen("r.log"), b"two\n")
+        os.close(fd)
+        assert (tmp_path / "out" / "r.log").read_bytes() == b"one\ntwo\n"
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"precious\n")
+        os.unlink(tmp_path / "out" / "r.log")
+        os.link(victim, tmp_path / "out" / "r.log")  # a hard link to someone else's file
+        with pytest.raises(BadInputError, match="replaced"):
+            out.reopen("r.log")
+        with pytest.raises(BadInputError, match="did not create"):
+            out.reopen("other.log")
+    assert victim.read_bytes() == b"precious\n"
+
+
+@pytest.mark.parametrize("verb", [["stacks"], ["exec", "--hosts", "n1", "--", "true"]])
+def test_every_out_verb_refuses_a_non_empty_directory_before_it_starts(
+    tmp_path: Path, verb: list[str]
+) -> None:
+    from tests.support.cli import run_cli
+
+    (tmp_path / "theirs").write_text("keep")
+    result = run_cli(*verb[:1], "--out", str(tmp_path), *verb[1:])
+    assert result.returncode == ExitCode.BAD_INPUT
+    assert result.stderr.count("\n") == 1 and "--force" in result.stderr, result.stderr
+    assert result.stdout == ""
 
 
 def test_small_verbs_read_their_options_by_name() -> None:

@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import gzip
 import os
+import resource
+import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable, Optional
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from tests.support.cli import run_cli
+
+from rankscope.logs.demux import label_of_file_name, safe_file_name
 
 TRACEBACK = [
     "Traceback (most recent call last):",
@@ -171,9 +178,75 @@ def test_split_never_writes_through_a_link_planted_in_out_dir(tmp_path: Path) ->
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
     (out / "vm_rank1.log").symlink_to("../victim.txt")
-    result = run_cli("logs", "split", str(path), "--out", str(out))
+    refused = run_cli("logs", "split", str(path), "--out", str(out))
+    assert refused.returncode == 8
+    assert "is not empty" in _one_error_line(refused.stderr) and "--force" in refused.stderr
+    result = run_cli("logs", "split", str(path), "--out", str(out), "--force")
     assert result.returncode == 8
     line = _one_error_line(result.stderr)
     assert f"cannot write {out / 'vm_rank1.log'}: it is a symbolic link" in line
     assert victim.read_text() == "precious\n"
     assert (out / "vm_rank1.log").is_symlink()
+
+
+def test_split_force_replaces_an_old_file_with_a_private_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "job.log"
+    path.write_text(_prefixed(0, TRACEBACK))
+    out = tmp_path / "per-rank"
+    out.mkdir()
+    out.chmod(0o1777)
+    old = out / "n1_rank0.log"
+    old.write_text("an older and much longer run of lines\n" * 10)
+    old.chmod(0o666)
+    assert run_cli("logs", "split", str(path), "--out", str(out), "--force").returncode == 0
+    assert old.read_text() == "\n".join(TRACEBACK) + "\n"
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.stat().st_mode) == 0o1777  # not rankscope's: left as it was
+
+
+def test_split_gives_every_label_its_own_file(tmp_path: Path) -> None:
+    """``a/b:0`` and ``a_b:0`` once shared ``a_b_rank0.log`` and one rank's lines were lost."""
+    path = tmp_path / "job.log"
+    labels = ["a/b:0", "a_b:0", "a%2Fb:0", "x_rank:3"]
+    path.write_text("".join(f"[{label}]: line {n} of {label}\n" for n in range(3) for label in labels))
+    data = run_cli("logs", "split", str(path), "--out", str(tmp_path / "out"), "--json").json()
+    by_label = {row["label"]: row for row in data["files"]}
+    assert set(by_label) == set(labels)
+    assert len({row["file"] for row in data["files"]}) == len(labels)
+    for label, row in by_label.items():
+        assert row["lines"] == 3
+        assert Path(row["file"]).read_text() == "".join(f" line {n} of {label}\n" for n in range(3))
+        assert label_of_file_name(Path(row["file"]).name) == label.encode()
+
+
+@given(st.one_of(st.none(), st.binary(max_size=40)))
+def test_split_file_names_are_safe_and_reversible(label: Optional[bytes]) -> None:
+    name = safe_file_name(label)
+    assert "/" not in name and "\0" not in name and name not in (".", "..")
+    assert label_of_file_name(name) == label
+
+
+def _lower_open_files(limit: int) -> Callable[[], None]:
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+    return lower
+
+
+def test_split_keeps_open_files_bounded_under_a_low_ulimit(tmp_path: Path) -> None:
+    """2,000 ranks, each writing twice, split under ``ulimit -n 256``: once 'Too many open files'."""
+    ranks = 2000
+    path = tmp_path / "job.log"
+    path.write_text("".join(f"[n1:{rank}]:pass {n}\n" for n in range(2) for rank in range(ranks)))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankscope", "logs", "split", str(path), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_lower_open_files(256),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(out.iterdir())) == ranks
+    for rank in (0, 1023, ranks - 1):
+        assert (out / f"n1_rank{rank}.log").read_text() == "pass 0\npass 1\n"

@@ -12,6 +12,7 @@ import click
 from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, cluster_target
 from rankscope.cli.nodefiles import write_node_files
 from rankscope.cli.outcome import exit_code
+from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.progress import tty_progress
 from rankscope.cluster.gather import render_groups, results_to_json
@@ -43,6 +44,7 @@ class ExecRequest:
     command: tuple[str, ...]
     as_json: bool = False
     out_dir: Optional[Path] = None
+    force: bool = False
 
 
 @click.command("exec", help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
@@ -55,11 +57,13 @@ class ExecRequest:
     type=click.Path(path_type=Path),
     help="Also keep NODE.out per node and exec.json here.",
 )
+@FORCE_OPTION
 @click.argument("command", nargs=-1, required=True)
 def exec_cmd(**params: Any) -> int:
     request = from_params(ExecRequest, params, cluster=cluster_target(params))
     if not request.command or not "".join(request.command).strip():
         raise BadInputError("no command given", "put it after --, e.g. rankscope exec --hosts n[1-2] -- date")
+    check_out_dir(request.out_dir, request.force)
     command = request.command
     progress = tty_progress()
     try:
@@ -69,7 +73,7 @@ def exec_cmd(**params: Any) -> int:
             progress.clear()
     document = results_to_json(results)
     if request.out_dir is not None:
-        write_node_files(request.out_dir, results, document, "exec.json")
+        write_node_files(request.out_dir, results, document, "exec.json", force=request.force)
     if request.as_json:
         click.echo(json.dumps(document, indent=2))
     else:

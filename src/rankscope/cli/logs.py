@@ -12,6 +12,7 @@ from typing import BinaryIO, ClassVar, Protocol
 
 import click
 
+from rankscope.cli.outfiles import FORCE_OPTION
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import BadInputError, ExitCode, NothingFoundError
 from rankscope.logs.reading import Reading
@@ -199,7 +200,9 @@ def grep(
     help="""Write each rank's lines (prefix stripped) to its own file in DIR (mode 0700, files 0600).
 
 \b
-Files are named <host>_rank<N>.log (or <N>.log); lines without a prefix go to unprefixed.log.
+Files are named <host>_rank<N>.log (or <label>.log); lines without a prefix go to
+unprefixed.log. Bytes other than letters, digits, '.', '_' and '-' are written %XX, so
+every rank has its own file. An existing DIR must be empty unless --force.
 
 \b
 Examples:
@@ -210,17 +213,20 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@FORCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
-def split(inputs: tuple[str, ...], out_dir: Path, as_json: bool, host_from_filename: bool) -> int:
-    from rankscope.cli.outfiles import OutDir
+def split(
+    inputs: tuple[str, ...], out_dir: Path, force: bool, as_json: bool, host_from_filename: bool
+) -> int:
+    from rankscope.cli.outfiles import OutDir, open_files_allowed
     from rankscope.logs.demux import SplitDocument, Splitter
 
-    with _reading(inputs, host_from_filename) as reading, OutDir(out_dir) as out:
+    with _reading(inputs, host_from_filename) as reading, OutDir(out_dir, force) as out:
 
-        def open_file(name: str) -> BinaryIO:
-            return os.fdopen(out.open(name), "wb")
+        def open_file(name: str, again: bool) -> BinaryIO:
+            return os.fdopen(out.reopen(name) if again else out.open(name), "wb")
 
-        splitter = Splitter(open_file)
+        splitter = Splitter(open_file, open_files_allowed())
         try:
             for opened in reading.sources():
                 for chunk in opened.chunks:

@@ -19,9 +19,10 @@ def write_node_files(
     merged: Mapping[str, Any],
     merged_name: str,
     extra: Optional[Mapping[str, str]] = None,
+    force: bool = False,
 ) -> None:
     """NODE.out (stdout), NODE.err (stage and stderr, for failed or chatty nodes), the merged JSON, ``extra``."""
-    with OutDir(out_dir) as out:
+    with OutDir(out_dir, force) as out:
         for result in results:
             out.write(f"{result.node}.out", result.stdout)
             if result.stderr or not result.ok:

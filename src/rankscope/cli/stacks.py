@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import click
 
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
@@ -34,6 +35,8 @@ class StacksRequest:
     cluster: Optional[ClusterTarget] = None
     as_json: bool = False
     out_dir: Optional[Path] = None
+    #: --force: write into a non-empty --out directory.
+    force: bool = False
     full: bool = False
     local: bool = False
     color: Optional[bool] = None
@@ -118,6 +121,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
     default=None,
     help="Also write raw dumps, stacks.json and report.txt here (mode 0700/0600).",
 )
+@FORCE_OPTION
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
@@ -126,6 +130,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
 @click.option("--slurm-job", metavar="J", help="Only processes of SLURM job J on this node (set by --jobid).")
 def stacks(**params: Any) -> int:
     request = read_request(params)
+    check_out_dir(request.out_dir, request.force)
     if request.cluster is not None:
         # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
         from rankscope.cli.stacks_cluster import run_cluster_stacks

@@ -63,7 +63,12 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     kept, shown = render_for(request, report, diagnosis, title)
     if request.out_dir is not None:
         write_node_files(
-            request.out_dir, result.nodes, document, "stacks.json", extra={"report.txt": kept or ""}
+            request.out_dir,
+            result.nodes,
+            document,
+            "stacks.json",
+            extra={"report.txt": kept or ""},
+            force=request.force,
         )
     if shown is None:
         click.echo(json.dumps(document, indent=2))

@@ -44,7 +44,7 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
     kept, shown = render_for(request, report, diagnosis)
     if request.out_dir is not None:
-        save_outputs(request.out_dir, result, document, kept or "")
+        save_outputs(request.out_dir, result, document, kept or "", request.force)
     out = sys.stdout
     if shown is None:
         out.write(json.dumps(document, indent=2) + "\n")
@@ -77,9 +77,11 @@ def render_for(
     return kept, kept
 
 
-def save_outputs(out_dir: Path, result: LocalResult, document: dict[str, Any], text: str) -> None:
+def save_outputs(
+    out_dir: Path, result: LocalResult, document: dict[str, Any], text: str, force: bool = False
+) -> None:
     """Keep every raw dump (raw/), the merged JSON and the text report, readable only by the owner."""
-    with OutDir(out_dir) as out:
+    with OutDir(out_dir, force) as out:
         raw = out.subdir("raw")
         for sample, outcome in result.outcomes:
             rank = outcome.target.rank.rank

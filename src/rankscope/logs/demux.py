@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,11 +103,53 @@ class RankGrep:
                 yield line.rstrip(b"\r") if self.keep_prefix else split.text
 
 
+#: Bytes kept as they are in a split file name; every other byte is written %XX (upper-case hex).
+_NAME_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_RANK_TAIL = re.compile(rb"_rank([0-9]+)\Z")
+UNPREFIXED_FILE = "unprefixed.log"
+
+
+def _quote(raw: bytes) -> str:
+    return "".join(chr(byte) if byte in _NAME_SAFE else f"%{byte:02X}" for byte in raw)
+
+
 def safe_file_name(label: Optional[bytes]) -> str:
+    """The file ``logs split`` writes a label's lines to: unique per label and reversible
+    (:func:`label_of_file_name`).
+
+    ``host:N`` -> ``<host>_rank<N>.log``; any other label -> ``<label>.log``; no label ->
+    ``unprefixed.log``. Bytes other than ASCII letters, digits, ``.``, ``_`` and ``-`` are
+    percent-encoded (``a/b:0`` -> ``a%2Fb_rank0.log``, ``%`` -> ``%25``), and so is the ``_``
+    of a rankless label that would otherwise read as ``_rank<N>``, or the first letter of a
+    label spelled ``unprefixed``, so no two labels share a file.
+    """
     if label is None:
-        return "unprefixed.log"
-    text = label.decode("utf-8", "replace")
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text.replace(":", "_rank")) + ".log"
+        return UNPREFIXED_FILE
+    host, sep, rank = label.rpartition(b":")
+    if sep and rank.isdigit():
+        return f"{_quote(host)}_rank{rank.decode()}.log"
+    text = _quote(label)
+    tail = _RANK_TAIL.search(text.encode())
+    if tail is not None:
+        text = text[: tail.start()] + "%5F" + text[tail.start() + 1 :]
+    if text == "unprefixed":
+        text = "%75nprefixed"
+    return text + ".log"
+
+
+def label_of_file_name(name: str) -> Optional[bytes]:
+    """The label whose lines :func:`safe_file_name` put in ``name`` (None: ``unprefixed.log``)."""
+    if name == UNPREFIXED_FILE:
+        return None
+    stem = name[: -len(".log")].encode()
+    tail = _RANK_TAIL.search(stem)
+    if tail is not None:
+        return _unquote(stem[: tail.start()]) + b":" + tail.group(1)
+    return _unquote(stem)
+
+
+def _unquote(text: bytes) -> bytes:
+    return re.sub(rb"%([0-9A-F]{2})", lambda match: bytes([int(match.group(1), 16)]), text)
 
 
 @dataclass
@@ -132,18 +175,26 @@ class SplitDocument:
 class Splitter:
     """Send each rank's lines (prefix stripped) to its own file, named by :func:`safe_file_name`.
 
-    ``open_file(name)`` opens that file for writing; the caller owns the directory.
+    ``open_file(name, again)`` opens that file for writing: new when ``again`` is false, for
+    appending when true (the file was closed to keep at most ``max_open`` files open, least
+    recently written first). The caller owns the directory.
     """
 
-    def __init__(self, open_file: Callable[[str], BinaryIO]) -> None:
+    def __init__(self, open_file: Callable[[str, bool], BinaryIO], max_open: int = 256) -> None:
         self.open_file = open_file
-        self.files: dict[Optional[bytes], BinaryIO] = {}
+        self.max_open = max(1, max_open)
+        #: Open files, least recently written first.
+        self.files: OrderedDict[Optional[bytes], BinaryIO] = OrderedDict()
         self.counts: dict[Optional[bytes], int] = {}
 
     def _handle(self, label: Optional[bytes]) -> BinaryIO:
         handle = self.files.get(label)
-        if handle is None:
-            handle = self.files[label] = self.open_file(safe_file_name(label))
+        if handle is not None:
+            self.files.move_to_end(label)
+            return handle
+        while len(self.files) >= self.max_open:
+            self.files.popitem(last=False)[1].close()
+        handle = self.files[label] = self.open_file(safe_file_name(label), label in self.counts)
         return handle
 
     def feed(self, chunk: bytes, labels: SourceLabels) -> None:
@@ -155,8 +206,8 @@ class Splitter:
             self.counts[label] = self.counts.get(label, 0) + len(texts)
 
     def close(self) -> None:
-        for handle in self.files.values():
-            handle.close()
+        while self.files:
+            self.files.popitem(last=False)[1].close()
 
     def written(self, out_dir: Path) -> list[SplitFile]:
         """The files written so far, by file name; ``out_dir`` is the directory they are in."""
