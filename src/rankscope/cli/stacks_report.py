@@ -11,7 +11,7 @@ from rankscope.cli.outcome import exit_code
 from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.explain import diagnose, not_found_here
 from rankscope.stacks.local import LocalResult, run_local
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.render import render_text
@@ -35,9 +35,11 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         if progress is not None:
             progress.clear()
     report = result.report
-    diagnosis = report.diagnosis = diagnose(report)
+    diagnosis = report.diagnosis = report.diagnosis or diagnose(report)
     dumped = sum(1 for p in report.processes if p.dumped)
-    code = exit_code(len(report.processes), dumped, report.failures)
+    code = exit_code(
+        len(report.processes), dumped, report.failures, not_found_here(report, diagnosis.missing_ranks)
+    )
     if code == ExitCode.NOTHING_FOUND and not request.as_json:
         sys.stderr.write(NOTHING_FOUND + "\n")
         return int(code)

@@ -12,6 +12,7 @@ from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
+from rankscope.stacks.explain import diagnose
 from rankscope.stacks.merge import group_snapshots, motion
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import find_pyspy
@@ -60,6 +61,7 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
 
 
 def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> LocalResult:
+    """Find, dump and diagnose; ``report.seconds`` is the wall time of all of it."""
     started = time.monotonic()
     host = short_hostname()
     pyspy = find_pyspy()
@@ -146,5 +148,7 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
         if outcome.failure is not None:
             failures.append(outcome.failure)
     report.failures = failures
+    report.diagnosis = diagnose(report)
+    # The wall time of the run: discovery, every sample's dumps (and the waits between them), analysis.
     report.seconds = time.monotonic() - started
     return result
