@@ -45,7 +45,9 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.stacks.report import report_document
 
     assert request.cluster is not None
-    started = time.monotonic()
+    from rankscope.stacks.local import process_started
+
+    started = process_started() or time.monotonic()
     # The whole run keeps to --deadline, as a local one does.
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
@@ -56,7 +58,8 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             progress.clear()
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
-    # The wall time of the whole run (every node's answer included), not the slowest node's own time.
+    # The wall time of the whole run from this process's start (every node's answer included), not the
+    # slowest node's own time.
     report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
     document = report_document(report)
