@@ -85,7 +85,7 @@ def _interpret(
     run: Optional[Run],
     error: Optional[OSError],
     intern: dict[Frame, Frame],
-    timeout: float = DEFAULT_TIMEOUT,
+    timeout: float,
 ) -> None:
     """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting).
 
@@ -183,7 +183,7 @@ def collect(
             try:
                 run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
             except OSError as exc:
-                _interpret(outcome, None, exc, intern)
+                _interpret(outcome, None, exc, intern, timeout)
                 finished(outcome)
                 continue
             run.target, run.state_before = target.pid, outcome.state_before

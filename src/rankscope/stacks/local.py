@@ -166,6 +166,7 @@ def run_local(
             failures.append(outcome.failure)
     report.failures = failures
     report.diagnosis = diagnose(report)
-    # The wall time of the run: discovery, every sample's dumps (and the waits between them), analysis.
+    # The wall time from `started` (the CLI: the process start): discovery, every sample's dumps and the
+    # waits between them, the diagnosis.
     report.seconds = time.monotonic() - started
     return result
