@@ -20,9 +20,9 @@ from rankscope.cluster.classify import NodeResult
 from rankscope.cluster.run import ClusterTarget
 from rankscope.cluster.transports import SshOptions
 from rankscope.errors import BadInputError, ExitCode
-from rankscope.model import Failure, FailureKind, Stage
+from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.stacks.options import StacksOptions
-from rankscope.stacks.report import Diagnosis, StacksReport
+from rankscope.stacks.report import Diagnosis, ProcessInfo, StacksReport
 
 #: Every field away from its default, so a field without a flag (or a flag that reads back
 #: differently) breaks the round trip below.
@@ -126,26 +126,63 @@ def _failure(stage: Stage, kind: FailureKind = FailureKind.OTHER) -> Failure:
 
 
 @pytest.mark.parametrize(
-    ("targets", "done", "failures", "code"),
+    ("targets", "done", "failures", "missing", "code"),
     [
-        (4, 4, [], ExitCode.OK),
-        (4, 3, [_failure(Stage.DUMP)], ExitCode.PARTIAL),
-        (0, 0, [], ExitCode.NOTHING_FOUND),
-        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.NO_JOB)], ExitCode.NOTHING_FOUND),
-        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.UNREACHABLE)], ExitCode.ALL_FAILED),
-        (2, 0, [_failure(Stage.ATTACH, FailureKind.PERMISSION)] * 2, ExitCode.PERMISSION_DENIED),
-        (0, 0, [_failure(Stage.DISCOVER, FailureKind.GONE)], ExitCode.BAD_INPUT),
+        (4, 4, [], [], ExitCode.OK),
+        (4, 3, [_failure(Stage.DUMP)], [], ExitCode.PARTIAL),
+        (3, 3, [], [1], ExitCode.PARTIAL),  # world size 4, rank 1 exited before discovery: nothing failed
+        (4, 3, [_failure(Stage.DUMP)], [1], ExitCode.PARTIAL),
+        (0, 0, [], [], ExitCode.NOTHING_FOUND),
+        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.NO_JOB)], [], ExitCode.NOTHING_FOUND),
+        (2, 0, [_failure(Stage.NO_JOB), _failure(Stage.UNREACHABLE)], [], ExitCode.ALL_FAILED),
+        (2, 0, [_failure(Stage.ATTACH, FailureKind.PERMISSION)] * 2, [], ExitCode.PERMISSION_DENIED),
+        (2, 0, [_failure(Stage.ATTACH, FailureKind.PERMISSION)] * 2, [2], ExitCode.PERMISSION_DENIED),
+        (0, 0, [_failure(Stage.DISCOVER, FailureKind.GONE)], [], ExitCode.BAD_INPUT),
         (
             1,
             0,
             [_failure(Stage.DISCOVER, FailureKind.GONE)],
+            [],
             ExitCode.ALL_FAILED,
         ),  # it exited while we looked
-        (3, 0, [_failure(Stage.COMMAND_FAILED)], ExitCode.ALL_FAILED),
+        (3, 0, [_failure(Stage.COMMAND_FAILED)], [], ExitCode.ALL_FAILED),
     ],
 )
-def test_one_exit_code_policy(targets: int, done: int, failures: list[Failure], code: ExitCode) -> None:
-    assert exit_code(targets, done, failures) == code
+def test_one_exit_code_policy(
+    targets: int, done: int, failures: list[Failure], missing: list[int], code: ExitCode
+) -> None:
+    assert exit_code(targets, done, failures, missing) == code
+
+
+def test_ranks_gone_before_discovery_make_a_partial_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """World size 4, only ranks 0, 2, 3 found and dumped: exit 4 and the report names rank 1."""
+    from rankscope.cli import stacks_report
+    from rankscope.stacks.local import LocalResult
+
+    report = StacksReport(hosts=["n1"])
+    report.processes = [ProcessInfo(100 + r, RankId("n1", r, r, 4, 0, 4)) for r in (0, 2, 3)]
+    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress, started: LocalResult(report))
+    code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), color=False))
+    assert code == ExitCode.PARTIAL
+    out = capsys.readouterr().out
+    assert "note: rank 1 of world size 4 was not found" in out
+
+
+def test_ranks_on_other_nodes_do_not_make_a_partial_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Node 1 of a 2-node job (4 ranks a node): all of its ranks 4-7 dumped is a whole answer."""
+    from rankscope.cli import stacks_report
+    from rankscope.stacks.local import LocalResult
+
+    report = StacksReport(hosts=["n2"])
+    report.processes = [ProcessInfo(100 + r, RankId("n2", r, r - 4, 8, 1, 4)) for r in range(4, 8)]
+    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress, started: LocalResult(report))
+    code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), color=False))
+    assert code == ExitCode.OK
+    assert "ranks 0-3 of world size 8 were not found" in capsys.readouterr().out
 
 
 def test_json_runs_render_no_text(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,7 +317,9 @@ def test_nothing_found_on_this_node(
     from rankscope.cli import stacks_report
     from rankscope.stacks.local import LocalResult
 
-    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress: LocalResult(StacksReport()))
+    monkeypatch.setattr(
+        stacks_report, "run_local", lambda options, progress, started: LocalResult(StacksReport())
+    )
     code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), as_json=as_json))
     assert code == ExitCode.NOTHING_FOUND
     out, err = capsys.readouterr()

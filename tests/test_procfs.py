@@ -246,3 +246,20 @@ def test_procfs_parses_as_python39_and_imports_only_os() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= {"os", "errno", "__future__", "typing"}
+
+
+def test_start_times_order_a_child_after_its_parent() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        parent_start, child_start = procfs.started_after_boot(), procfs.started_after_boot(child.pid)
+        assert parent_start is not None and child_start is not None
+        assert 0 < parent_start <= child_start
+    finally:
+        child.communicate(b"")
+
+
+def test_this_process_started_before_now() -> None:
+    from rankscope.stacks.local import process_started
+
+    started = process_started()
+    assert started is not None and started <= time.monotonic()

@@ -137,3 +137,13 @@ def describe_members(members: Sequence[Member], with_hosts: bool = False) -> str
     if with_hosts:
         text += " on " + fold_hosts(m.host for m in members)
     return text
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them, without the unit: ``0.149147`` -> ``0.15``, ``12.34`` -> ``12.3``.
+
+    Two decimals under 10 s, one under 100 s, whole seconds above; trailing zeros dropped (``2``, ``2.5``).
+    """
+    digits = 2 if seconds < 10 else 1 if seconds < 100 else 0
+    text = f"{seconds:.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

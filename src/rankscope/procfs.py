@@ -334,3 +334,15 @@ def maps_python(pid: int) -> Optional[bool]:
     except OSError:
         return None
     return any(mark in maps for mark in _PYTHON_MAPPINGS)
+
+
+def started_after_boot(pid: Pid = "self") -> Optional[float]:
+    """Seconds from boot to the process's start (starttime in /proc/PID/stat, to 1/CLK_TCK: 10 ms).
+
+    Against ``time.clock_gettime(time.CLOCK_BOOTTIME)`` it says how long the process has run.
+    """
+    try:
+        stat = _read(pid, "stat")
+        return int(stat[stat.rfind(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from rankscope.folding import duration
 from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
-from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.collect import DumpOutcome, Target, _interpret
+from rankscope.stacks.explain import diagnose, locate, not_found_here
 from rankscope.stacks.merge import build_tree, group_snapshots, merge_reports, motion
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import ProcessInfo, StacksReport, load_report, report_document
+from rankscope.stacks.runner import Run
 
 SITE = "/venv/lib/python3.11/site-packages/"
 MAIN = Frame("<module>", "/job/train.py", 90)
@@ -65,14 +69,108 @@ def test_mismatched_collectives() -> None:
 def test_library_wait_is_shown_with_its_user_caller() -> None:
     place = locate((MAIN, LOAD, SLEEP_WAIT))
     assert place.collective is None
-    assert place.text() == "Condition.wait (threading.py:320) called from load_batch (data.py:41)"
+    assert place.where() == "Condition.wait (threading.py:320) called from load_batch (data.py:41)"
+    assert place.text(plural=False) == "is in " + place.where()
 
 
 def test_missing_ranks() -> None:
     report = report_of(*hung(0, 2, 3))
     diagnosis = diagnose(report)
     assert diagnosis.missing_ranks == [1]
-    assert any("ranks 1 of world size 4 were not found" in n for n in diagnosis.notes)
+    assert any(n.startswith("rank 1 of world size 4 was not found: ") for n in diagnosis.notes)
+    assert diagnosis.headline.endswith("; missing: rank 1")
+    assert not_found_here(report, diagnosis.missing_ranks) == [1]  # no local world size: every one counts
+    several = diagnose(report_of(*hung(0, 3)))
+    assert any(n.startswith("ranks 1-2 of world size 4 were not found: ") for n in several.notes)
+    assert several.headline.endswith("; missing: ranks 1-2")
+
+
+def test_only_ranks_of_the_nodes_examined_count_as_vanished() -> None:
+    """16 ranks, 4 a node: on node 1 (ranks 4-7) rank 5 vanished; ranks 0-3 and 8-15 run elsewhere."""
+    report = report_of(*hung(4, 6, 7), world=16)
+    for process in report.processes:
+        process.rank = RankId("n1", process.rank.rank, world_size=16, local_world_size=4)
+    missing = diagnose(report).missing_ranks
+    assert missing == [0, 1, 2, 3, 5, *range(8, 16)]
+    assert not_found_here(report, missing) == [5]
+    assert not_found_here(report, [0, 1, 2, 3, *range(8, 16)]) == []
+
+
+def no_frames(rank: int) -> ProcessSnapshot:
+    """A rank whose main thread has no Python frame (py-spy without --native, in C code)."""
+    return snap(rank)
+
+
+@pytest.mark.parametrize(
+    ("snaps", "headline"),
+    [
+        ([*hung(1, 2, 3), no_frames(0)], "rank 0 is elsewhere: it has no Python frames"),
+        ([*hung(0, 3), no_frames(1), no_frames(2)], "ranks 1-2 are elsewhere: they have no Python frames"),
+        ([no_frames(0)], "rank 0 has no Python frames"),
+        ([no_frames(0), no_frames(1)], "all 2 ranks (ranks 0-1) have no Python frames"),
+        ([*hung(0)], "rank 0 waits in all_reduce (torch.distributed) called from sync (train.py:30)"),
+        ([snap(0, MAIN, LOAD)], "rank 0 is in load_batch (data.py:41)"),
+        (
+            [snap(0, MAIN, LOAD), snap(1, MAIN, LOAD)],
+            "all 2 ranks (ranks 0-1) are in load_batch (data.py:41)",
+        ),
+        (
+            [*hung(0), snap(1, MAIN, LOAD), snap(2, MAIN, LOAD)],
+            "ranks 1-2 are elsewhere: load_batch (data.py:41)",
+        ),
+    ],
+)
+def test_the_verb_agrees_with_the_ranks(snaps: list[ProcessSnapshot], headline: str) -> None:
+    diagnosis = diagnose(report_of(*snaps, world=len(snaps)))
+    assert headline in [finding.text for finding in diagnosis.findings]
+
+
+def test_one_rank_in_a_collective_waits_for_a_rank_not_here() -> None:
+    headline = diagnose(report_of(*hung(0), world=1)).headline
+    assert "the rank it waits for is missing" in headline
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0.149147, "0.15"),
+        (0.1, "0.1"),
+        (2.0, "2"),
+        (2.5, "2.5"),
+        (9.999, "10"),
+        (12.34, "12.3"),
+        (123.4, "123"),
+    ],
+)
+def test_durations_read_as_people_write_them(seconds: float, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_header_says_the_wall_time_rounded() -> None:
+    report = report_of(*hung(0, 1))
+    report.seconds = 0.149147
+    header = render_text(report, diagnose(report)).splitlines()[0]
+    assert header.endswith("2 of 2 processes dumped, 1 sample, took 0.15s")
+
+
+def timed_out_run(given: float) -> Run:
+    read, write = os.pipe()
+    os.close(read)
+    os.close(write)
+    run = Run(("py-spy",), 0, (read, write), given)
+    run.timed_out = True
+    return run
+
+
+def test_a_dump_timeout_is_rounded_and_says_which_limit_cut_it() -> None:
+    outcome = DumpOutcome(Target(7, RankId("n1", 0)))
+    _interpret(outcome, timed_out_run(0.149147), None, {}, timeout=10.0)
+    assert outcome.failure is not None
+    assert outcome.failure.reason == "py-spy did not finish within 0.15s, what was left of --deadline"
+    assert "--deadline" in outcome.failure.hint
+    _interpret(outcome, timed_out_run(0.5), None, {}, timeout=0.5)
+    assert outcome.failure.reason == "py-spy did not finish within 0.5s"
+    assert "--timeout" in outcome.failure.hint
 
 
 def test_native_collective_without_python_frames() -> None:

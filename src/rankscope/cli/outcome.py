@@ -12,10 +12,15 @@ from rankscope.errors import ExitCode
 from rankscope.model import Failure, FailureKind, Stage
 
 
-def exit_code(targets: int, done: int, failures: Sequence[Failure]) -> ExitCode:
-    """``targets`` found to try, ``done`` of them collected, ``failures`` listed in the report."""
+def exit_code(targets: int, done: int, failures: Sequence[Failure], missing: Sequence[int] = ()) -> ExitCode:
+    """``targets`` found to try, ``done`` of them collected, ``failures`` listed in the report.
+
+    ``missing``: ranks the job's world size says run on the nodes examined but that were not found
+    at all (they exited before discovery; rankscope.stacks.explain.not_found_here). A report
+    without them is partial, though nothing failed.
+    """
     if done:
-        return ExitCode.PARTIAL if failures else ExitCode.OK
+        return ExitCode.PARTIAL if failures or missing else ExitCode.OK
     if not failures:
         return ExitCode.NOTHING_FOUND if targets == 0 else ExitCode.ALL_FAILED
     if all(f.stage == Stage.NO_JOB for f in failures):

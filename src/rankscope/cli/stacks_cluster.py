@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -40,10 +41,13 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.stacks_report import render_for
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
-    from rankscope.stacks.explain import diagnose
+    from rankscope.stacks.explain import diagnose, not_found_here
     from rankscope.stacks.report import report_document
 
     assert request.cluster is not None
+    from rankscope.stacks.local import process_started
+
+    started = process_started() or time.monotonic()
     # The whole run keeps to --deadline, as a local one does.
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
@@ -54,6 +58,9 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             progress.clear()
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
+    # The wall time of the whole run from this process's start (every node's answer included), not the
+    # slowest node's own time.
+    report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
     document = report_document(report)
     answered = result.answered
@@ -79,4 +86,5 @@ def run_cluster_stacks(request: StacksRequest) -> int:
                 f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
             )
     dumped = sum(1 for p in report.processes if p.dumped)
-    return int(exit_code(len(result.nodes), dumped, report.failures))
+    missing = not_found_here(report, diagnosis.missing_ranks)
+    return int(exit_code(len(result.nodes), dumped, report.failures, missing))

@@ -11,8 +11,8 @@ from rankscope.cli.outcome import exit_code
 from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
-from rankscope.stacks.explain import diagnose
-from rankscope.stacks.local import LocalResult, run_local
+from rankscope.stacks.explain import diagnose, not_found_here
+from rankscope.stacks.local import LocalResult, process_started, run_local
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import Diagnosis, StacksReport, report_document
@@ -30,14 +30,17 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     """Run the local pipeline and print its report; returns the exit code (docs/exit-codes.md)."""
     progress = tty_progress()
     try:
-        result = run_local(options, progress=progress)
+        # The header's time is the run as the user waited for it: from this process's start.
+        result = run_local(options, progress=progress, started=process_started())
     finally:
         if progress is not None:
             progress.clear()
     report = result.report
-    diagnosis = report.diagnosis = diagnose(report)
+    diagnosis = report.diagnosis = report.diagnosis or diagnose(report)
     dumped = sum(1 for p in report.processes if p.dumped)
-    code = exit_code(len(report.processes), dumped, report.failures)
+    code = exit_code(
+        len(report.processes), dumped, report.failures, not_found_here(report, diagnosis.missing_ranks)
+    )
     if code == ExitCode.NOTHING_FOUND and not request.as_json:
         sys.stderr.write(NOTHING_FOUND + "\n")
         return int(code)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rankscope import procfs
+from rankscope.folding import duration
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
 from rankscope.stacks.permissions import explain_ptrace_denied
 from rankscope.stacks.pstate import ensure_running
@@ -80,9 +81,16 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
 
 
 def _interpret(
-    outcome: DumpOutcome, run: Optional[Run], error: Optional[OSError], intern: dict[Frame, Frame]
+    outcome: DumpOutcome,
+    run: Optional[Run],
+    error: Optional[OSError],
+    intern: dict[Frame, Frame],
+    timeout: float,
 ) -> None:
-    """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting)."""
+    """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting).
+
+    ``timeout`` is --timeout: a run given less had only what was left of the overall deadline.
+    """
     target = outcome.target
     if run is None:
         reason = f"could not run py-spy: {error}"
@@ -90,12 +98,14 @@ def _interpret(
         return
     outcome.seconds = run.seconds
     if run.timed_out:
-        outcome.failure = target.failure(
-            Stage.DUMP,
-            f"py-spy did not finish within {run.deadline - run.started:g}s",
-            "raise --timeout (a process under heavy load or --native symbol loading is slow)",
-            FailureKind.TIMED_OUT,
-        )
+        given = run.deadline - run.started
+        if timeout - given > 1e-3:  # cut short by --deadline
+            reason = f"py-spy did not finish within {duration(given)}s, what was left of --deadline"
+            hint = "raise --deadline (or --jobs), or narrow the targets"
+        else:
+            reason = f"py-spy did not finish within {duration(given)}s"
+            hint = "raise --timeout (a process under heavy load or --native symbol loading is slow)"
+        outcome.failure = target.failure(Stage.DUMP, reason, hint, FailureKind.TIMED_OUT)
     elif run.returncode == 0:
         outcome.raw = run.stdout
         try:
@@ -173,7 +183,7 @@ def collect(
             try:
                 run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
             except OSError as exc:
-                _interpret(outcome, None, exc, intern)
+                _interpret(outcome, None, exc, intern, timeout)
                 finished(outcome)
                 continue
             run.target, run.state_before = target.pid, outcome.state_before
@@ -182,6 +192,6 @@ def collect(
             for run in runner.wait():
                 mine = owner.pop(run, None)
                 if mine is not None:
-                    _interpret(mine, run, None, intern)
+                    _interpret(mine, run, None, intern, timeout)
                     finished(mine)
     return outcomes

@@ -102,15 +102,15 @@ class Place:
     innermost: Optional[Frame]
     waiting_on_lock: bool = False
 
-    def text(self) -> str:
+    def where(self) -> str:
+        """The place alone: ``all_reduce (torch.distributed) called from sync (train.py:30)``; "" without frames."""
         if self.collective:
-            where = f"wait in {self.collective}"
             if self.caller is not None:
-                where += f" called from {describe_frame(self.caller)}"
-            return where
+                return f"{self.collective} called from {describe_frame(self.caller)}"
+            return self.collective
         target = self.caller or self.innermost
         if target is None:
-            return "have no Python frames"
+            return ""
         where = describe_frame(target)
         inner = self.innermost
         if inner is not None and inner != target and not inner.is_native:
@@ -118,6 +118,21 @@ class Place:
         if self.waiting_on_lock:
             where += ", waiting for a lock"
         return where
+
+    def text(self, plural: bool = True) -> str:
+        """What the ranks do, its verb agreeing with them: ``waits in X`` (one) / ``wait in X`` (several)."""
+        if self.collective:
+            return f"{'wait' if plural else 'waits'} in {self.where()}"
+        if not self.where():
+            return f"{'have' if plural else 'has'} no Python frames"
+        return f"{'are' if plural else 'is'} in {self.where()}"
+
+    def elsewhere(self, plural: bool) -> str:
+        """``is elsewhere: load_batch (data.py:41)``, ``are elsewhere: they have no Python frames``."""
+        verb = "are" if plural else "is"
+        if not self.collective and not self.where():
+            return f"{verb} elsewhere: {'they have' if plural else 'it has'} no Python frames"
+        return f"{verb} elsewhere: {self.where()}"
 
 
 def locate(frames: Sequence[Frame]) -> Place:
@@ -201,7 +216,8 @@ def diagnose(report: StacksReport) -> Diagnosis:
     missing = _missing(report)
     if missing:
         notes.append(
-            f"ranks {fold_ints(missing)} of world size {len(missing) + len(_present(report))} were not found: "
+            f"{_ranks(missing)} of world size {len(missing) + len(_present(report))} "
+            f"{'were' if len(missing) > 1 else 'was'} not found: "
             "exited, on a node not examined, or failed to dump (see failures)"
         )
     places = _findings(report.main_groups())
@@ -212,15 +228,21 @@ def diagnose(report: StacksReport) -> Diagnosis:
         return Diagnosis(headline, missing_ranks=missing, notes=notes)
     if len(places) == 1:
         place, members = places[0]
-        text = f"all {len(members)} {'processes' if members[0].rank is None else 'ranks'} ({who(members)}) {place.text()}"
+        plural = _plural(members)
+        if not plural:
+            text = f"{who(members)} {place.text(plural=False)}"
+        else:
+            everyone = f"all {len(members)} {'processes' if members[0].rank is None else 'ranks'}"
+            text = f"{everyone} ({who(members)}) {place.text()}"
         finding = _finding("together", members, place, text)
         if place.collective:
             text += (
-                ". Nobody here is elsewhere: the rank they wait for is missing or on another node, or the "
-                "collective itself is stuck in the network (check the other nodes with --hosts; NCCL_DEBUG=INFO)"
+                f". Nobody here is elsewhere: the rank {'they wait' if plural else 'it waits'} for is missing "
+                "or on another node, or the collective itself is stuck in the network "
+                "(check the other nodes with --hosts; NCCL_DEBUG=INFO)"
             )
         if missing:
-            text += f"; missing: ranks {fold_ints(missing)}"
+            text += f"; missing: {_ranks(missing)}"
         return Diagnosis(text, [finding], [], missing, notes)
 
     waiting = [(p, m) for p, m in places if p.collective]
@@ -229,24 +251,53 @@ def diagnose(report: StacksReport) -> Diagnosis:
     divergent: list[Member] = []
     if waiting and elsewhere:
         for place, members in waiting:
-            findings.append(_finding("waiting", members, place, f"{who(members)} {place.text()}"))
-        for place, members in elsewhere:
             findings.append(
-                _finding("elsewhere", members, place, f"{who(members)} is elsewhere: {place.text()}")
+                _finding("waiting", members, place, f"{who(members)} {place.text(_plural(members))}")
             )
+        for place, members in elsewhere:
+            text = f"{who(members)} {place.elsewhere(_plural(members))}"
+            findings.append(_finding("elsewhere", members, place, text))
             divergent.extend(members)
     else:
         (major_place, major), *minor = places
         kind = "waiting" if waiting else "elsewhere"
-        findings.append(_finding(kind, major, major_place, f"{who(major)} {major_place.text()}"))
+        findings.append(
+            _finding(kind, major, major_place, f"{who(major)} {major_place.text(_plural(major))}")
+        )
         for place, members in minor:
-            verb = place.text() if waiting else f"is elsewhere: {place.text()}"
+            plural = _plural(members)
+            verb = place.text(plural) if waiting else place.elsewhere(plural)
             findings.append(_finding(kind, members, place, f"{who(members)} {verb}"))
             divergent.extend(members)
         if waiting:
             notes.append("the ranks are in different collectives or call sites: a mismatched collective call")
     headline = "; ".join(f.text for f in findings)
     return Diagnosis(headline, findings, divergent, missing, notes)
+
+
+def _plural(members: Sequence[Member]) -> bool:
+    """Whether ``describe_members`` names more than one (``ranks 1-2``, ``pids 41,57``, ``rank 0 + pid 7``)."""
+    return len({m.rank for m in members if m.rank is not None}) + sum(m.rank is None for m in members) > 1
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+
+
+def not_found_here(report: StacksReport, missing: Sequence[int]) -> list[int]:
+    """The missing ranks that belong on the nodes examined: vanished, not merely elsewhere.
+
+    With one local world size L for every rank (torchrun, mpirun by slot), rank r runs on node r // L;
+    a rank of a node no process was found on is on a node not examined, and does not count. Without
+    L every missing rank counts.
+    """
+    ranked = [p.rank for p in report.processes if p.rank.rank is not None]
+    sizes = {r.local_world_size for r in ranked}
+    local = sizes.pop() if len(sizes) == 1 else None
+    if not local:
+        return list(missing)
+    nodes = {r.rank // local for r in ranked if r.rank is not None}
+    return [r for r in missing if r // local in nodes]
 
 
 def _present(report: StacksReport) -> set[int]:

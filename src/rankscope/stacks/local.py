@@ -7,11 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
+from rankscope import procfs
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
+from rankscope.stacks.explain import diagnose
 from rankscope.stacks.merge import group_snapshots, motion
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import find_pyspy
@@ -59,8 +61,25 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
     return jobs, failures
 
 
-def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> LocalResult:
-    started = time.monotonic()
+def process_started() -> Optional[float]:
+    """When this process started, as a time.monotonic() instant; ``None`` if /proc does not say."""
+    after_boot = procfs.started_after_boot()
+    if after_boot is None:
+        return None
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot
+    return time.monotonic() - age if age >= 0 else None
+
+
+def run_local(
+    options: StacksOptions, progress: Optional[Progress] = None, started: Optional[float] = None
+) -> LocalResult:
+    """Find, dump and diagnose; ``report.seconds`` is the wall time from ``started`` to the diagnosis.
+
+    ``started`` (a time.monotonic() instant; default: now) lets a command count its own start-up.
+    --deadline is counted from now.
+    """
+    now = time.monotonic()
+    started = now if started is None else min(started, now)
     host = short_hostname()
     pyspy = find_pyspy()
     table = ProcessTable()
@@ -97,7 +116,7 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
         native=options.native,
     )
     result = LocalResult(report)
-    deadline = started + options.deadline
+    deadline = now + options.deadline
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
     for index in range(report.samples):
@@ -146,5 +165,8 @@ def run_local(options: StacksOptions, progress: Optional[Progress] = None) -> Lo
         if outcome.failure is not None:
             failures.append(outcome.failure)
     report.failures = failures
+    report.diagnosis = diagnose(report)
+    # The wall time from `started` (the CLI: the process start): discovery, every sample's dumps and the
+    # waits between them, the diagnosis.
     report.seconds = time.monotonic() - started
     return result

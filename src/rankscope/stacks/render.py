@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable, Optional
 
-from rankscope.folding import describe_members, fold_hosts
+from rankscope.folding import describe_members, duration, fold_hosts
 from rankscope.model import Frame, Member
 from rankscope.stacks.explain import describe_frame, is_comm, is_library, locate
 from rankscope.stacks.merge import TreeNode, build_tree
@@ -131,7 +131,7 @@ def render_text(
     sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
     lines.append(
         style(f"rankscope stacks: {what} on {fold_hosts(report.hosts) or '?'}", bold=True)
-        + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, {report.seconds:.2f}s"
+        + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, took {duration(report.seconds)}s"
     )
     lines.append("")
     lines.append(style("Diagnosis", bold=True, underline=True))
