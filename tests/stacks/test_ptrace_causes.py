@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,13 +92,15 @@ def test_other_users_job_says_whose_and_why(root_job: LaunchedJob, tmp_path: Pat
 
 
 def test_tracer_is_named_before_anything_else() -> None:
-    refusal = explain_refusal(123, is_python=False, target_uid=0, tracer=(456, "strace"))
+    refusal = explain_refusal(123, is_python=False, target_uid=0, tracer=(456, "strace (pid 456)"))
     assert refusal.kind == FailureKind.ALREADY_TRACED
     assert "strace (pid 456)" in refusal.reason and "CAP_SYS_PTRACE" not in refusal.hint
 
 
 def test_our_own_tracing_is_not_another_tracer() -> None:
-    refusal = explain_refusal(123, is_python=False, target_uid=0, tracer=(os.getpid(), "python"))
+    refusal = explain_refusal(
+        123, is_python=False, target_uid=0, tracer=(os.getpid(), f"python (pid {os.getpid()})")
+    )
     assert refusal.kind == FailureKind.NOT_PYTHON
 
 
@@ -150,3 +154,22 @@ def test_real_tracer_is_read_from_proc(python_sleeper: subprocess.Popen[bytes]) 
     refusal = explain_refusal(python_sleeper.pid)
     # Nobody traces it and it is Python: the explanation is about permission, not a tracer.
     assert refusal.kind == FailureKind.PERMISSION and "already traced" not in refusal.reason
+
+
+def test_concurrent_stacks_never_advise_the_capability(python_sleeper: subprocess.Popen[bytes]) -> None:
+    """Several `stacks` at once on one process: the losers of the race are told about the tracer.
+
+    Which runs lose is up to the scheduler; whatever loses must not be told to grant a capability
+    that this root holds, and must be told what held the process (or that something probably did).
+    """
+    argv = [sys.executable, "-m", "rankscope", "stacks", "--pid", str(python_sleeper.pid), "--json"]
+    failures = []
+    for _ in range(3):
+        runs = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(6)]
+        for run in runs:
+            stdout, stderr = run.communicate(timeout=120)
+            assert run.returncode in (0, 5, 7), stderr
+            failures += json.loads(stdout)["failures"]
+    for failure in failures:
+        assert "--cap-add" not in failure["hint"], failure
+        assert failure["kind"] == "already-traced" or "another tracer" in failure["hint"], failure

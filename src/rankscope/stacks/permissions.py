@@ -36,24 +36,29 @@ class Refusal:
 
 
 def tracer_of(pid: int) -> Optional[tuple[int, str]]:
-    """(pid, name) of the process that ptrace-holds ``pid`` (TracerPid); ``None`` when nobody does."""
+    """(pid, description) of the process that ptrace-holds ``pid`` (TracerPid); ``None`` when nobody does.
+
+    The description is the tracer's name and pid, e.g. ``strace (pid 1234)``, or
+    ``py-spy (pid 1234) of another rankscope (pid 1200)``.
+    """
     tracer = procfs.tracer_pid(pid)
     if not tracer:
         return None
     entry = procfs.process(tracer)
     if entry is None:
-        return tracer, "a process that has since exited"
+        return tracer, f"pid {tracer} (which has exited since)"
     parent = procfs.process(entry.ppid) if entry.ppid else None
     if parent is not None and is_rankscope(parent):
-        return tracer, f"{entry.comm} of another rankscope (pid {parent.pid})"
-    return tracer, entry.comm
+        return tracer, f"{entry.comm} (pid {tracer}) of another rankscope (pid {parent.pid})"
+    return tracer, f"{entry.comm} (pid {tracer})"
 
 
-def already_traced(tracer: int, name: str) -> Refusal:
+def already_traced(who: str) -> Refusal:
+    """The refusal for a process that ``who`` (a tracer's name and pid) already traces."""
     return Refusal(
         FailureKind.ALREADY_TRACED,
-        f"already traced by {name} (pid {tracer}): the kernel allows one tracer at a time",
-        f"wait for {name} (pid {tracer}) to finish or stop it, then rerun",
+        f"already traced by {who}: the kernel allows one tracer at a time",
+        f"wait for {who} to finish or stop it, then rerun",
     )
 
 
@@ -70,7 +75,7 @@ def explain_refusal(
     if tracer is None:
         tracer = tracer_of(pid)
     if tracer is not None and tracer[0] != os.getpid():
-        return already_traced(*tracer)
+        return already_traced(tracer[1])
     if is_python is False:
         return Refusal(
             FailureKind.NOT_PYTHON,
