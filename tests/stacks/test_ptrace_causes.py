@@ -173,3 +173,14 @@ def test_concurrent_stacks_never_advise_the_capability(python_sleeper: subproces
     for failure in failures:
         assert "--cap-add" not in failure["hint"], failure
         assert failure["kind"] == "already-traced" or "another tracer" in failure["hint"], failure
+
+
+def test_pid_one_is_not_a_capability_problem() -> None:
+    """pid 1 (an init, often with an unreadable executable in a container) is never blamed on CAP_SYS_PTRACE."""
+    if not procfs.has_cap_sys_ptrace():
+        pytest.skip("this process lacks CAP_SYS_PTRACE: the capability advice would be right here")
+    result = run_cli("stacks", "--pid", "1")
+    assert "--cap-add" not in result.stdout + result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    if result.returncode != 0:
+        assert "not a Python process" in result.stderr or "may not be Python" in result.stderr, result.stderr
