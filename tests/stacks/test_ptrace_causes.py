@@ -66,7 +66,12 @@ def test_already_traced_names_the_tracer(tool: str, python_sleeper: subprocess.P
 @pytest.fixture(scope="module")
 def root_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     pytest.importorskip("torch.distributed")
-    job = start_torchrun(nproc=2, workdir=Path(tmp_path_factory.mktemp("rootjob")))
+    # Rank 1 deadlocks on its own lock, rank 0 waits for it in all_reduce: the job stays up.
+    job = start_torchrun(
+        nproc=2,
+        script_args=("--scenario", "lock", "--culprit", "1"),
+        workdir=Path(tmp_path_factory.mktemp("rootjob")),
+    )
     try:
         job.wait_ready(timeout=180)
         yield job
@@ -84,6 +89,7 @@ def test_other_users_job_says_whose_and_why(root_job: LaunchedJob, tmp_path: Pat
     assert "no distributed job found" not in line
     assert "Python processes of uid 0 (root)" in line
     assert f"torchrun pid {root_job.pid}" in line
+    assert len(root_job.worker_pids()) == 2  # the job was up all along
     assert f"you (uid {NOBODY}) cannot read" in line and "run as root" in line
     assert "Traceback" not in result.stderr
 
