@@ -177,6 +177,8 @@ class FailureKind(Words):
 
     GONE = "gone"
     PERMISSION = "permission"
+    #: Another tracer (strace, gdb, py-spy, another rankscope) holds the process: one at a time.
+    ALREADY_TRACED = "already-traced"
     NOT_PYTHON = "not-python"
     ZOMBIE = "zombie"
     TIMED_OUT = "timed-out"

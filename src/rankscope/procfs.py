@@ -91,6 +91,7 @@ class ProcfsEntry:
         "_exe",
         "_environ_raw",
         "_environ",
+        "_environ_denied",
         "_uid",
         "_python",
         "_known",
@@ -107,6 +108,7 @@ class ProcfsEntry:
         self._exe: Optional[str] = None
         self._environ_raw: Optional[bytes] = None
         self._environ: Optional[dict[str, str]] = None
+        self._environ_denied = False
         self._uid: Optional[int] = None
         self._python: Optional[bool] = None
         #: Which of the optional fields above have been read (None is a valid answer for them).
@@ -164,9 +166,17 @@ class ProcfsEntry:
             self._known.add("environ")
             try:
                 self._environ_raw = environ_bytes(self.pid)
+            except PermissionError:
+                self._environ_denied = True
             except OSError:
                 self._environ_raw = None
         return self._environ_raw
+
+    @property
+    def environ_denied(self) -> bool:
+        """Whether /proc/PID/environ exists but this user may not read it (another user's process)."""
+        self._raw_environ()
+        return self._environ_denied
 
     @property
     def uid(self) -> Optional[int]:

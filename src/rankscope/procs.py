@@ -76,7 +76,8 @@ def launcher_kind(proc: ProcfsEntry) -> Optional[str]:
     return None
 
 
-def _is_rankscope(proc: ProcfsEntry) -> bool:
+def is_rankscope(proc: ProcfsEntry) -> bool:
+    """Whether a process is a rankscope command (never a target)."""
     argv = proc.cmdline
     if argv and _basename(argv[0]) == "rankscope":
         return True
@@ -115,7 +116,7 @@ class ProcessTable:
 
     def is_candidate_worker(self, pid: int) -> bool:
         info = self.procs.get(pid)
-        if info is None or pid in self.excluded or _is_rankscope(info):
+        if info is None or pid in self.excluded or is_rankscope(info):
             return False
         if launcher_kind(info) is not None or not self.has_rank(pid):
             return False
@@ -142,7 +143,7 @@ class ProcessTable:
         while parent is not None and launcher_kind(parent) is None:
             if self.is_candidate_worker(parent.pid):
                 return True
-            if _is_rankscope(parent):  # `rankscope prefix -- python train.py`: the child is the worker
+            if is_rankscope(parent):  # `rankscope prefix -- python train.py`: the child is the worker
                 parent = self.procs.get(parent.ppid)
                 continue
             return False
@@ -228,6 +229,28 @@ def all_python(table: ProcessTable, host: Optional[str] = None) -> Job:
     for pid, info in sorted(table.procs.items()):
         if pid in table.excluded or (uid != 0 and info.uid != uid):
             continue
-        if info.is_python is True and not _is_rankscope(info):
+        if info.is_python is True and not is_rankscope(info):
             workers.append(table.worker(pid, host))
     return Job(launcher="any", launcher_pid=None, launcher_cmdline="", workers=workers)
+
+
+def unreadable_workers(table: ProcessTable) -> list[ProcfsEntry]:
+    """Python processes under a launcher whose environment this user may not read: another user's job.
+
+    Discovery finds ranks in environments; another user's are unreadable (PermissionError), so
+    their job is invisible rather than absent. Only processes under a launcher (whose command
+    line anyone may read) count, so another user's Python daemons do not turn "no job here"
+    into an error. Launchers, rankscope and subprocesses of such a process (data loaders) are
+    left out: one entry per would-be worker.
+    """
+    found = {
+        pid: info
+        for pid, info in table.procs.items()
+        if pid not in table.excluded
+        and info.environ_denied
+        and launcher_kind(info) is None
+        and not is_rankscope(info)
+        and info.is_python is True
+        and table.nearest_launcher(pid) is not None
+    }
+    return [info for pid, info in sorted(found.items()) if info.ppid not in found]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,3 +40,14 @@ def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJo
 def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 3 is stuck deep in decode_record recursion; the others reach a barrier through another chain."""
     yield from _hung_job(tmp_path_factory, "deep", "--scenario", "deep", "--culprit", "3")
+
+
+@pytest.fixture
+def python_sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    """A plain Python process (no rank) that sleeps, killed after the test."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()

@@ -7,23 +7,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import run_cli, run_cli_as
 
 from rankscope.stacks.pyspy import parse_dump
-
-
-@pytest.fixture
-def python_sleeper() -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def _no_traceback(stderr: str) -> None:
@@ -74,29 +63,11 @@ def test_partial_results_are_kept(python_sleeper: subprocess.Popen[bytes]) -> No
 def test_permission_denied_explains_the_fix(python_sleeper: subprocess.Popen[bytes], tmp_path: Path) -> None:
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run rankscope as an unprivileged user")
-    result = subprocess.run(
-        [
-            "setpriv",
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "--",
-            sys.executable,
-            "-m",
-            "rankscope",
-            "stacks",
-            "--pid",
-            str(python_sleeper.pid),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "HOME": str(tmp_path)},
-        cwd=tmp_path,
-    )
+    result = run_cli_as("65534", "stacks", "--pid", str(python_sleeper.pid), home=str(tmp_path))
     assert result.returncode == 7, result.stderr
     assert "permission denied" in result.stderr
     assert "sudo" in result.stderr  # the fix is in the same line
+    assert "the process belongs to uid 0 (root), you are uid 65534" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     _no_traceback(result.stderr)
 

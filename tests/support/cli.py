@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -29,5 +30,19 @@ def run_cli(
         timeout=timeout,
         env=env,
         input=input,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def run_cli_as(user: str, *args: str, home: str, timeout: float = 120) -> CliResult:
+    """Run the command line as another user (``setpriv``, from root), in ``home`` (which that user may write)."""
+    proc = subprocess.run(
+        ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--"]
+        + [sys.executable, "-m", "rankscope", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HOME": home},
+        cwd=home,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

@@ -44,6 +44,11 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     if code == ExitCode.NOTHING_FOUND and not request.as_json:
         sys.stderr.write(NOTHING_FOUND + "\n")
         return int(code)
+    if not report.processes and code == ExitCode.PERMISSION_DENIED and not request.as_json:
+        # Another user's job, invisible to this one: one line saying whose and why, no empty report.
+        first = report.failures[0]
+        sys.stderr.write(f"rankscope: error: {first.reason} — {first.hint}\n")
+        return int(code)
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
     kept, shown = render_for(request, report, diagnosis)
     if request.out_dir is not None:

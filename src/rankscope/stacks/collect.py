@@ -17,7 +17,7 @@ from typing import Optional
 from rankscope import procfs
 from rankscope.folding import duration
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
-from rankscope.stacks.permissions import explain_ptrace_denied
+from rankscope.stacks.permissions import explain_refusal
 from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy import classify_error, parse_dump
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
@@ -123,12 +123,17 @@ def _interpret(
     else:
         outcome.raw = run.stderr
         kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
+        if kind == "permission":
+            # The real cause, read from /proc: another tracer, ownership, yama, capability, not Python.
+            entry = procfs.process(target.pid)
+            refusal = explain_refusal(target.pid, is_python=entry.is_python if entry is not None else None)
+            outcome.failure = target.failure(Stage.ATTACH, refusal.reason, refusal.hint, refusal.kind)
+            return
         hint = {
-            "permission": explain_ptrace_denied(procfs.uid(target.pid)),
             "gone": "the rank exited while rankscope looked; its log says why",
             "not-python": "point --pid at the job's launcher or a Python worker",
         }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
-        stage = Stage.ATTACH if kind in ("permission", "not-python") else Stage.DUMP
+        stage = Stage.ATTACH if kind == "not-python" else Stage.DUMP
         outcome.failure = target.failure(stage, reason, hint, FailureKind(kind))
 
 

@@ -10,12 +10,21 @@ from typing import Optional
 from rankscope import procfs
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
-from rankscope.procs import Job, ProcessTable, all_python, find_jobs, workers_of
+from rankscope.procs import (
+    Job,
+    ProcessTable,
+    all_python,
+    find_jobs,
+    launcher_kind,
+    unreadable_workers,
+    workers_of,
+)
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.merge import group_snapshots, motion
 from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
 
@@ -51,6 +60,8 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
             jobs.append(workers_of(pid, table, host))
         return jobs, failures
     jobs = find_jobs(table, host)
+    if not jobs:
+        failures.extend(unreadable_failures(table))
     if len(jobs) > 1:
         listing = "; ".join(j.describe() for j in jobs)
         raise RankscopeError(
@@ -59,6 +70,25 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
             ExitCode.USAGE,
         )
     return jobs, failures
+
+
+def unreadable_failures(table: ProcessTable) -> list[Failure]:
+    """No job found: another user's Python processes whose environments cannot be read, as one failure."""
+    owners: dict[int, list[int]] = {}
+    launchers: list[tuple[str, int]] = []
+    for info in unreadable_workers(table):
+        if info.uid is None:
+            continue
+        owners.setdefault(info.uid, []).append(info.pid)
+        launcher = table.nearest_launcher(info.pid)
+        if launcher is not None:
+            kind = launcher_kind(table.procs[launcher]) or "launcher"
+            if (kind, launcher) not in launchers:
+                launchers.append((kind, launcher))
+    if not owners:
+        return []
+    reason, hint = unreadable_job(owners, launchers)
+    return [Failure("this node", Stage.DISCOVER, reason, hint, kind=FailureKind.PERMISSION)]
 
 
 def process_started() -> Optional[float]:
