@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 from rankscope.cluster.transports import EXIT_MARKER, START_MARKER
+from rankscope.folding import duration
 from rankscope.model import Stage
 
 
@@ -155,15 +156,10 @@ def clean_reason(message: str, node: str) -> str:
     return message
 
 
-def seconds(value: float) -> str:
-    """``10.0`` -> ``"10"``, ``2.5`` -> ``"2.5"``: deadlines as a person wrote them."""
-    return f"{value:.1f}".rstrip("0").rstrip(".")
-
-
 def _timed_out(
     node: str, stdout: str, login: Login, markers: Markers, deadline: float, elapsed: float
 ) -> NodeResult:
-    within = seconds(deadline)
+    within = duration(deadline)
     if markers.started:
         stage, reason = Stage.TIMEOUT, f"command still running after {within}s"
         hint = "the node answered but the command hangs: raise --node-timeout or look at the node"

@@ -29,8 +29,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Optional, Protocol
 
-from rankscope.cluster.classify import NodeResult, classify, last_line, seconds, split_markers, started_node
+from rankscope.cluster.classify import NodeResult, classify, last_line, split_markers, started_node
 from rankscope.cluster.transports import SrunStep
+from rankscope.folding import duration
 from rankscope.model import Stage
 
 #: After SIGTERM at the deadline, how long a transport gets to end cleanly before SIGKILL.
@@ -299,7 +300,7 @@ def run_srun_step(
             if node not in by_node:
                 stage = Stage.TIMEOUT if step_timed_out else Stage.TRANSPORT_ERROR
                 reason = (
-                    f"never answered within {seconds(timeout)}s"
+                    f"never answered within {duration(timeout)}s"
                     if step_timed_out
                     else f"srun did not run here: {srun_message}"
                 )

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from rankscope.demo.launch import start_torchrun
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.stacks.explain import diagnose
 from rankscope.stacks.local import run_local
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.report import Diagnosis, StacksReport
@@ -70,7 +69,8 @@ def run_demo(options: DemoOptions, say: Callable[[str], None] = lambda _: None) 
             f"job is hung (launcher pid {job.pid}, workers {', '.join(map(str, job.worker_pids()))}); diagnosing ..."
         )
         result = run_local(StacksOptions(pids=(job.pid,), native=options.native, samples=2, interval=0.5))
-        return DemoResult(result.report, diagnose(result.report), culprit, job.pid)
+        assert result.report.diagnosis is not None  # run_local diagnoses the report it returns
+        return DemoResult(result.report, result.report.diagnosis, culprit, job.pid)
     finally:
         job.stop()
         say("job stopped and cleaned up.")
