@@ -317,3 +317,22 @@ def test_nothing_found_on_this_node(
         assert '"schema": "rankscope.stacks/1"' in out and err == ""
     else:
         assert out == "" and err.startswith("rankscope: error: no distributed job found on this node")
+
+
+def test_a_run_that_writes_nothing_leaves_no_new_out_directory(tmp_path: Path) -> None:
+    """The --out directory rankscope made for a run that found nothing is gone; one that existed stays."""
+    from tests.support.cli import run_cli
+
+    new = tmp_path / "new" / "out"
+    result = run_cli("exec", "--hosts", "bad/name", "--out", str(new), "--", "true")
+    assert result.returncode == ExitCode.BAD_INPUT, result.stderr
+    assert not (tmp_path / "new").exists()  # nor the parent it made for it
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    run_cli("exec", "--hosts", "bad/name", "--out", str(existing / "out"), "--", "true")
+    assert list(tmp_path.iterdir()) == [existing]
+    assert list(existing.iterdir()) == []
+    # A run that wrote its report keeps it.
+    kept = tmp_path / "kept"
+    run_cli("stacks", "--pid", "999999", "--out", str(kept))
+    assert (kept / "report.txt").is_file()

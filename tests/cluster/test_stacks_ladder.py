@@ -73,6 +73,26 @@ def test_ladder(rc: int, stdout: str, stderr: str, stage: str, reason: str) -> N
     assert (report is not None) == (stage == "ok")
 
 
+def test_a_refused_node_gives_the_cause_and_fix_its_rankscope_found() -> None:
+    """Exit 7 from a node: the node's own reason and hint, not the generic ptrace advice."""
+    report = StacksReport(hosts=["vm"])
+    report.failures = [
+        Failure(
+            "pid 11",
+            Stage.ATTACH,
+            "already traced by strace (pid 4242)",
+            "wait for strace (pid 4242) to detach, or stop it",
+            RankId("vm", rank=1),
+        )
+    ]
+    answer = NodeResult("node07", Stage.COMMAND_FAILED, 7, json.dumps(report_document(report)), "")
+    result, _ = classify_node(answer)
+    assert result.reason == "permission denied (ptrace): already traced by strace (pid 4242)"
+    assert result.hint == "wait for strace (pid 4242) to detach, or stop it"
+    bare = NodeResult("node07", Stage.COMMAND_FAILED, 7, "", "rankscope: error: permission denied")
+    assert "run as the job's user or root" in classify_node(bare)[0].hint
+
+
 def test_transport_failures_keep_their_stage_and_fold_by_reason() -> None:
     refused = [
         NodeResult(f"n{i}", Stage.UNREACHABLE, None, "", "", "Connection refused", "h") for i in (1, 2, 4)

@@ -70,6 +70,23 @@ def test_tee_copies_stdout_to_private_per_rank_file(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_tee_on_a_full_disk_never_raises_into_the_job() -> None:
+    """/dev/full: every write fails with ENOSPC, as a real full disk does."""
+    code = """
+        from rankscope.inproc import Tee
+        with Tee("/dev/full"):
+            for step in range(3):
+                print("step", step)
+        print("training finished")
+    """
+    result = _python(code, {"RANK": "0"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["step 0", "step 1", "step 2", "training finished"]
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("rankscope Tee: stopped copying to /dev/full: ")
+    assert "No space left on device" in warning
+
+
 def test_prefix_output_covers_print_logging_and_tracebacks() -> None:
     code = """
         import logging

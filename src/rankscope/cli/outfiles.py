@@ -53,11 +53,15 @@ class OutDir:
             raise BadInputError(
                 f"cannot write {self.path}: {parent} is not a directory", "pass --out a directory of yours"
             )
+        #: Directories above the output directory that this writer created, deepest first.
+        self.made_parents = [p for p in (parent, *parent.parents) if not os.path.lexists(p)]
         try:
             parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
             raise self._fail(parent, exc) from exc
         self._fds[""], created = self._open_dir(None, str(self.path))
+        #: Whether this writer created the directory (it did not exist before).
+        self.created = created
         if not created and not force and os.listdir(self._fds[""]):
             self.close()
             raise BadInputError(
@@ -186,9 +190,38 @@ def check_out_dir(path: Union[str, Path, None], force: bool) -> None:
     """Refuse a bad ``--out`` before any work is done (the same checks :class:`OutDir` makes when it writes).
 
     Creates the directory (0700) when it is new, so a later write finds it as this check left it.
+    A directory this check created and nothing was written into is removed when the command
+    ends (a run that found nothing leaves no empty directory behind); only that same directory
+    (device and inode) and only while it is empty.
     """
-    if path is not None:
-        OutDir(path, force).close()
+    if path is None:
+        return
+    out = OutDir(path, force)
+    out.close()
+    context = click.get_current_context(silent=True)
+    if out.created and context is not None:
+        made = [Path(path), *out.made_parents]
+        identities = [_identity(p) for p in made]
+        context.call_on_close(lambda: _remove_while_empty(made, identities))
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return (-1, -1)
+    return (info.st_dev, info.st_ino) if stat.S_ISDIR(info.st_mode) else (-1, -1)
+
+
+def _remove_while_empty(made: list[Path], identities: list[tuple[int, int]]) -> None:
+    """Remove the directories a run created, deepest first, while each is the same one and empty."""
+    for path, identity in zip(made, identities):
+        if identity == (-1, -1) or _identity(path) != identity:
+            return
+        try:
+            os.rmdir(path)  # fails as soon as anything is in it: then everything above stays too
+        except OSError:
+            return
 
 
 def open_files_allowed() -> int:

@@ -114,7 +114,11 @@ def classify_node(result: NodeResult) -> tuple[NodeResult, Optional[StacksReport
     if status in _REMOTE_EXIT:
         stage, reason, hint = _REMOTE_EXIT[status]
         if report is not None and report.failures and status != 3:
-            reason += f": {report.failures[0].reason}"
+            # The node's rankscope read the cause there (another tracer, another user's job, yama
+            # scope): its words and its fix say more than the exit code does.
+            first = report.failures[0]
+            reason += f": {first.reason}"
+            hint = first.hint or hint
         return refined(stage, reason, hint), None
     if report is None:
         reason = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -61,6 +62,7 @@ class Tee:
             os.makedirs(directory, exist_ok=True)
         self._fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._lock = threading.Lock()
+        self._broken = False  # a write failed: stop copying, never raise into the job
         if hasattr(os, "register_at_fork"):
             # A thread of the parent may hold the lock at fork time; the child's copy would stay held.
             os.register_at_fork(after_in_child=self._new_lock)
@@ -73,10 +75,24 @@ class Tee:
         self._lock = threading.Lock()
 
     def write_file(self, text: str) -> None:
-        """Append whole lines to the file (O_APPEND: a forked child appends too)."""
+        """Append whole lines to the file (O_APPEND: a forked child appends too).
+
+        A write that fails (disk full, quota, a vanished network mount) never reaches the
+        training loop: the copy stops, one line on the original stderr says so, and the
+        stream itself goes on.
+        """
         with self._lock:
-            if self._fd is not None:
-                os.write(self._fd, text.encode("utf-8", "replace"))
+            if self._fd is None or self._broken:
+                return
+            data = text.encode("utf-8", "replace")
+            try:
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError as exc:
+                self._broken = True
+                with contextlib.suppress(Exception):
+                    self._saved[1].write(f"rankscope Tee: stopped copying to {self.path}: {exc}\n")
+                    self._saved[1].flush()
 
     def close(self) -> None:
         if self._fd is None:
