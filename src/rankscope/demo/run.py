@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,4 +74,5 @@ def run_demo(options: DemoOptions, say: Callable[[str], None] = lambda _: None) 
         return DemoResult(result.report, result.report.diagnosis, culprit, job.pid)
     finally:
         job.stop()
+        shutil.rmtree(workdir, ignore_errors=True)  # the job's log and ready files: nothing is left behind
         say("job stopped and cleaned up.")
