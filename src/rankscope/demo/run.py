@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
