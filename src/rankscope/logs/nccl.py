@@ -14,7 +14,7 @@ from typing import ClassVar, Optional
 
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_host import HostFacts
-from rankscope.logs.nccl_lines import LINE, SIGNALS, NcclEvidence, NcclProcess
+from rankscope.logs.nccl_lines import INFO_SIGNALS, LINE, SIGNALS, NcclEvidence, NcclProcess, Signal
 from rankscope.logs.nccl_rules import (
     IB_STATUS,
     NUMBERS,
@@ -31,8 +31,9 @@ from rankscope.logs.sources import ReadSummary
 
 __all__ = ["IB_STATUS", "NcclDocument", "NcclFinding", "NcclProcess", "NcclScan", "render_nccl"]
 
-#: Lines worth reading: NCCL's own, torch's about NCCL (WorkNCCL, ProcessGroupNCCL), gloo's interface error.
-_NEEDLE = re.compile(rb"NCCL|Unable to find address for")
+#: Lines worth reading contain NCCL (NCCL's own, torch's WorkNCCL/ProcessGroupNCCL) or gloo's interface
+#: error. Two ``find`` loops: a regex alternation of the two is 10x slower (1.6 s against 0.16 s on 124 MB).
+_GLOO = b"Unable to find address for"
 
 
 @dataclass
@@ -69,42 +70,48 @@ class NcclScan:
             self._source, self._line_no = source, 0
         counted = 0  # newlines before this chunk offset are counted in line_no
         line_no = self._line_no
-        pos = 0
-        while True:
-            match = _NEEDLE.search(chunk, pos)
-            if match is None:
-                break
-            start = chunk.rfind(b"\n", 0, match.start()) + 1
-            end = chunk.find(b"\n", match.start())
+        pos = chunk.find(b"NCCL")
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
             line_no += chunk.count(b"\n", counted, start)
             counted = start
             self._line(chunk[start:end], labels, line_no + 1)
-            pos = end + 1
+            pos = chunk.find(b"NCCL", end)
+        pos = chunk.find(_GLOO)
+        while pos >= 0:  # gloo's own interface error: rare, so its line number is counted from the start
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
+            end = len(chunk) if end < 0 else end
+            if b"NCCL" not in chunk[start:end]:
+                self._line(chunk[start:end], labels, self._line_no + chunk.count(b"\n", 0, start) + 1)
+            pos = chunk.find(_GLOO, end)
         self._line_no = line_no + chunk.count(b"\n", counted)
 
     def _line(self, line: bytes, labels: SourceLabels, line_no: int) -> None:
         split = split_line(line, labels.allow_srun)
         label = labels.label(split.label)
-        text = split.text.decode("utf-8", "replace").rstrip("\r")
         match = LINE.search(split.text)
-        proc: Optional[NcclProcess] = None
-        if match is not None:
-            self.nccl_lines += 1
-            proc = self._process(match, label)
-        evidence = NcclEvidence(f"{self._source or '-'}:{line_no}", text[:300])
-        claimed = self._signals(text, label, proc, evidence)
-        if proc is None or match is None:
+        if match is None:  # torch's or gloo's line, not NCCL's own
+            text = split.text.decode("utf-8", "replace").rstrip("\r")
+            self._signals(SIGNALS, text, split.text, label, None, line_no)
             return
+        self.nccl_lines += 1
+        proc = self._process(match, label)
         msg = match.group("msg").decode("utf-8", "replace").rstrip("\r")
         if match.group("level") in (b"WARN", b"ABORT"):
             proc.warnings += 1
-            if not claimed:
+            if not self._signals(SIGNALS, msg, split.text, label, proc, line_no):
                 entry = self.warns.setdefault(NUMBERS.sub("<n>", msg), _Warn())
                 entry.count += 1
-                entry.hits.append(Hit(proc.who, proc.host, proc.rank, (), evidence, proc))
+                entry.hits.append(
+                    Hit(proc.who, proc.host, proc.rank, (), self._evidence(split.text, line_no), proc)
+                )
             return
         proc.read_info(msg)
+        if not msg.startswith("Channel "):  # most INFO lines; none is a signal
+            self._signals(INFO_SIGNALS, msg, split.text, label, proc, line_no)
 
     def _process(self, match: re.Match[bytes], label: Optional[bytes]) -> NcclProcess:
         host = match.group("host").decode("utf-8", "replace")
@@ -117,14 +124,22 @@ class NcclScan:
         return proc
 
     def _signals(
-        self, text: str, label: Optional[bytes], proc: Optional[NcclProcess], evidence: NcclEvidence
+        self,
+        signals: tuple[Signal, ...],
+        text: str,
+        line: bytes,
+        label: Optional[bytes],
+        proc: Optional[NcclProcess],
+        line_no: int,
     ) -> bool:
+        """Record every signal ``text`` matches (with ``line`` as evidence); True when one did."""
         claimed = False
-        for signal in SIGNALS:
-            found = signal.pattern.search(text)
+        for signal in signals:
+            found = signal.search(text)
             if found is None:
                 continue
             claimed = True
+            evidence = self._evidence(line, line_no)
             if proc is not None:
                 hit = Hit(proc.who, proc.host, proc.rank, found.groups(), evidence, proc)
             else:
@@ -132,6 +147,10 @@ class NcclScan:
                 hit = Hit(label_text(label) or "-", host, rank, found.groups(), evidence, None)
             self.hits.setdefault(signal.name, []).append(hit)
         return claimed
+
+    def _evidence(self, line: bytes, line_no: int) -> NcclEvidence:
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        return NcclEvidence(f"{self._source or '-'}:{line_no}", text[:300])
 
     def result(self, host: Optional[HostFacts] = None) -> NcclDocument:
         """The document; ``host`` (this host's facts) names the interfaces that exist when the log ran here."""

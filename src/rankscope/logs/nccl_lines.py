@@ -182,10 +182,18 @@ class NcclEvidence:
 
 @dataclass(frozen=True)
 class Signal:
-    """A message a rule looks for: its name, and a pattern on the line's text (prefix removed)."""
+    """A message a rule looks for: its name, a pattern on the line's text (prefix removed), and
+    words of which one is in every line it matches (a substring test is 10x cheaper than a search).
+    """
 
     name: str
     pattern: re.Pattern[str]
+    needles: tuple[str, ...]
+
+    def search(self, text: str) -> Optional[re.Match[str]]:
+        if not any(needle in text for needle in self.needles):
+            return None
+        return self.pattern.search(text)
 
 
 #: Messages read from any line that contains ``NCCL`` (or gloo's own wording), warning or not.
@@ -194,6 +202,7 @@ SIGNALS = (
     Signal(
         "duplicate_gpu",
         re.compile(r"Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\S+)"),
+        ("Duplicate GPU",),
     ),
     Signal(
         "no_socket_interface",
@@ -201,26 +210,32 @@ SIGNALS = (
             r"Bootstrap ?: no socket interface found|NET/Socket ?: no interface found"
             r"|NET/Socket ?: No usable listening interface found"
         ),
+        ("interface found",),
     ),
-    Signal("ib_no_device", re.compile(r"NET/IB ?: No device found")),
-    Signal("gloo_no_interface", re.compile(r"Unable to find address for: (\S+)")),
+    Signal("ib_no_device", re.compile(r"NET/IB ?: No device found"), ("No device found",)),
+    Signal(
+        "gloo_no_interface", re.compile(r"Unable to find address for: (\S+)"), ("Unable to find address",)
+    ),
     Signal(
         "shm_segment",
         re.compile(
             r"Error while creating shared memory segment (\S+) \(size (\d+)\)"
             r"|Error: failed to extend (\S+) to (\d+) bytes"
         ),
+        ("shared memory segment", "failed to extend"),
     ),
     Signal(
         "connect_refused",
         re.compile(
             r"Call to connect returned Connection refused|Connect to (\S+) failed : Connection refused"
         ),
+        ("Connection refused",),
     ),
-    Signal("connect_failed", re.compile(r"Connect to (\S+) failed : (.+)$")),
+    Signal("connect_failed", re.compile(r"Connect to (\S+) failed : (.+)$"), ("Connect to",)),
     Signal(
         "remote_error",
         re.compile(r"remote process exited or there was a network error|Connection closed by remote peer"),
+        ("remote process exited", "closed by remote peer"),
     ),
     Signal(
         "watchdog_timeout",
@@ -228,10 +243,19 @@ SIGNALS = (
             r"Watchdog caught collective operation timeout: WorkNCCL\((.*?)\)"
             r"(?: ran for (\d+) milliseconds before timing out)?"
         ),
+        ("Watchdog caught",),
     ),
-    Signal("system_error", re.compile(r"unhandled system error|ncclSystemError")),
+    Signal(
+        "system_error",
+        re.compile(r"unhandled system error|ncclSystemError"),
+        ("system error", "ncclSystemError"),
+    ),
     Signal(
         "ib_completion",
         re.compile(r"Got completion from peer (\S+) with (?:status|error)[ =](\d+).*?vendor err (\d+)"),
+        ("Got completion",),
     ),
 )
+
+#: The signals an ``NCCL INFO`` line can carry; the others come from WARN lines or torch's own.
+INFO_SIGNALS = tuple(s for s in SIGNALS if s.name in ("ib_no_device", "connect_refused"))

@@ -113,7 +113,7 @@ RULES = {
             "`Connect to ADDR failed : REASON` (timed out, no route to host, ...)",
             "packets to the peer's address get no answer or no route: a firewall drops them, or the "
             "address is on an interface that does not connect the nodes (docker0, a private NAT address)",
-            "check that the interface each rank chose (the table above) routes between the nodes "
+            "check that the interface each rank chose (the `interface` column) routes between the nodes "
             "(`ping`/`nc` to that address from the other node), set NCCL_SOCKET_IFNAME to it, open the "
             "ports between the nodes",
         ),
