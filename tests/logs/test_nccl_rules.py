@@ -269,6 +269,21 @@ def test_connection_refused_and_failed_connects() -> None:
     assert "No route to host (1x, to 192.168.80.156" in found["connect_failed"].message  # type: ignore[attr-defined]
 
 
+def test_peer_access_not_supported() -> None:
+    # The WARN as quoted from real multi-GPU PCIe runs (transport/shm.cc:590, NCCL 2.2x).
+    log = (
+        "[default1]:ws01:4412:4470 [1] transport/shm.cc:590 NCCL WARN Cuda failure 217 "
+        "'peer access is not supported between these two devices'\n"
+    )
+    scan = NcclScan()
+    scan.feed(log.encode(), SourceLabels(), "job.log")
+    (found,) = scan.result().findings
+    assert found.kind == "p2p_unsupported"
+    assert found.who == ["1"]  # torchrun's [default1]: is local rank 1, host unknown
+    assert "NCCL_P2P_DISABLE=1" in found.next_step
+    assert "CUDA_VISIBLE_DEVICES" in found.cause
+
+
 def test_watchdog_timeout_and_remote_error_name_their_ranks() -> None:
     # Both lines quoted from real torch logs (ProcessGroupNCCL.cpp, torch 2.x with NCCL 2.20).
     log = (

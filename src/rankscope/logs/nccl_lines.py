@@ -246,6 +246,11 @@ SIGNALS = (
         ("Watchdog caught",),
     ),
     Signal(
+        "p2p_unsupported",
+        re.compile(r"(?:Cuda failure (\d+) )?'?peer access is not supported between these two devices"),
+        ("peer access is not supported",),
+    ),
+    Signal(
         "system_error",
         re.compile(r"unhandled system error|ncclSystemError"),
         ("system error", "ncclSystemError"),

@@ -118,6 +118,18 @@ RULES = {
             "ports between the nodes",
         ),
         Rule(
+            "p2p_unsupported",
+            "`Cuda failure 217 'peer access is not supported between these two devices'` (NCCL's P2P or "
+            "SHM transport setting up CUDA peer access or IPC)",
+            "CUDA refused direct access between two GPUs of a node: they have no peer-to-peer path (PCIe "
+            "GPUs without P2P support, some cloud instances, ACS/IOMMU on), or each process sees only its "
+            "own GPU (one CUDA_VISIBLE_DEVICES per process), so CUDA IPC between them cannot work",
+            "let every process of a node see all its GPUs and pick its own with "
+            "torch.cuda.set_device(LOCAL_RANK) rather than one CUDA_VISIBLE_DEVICES each; where the GPUs "
+            "really have no P2P, NCCL_P2P_DISABLE=1 (NCCL then goes through host memory); on a PCIe-only "
+            "node with NCCL 2.2x, NCCL_CUMEM_HOST_ENABLE=0 or a newer driver (NVIDIA/nccl issue 1838)",
+        ),
+        Rule(
             "remote_error",
             "`remote process exited or there was a network error` (ncclRemoteError), "
             "`Connection closed by remote peer`",
@@ -468,6 +480,15 @@ def message_findings(hits: dict[str, list[Hit]]) -> list[NcclFinding]:
                 f"collectives timed out on {_ranks_text(timeouts)}: {'; '.join(works[:4])}"
                 + (" ..." if len(works) > 4 else ""),
                 timeouts,
+            )
+        )
+    p2p = hits.get("p2p_unsupported", [])
+    if p2p:
+        findings.append(
+            finding(
+                "p2p_unsupported",
+                f"CUDA peer access between two GPUs is not supported ({len(p2p)}x, {_ranks_text(p2p)})",
+                p2p,
             )
         )
     remote = hits.get("remote_error", [])
