@@ -7,7 +7,7 @@ messages are quoted from NCCL's source and real logs (docs/logs.md lists them wi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -437,26 +437,10 @@ def message_findings(hits: dict[str, list[Hit]]) -> list[NcclFinding]:
         )
         found.kind, found.cause, found.next_step = f"ib_completion_{status}", meaning, step
         findings.append(found)
-    shm = hits.get("shm_segment", [])
-    if shm:
-        sizes = sorted({int(g) for h in shm for g in (h.groups[1], h.groups[3]) if g})
-        size = f" ({max(sizes) / 1e6:.1f} MB)" if sizes else ""
-        findings.append(
-            finding(
-                "shm_too_small",
-                f"could not create a shared-memory segment in /dev/shm{size} ({_ranks_text(shm)})",
-                shm,
-            )
-        )
-    refused = hits.get("connect_refused", [])
-    if refused:
-        findings.append(
-            finding(
-                "connection_refused",
-                f"connections refused ({len(refused)}x, {_ranks_text(refused)})",
-                refused,
-            )
-        )
+    for signal, rule_id, describe in _ONE_SIGNAL:
+        group = hits.get(signal, [])
+        if group:
+            findings.append(finding(rule_id, describe(group), group))
     failed: dict[str, list[Hit]] = {}
     for hit in hits.get("connect_failed", []):
         reason = (hit.groups[1] or "").strip()
@@ -471,41 +455,38 @@ def message_findings(hits: dict[str, list[Hit]]) -> list[NcclFinding]:
                 group,
             )
         )
-    timeouts = hits.get("watchdog_timeout", [])
-    if timeouts:
-        works = sorted({_work(h.groups[0] or "") for h in timeouts})
-        findings.append(
-            finding(
-                "watchdog_timeout",
-                f"collectives timed out on {_ranks_text(timeouts)}: {'; '.join(works[:4])}"
-                + (" ..." if len(works) > 4 else ""),
-                timeouts,
-            )
-        )
-    p2p = hits.get("p2p_unsupported", [])
-    if p2p:
-        findings.append(
-            finding(
-                "p2p_unsupported",
-                f"CUDA peer access between two GPUs is not supported ({len(p2p)}x, {_ranks_text(p2p)})",
-                p2p,
-            )
-        )
-    remote = hits.get("remote_error", [])
-    if remote:
-        findings.append(
-            finding("remote_error", f"a peer exited or the network failed ({_ranks_text(remote)})", remote)
-        )
-    system = hits.get("system_error", [])
-    if system:
-        findings.append(
-            finding(
-                "unhandled_system_error",
-                "NCCL 'unhandled system error': a system call or library (socket, IB verbs, CUDA) failed",
-                system,
-            )
-        )
     return findings
+
+
+def _shm(hits: list[Hit]) -> str:
+    sizes = sorted({int(g) for h in hits for g in (h.groups[1], h.groups[3]) if g})
+    size = f" ({max(sizes) / 1e6:.1f} MB)" if sizes else ""
+    return f"could not create a shared-memory segment in /dev/shm{size} ({_ranks_text(hits)})"
+
+
+def _timeouts(hits: list[Hit]) -> str:
+    works = sorted({_work(h.groups[0] or "") for h in hits})
+    more = " ..." if len(works) > 4 else ""
+    return f"collectives timed out on {_ranks_text(hits)}: {'; '.join(works[:4])}{more}"
+
+
+#: Rules read from one signal each: (signal, rule id, what the finding says about its hits).
+_ONE_SIGNAL: tuple[tuple[str, str, Callable[[list[Hit]], str]], ...] = (
+    ("shm_segment", "shm_too_small", _shm),
+    ("connect_refused", "connection_refused", lambda h: f"connections refused ({len(h)}x, {_ranks_text(h)})"),
+    ("watchdog_timeout", "watchdog_timeout", _timeouts),
+    (
+        "p2p_unsupported",
+        "p2p_unsupported",
+        lambda h: f"CUDA peer access between two GPUs is not supported ({len(h)}x, {_ranks_text(h)})",
+    ),
+    ("remote_error", "remote_error", lambda h: f"a peer exited or the network failed ({_ranks_text(h)})"),
+    (
+        "system_error",
+        "unhandled_system_error",
+        lambda _h: "NCCL 'unhandled system error': a system call or library (socket, IB verbs, CUDA) failed",
+    ),
+)
 
 
 NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+")
