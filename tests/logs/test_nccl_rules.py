@@ -94,13 +94,16 @@ def test_two_ranks_on_one_gpu_is_explained_with_lines() -> None:
     assert dup["message"] == "ranks 0-1 share one GPU (busId 60) on vm"
     assert "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))" in dup["next_step"]
     assert "opened the same GPU" in dup["cause"]
-    assert [e["at"] for e in dup["evidence"]] == [f"{log}:27", f"{log}:81"]
+    # NCCL's two WARNs, then each rank's comm line with the one busId
+    assert [e["at"] for e in dup["evidence"]] == [f"{log}:27", f"{log}:81", f"{log}:23", f"{log}:77"]
     lines = log.read_text().splitlines()
-    assert all("Duplicate GPU detected" in lines[int(e["at"].rsplit(":", 1)[1]) - 1] for e in dup["evidence"])
+    told = [lines[int(e["at"].rsplit(":", 1)[1]) - 1] for e in dup["evidence"]]
+    assert all("Duplicate GPU detected" in line for line in told[:2])
+    assert all("busId 60 commId 0x1da7773cee28bf32 - Init START" in line for line in told[2:])
     assert [r["init"] for r in data["ranks"]] == ["START", "START"]
     text = run_cli("logs", "nccl", str(log)).stdout
     assert "[1] duplicate_gpu: ranks 0-1 share one GPU (busId 60) on vm" in text
-    assert f"    lines: {log}:27, {log}:81" in text
+    assert f"    lines: {log}:27, {log}:81, {log}:23, {log}:77" in text
     assert "troubleshooting guide" not in text
 
 
@@ -114,7 +117,9 @@ def test_two_ranks_on_one_gpu_from_comm_info_alone() -> None:
     found = _scan(text)
     assert list(found) == ["duplicate_gpu"]
     assert found["duplicate_gpu"].ranks == [0, 1]  # type: ignore[attr-defined]
-    assert found["duplicate_gpu"].evidence == []  # type: ignore[attr-defined]
+    starts = [n for n, line in enumerate(text.splitlines(), 1) if "busId 60" in line and "Init START" in line]
+    assert len(starts) == 2
+    assert [e.at for e in found["duplicate_gpu"].evidence] == [f"job.log:{n}" for n in starts]  # type: ignore[attr-defined]
 
 
 def test_ib_present_on_this_host_but_socket_used() -> None:

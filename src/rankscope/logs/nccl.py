@@ -109,7 +109,9 @@ class NcclScan:
                     Hit(proc.who, proc.host, proc.rank, (), self._evidence(split.text, line_no), proc)
                 )
             return
-        proc.read_info(msg)
+        fact = proc.read_info(msg)
+        if fact is not None and fact not in proc.facts_at:
+            proc.facts_at[fact] = self._evidence(split.text, line_no)
         if not msg.startswith("Channel "):  # most INFO lines; none is a signal
             self._signals(INFO_SIGNALS, msg, split.text, label, proc, line_no)
 

@@ -79,6 +79,8 @@ class NcclProcess:
     env: dict[str, str] = field(default_factory=dict)
     #: The rank label of its lines, as read; None when they had no prefix.
     label: Optional[bytes] = field(default=None, metadata=SKIP)
+    #: The first line that told each fact (see :meth:`read_info`), as evidence for findings.
+    facts_at: dict[str, NcclEvidence] = field(default_factory=dict, metadata=SKIP)
 
     @property
     def member(self) -> Member:
@@ -98,21 +100,25 @@ class NcclProcess:
         else:
             self.who = f"{self.host} pid {self.pid}"
 
-    def read_info(self, msg: str) -> None:
-        """Take what one ``NCCL INFO`` message says about this process."""
+    def read_info(self, msg: str) -> Optional[str]:
+        """Take what one ``NCCL INFO`` message says about this process.
+
+        Returns the fact it told, for the caller to keep the line as evidence: ``version``,
+        ``network``, ``interface``, ``comm`` (rank, GPU, communicator); None for the others.
+        """
         if self.version is None:
             version = _VERSION.search(msg)
             if version is not None:
                 self.version = version.group(1)
-                return
+                return "version"
         if msg.startswith("Channel "):
             self._read_channel(msg)
-            return
+            return None
         if msg.startswith("Trees "):
             tree = _TREE.search(msg)
             if tree is not None and self.tree is None:
                 self.tree = tree.group(1)
-            return
+            return None
         ib = _IB_USING.search(msg)
         if ib is not None:
             self.ib_devices = _DEVICE.findall(ib.group(1))
@@ -121,24 +127,25 @@ class NcclProcess:
                 self.oob_interface = ib.group(2).split(":", 1)[0]
             if self.ib_devices and self.network is None:
                 self.network = "IB"
-            return
+                return "network"
+            return "interface" if ib.group(2) else None
         sock = _SOCKET_USING.search(msg)
         if sock is not None:
             self.socket_interfaces = _DEVICE.findall(sock.group(1))
-            return
+            return "interface"
         boot = _BOOTSTRAP.search(msg)
         if boot is not None:
             self.bootstrap_interface = boot.group(1).split(":", 1)[0]
-            return
+            return "interface"
         net = _USING_NETWORK.search(msg)
         if net is not None:
             self.network = net.group(1)
-            return
+            return "network"
         env = _ENV.search(msg)
         if env is not None:
             self.env.setdefault(env.group(1), env.group(2))
-            return
-        self._read_comm(msg)
+            return None
+        return "comm" if self._read_comm(msg) else None
 
     def _read_channel(self, msg: str) -> None:
         connection = _CONNECTION.search(msg)
@@ -155,7 +162,8 @@ class NcclProcess:
             if int(ring.group(1)) == 0 and self.ring is None:
                 self.ring = " ".join(ring.group(3).split())
 
-    def _read_comm(self, msg: str) -> None:
+    def _read_comm(self, msg: str) -> bool:
+        """Read a ``comm ... rank R nranks N cudaDev D busId B`` line; True when it told the rank and GPU."""
         comm = _COMM.search(msg)
         if comm is not None:
             if self.rank is None or (self.comm_id is not None and comm.group(5) == self.comm_id):
@@ -165,11 +173,13 @@ class NcclProcess:
                 if comm.group(6) and self.init != "COMPLETE":
                     self.init = comm.group(6)
                 self.update_who()
-            return
+                return True
+            return False
         short = _COMM_RANK.search(msg)
         if short is not None and self.rank is None:
             self.rank, self.nranks = int(short.group(1)), int(short.group(2))
             self.update_who()
+        return False
 
 
 @dataclass

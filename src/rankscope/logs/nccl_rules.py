@@ -224,9 +224,15 @@ class Hit:
 
 
 def finding(
-    rule_id: str, message: str, hits: Iterable[Hit] = (), procs: Iterable[NcclProcess] = (), **words: str
+    rule_id: str,
+    message: str,
+    hits: Iterable[Hit] = (),
+    procs: Iterable[NcclProcess] = (),
+    facts: tuple[str, ...] = (),
+    **words: str,
 ) -> NcclFinding:
-    """A finding of ``rule_id`` with its wording, the ranks and evidence of ``hits`` and ``procs``."""
+    """A finding of ``rule_id`` with its wording, the ranks and evidence of ``hits`` and ``procs``
+    (for a process: the lines that told its ``facts``, see :meth:`NcclProcess.read_info`)."""
     rule = RULES[rule_id]
     who: dict[str, None] = {}
     ranks: set[int] = set()
@@ -241,6 +247,9 @@ def finding(
         who.setdefault(proc.who, None)
         if proc.rank is not None:
             ranks.add(proc.rank)
+        for fact in facts:
+            if fact in proc.facts_at and len(evidence) < EVIDENCE:
+                evidence.append(proc.facts_at[fact])
     return NcclFinding(
         rule_id,
         message,
@@ -285,7 +294,8 @@ def interface_findings(
             else f"{var} (its value is not in the log: NCCL_DEBUG_SUBSYS=ENV prints it)"
         )
         exists = _existing(var, hosts, procs, host)
-        message = f"{setting} matches no {'InfiniBand device' if var == 'NCCL_IB_HCA' else 'network interface'}{where} ({_ranks_text(group)})"
+        kind = "InfiniBand device" if var == "NCCL_IB_HCA" else "network interface"
+        message = f"{setting} matches no {kind}{where} ({_ranks_text(group)})"
         if exists:
             message += f"; {exists}"
         findings.append(finding("interface_not_found", message, group, var=var))
@@ -347,7 +357,9 @@ def duplicate_gpu_findings(hits: dict[str, list[Hit]], procs: list[NcclProcess])
         if ranks
         else f"two ranks share one GPU (busId {', '.join(devices)})"
     )
-    found = finding("duplicate_gpu", message, warned, [p for group in shared.values() for p in group])
+    found = finding(
+        "duplicate_gpu", message, warned, [p for group in shared.values() for p in group], facts=("comm",)
+    )
     found.ranks = sorted(set(found.ranks) | ranks)
     return [found]
 
@@ -373,13 +385,13 @@ def network_findings(procs: list[NcclProcess], host: Optional[HostFacts]) -> lis
         message = f"{len(sockets)} process(es) use NET/Socket although InfiniBand is there ({where})"
         if disabled:
             message += f"; set: {', '.join(disabled)}"
-        findings.append(finding("ib_unused", message, procs=sockets))
+        findings.append(finding("ib_unused", message, procs=sockets, facts=("network",)))
     elif sockets and (len(hosts) > 1 or any(p.network == "IB" for p in procs)):
         ib_elsewhere = [p for p in procs if p.network == "IB"]
         message = f"{len(sockets)} process(es) send NCCL traffic over TCP sockets (NET/Socket) between nodes"
         if ib_elsewhere:
             message += f" while {len(ib_elsewhere)} use InfiniBand/RoCE"
-        findings.append(finding("socket_fallback", message, procs=sockets))
+        findings.append(finding("socket_fallback", message, procs=sockets, facts=("network",)))
     interfaces: dict[str, list[NcclProcess]] = {}
     for p in procs:
         if p.interface:
@@ -391,6 +403,7 @@ def network_findings(procs: list[NcclProcess], host: Optional[HostFacts]) -> lis
                 "interface_mismatch",
                 f"ranks chose different network interfaces ({summary})",
                 procs=[p for group in interfaces.values() for p in group],
+                facts=("interface",),
             )
         )
     versions = {p.version for p in procs if p.version}
@@ -401,6 +414,7 @@ def network_findings(procs: list[NcclProcess], host: Optional[HostFacts]) -> lis
                 "version_mismatch",
                 f"different NCCL versions across ranks: {', '.join(sorted(versions))} ({detail})",
                 procs=[p for p in procs if p.version],
+                facts=("version",),
             )
         )
     return findings
