@@ -50,9 +50,9 @@ def test_socket_fallback_mismatched_interfaces_versions_and_warns() -> None:
     assert "process(es) send NCCL traffic over TCP sockets (NET/Socket) between nodes" in out
     assert "ranks chose different network interfaces (docker0: gpu018:2; enp67s0: gpu017:[0-1])" in out
     assert "different NCCL versions across ranks: 2.18.1+cuda12.1, 2.19.3+cuda12.3" in out
-    # each process's version line is the evidence
+    # each process's version line is the evidence, the rarest version first
     log = DATA / "nccl_socket_mixed.log"
-    assert f"    lines: {log}:5, {log}:11, {log}:16, {log}:20" in out
+    assert f"    lines: {log}:20, {log}:5, {log}:11, {log}:16" in out
     # two failed connects that differ only in port numbers are one finding, with cause and fix
     assert out.count("connect_failed: connections failed: Connection timed out (2x, to 192.168.50.21") == 1
     assert "NCCL WARN (" not in out

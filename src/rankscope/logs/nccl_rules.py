@@ -7,6 +7,7 @@ messages are quoted from NCCL's source and real logs (docs/logs.md lists them wi
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Optional
@@ -406,14 +407,16 @@ def network_findings(procs: list[NcclProcess], host: Optional[HostFacts]) -> lis
                 facts=("interface",),
             )
         )
-    versions = {p.version for p in procs if p.version}
+    counts = Counter(p.version for p in procs if p.version)
+    versions = set(counts)
     if len(versions) > 1:
         detail = "; ".join(f"{v}: {_fold([p for p in procs if p.version == v])}" for v in sorted(versions))
         findings.append(
             finding(
                 "version_mismatch",
                 f"different NCCL versions across ranks: {', '.join(sorted(versions))} ({detail})",
-                procs=[p for p in procs if p.version],
+                # the rarest versions first, so that the evidence shows them however many ranks agree
+                procs=sorted((p for p in procs if p.version), key=lambda p: counts[p.version or ""]),
                 facts=("version",),
             )
         )
