@@ -323,8 +323,14 @@ def test_line_numbers_hold_across_chunks_and_sources() -> None:
     scan.feed(data[:cut], source="a.log")
     scan.feed(data[cut:], source="a.log")
     scan.feed(data, source="b.log")
-    (shm,) = scan.result().findings
+    scan.feed(
+        b"noise\n[rank1]:RuntimeError: [enforce fail at device.cc:84] ifa != nullptr. Unable to find address for: x0\n",
+        source="b.log",
+    )
+    found = {f.kind: f for f in scan.result().findings}
+    shm, gloo = found["shm_too_small"], found["interface_not_found"]
     assert [e.at for e in shm.evidence] == ["a.log:4", "a.log:9", "b.log:4", "b.log:9"]
+    assert [e.at for e in gloo.evidence] == ["b.log:12"]
 
 
 def test_every_rule_has_cause_and_fix_and_a_docs_row() -> None:
