@@ -33,7 +33,12 @@ def test_ib_completion_error_12_is_explained() -> None:
     kinds = [f["kind"] for f in data["findings"]]
     assert kinds[:2] == ["ib_completion_12", "unhandled_system_error"]
     ib = data["findings"][0]
-    assert "retries exceeded" in ib["message"]
+    assert "retries exceeded" in ib["cause"]
+    assert "status 12 (vendor err 129; 2x, rank 0-1)" in ib["message"]
+    assert [e["at"] for e in ib["evidence"]] == [
+        f"{DATA / 'nccl_ib_fail.log'}:18",
+        f"{DATA / 'nccl_ib_fail.log'}:22",
+    ]
     assert "not connected" in ib["next_step"] and "GID" in ib["next_step"]
     assert sorted(ib["who"]) == ["node-1:0", "node-2:1"]
 
@@ -45,8 +50,12 @@ def test_socket_fallback_mismatched_interfaces_versions_and_warns() -> None:
     assert "process(es) send NCCL traffic over TCP sockets (NET/Socket) between nodes" in out
     assert "ranks chose different network interfaces (docker0: gpu018:2; enp67s0: gpu017:[0-1])" in out
     assert "different NCCL versions across ranks: 2.18.1+cuda12.1, 2.19.3+cuda12.3" in out
-    # two WARN lines that differ only in port numbers are one finding
-    assert out.count("NCCL WARN (2x): socketStartConnect: Connect to") == 1
+    # each process's version line is the evidence, the rarest version first
+    log = DATA / "nccl_socket_mixed.log"
+    assert f"    lines: {log}:20, {log}:5, {log}:11, {log}:16" in out
+    # two failed connects that differ only in port numbers are one finding, with cause and fix
+    assert out.count("connect_failed: connections failed: Connection timed out (2x, to 192.168.50.21") == 1
+    assert "NCCL WARN (" not in out
 
 
 def test_nccl_scan_transports_per_process() -> None:
@@ -76,7 +85,7 @@ def test_ib_status_4_and_5_have_their_own_explanations() -> None:
         b"with error 5, opcode 0, len 0, vendor err 244 (Recv)\n"
     )
     findings = {f.kind: f for f in scan.result().findings}
-    assert "local protection error" in findings["ib_completion_4"].message
+    assert "local protection error" in findings["ib_completion_4"].cause
     assert "nvidia-peermem" in findings["ib_completion_4"].next_step
-    assert "flushed" in findings["ib_completion_5"].message
+    assert "flushed" in findings["ib_completion_5"].cause
     assert "a consequence, not the cause" in findings["ib_completion_5"].next_step

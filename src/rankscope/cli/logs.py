@@ -286,14 +286,22 @@ def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filena
 
 
 @logs.command(
-    help="""Summarise NCCL_DEBUG=INFO output: per rank the NCCL version, the network chosen, channel
-transports, and findings (socket fallback, mismatched interfaces, WARN lines, known errors
-with the next step).
+    help="""Summarise NCCL_DEBUG=INFO output and explain known failures.
+
+\b
+Per rank: NCCL version, network (IB/Socket), interface, channels, transports (P2P/SHM/NET),
+GPU (cudaDev, busId) and whether init completed. Then findings, each with its rule, ranks,
+cause, fix and the lines that show it (file:line): an NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME/
+NCCL_IB_HCA that matches nothing (with the interfaces that exist), two ranks on one GPU,
+different NCCL versions, InfiniBand present but sockets used, /dev/shm too small, refused or
+failed connections, watchdog timeouts, peers that exited, IB completion errors, other WARNs.
+When the log ran on this host, its interfaces and /dev/infiniband are looked at too.
 
 \b
 Examples:
   NCCL_DEBUG=INFO torchrun ... 2>&1 | tee job.log; rankscope logs nccl job.log
   rankscope logs nccl node*.log --json
+  rankscope logs nccl job.log --json | jq '.findings[] | {kind, ranks, next_step}'
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
@@ -301,14 +309,15 @@ Examples:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.nccl/1).")
 def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.nccl import NcclScan, render_nccl
+    from rankscope.logs.nccl_host import read_host_facts
 
     scan = NcclScan()
     with _reading(inputs, host_from_filename) as reading:
         for opened in reading.sources():
             for chunk in opened.chunks:
-                scan.feed(chunk, opened.labels)
+                scan.feed(chunk, opened.labels, opened.source.name)
     reading.check_something_read()
-    result = scan.result()
+    result = scan.result(read_host_facts())
     if not result.ranks and not result.findings:
         raise NothingFoundError(
             f"no NCCL lines in {', '.join(inputs)}",
