@@ -8,6 +8,7 @@ run real hung torchrun jobs (gloo) under real py-spy --native.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -17,12 +18,11 @@ from tests.stacks.pyspy_text import snapshots
 from tests.support.cli import run_cli
 
 from rankscope.demo.launch import LaunchedJob
-from rankscope.model import Frame, RankId
 from rankscope.stacks.explain import diagnose, explaining_frames, gpu_wait, short_native_name
 from rankscope.stacks.gpu import parse_query_csv, query_gpus
-from rankscope.stacks.merge import group_snapshots, representatives
+from rankscope.stacks.merge import group_snapshots, merge_reports, representatives
 from rankscope.stacks.render import render_text
-from rankscope.stacks.report import GpuStatus, ProcessInfo, StacksReport
+from rankscope.stacks.report import GpuStatus, ProcessInfo, StacksReport, load_report, report_document
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu-h100"
 PYBIND_FUN = next(
@@ -154,15 +154,33 @@ def test_representatives_are_the_first_two_of_each_python_stack() -> None:
 
 
 def test_no_gpu_no_gpu_note() -> None:
-    assert _recorded_report(gpus=None).diagnosis.notes == []  # type: ignore[union-attr]
-    assert RankId("gpu0").rank is None and Frame("f", "x.py", 1).library is None
+    report = _recorded_report(gpus=None)
+    assert report.diagnosis is not None and report.diagnosis.notes == []
+    assert "gpus" not in report_document(report)
+
+
+def test_gpus_and_native_flags_survive_json_and_a_multi_node_merge() -> None:
+    gpus = parse_query_csv((DATA / "query.csv").read_text(), "gpu0")
+    node = load_report(json.loads(json.dumps(report_document(_recorded_report(gpus)))))
+    other = StacksReport(
+        hosts=["gpu1"], gpus=[GpuStatus("gpu1", 0, "NVIDIA H100 80GB HBM3", 100, 1025, 81559)]
+    )
+    merged = merge_reports([node, other])
+    assert merged.gpus == [*gpus, *(other.gpus or [])]
+    assert all(p.native for p in merged.processes)
+    merged.diagnosis = diagnose(merged)
+    (note,) = merged.diagnosis.notes  # rank 2 runs on gpu0: gpu1's GPU is not its own
+    assert note.startswith("rank 2 waits for GPU 0 (NVIDIA H100 80GB HBM3): 0% busy")
 
 
 @pytest.mark.slow
 def test_native_text_on_a_real_gloo_job(lock_job: LaunchedJob) -> None:
-    result = run_cli("stacks", "--pid", str(lock_job.pid), "--native", "--no-color", timeout=180)
+    argv = ["--native", "--samples", "2", "--interval", "0.2", "--no-color"]
+    result = run_cli("stacks", "--pid", str(lock_job.pid), *argv, timeout=180)
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    # Stuck or moving is judged on the Python samples; the native frames come after the last one.
+    assert out.count("[stuck]") == 2, out
     assert "??" not in out and "0x7f" not in out
     assert "c10d::Work::wait (libtorch_cpu.so)" in out
     assert "blocked in c10d::Work::wait" in out
