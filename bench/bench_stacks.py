@@ -1,11 +1,12 @@
 """Benchmark `rankscope stacks` against the manual py-spy pipeline, side by side in one run.
 
-    python bench/bench_stacks.py                # 8 and 16 ranks, with and without --native, + merge scale
+    python bench/bench_stacks.py                # 8 and 16 ranks: no --native, --native, --native-all; + merge scale
     python bench/bench_stacks.py --ranks 16 --repeat 5
     python bench/bench_stacks.py --merge-only
 
 Baseline: `pgrep -P <launcher> | xargs -I {} py-spy dump --pid {}` (and with --native), the
-command users run today. rankscope is timed as a whole CLI run (interpreter start-up,
+command users run today; rankscope's --native (native dumps of representatives only) and
+--native-all (every rank) are timed against the same --native pipeline runs. rankscope is timed as a whole CLI run (interpreter start-up,
 discovery, parallel dumps, merge, render). Results are medians of --repeat alternating runs.
 """
 
@@ -34,31 +35,49 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
     return elapsed, proc.stdout
 
 
-def compare(launcher: int, native: bool, repeat: int) -> dict[str, float]:
+#: rankscope's modes, by the flag they add: Python stacks only, --native (representatives), --native-all.
+MODES = {"no": [], "yes": ["--native"], "all": ["--native-all"]}
+
+
+def compare(launcher: int, modes: list[str], repeat: int) -> list[dict[str, object]]:
+    """The manual pipeline (with --native when any mode is native) and each rankscope mode, alternating."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", RUST_BACKTRACE="0")
-    flag = " --native" if native else ""
+    flag = " --native" if modes != ["no"] else ""
     manual = ["bash", "-c", f"pgrep -P {launcher} | xargs -I {{}} py-spy dump{flag} --pid {{}}"]
-    ours = [str(BIN / "rankscope"), "stacks", "--pid", str(launcher), "--no-color"] + (
-        ["--native"] if native else []
-    )
-    manual_times, our_times = [], []
-    manual_out = our_out = ""
+    ours = {
+        mode: [str(BIN / "rankscope"), "stacks", "--pid", str(launcher), "--no-color", *MODES[mode]]
+        for mode in modes
+    }
+    manual_times: list[float] = []
+    our_times: dict[str, list[float]] = {mode: [] for mode in modes}
+    manual_out = ""
+    our_out: dict[str, str] = {}
     for _ in range(repeat):
         seconds, manual_out = timed(manual, env)
         manual_times.append(seconds)
-        seconds, our_out = timed(ours, env)
-        our_times.append(seconds)
-    m, o = statistics.median(manual_times), statistics.median(our_times)
-    return {
-        "manual_s": m,
-        "rankscope_s": o,
-        "ratio": o / m,
-        "manual_lines": len(manual_out.splitlines()),
-        "rankscope_lines": len(our_out.splitlines()),
-    }
+        for mode in modes:
+            seconds, our_out[mode] = timed(ours[mode], env)
+            our_times[mode].append(seconds)
+    m = statistics.median(manual_times)
+    rows: list[dict[str, object]] = []
+    for mode in modes:
+        o = statistics.median(our_times[mode])
+        rows.append(
+            {
+                "native": mode,
+                "manual_s": m,
+                "rankscope_s": o,
+                "ratio": o / m,
+                "rankscope_min_max_s": [min(our_times[mode]), max(our_times[mode])],
+                "manual_min_max_s": [min(manual_times), max(manual_times)],
+                "manual_lines": len(manual_out.splitlines()),
+                "rankscope_lines": len(our_out[mode].splitlines()),
+            }
+        )
+    return rows
 
 
-def bench_jobs(ranks_list: list[int], repeat: int) -> list[dict[str, object]]:
+def bench_jobs(ranks_list: list[int], repeat: int, native_repeat: int) -> list[dict[str, object]]:
     from rankscope.demo.launch import start_torchrun
 
     rows: list[dict[str, object]] = []
@@ -66,11 +85,11 @@ def bench_jobs(ranks_list: list[int], repeat: int) -> list[dict[str, object]]:
         job = start_torchrun(nproc=ranks, script_args=["--scenario", "lock", "--culprit", str(ranks // 2)])
         try:
             job.wait_ready(timeout=600, settle=1.0)
-            for native in (False, True):
-                row: dict[str, object] = {"ranks": ranks, "native": native}
-                row.update(compare(job.pid, native, repeat if not native else max(1, repeat // 2)))
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            for modes, times in ((["no"], repeat), (["yes", "all"], native_repeat)):
+                for row in compare(job.pid, modes, times):
+                    row = {"ranks": ranks, **row, "load_1m": os.getloadavg()[0]}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
         finally:
             job.stop()
     return rows
@@ -128,21 +147,27 @@ def main() -> None:
     )
     parser.add_argument("--ranks", type=int, nargs="*", default=[8, 16])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--native-repeat", type=int, default=None, help="runs with --native (default: repeat // 2)"
+    )
     parser.add_argument("--merge-ranks", type=int, default=100_000)
     parser.add_argument("--merge-only", action="store_true")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}", flush=True)
+    print(
+        f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {os.getloadavg()}", flush=True
+    )
     # Measure rankscope as installed: with compiled bytecode, even where PYTHONDONTWRITEBYTECODE is set.
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "rankscope")], check=True)
     if not args.merge_only:
-        rows = bench_jobs(args.ranks, args.repeat)
+        native_repeat = args.native_repeat or max(1, args.repeat // 2)
+        rows = bench_jobs(args.ranks, args.repeat, native_repeat)
         print(
             "\n| ranks | --native | manual pipeline (s) | rankscope (s) | ratio | lines manual | lines rankscope | fewer lines |"
         )
         print("|---:|:---:|---:|---:|---:|---:|---:|---:|")
         for row in rows:
             print(
-                f"| {row['ranks']} | {'yes' if row['native'] else 'no'} | {row['manual_s']:.3f} | {row['rankscope_s']:.3f} "
+                f"| {row['ranks']} | {row['native']} | {row['manual_s']:.3f} | {row['rankscope_s']:.3f} "
                 f"| {row['ratio']:.2f}x | {row['manual_lines']} | {row['rankscope_lines']} "
                 f"| {int(row['manual_lines']) / max(1, int(row['rankscope_lines'])):.1f}x |"
             )

@@ -30,6 +30,7 @@ EVERYTHING = StacksOptions(
     pids=(4242, 17),
     all_python=True,
     native=True,
+    native_all=True,
     with_locals=True,
     samples=3,
     interval=0.25,

@@ -170,7 +170,8 @@ def test_worker_pid_alone(deep_job: LaunchedJob) -> None:
 
 def test_deadline_kills_slow_dumps_and_leaves_ranks_running(lock_job: LaunchedJob) -> None:
     # A native dump of a torch worker needs 0.4 s or more (symbol loading): 0.1 s always misses.
-    result = run_cli("stacks", "--pid", str(lock_job.pid), "--native", "--timeout", "0.1", "--json")
+    # --native-all: every rank is dumped natively (--native dumps Python stacks first, which may finish).
+    result = run_cli("stacks", "--pid", str(lock_job.pid), "--native-all", "--timeout", "0.1", "--json")
     assert result.returncode == 5, result.stderr
     doc = result.json()
     assert len(doc["failures"]) == 4

@@ -68,7 +68,8 @@ collective the majority waits in and the rank(s) that are elsewhere.
 Examples:
   rankscope stacks                          # the job on this node
   rankscope stacks --pid 4242               # a launcher (its workers) or one worker
-  rankscope stacks --native                 # include C/C++ frames (slower)
+  rankscope stacks --native                 # + C/C++ frames of 2 ranks per distinct stack
+  rankscope stacks --native-all             # + C/C++ frames of every rank (0.5-1 s each)
   rankscope stacks --samples 3 --interval 2 # stuck or just slow? (stuck/moving per rank)
   rankscope stacks --json > stacks.json     # machine-readable (schema rankscope.stacks/1)
   rankscope stacks --out dumps/             # also keep every raw dump (private files)
@@ -91,7 +92,13 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
     "--all-python", is_flag=True, help="Every Python process of yours (root: everyone's), not only jobs."
 )
 @click.option(
-    "--native", is_flag=True, help="Include native (C/C++) frames: slower, shows where in torch/NCCL."
+    "--native",
+    is_flag=True,
+    help="Include native (C/C++) frames: why a rank waits (c10d/NCCL, CUDA sync, futex). Python stacks of "
+    "every rank first, then native dumps of the first 2 ranks of each distinct stack; the report names them.",
+)
+@click.option(
+    "--native-all", is_flag=True, help="Like --native, but dump every rank natively (cost grows with ranks)."
 )
 @click.option(
     "--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out)."

@@ -88,16 +88,22 @@ def render_for(
 def save_outputs(
     out_dir: Path, result: LocalResult, document: dict[str, Any], text: str, force: bool = False
 ) -> None:
-    """Keep every raw dump (raw/), the merged JSON and the text report, readable only by the owner."""
+    """Keep every raw dump (raw/), the merged JSON and the text report, readable only by the owner.
+
+    The native dumps of representatives (`--native`) are kept beside their Python dumps as
+    ``HOST.rank-N.pid-P.native.json``.
+    """
     with OutDir(out_dir, force) as out:
         raw = out.subdir("raw")
-        for sample, outcome in result.outcomes:
+        dumps = [(sample, outcome, "") for sample, outcome in result.outcomes]
+        dumps += [(result.report.samples - 1, outcome, ".native") for outcome in result.native_outcomes]
+        for sample, outcome, kind in dumps:
             rank = outcome.target.rank.rank
             stem = f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
             if result.report.samples > 1:
                 stem += f".sample-{sample + 1}"
             suffix = ".json" if outcome.snapshot is not None else ".error.txt"
             body = outcome.raw or (outcome.failure.reason.encode() if outcome.failure else b"")
-            out.write(stem + suffix, body, subdir=raw)
+            out.write(stem + kind + suffix, body, subdir=raw)
         out.write("stacks.json", json.dumps(document, indent=2))
         out.write("report.txt", text)

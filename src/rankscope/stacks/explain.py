@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 from rankscope.folding import describe_members, fold_ints
-from rankscope.model import Frame, Member
-from rankscope.stacks.report import Diagnosis, Finding, StackGroup, StacksReport
+from rankscope.model import Frame, Member, RankId
+from rankscope.stacks.pyspy import UNKNOWN_NATIVE
+from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
 
 #: Python-level entry points of torch.distributed (and DeepSpeed's comm layer) that block.
 COLLECTIVES = frozenset(
@@ -58,6 +59,19 @@ _NATIVE_COLLECTIVE = re.compile(
     re.IGNORECASE,
 )
 _NATIVE_LOCK = re.compile(r"PyThread_acquire_lock|pthread_mutex_lock|sem_(timed)?wait|futex", re.IGNORECASE)
+#: Native calls that wait for the GPU: the runtime's and the driver's synchronous calls (not *Async).
+_GPU_WAIT = re.compile(
+    r"(cuda(Device|Stream|Event)Synchronize|cu(Ctx|Stream|Event)Synchronize|cudaMemcpy|cuMemcpy)"
+    r"(?!\w*Async)\w*"
+)
+#: What a thread blocks in at the bottom: a condition variable, a futex, a semaphore, a lock,
+#: poll/epoll/select on a socket, a sleep.
+_WAIT_PRIMITIVE = re.compile(
+    r"pthread_cond_(timed|clock)?wait|pthread_mutex_(timed|clock)?lock|__lll_lock_wait|futex|"
+    r"sem_(timed|clock)?wait|PyThread_acquire_lock|std::condition_variable::wait|"
+    r"^(__)?(poll|ppoll|epoll_wait|epoll_pwait|select|pselect6?|recv|recvmsg|accept4?)$|"
+    r"^(clock_)?nanosleep$"
+)
 _STDLIB = re.compile(r"/lib/python\d\.\d+/(?!site-packages|dist-packages)")
 
 
@@ -75,8 +89,84 @@ def is_comm(frame: Frame) -> bool:
     return not frame.is_native and any(p in frame.filename for p in _COMM_PATHS)
 
 
-def describe_frame(frame: Frame) -> str:
-    return f"{frame.function} ({frame.location})"
+def describe_frame(frame: Frame, short: bool = False) -> str:
+    """``all_reduce (torch/distributed/distributed_c10d.py:3252)``; ``short`` shortens C++ names."""
+    name = short_native_name(frame.function) if short and frame.is_native else frame.function
+    return f"{name} ({frame.location})"
+
+
+_LAMBDA = re.compile(r"\{lambda\([^{}]*\)#\d+\}")
+#: C++ names longer than this many ``::`` parts keep the first and the last two.
+NAMESPACE_PARTS = 3
+
+
+def short_native_name(name: str) -> str:
+    """A C++ symbol as a person reads it (docs/stacks.md, "Native frames"):
+
+    template arguments become ``<…>``, argument lists are dropped (``(…)`` where the symbol had one
+    inside a name), ``{lambda(...)#1}`` becomes ``{lambda}``, and a name of more than three
+    ``::`` parts keeps its first and its last two: ``pybind11::…::{lambda}::_FUN``.
+    """
+    if "<" not in name and "(" not in name and name.count("::") < NAMESPACE_PARTS:
+        return name
+    name = _LAMBDA.sub("{lambda}", name)
+    out: list[str] = []
+    depth = 0
+    for char in name:  # drop what is inside <...> and (...), nested ones included
+        if char in "<(":
+            if depth == 0:
+                out.append(char + "…")
+            depth += 1
+        elif char in ">)" and depth:
+            depth -= 1
+            if depth == 0:
+                out.append(char)
+        elif depth == 0:
+            out.append(char)
+    text = "".join(out)
+    if text.endswith("(…)"):
+        text = text[:-3]
+    parts = text.split("::")
+    if len(parts) > NAMESPACE_PARTS:
+        text = "::".join([parts[0], "…", *parts[-2:]])
+    return text
+
+
+def is_anonymous(frame: Frame) -> bool:
+    """A native frame py-spy could not name (``?? (libc.so.6)``)."""
+    return frame.is_native and frame.function == UNKNOWN_NATIVE
+
+
+def explaining_frames(frames: Sequence[Frame]) -> set[int]:
+    """Indices of the native frames that say what a stack waits for (kept when native code is folded).
+
+    The innermost c10d/gloo/NCCL work or collective frame, the outermost and innermost GPU
+    synchronising calls (``cudaDeviceSynchronize`` ... ``cuCtxSynchronize_v2``), and the innermost wait
+    primitive (``pthread_cond_wait``, futex, sem_wait, poll/epoll, a lock, a sleep).
+    """
+    keep: set[int] = set()
+    gpu = [i for i, f in enumerate(frames) if f.is_native and _GPU_WAIT.match(f.function)]
+    if gpu:
+        keep.update((gpu[0], gpu[-1]))
+    for pattern in (_NATIVE_COLLECTIVE, _WAIT_PRIMITIVE):
+        for index in range(len(frames) - 1, -1, -1):
+            frame = frames[index]
+            if frame.is_native and pattern.search(frame.function):
+                keep.add(index)
+                break
+    return keep
+
+
+def gpu_wait(frames: Sequence[Frame]) -> Optional[str]:
+    """The call a stack waits for the GPU in: ``cudaDeviceSynchronize`` (native frames), else
+    ``torch.cuda.synchronize`` (its Python frame); None when it does not wait for the GPU."""
+    for frame in frames:  # outermost first: the call torch made, not the driver's inside it
+        if frame.is_native and _GPU_WAIT.match(frame.function):
+            return frame.function
+    for frame in reversed(frames):
+        if not frame.is_native and frame.function.endswith("synchronize") and "torch/cuda/" in frame.filename:
+            return f"torch.cuda.{frame.function}"
+    return None
 
 
 def backend_of(frames: Sequence[Frame]) -> Optional[str]:
@@ -101,13 +191,23 @@ class Place:
     #: The innermost frame (what py-spy prints first).
     innermost: Optional[Frame]
     waiting_on_lock: bool = False
+    #: The call it waits for the GPU in (``cudaDeviceSynchronize``), when it does.
+    gpu_call: Optional[str] = None
+    #: The native c10d/gloo/NCCL frame a collective blocks in (``c10d::Work::wait``), with --native.
+    native_wait: Optional[str] = None
 
     def where(self) -> str:
         """The place alone: ``all_reduce (torch.distributed) called from sync (train.py:30)``; "" without frames."""
         if self.collective:
+            where = self.collective
             if self.caller is not None:
-                return f"{self.collective} called from {describe_frame(self.caller)}"
-            return self.collective
+                where += f" called from {describe_frame(self.caller)}"
+            if self.native_wait:
+                where += f", blocked in {short_native_name(self.native_wait)}"
+            return where
+        if self.gpu_call:
+            where = f"the GPU ({self.gpu_call})"
+            return where + (f" called from {describe_frame(self.caller)}" if self.caller is not None else "")
         target = self.caller or self.innermost
         if target is None:
             return ""
@@ -123,12 +223,17 @@ class Place:
         """What the ranks do, its verb agreeing with them: ``waits in X`` (one) / ``wait in X`` (several)."""
         if self.collective:
             return f"{'wait' if plural else 'waits'} in {self.where()}"
+        if self.gpu_call:
+            return f"{'wait' if plural else 'waits'} for {self.where()}"
         if not self.where():
             return f"{'have' if plural else 'has'} no Python frames"
         return f"{'are' if plural else 'is'} in {self.where()}"
 
     def elsewhere(self, plural: bool) -> str:
-        """``is elsewhere: load_batch (data.py:41)``, ``are elsewhere: they have no Python frames``."""
+        """``is elsewhere: load_batch (data.py:41)``, ``are elsewhere: they have no Python frames``;
+        a wait for the GPU says so: ``waits for the GPU (cudaDeviceSynchronize) called from ...``."""
+        if self.gpu_call:
+            return self.text(plural)
         verb = "are" if plural else "is"
         if not self.collective and not self.where():
             return f"{verb} elsewhere: {'they have' if plural else 'it has'} no Python frames"
@@ -146,15 +251,27 @@ def locate(frames: Sequence[Frame]) -> Place:
             package = "deepspeed.comm" if "deepspeed/comm/" in frame.filename else "torch.distributed"
             backend = backend_of(frames[index:])
             label = f"{short} ({package}{', ' + backend if backend else ''})"
-            return Place(label, _user_before(frames, index), innermost)
+            return Place(
+                label, _user_before(frames, index), innermost, native_wait=_work_wait(frames[index:])
+            )
     for index, frame in enumerate(frames):
         if frame.is_native and _NATIVE_COLLECTIVE.search(frame.function):
             backend = backend_of(frames[index:]) or "native"
             match = _NATIVE_COLLECTIVE.search(frame.function)
             op = match.group(2).lower() if match else "collective"
-            return Place(f"{op} ({backend})", _user_before(frames, index), innermost)
+            return Place(
+                f"{op} ({backend})", _user_before(frames, index), innermost, native_wait=_work_wait(frames)
+            )
     user = [f for f in python_frames if not is_library(f)]
-    return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock)
+    return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock, gpu_call=gpu_wait(frames))
+
+
+def _work_wait(frames: Sequence[Frame]) -> Optional[str]:
+    """The innermost c10d/gloo/NCCL frame (``c10d::Work::wait``): what a collective blocks in natively."""
+    for frame in reversed(frames):
+        if frame.is_native and _NATIVE_COLLECTIVE.search(frame.function):
+            return frame.function
+    return None
 
 
 def _user_before(frames: Sequence[Frame], index: int) -> Optional[Frame]:
@@ -166,7 +283,9 @@ def _user_before(frames: Sequence[Frame], index: int) -> Optional[Frame]:
 
 def _finding(kind: str, members: list[Member], place: Place, text: str) -> Finding:
     ranks = fold_ints(m.rank for m in members if m.rank is not None)
-    return Finding(kind, ranks, members, place.collective, place.caller, place.innermost, text)
+    return Finding(
+        kind, ranks, members, place.collective, place.caller, place.innermost, text, place.gpu_call
+    )
 
 
 def _findings(groups: Sequence[StackGroup]) -> list[tuple[Place, list[Member]]]:
@@ -243,6 +362,7 @@ def diagnose(report: StacksReport) -> Diagnosis:
             )
         if missing:
             text += f"; missing: {_ranks(missing)}"
+        notes.extend(gpu_notes(report, [finding], who))
         return Diagnosis(text, [finding], [], missing, notes)
 
     waiting = [(p, m) for p, m in places if p.collective]
@@ -272,7 +392,61 @@ def diagnose(report: StacksReport) -> Diagnosis:
         if waiting:
             notes.append("the ranks are in different collectives or call sites: a mismatched collective call")
     headline = "; ".join(f.text for f in findings)
+    notes.extend(gpu_notes(report, findings, who))
     return Diagnosis(headline, findings, divergent, missing, notes)
+
+
+#: GPU notes printed at most; more ranks waiting for their GPUs are counted.
+GPU_NOTES = 8
+
+
+def device_of(rank: Optional[RankId], gpus: Sequence[GpuStatus]) -> Optional[GpuStatus]:
+    """The GPU a rank uses: the one numbered as its local rank (``torch.cuda.set_device(LOCAL_RANK)``),
+    else the node's only GPU; None when neither says."""
+    if rank is not None and rank.local_rank is not None:
+        for gpu in gpus:
+            if gpu.index == rank.local_rank:
+                return gpu
+    return gpus[0] if len(gpus) == 1 else None
+
+
+def gpu_text(gpu: GpuStatus) -> str:
+    """``GPU 0 (NVIDIA H100 80GB HBM3): 100% busy, 1234 of 81559 MiB used (nvidia-smi)`` and what it means."""
+    facts = []
+    if gpu.utilization is not None:
+        facts.append(f"{gpu.utilization}% busy")
+    if gpu.memory_used_mib is not None and gpu.memory_total_mib is not None:
+        facts.append(f"{gpu.memory_used_mib} of {gpu.memory_total_mib} MiB used")
+    text = (
+        f"GPU {gpu.index}" + (f" ({gpu.name})" if gpu.name else "") + ": " + (", ".join(facts) or "no data")
+    )
+    text += f" ({gpu.source})"
+    if gpu.utilization is not None and gpu.utilization >= 90:
+        text += "; a kernel is running: one that never ends keeps its GPU at 100%"
+    elif gpu.utilization == 0:
+        text += "; no kernel ran in the last sample period: the GPU itself is idle"
+    return text
+
+
+def gpu_notes(
+    report: StacksReport, findings: Sequence[Finding], who: Callable[[Sequence[Member]], str]
+) -> list[str]:
+    """One note per rank that waits for its GPU, with that GPU's utilisation and memory where known."""
+    if not report.gpus:
+        return []
+    ranks = {p.member: p.rank for p in report.processes}
+    by_host: dict[str, list[GpuStatus]] = {}
+    for status in report.gpus:
+        by_host.setdefault(status.host, []).append(status)
+    notes = []
+    waiting = [m for f in findings if f.gpu_wait for m in f.members]
+    for member in waiting:
+        gpu = device_of(ranks.get(member), by_host.get(member.host, []))
+        if gpu is not None:
+            notes.append(f"{who([member])} waits for {gpu_text(gpu)}")
+    if len(notes) > GPU_NOTES:
+        notes[GPU_NOTES:] = [f"... and {len(notes) - GPU_NOTES} more ranks waiting for their GPUs"]
+    return notes
 
 
 def _plural(members: Sequence[Member]) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope import procfs
@@ -21,8 +21,9 @@ from rankscope.procs import (
 )
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Target, collect
-from rankscope.stacks.explain import diagnose
-from rankscope.stacks.merge import group_snapshots, motion
+from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.gpu import query_gpus
+from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
@@ -36,6 +37,8 @@ class LocalResult:
     report: StacksReport
     #: (sample index, outcome) for every dump attempt: what --out keeps.
     outcomes: list[tuple[int, DumpOutcome]] = field(default_factory=list)
+    #: The native dumps of representatives after the last sample (--native without --native-all).
+    native_outcomes: list[DumpOutcome] = field(default_factory=list)
 
 
 def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tuple[list[Job], list[Failure]]:
@@ -91,6 +94,11 @@ def unreadable_failures(table: ProcessTable) -> list[Failure]:
     return [Failure("this node", Stage.DISCOVER, reason, hint, kind=FailureKind.PERMISSION)]
 
 
+def _native_failure(failure: Failure) -> Failure:
+    """A representative's native dump failed: its Python stack is still in the report."""
+    return replace(failure, reason=f"native frames: {failure.reason}")
+
+
 def process_started() -> Optional[float]:
     """When this process started, as a time.monotonic() instant; ``None`` if /proc does not say."""
     after_boot = procfs.started_after_boot()
@@ -143,31 +151,34 @@ def run_local(
         jobs=[JobInfo(host, j.launcher, j.launcher_pid, j.launcher_cmdline) for j in jobs if j.launcher_pid],
         samples=max(1, options.samples),
         interval=options.interval if options.samples > 1 else 0.0,
-        native=options.native,
+        native=options.native or options.native_all,
     )
     result = LocalResult(report)
     deadline = now + options.deadline
-    samples: list[list[ProcessSnapshot]] = []
-    last: dict[int, DumpOutcome] = {}
-    for index in range(report.samples):
-        if index:
-            time.sleep(max(0.0, min(options.interval, deadline - time.monotonic())))
 
-        def tick(done: int, total: int, index: int = index) -> None:
+    def dump(chosen: list[Target], native: bool, what: str) -> list[DumpOutcome]:
+        def tick(done: int, total: int) -> None:
             if progress is not None:
-                sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
-                progress(f"dumping {done}/{total} processes{sample}")
+                progress(f"dumping {done}/{total} {what}")
 
-        outcomes = collect(
-            targets,
+        return collect(
+            chosen,
             pyspy,
-            native=options.native,
+            native=native,
             with_locals=options.with_locals,
             timeout=options.timeout,
             deadline=deadline,
             parallelism=options.parallelism,
             progress=tick,
         )
+
+    samples: list[list[ProcessSnapshot]] = []
+    last: dict[int, DumpOutcome] = {}
+    for index in range(report.samples):
+        if index:
+            time.sleep(max(0.0, min(options.interval, deadline - time.monotonic())))
+        sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
+        outcomes = dump(targets, options.native_all, "processes" + sample)
         result.outcomes.extend((index, o) for o in outcomes)
         samples.append([o.snapshot for o in outcomes if o.snapshot is not None])
         for outcome in outcomes:
@@ -177,8 +188,19 @@ def run_local(
                 last[outcome.target.pid] = outcome
     states = motion(samples)
     final = [o.snapshot for o in last.values() if o.snapshot is not None]
+    native_pids = {s.pid for s in final} if options.native_all else set()
+    if options.native and not options.native_all and final:
+        # Native frames cost 0.5-1 s a process: dump only representatives of each Python stack.
+        chosen = set(representatives(final))
+        outcomes = dump([t for t in targets if t.pid in chosen], True, "representatives natively")
+        result.native_outcomes = outcomes
+        native = {o.target.pid: o.snapshot for o in outcomes if o.snapshot is not None}
+        native_pids = set(native)
+        final = lend_native(final, native)
+        failures.extend(_native_failure(o.failure) for o in outcomes if o.failure is not None)
     report.groups = group_snapshots(final)
     resumed = {o.target.pid for _, o in result.outcomes if o.resumed}
+    resumed.update(o.target.pid for o in result.native_outcomes if o.resumed)
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
@@ -190,10 +212,13 @@ def run_local(
                 was_stopped=outcome.state_before in ("T", "t"),
                 resumed=target.pid in resumed,
                 dumped=outcome.snapshot is not None,
+                native=target.pid in native_pids,
             )
         )
         if outcome.failure is not None:
             failures.append(outcome.failure)
+    if any(locate(g.frames).gpu_call for g in report.main_groups()):
+        report.gpus = query_gpus(host)  # a rank waits for its GPU: is a kernel running there?
     report.failures = failures
     report.diagnosis = diagnose(report)
     # The wall time from `started` (the CLI: the process start): discovery, every sample's dumps and the

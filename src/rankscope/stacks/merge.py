@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from rankscope.model import Frame, Member, ProcessSnapshot
+from rankscope.model import Frame, Member, ProcessSnapshot, ThreadStack
 from rankscope.stacks.pyspy import thread_role
 from rankscope.stacks.report import MOVING, STUCK, StackGroup, StacksReport
 
@@ -44,6 +44,66 @@ def group_snapshots(snapshots: Iterable[ProcessSnapshot]) -> list[StackGroup]:
     return _sort_groups(groups.values())
 
 
+#: `stacks --native` dumps natively this many processes of each group of equal Python stacks (all of a smaller group).
+REPRESENTATIVES = 2
+
+
+def _order_key(snap: ProcessSnapshot) -> tuple[int, int]:
+    return (snap.rank.rank if snap.rank.rank is not None else snap.pid, snap.pid)
+
+
+def representatives(snapshots: Iterable[ProcessSnapshot], per_group: int = REPRESENTATIVES) -> list[int]:
+    """The pids to dump natively: the first ``per_group`` (by rank) of each group of processes
+    whose main threads have the same Python stack."""
+    groups: dict[tuple[Frame, ...], list[ProcessSnapshot]] = {}
+    for snap in snapshots:
+        main = snap.main_thread
+        groups.setdefault(main.frames if main else (), []).append(snap)
+    chosen: list[int] = []
+    for members in groups.values():
+        chosen.extend(s.pid for s in sorted(members, key=_order_key)[:per_group])
+    return chosen
+
+
+def python_frames(frames: Iterable[Frame]) -> tuple[Frame, ...]:
+    return tuple(f for f in frames if not f.is_native)
+
+
+def _lent(thread: ThreadStack, frames: tuple[Frame, ...]) -> ThreadStack:
+    """``thread`` (Python frames only) with ``frames`` (the same Python frames, native ones between)."""
+    local_vars = None
+    if thread.locals is not None:
+        python_locals = iter(thread.locals)
+        local_vars = tuple(None if f.is_native else next(python_locals, None) for f in frames)
+    return replace(thread, frames=frames, locals=local_vars)
+
+
+def lend_native(
+    snapshots: Sequence[ProcessSnapshot], native: Mapping[int, ProcessSnapshot]
+) -> list[ProcessSnapshot]:
+    """Every process's snapshot with native frames: its own native dump (a representative), else its
+    Python dump in which each thread takes the native frames of the representatives' threads of the
+    same role and the same Python frames, where those representatives agree on them. A thread no
+    representative matches (or that they disagree on) keeps its Python frames."""
+    frames_of: dict[tuple[str, tuple[Frame, ...]], set[tuple[Frame, ...]]] = {}
+    for snap in native.values():
+        for thread in snap.threads:
+            key = (thread_role(thread.name, thread.is_main), python_frames(thread.frames))
+            frames_of.setdefault(key, set()).add(thread.frames)
+    out: list[ProcessSnapshot] = []
+    for snap in snapshots:
+        own = native.get(snap.pid)
+        if own is not None:
+            out.append(own)
+            continue
+        threads = []
+        for thread in snap.threads:
+            found = frames_of.get((thread_role(thread.name, thread.is_main), thread.frames))
+            threads.append(_lent(thread, next(iter(found))) if found and len(found) == 1 else thread)
+        out.append(replace(snap, threads=threads))
+    return out
+
+
 def motion(samples: Sequence[Sequence[ProcessSnapshot]]) -> dict[int, str]:
     """pid -> stuck (main-thread stack identical in every sample) or moving."""
     seen: dict[int, set[tuple[Frame, ...]]] = {}
@@ -77,6 +137,8 @@ def merge_reports(reports: Sequence[StacksReport]) -> StacksReport:
         merged.interval = max(merged.interval, report.interval)
         merged.native = merged.native or report.native
         merged.seconds = max(merged.seconds, report.seconds)
+        if report.gpus:
+            merged.gpus = [*(merged.gpus or []), *report.gpus]
     merged.groups = _sort_groups(groups.values())
     return merged
 

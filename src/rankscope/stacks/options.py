@@ -27,7 +27,10 @@ class StacksOptions:
 
     pids: tuple[int, ...] = _flag("--pid", ())
     all_python: bool = _flag("--all-python", False)
+    #: Native frames of the representatives of each group of equal Python stacks ...
     native: bool = _flag("--native", False)
+    #: ... or of every process.
+    native_all: bool = _flag("--native-all", False)
     with_locals: bool = _flag("--locals", False)
     samples: int = _flag("--samples", 1)
     interval: float = _flag("--interval", 1.0)

@@ -7,8 +7,15 @@ from typing import Callable, Optional
 
 from rankscope.folding import describe_members, duration, fold_hosts
 from rankscope.model import Frame, Member
-from rankscope.stacks.explain import describe_frame, is_comm, is_library, locate
-from rankscope.stacks.merge import TreeNode, build_tree
+from rankscope.stacks.explain import (
+    describe_frame,
+    explaining_frames,
+    is_anonymous,
+    is_comm,
+    is_library,
+    locate,
+)
+from rankscope.stacks.merge import REPRESENTATIVES, TreeNode, build_tree
 from rankscope.stacks.report import MOVING, STUCK, Diagnosis, StackGroup, StacksReport
 
 Style = Callable[..., str]
@@ -26,18 +33,25 @@ def _package(frame: Frame) -> str:
 
 
 def _frame_lines(frames: Sequence[Frame], full: bool, style: Style) -> list[str]:
-    """Frames outermost first; runs of 3+ library frames fold to '... N frames in torch'."""
+    """Frames outermost first; runs of 3+ library frames fold to '... N frames in torch'.
+
+    Without ``full``: anonymous native frames (``?? (libc.so.6)``) are left out, the native frames
+    that say why a stack waits are kept (explain.explaining_frames), and C++ names are shortened.
+    """
     lines: list[str] = []
     keep = set()
     if not full:
+        frames = [f for f in frames if not is_anonymous(f)]
+        keep = explaining_frames(frames)
         for index, frame in enumerate(frames):
             if not is_library(frame) or index == len(frames) - 1 or is_comm(frame) and not frame.is_native:
                 keep.add(index)
+    short = not full
     index = 0
     while index < len(frames):
         frame = frames[index]
         if full or index in keep:
-            text = describe_frame(frame)
+            text = describe_frame(frame, short)
             if is_comm(frame):
                 text = style(text, fg="yellow")
             elif not is_library(frame):
@@ -50,7 +64,7 @@ def _frame_lines(frames: Sequence[Frame], full: bool, style: Style) -> list[str]
             run_end += 1
         run = frames[index:run_end]
         if len(run) <= 2:
-            lines.extend(describe_frame(f) for f in run)
+            lines.extend(describe_frame(f, short) for f in run)
         else:
             packages = sorted({_package(f) for f in run})
             lines.append(style(f"… {len(run)} frames in {', '.join(packages)}", dim=True))
@@ -105,6 +119,22 @@ def _thread_roles(groups: Sequence[StackGroup]) -> dict[str, list[StackGroup]]:
     return roles
 
 
+def _native_line(report: StacksReport) -> str:
+    """Which processes were dumped natively: every one (--native-all) or representatives (--native)."""
+    dumped = [p for p in report.processes if p.dumped]
+    native = [p.member for p in dumped if p.native]
+    multi_host = len(report.hosts) > 1
+    if not native:
+        return "native frames: none (every native dump failed)"
+    if len(native) == len(dumped):
+        return f"native frames: every process dumped natively ({describe_members(native, with_hosts=multi_host)})"
+    return (
+        f"native frames: {describe_members(native, with_hosts=multi_host)} dumped natively, the first "
+        f"{REPRESENTATIVES} of each distinct Python stack; the others show their representatives' native "
+        "frames (--native-all dumps every rank)"
+    )
+
+
 def render_text(
     report: StacksReport,
     diagnosis: Diagnosis,
@@ -133,6 +163,8 @@ def render_text(
         style(f"rankscope stacks: {what} on {fold_hosts(report.hosts) or '?'}", bold=True)
         + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, took {duration(report.seconds)}s"
     )
+    if report.native:
+        lines.append(_native_line(report))
     lines.append("")
     lines.append(style("Diagnosis", bold=True, underline=True))
     if diagnosis.findings:

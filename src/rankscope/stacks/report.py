@@ -48,6 +48,8 @@ class ProcessInfo:
     #: rankscope found it stopped after the dump and continued it.
     resumed: bool = False
     dumped: bool = True
+    #: Its stacks include native frames of its own (--native dumps representatives only, --native-all every rank).
+    native: bool = False
 
     @property
     def member(self) -> Member:
@@ -78,6 +80,23 @@ class Finding:
     #: The innermost frame (what py-spy prints first).
     innermost: Optional[Frame]
     text: str
+    #: The call the members wait for the GPU in (``cudaDeviceSynchronize``), when they do.
+    gpu_wait: Optional[str] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class GpuStatus:
+    """One GPU of a node as NVML or nvidia-smi saw it, right after the dumps."""
+
+    host: str
+    index: int
+    name: str = ""
+    #: Percent of the last sample period in which a kernel ran (nvidia-smi's utilization.gpu).
+    utilization: Optional[int] = None
+    memory_used_mib: Optional[int] = None
+    memory_total_mib: Optional[int] = None
+    #: "NVML" or "nvidia-smi".
+    source: str = "nvidia-smi"
 
 
 @dataclass
@@ -111,6 +130,8 @@ class StacksReport:
     diagnosis: Optional[Diagnosis] = field(default=None, metadata=OMIT_NONE)
     #: Multi-node runs: how every node answered (failed ones are also in ``failures``).
     nodes: Optional[list[NodeStatus]] = field(default=None, metadata=OMIT_NONE)
+    #: The GPUs of nodes where a rank waits for its GPU (NVML or nvidia-smi); None when not looked at.
+    gpus: Optional[list[GpuStatus]] = field(default=None, metadata=OMIT_NONE)
 
     def main_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if g.is_main]
