@@ -54,7 +54,7 @@ def test_already_traced_names_the_tracer(tool: str, python_sleeper: subprocess.P
     finally:
         tracer.kill()
         tracer.wait()
-    assert f"already traced by {tool} (pid {tracer.pid})" in result.stderr, result.stderr
+    assert f"already traced by {tool} (pid {tracer.pid})" in result.stdout, result.stdout + result.stderr
     assert "CAP_SYS_PTRACE" not in result.stderr + result.stdout
     assert result.returncode == 5
     assert "Traceback" not in result.stderr
@@ -189,4 +189,4 @@ def test_pid_one_is_not_a_capability_problem() -> None:
     assert "--cap-add" not in result.stdout + result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     if result.returncode != 0:
-        assert "not a Python process" in result.stderr or "may not be Python" in result.stderr, result.stderr
+        assert "not a Python process" in result.stdout or "may not be Python" in result.stdout, result.stdout

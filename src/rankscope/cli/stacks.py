@@ -41,6 +41,8 @@ class StacksRequest:
     local: bool = False
     color: Optional[bool] = None
     remote_rankscope: str = "rankscope"
+    #: --from DIR: re-analyse a directory `stacks --out` wrote instead of collecting.
+    from_dir: Optional[Path] = None
 
     def node_argv(self) -> list[str]:
         """The command line every node of a multi-node run gets, derived from :attr:`options`."""
@@ -73,18 +75,39 @@ Examples:
   rankscope stacks --samples 3 --interval 2 # stuck or just slow? (stuck/moving per rank)
   rankscope stacks --json > stacks.json     # machine-readable (schema rankscope.stacks/1)
   rankscope stacks --out dumps/             # also keep every raw dump (private files)
+  rankscope stacks --from dumps/            # re-analyse a saved --out directory, anywhere
   rankscope stacks --all-python             # every Python process of yours
 
-Exit codes: 0 ok, 3 nothing found, 4 some targets failed, 5 all failed,
-6 py-spy missing, 7 permission denied (see docs/exit-codes.md).
+If several jobs run on this node, each gets its own section (and jobs[] in --json).
 """
+
+EXIT_CODES = """
+\b
+Exit codes:
+  0  every target dumped          5  every target failed
+  2  bad command line             6  py-spy (or ssh, srun) missing
+  3  no job found                 7  permission denied (ptrace, /proc)
+  4  partial: some targets failed, or ranks missing
+  8  bad input: no such pid, bad --out or --from directory
+"""
+
+#: Options that collect: --from reads a saved run instead, so none of them applies to it.
+COLLECTING = {
+    "pids": "--pid",
+    "all_python": "--all-python",
+    "native": "--native",
+    "native_all": "--native-all",
+    "with_locals": "--locals",
+    "slurm_job": "--slurm-job",
+    "out_dir": "--out",
+}
 
 
 #: --timeout and --deadline: seconds, at least 0.1, default shown in --help.
-SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
+SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, "metavar": "SECONDS"}
 
 
-@click.command(help=HELP + CLUSTER_EXAMPLES)
+@click.command(help=HELP + CLUSTER_EXAMPLES, epilog=EXIT_CODES)
 @click.option(
     "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
 )
@@ -104,10 +127,20 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
     "--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out)."
 )
 @click.option(
-    "--samples", type=click.IntRange(1, 1000), default=1, show_default=True, help="Snapshots to take."
+    "--samples",
+    type=click.IntRange(1, 1000),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Snapshots to take.",
 )
 @click.option(
-    "--interval", type=click.FloatRange(0), default=1.0, show_default=True, help="Seconds between samples."
+    "--interval",
+    type=click.FloatRange(0),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Seconds between samples.",
 )
 @click.option("--timeout", default=DEFAULT_TIMEOUT, help="Deadline per process dump, seconds.", **SECONDS)
 @click.option(
@@ -118,6 +151,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
     "parallelism",
     type=click.IntRange(1, 256),
     default=None,
+    metavar="N",
     help="Dumps in parallel (default: 2 x CPUs, from 4 to 64).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema rankscope.stacks/1).")
@@ -126,17 +160,36 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True}
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
+    metavar="DIR",
     help="Also write raw dumps, stacks.json and report.txt here (mode 0700/0600).",
 )
 @FORCE_OPTION
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    default=None,
+    help="Re-analyse a directory `stacks --out` wrote (here or on another machine) instead of collecting.",
+)
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
 @cluster_options
 @REMOTE_RANKSCOPE_OPTION
-@click.option("--slurm-job", metavar="J", help="Only processes of SLURM job J on this node (set by --jobid).")
+@click.option(
+    "--slurm-job",
+    metavar="JOBID",
+    hidden=True,
+    help="Only processes of SLURM job JOBID on this node (what --jobid passes to every node).",
+)
 def stacks(**params: Any) -> int:
     request = read_request(params)
+    if request.from_dir is not None:
+        refuse_with_from(params, request)
+        from rankscope.cli.stacks_report import report_saved
+
+        return report_saved(request)
     check_out_dir(request.out_dir, request.force)
     if request.cluster is not None:
         # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
@@ -151,3 +204,14 @@ def stacks(**params: Any) -> int:
 
         options = replace(options, pids=(*options.pids, *slurm_job_pids(options.slurm_job)))
     return report_local(options, request)
+
+
+def refuse_with_from(params: Mapping[str, Any], request: StacksRequest) -> None:
+    """--from reads a saved run: an option that collects is a usage error, not silently ignored."""
+    given = [flag for name, flag in COLLECTING.items() if params.get(name)]
+    if request.options.samples != 1:
+        given.append("--samples")
+    if cluster_requested(params):
+        given.append("--hosts/--hostfile/--jobid")
+    if given:
+        raise click.UsageError(f"--from reads a saved run; {', '.join(given)} cannot be used with it")

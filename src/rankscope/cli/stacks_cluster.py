@@ -64,7 +64,10 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     report.nodes = result.node_statuses()
     document = report_document(report)
     answered = result.answered
-    title = f"{len(answered)} of {len(result.nodes)} nodes ({fold(answered) or 'none'})"
+    if answered:
+        title = f"{len(answered)} of {len(result.nodes)} nodes ({fold(answered)})"
+    else:
+        title = f"none of {len(result.nodes)} nodes answered ({fold([n.node for n in result.nodes])})"
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"
     kept, shown = render_for(request, report, diagnosis, title)
@@ -77,6 +80,9 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             extra={"report.txt": kept or ""},
             force=request.force,
         )
+    dumped = sum(1 for p in report.processes if p.dumped)
+    missing = not_found_here(report, diagnosis.missing_ranks)
+    code = int(exit_code(len(result.nodes), dumped, report.failures, missing))
     if shown is None:
         click.echo(json.dumps(document, indent=2))
     else:
@@ -85,6 +91,4 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             click.echo(
                 f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
             )
-    dumped = sum(1 for p in report.processes if p.dumped)
-    missing = not_found_here(report, diagnosis.missing_ranks)
-    return int(exit_code(len(result.nodes), dumped, report.failures, missing))
+    return code

@@ -53,6 +53,8 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     kept, shown = render_for(request, report, diagnosis)
     if request.out_dir is not None:
         save_outputs(request.out_dir, result, document, kept or "", request.force)
+    # One place for a failure: the report (text or JSON) on stdout lists every one; stderr is only
+    # for a run with no report at all (nothing found, another user's job, a bad command line).
     out = sys.stdout
     if shown is None:
         out.write(json.dumps(document, indent=2) + "\n")
@@ -61,14 +63,37 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         if request.out_dir is not None:
             out.write(f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n")
     out.flush()
-    if code in (ExitCode.ALL_FAILED, ExitCode.PERMISSION_DENIED, ExitCode.BAD_INPUT) and report.failures:
-        first = report.failures[0]
-        sys.stderr.write(f"rankscope: error: {first.target}: {first.reason} — {first.hint}\n")
+    return int(code)
+
+
+def report_saved(request: StacksRequest) -> int:
+    """`stacks --from DIR`: the report of a saved run, its groups and diagnosis derived again."""
+    from rankscope.stacks.saved import read_saved
+
+    assert request.from_dir is not None
+    saved = read_saved(request.from_dir)
+    report = saved.report
+    diagnosis = report.diagnosis or diagnose(report)
+    dumped = sum(1 for p in report.processes if p.dumped)
+    targets = len(report.nodes) if report.nodes else len(report.processes)
+    code = exit_code(targets, dumped, report.failures, not_found_here(report, diagnosis.missing_ranks))
+    where = f"{str(request.from_dir).rstrip('/')}/"
+    source = f"read from {where} (" + (
+        "groups and diagnosis derived again from its raw dumps)"
+        if saved.source == "raw dumps"
+        else "no raw/ there: groups as stacks.json has them, diagnosis derived again)"
+    )
+    _, shown = render_for(request, report, diagnosis, subtitle=source)
+    if shown is None:
+        sys.stdout.write(json.dumps(report_document(report), indent=2) + "\n")
+    else:
+        sys.stdout.write(shown)
+    sys.stdout.flush()
     return int(code)
 
 
 def render_for(
-    request: StacksRequest, report: StacksReport, diagnosis: Diagnosis, title: str = ""
+    request: StacksRequest, report: StacksReport, diagnosis: Diagnosis, title: str = "", subtitle: str = ""
 ) -> tuple[Optional[str], Optional[str]]:
     """The text report as --out keeps it (plain; None without --out) and as printed (None with --json).
 
@@ -77,11 +102,13 @@ def render_for(
     use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
     kept = None
     if request.out_dir is not None or not (request.as_json or use_color):
-        kept = render_text(report, diagnosis, full=request.full, color=False, title=title)
+        kept = render_text(report, diagnosis, full=request.full, color=False, title=title, subtitle=subtitle)
     if request.as_json:
         return kept, None
     if use_color:
-        return kept, render_text(report, diagnosis, full=request.full, color=True, title=title)
+        return kept, render_text(
+            report, diagnosis, full=request.full, color=True, title=title, subtitle=subtitle
+        )
     return kept, kept
 
 

@@ -9,6 +9,7 @@ from typing import Optional
 
 from rankscope.folding import describe_members, fold_ints
 from rankscope.model import Frame, Member, RankId
+from rankscope.stacks.merge import job_reports
 from rankscope.stacks.pyspy import UNKNOWN_NATIVE
 from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
 
@@ -318,6 +319,29 @@ def _missing(report: StacksReport) -> list[int]:
 
 
 def diagnose(report: StacksReport) -> Diagnosis:
+    """Who waits where, and who is elsewhere. Several jobs of one node are diagnosed apart (each
+    job's ``diagnosis``); the one returned then joins theirs, each sentence under its job's name."""
+    if not report.several_jobs():
+        return _diagnose(report)
+    joined = Diagnosis("")
+    headlines = []
+    for job, part in job_reports(report):
+        diagnosis = _diagnose(part)
+        name = job.describe() if job is not None else "processes of no job"
+        if job is not None:
+            job.diagnosis = diagnosis
+        headlines.append(f"{name}: {diagnosis.headline}")
+        joined.findings.extend(diagnosis.findings)
+        joined.divergent.extend(diagnosis.divergent)
+        joined.missing_ranks.extend(r for r in diagnosis.missing_ranks if r not in joined.missing_ranks)
+        joined.notes.extend(f"{name}: {note}" for note in diagnosis.notes)
+    joined.headline = " | ".join(headlines)
+    joined.missing_ranks.sort()
+    joined.__post_init__()
+    return joined
+
+
+def _diagnose(report: StacksReport) -> Diagnosis:
     multi_host = len({m.host for g in report.groups for m in g.members}) > 1
 
     def who(members: Sequence[Member]) -> str:
@@ -342,7 +366,9 @@ def diagnose(report: StacksReport) -> Diagnosis:
     places = _findings(report.main_groups())
     if not places:
         headline = "no stacks were collected" + (
-            f"; {len(report.failures)} target(s) failed" if report.failures else ""
+            f"; {len(report.failures)} target{'s' if len(report.failures) > 1 else ''} failed (listed below)"
+            if report.failures
+            else ""
         )
         return Diagnosis(headline, missing_ranks=missing, notes=notes)
     if len(places) == 1:

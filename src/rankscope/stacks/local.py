@@ -8,7 +8,6 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope import procfs
-from rankscope.errors import ExitCode, RankscopeError
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
     Job,
@@ -65,13 +64,7 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
     jobs = find_jobs(table, host)
     if not jobs:
         failures.extend(unreadable_failures(table))
-    if len(jobs) > 1:
-        listing = "; ".join(j.describe() for j in jobs)
-        raise RankscopeError(
-            f"found {len(jobs)} distributed jobs on this node: {listing}",
-            "pick one with --pid LAUNCHER_PID (or several with repeated --pid)",
-            ExitCode.USAGE,
-        )
+    # Several jobs: each is reported in its own section (StacksReport.several_jobs).
     return jobs, failures
 
 
@@ -148,7 +141,11 @@ def run_local(
 
     report = StacksReport(
         hosts=[host],
-        jobs=[JobInfo(host, j.launcher, j.launcher_pid, j.launcher_cmdline) for j in jobs if j.launcher_pid],
+        jobs=[
+            JobInfo(host, j.launcher, j.launcher_pid, j.launcher_cmdline, pids=[w.pid for w in j.workers])
+            for j in jobs
+            if j.launcher_pid
+        ],
         samples=max(1, options.samples),
         interval=options.interval if options.samples > 1 else 0.0,
         native=options.native or options.native_all,

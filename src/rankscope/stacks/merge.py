@@ -8,7 +8,7 @@ from typing import Optional
 
 from rankscope.model import Frame, Member, ProcessSnapshot, ThreadStack
 from rankscope.stacks.pyspy import thread_role
-from rankscope.stacks.report import MOVING, STUCK, StackGroup, StacksReport
+from rankscope.stacks.report import MOVING, STUCK, JobInfo, StackGroup, StacksReport
 
 GroupKey = tuple[str, tuple[Frame, ...]]
 
@@ -141,6 +141,35 @@ def merge_reports(reports: Sequence[StacksReport]) -> StacksReport:
             merged.gpus = [*(merged.gpus or []), *report.gpus]
     merged.groups = _sort_groups(groups.values())
     return merged
+
+
+def job_reports(report: StacksReport) -> list[tuple[Optional[JobInfo], StacksReport]]:
+    """The report cut into one report per job of one node (``report.several_jobs()``), each with
+    only its processes and their groups, and last the processes of no job (``None``), if any.
+    Failures stay in ``report``: they are listed once, after every job."""
+    parts: list[tuple[Optional[JobInfo], StacksReport]] = []
+    taken: set[int] = set()
+    jobs: list[Optional[JobInfo]] = [j for j in report.jobs if j.pids]
+    for job in [*jobs, None]:
+        pids = (set(job.pids) if job is not None else {p.pid for p in report.processes}) - taken
+        if job is None and not pids:
+            break
+        taken |= pids
+        groups = []
+        for group in report.groups:
+            members = [m for m in group.members if m.pid in pids]
+            if members:
+                groups.append(StackGroup(group.thread, group.is_main, group.frames, members))
+        part = replace(
+            report,
+            groups=_sort_groups(groups),
+            processes=[p for p in report.processes if p.pid in pids],
+            failures=[],
+            jobs=[job] if job is not None else [],
+            diagnosis=None,
+        )
+        parts.append((job, part))
+    return parts
 
 
 @dataclass

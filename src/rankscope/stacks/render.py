@@ -5,18 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Callable, Optional
 
-from rankscope.folding import describe_members, duration, fold_hosts
+from rankscope.folding import describe_members, duration, fold_hosts, fold_ints
 from rankscope.model import Frame, Member
 from rankscope.stacks.explain import (
     describe_frame,
+    diagnose,
     explaining_frames,
     is_anonymous,
     is_comm,
     is_library,
     locate,
 )
-from rankscope.stacks.merge import REPRESENTATIVES, TreeNode, build_tree
-from rankscope.stacks.report import MOVING, STUCK, Diagnosis, StackGroup, StacksReport
+from rankscope.stacks.merge import REPRESENTATIVES, TreeNode, build_tree, job_reports
+from rankscope.stacks.report import MOVING, STUCK, Diagnosis, JobInfo, StackGroup, StacksReport
 
 Style = Callable[..., str]
 
@@ -135,36 +136,31 @@ def _native_line(report: StacksReport) -> str:
     )
 
 
-def render_text(
+def _job_title(job: Optional[JobInfo], part: StacksReport) -> str:
+    """``torchrun pid 4242: ranks 0-3, world size 4, 4 of 4 processes dumped``."""
+    name = job.describe() if job is not None else "processes of no job"
+    ranks = sorted({p.rank.rank for p in part.processes if p.rank.rank is not None})
+    sizes = sorted({p.rank.world_size for p in part.processes if p.rank.world_size})
+    facts = []
+    if ranks:
+        facts.append(f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}")
+    if sizes:
+        facts.append(f"world size {'/'.join(str(s) for s in sizes)}")
+    dumped = sum(1 for p in part.processes if p.dumped)
+    facts.append(f"{dumped} of {len(part.processes)} processes dumped")
+    return f"{name}: {', '.join(facts)}"
+
+
+def _body(
     report: StacksReport,
     diagnosis: Diagnosis,
-    full: bool = False,
-    color: bool = False,
-    title: str = "",
-) -> str:
-    style: Style = _plain
-    if color:  # only for a terminal: `--json` and piped reports never pay for importing click
-        import click
-
-        style = click.style
+    full: bool,
+    style: Style,
+    states: dict[Member, Optional[str]],
+) -> list[str]:
+    """The diagnosis, the main-thread tree and the other threads of one report (or one job of it)."""
     multi_host = len(report.hosts) > 1
-    states: dict[Member, Optional[str]] = (
-        {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
-    )
-    dumped = sum(1 for p in report.processes if p.dumped)
     lines: list[str] = []
-    what = (
-        title
-        or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
-        or "processes"
-    )
-    sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
-    lines.append(
-        style(f"rankscope stacks: {what} on {fold_hosts(report.hosts) or '?'}", bold=True)
-        + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, took {duration(report.seconds)}s"
-    )
-    if report.native:
-        lines.append(_native_line(report))
     lines.append("")
     lines.append(style("Diagnosis", bold=True, underline=True))
     if diagnosis.findings:
@@ -206,6 +202,53 @@ def render_text(
             else:
                 lines.append(f"  {role} — {len(groups)} distinct stacks")
                 lines.extend(_render_tree(build_tree(groups), full, style, states, multi_host, prefix="    "))
+
+    return lines
+
+
+def render_text(
+    report: StacksReport,
+    diagnosis: Diagnosis,
+    full: bool = False,
+    color: bool = False,
+    title: str = "",
+    subtitle: str = "",
+) -> str:
+    style: Style = _plain
+    if color:  # only for a terminal: `--json` and piped reports never pay for importing click
+        import click
+
+        style = click.style
+    states: dict[Member, Optional[str]] = (
+        {p.member: p.state for p in report.processes if p.state} if report.samples > 1 else {}
+    )
+    dumped = sum(1 for p in report.processes if p.dumped)
+    lines: list[str] = []
+    what = (
+        title
+        or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
+        or "processes"
+    )
+    sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
+    lines.append(
+        style(
+            f"rankscope stacks: {what}" + (f" on {fold_hosts(report.hosts)}" if report.hosts else ""),
+            bold=True,
+        )
+        + f" — {dumped} of {len(report.processes)} processes dumped, {sample_text}, took {duration(report.seconds)}s"
+    )
+    if subtitle:
+        lines.append(subtitle)
+    if report.native:
+        lines.append(_native_line(report))
+    if report.several_jobs():
+        for job, part in job_reports(report):
+            lines.append("")
+            lines.append(style(f"── {_job_title(job, part)} ──", bold=True))
+            job_diagnosis = job.diagnosis if job is not None and job.diagnosis else diagnose(part)
+            lines.extend(_body(part, job_diagnosis, full, style, states))
+    else:
+        lines.extend(_body(report, diagnosis, full, style, states))
 
     if report.failures:
         lines.append("")

@@ -62,6 +62,14 @@ class JobInfo:
     launcher: str
     launcher_pid: Optional[int]
     cmdline: str = ""
+    #: The pids of its workers (the processes of ``processes`` that belong to this job).
+    pids: list[int] = field(default_factory=list)
+    #: This job's own diagnosis, when the report holds several jobs of one node (each is diagnosed
+    #: apart; the top-level ``diagnosis`` then joins theirs).
+    diagnosis: Optional[Diagnosis] = field(default=None, metadata=OMIT_NONE)
+
+    def describe(self) -> str:
+        return f"{self.launcher} pid {self.launcher_pid}" if self.launcher_pid is not None else self.launcher
 
 
 @dataclass
@@ -135,6 +143,11 @@ class StacksReport:
 
     def main_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if g.is_main]
+
+    def several_jobs(self) -> bool:
+        """Several jobs of one node, each to be diagnosed and shown apart (a multi-node job has one
+        launcher per node: those are one job)."""
+        return len(self.hosts) <= 1 and sum(1 for j in self.jobs if j.pids) > 1
 
     def other_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if not g.is_main]

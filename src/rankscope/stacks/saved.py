@@ -1,0 +1,192 @@
+"""Read back a directory `rankscope stacks --out DIR` wrote, for `rankscope stacks --from DIR`.
+
+What is re-derived and what is kept (docs/stacks.md, "Re-analysing a saved run"):
+
+- ``stacks.json`` gives the facts of the live run that the raw dumps do not hold: the processes
+  with their rank identities (``RankId`` from each worker's environment), the jobs, the failures
+  of discovery and of dumps, the samples, the GPUs, the nodes of a multi-node run, the time taken.
+- ``raw/HOST.rank-R.pid-P[.sample-N][.native].json`` are py-spy's own dumps: when ``raw/`` is
+  there, the groups are parsed and merged again from them, and the diagnosis is derived again, so
+  a newer rankscope's parsing and analysis apply to a directory an older one wrote. A dump that
+  cannot be read becomes a failure naming its file; the others are still reported.
+- Without ``raw/`` (a multi-node run keeps each node's answer, ``NODE.out``, not raw dumps) the
+  groups of ``stacks.json`` are used as they are; the diagnosis is still derived again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Optional
+
+from rankscope.errors import BadInputError
+from rankscope.model import (
+    SCHEMA_VERSION,
+    Failure,
+    FailureKind,
+    Frame,
+    ProcessSnapshot,
+    RankId,
+    Stage,
+    ThreadStack,
+)
+from rankscope.stacks.explain import diagnose
+from rankscope.stacks.merge import group_snapshots, lend_native, motion
+from rankscope.stacks.pyspy import parse_dump
+from rankscope.stacks.report import SCHEMA, ProcessInfo, StacksReport, load_report
+
+#: ``HOST.rank-R.pid-P[.sample-N][.native].json`` (or ``.error.txt``), as `stacks --out` names them.
+RAW_NAME = re.compile(
+    r"^(?P<host>.+)\.rank-(?P<rank>\d+|none)\.pid-(?P<pid>\d+)(?:\.sample-(?P<sample>\d+))?"
+    r"(?P<native>\.native)?\.(?P<ext>json|error\.txt)$"
+)
+SCHEMA_NAME = SCHEMA.rsplit("/", 1)[0]
+HINT = "pass --from the directory `rankscope stacks --out DIR` wrote"
+
+
+@dataclass
+class SavedRun:
+    """A saved run, re-analysed."""
+
+    report: StacksReport
+    #: Where the groups came from: "raw dumps" (re-parsed) or "stacks.json" (no raw/ directory).
+    source: str
+    #: Files of raw/ that could not be read (each is also a failure of the report).
+    bad_files: list[str] = field(default_factory=list)
+
+
+def _load_document(path: Path) -> StacksReport:
+    doc_path = path / "stacks.json"
+    if not path.exists():
+        raise BadInputError(f"{path} does not exist", HINT)
+    if not path.is_dir():
+        raise BadInputError(f"{path} is not a directory", HINT)
+    if not doc_path.is_file():
+        raise BadInputError(f"{path} is not a rankscope stacks directory: it has no stacks.json", HINT)
+    try:
+        data = json.loads(doc_path.read_bytes())
+    except OSError as exc:
+        raise BadInputError(f"cannot read {doc_path}: {exc.strerror or exc}", HINT) from exc
+    except ValueError as exc:
+        raise BadInputError(
+            f"{doc_path} is not valid JSON ({exc}): it was cut short or edited",
+            "copy the directory again from where `stacks --out` wrote it",
+        ) from exc
+    schema = data.get("schema") if isinstance(data, dict) else None
+    name, _, version = str(schema).rpartition("/")
+    if name != SCHEMA_NAME:
+        raise BadInputError(f"{doc_path} is not a rankscope stacks report (schema {schema!r})", HINT)
+    if not version.isdigit() or int(version) > SCHEMA_VERSION:
+        raise BadInputError(
+            f"{doc_path} was written by a newer rankscope (schema {schema}); this one reads {SCHEMA}",
+            "upgrade rankscope (pip install -U rankscope) to read it",
+        )
+    try:
+        return load_report(data)
+    except ValueError as exc:
+        raise BadInputError(f"{doc_path} is not a rankscope stacks report: {exc}", HINT) from exc
+
+
+def _bad_file(name: str, why: str, rank: Optional[RankId] = None) -> Failure:
+    return Failure(
+        f"raw/{name}",
+        Stage.PARSE,
+        f"unreadable dump: {why}",
+        "the file was cut short or edited; the other dumps are reported",
+        rank,
+        FailureKind.BAD_OUTPUT,
+    )
+
+
+def _from_raw(saved: StacksReport, raw: Path) -> tuple[StacksReport, list[str]]:
+    """The report with its groups, states and native flags derived again from the raw dumps."""
+    #: (host, pid) -> sample index (0-based) -> file name, for Python dumps and for native ones.
+    dumps: dict[tuple[str, int], dict[int, str]] = {}
+    natives: dict[tuple[str, int], str] = {}
+    last = max(1, saved.samples) - 1
+    for entry in sorted(raw.iterdir()):
+        match = RAW_NAME.match(entry.name)
+        if match is None or match["ext"] != "json":
+            continue
+        key = (match["host"], int(match["pid"]))
+        sample = int(match["sample"]) - 1 if match["sample"] else last
+        if match["native"]:
+            natives[key] = entry.name
+        else:
+            dumps.setdefault(key, {})[sample] = entry.name
+    intern: dict[Frame, Frame] = {}
+    failures: list[Failure] = []
+    bad: list[str] = []
+
+    def parse(name: str, proc: ProcessInfo) -> Optional[list[ThreadStack]]:
+        try:
+            return parse_dump((raw / name).read_bytes(), proc.pid, intern)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            bad.append(name)
+            failures.append(_bad_file(name, str(exc) or type(exc).__name__, proc.rank))
+            return None
+
+    samples: list[list[ProcessSnapshot]] = [[] for _ in range(last + 1)]
+    final: list[ProcessSnapshot] = []
+    native: dict[int, ProcessSnapshot] = {}
+    processes = []
+    for proc in saved.processes:
+        key = (proc.rank.host, proc.pid)
+        latest: Optional[ProcessSnapshot] = None
+        for index, name in sorted(dumps.get(key, {}).items()):
+            threads = parse(name, proc)
+            if threads is None:
+                continue
+            snap = ProcessSnapshot(pid=proc.pid, rank=proc.rank, threads=threads, cmdline=proc.cmdline)
+            if 0 <= index <= last:
+                samples[index].append(snap)
+            latest = snap
+        if key in natives:
+            threads = parse(natives[key], proc)
+            if threads is not None:
+                native[proc.pid] = ProcessSnapshot(
+                    pid=proc.pid, rank=proc.rank, threads=threads, cmdline=proc.cmdline
+                )
+        if latest is not None:
+            final.append(latest)
+        elif proc.dumped and key not in dumps:
+            failures.append(
+                _bad_file(
+                    f"{proc.rank.host}.rank-{proc.rank.rank}.pid-{proc.pid}.json",
+                    "the file is missing",
+                    proc.rank,
+                )
+            )
+        processes.append(replace(proc, dumped=latest is not None))
+    states = motion(samples)
+    if natives:
+        final = lend_native(final, native)
+        processes = [replace(p, native=p.pid in native) for p in processes]
+    processes = [replace(p, state=states.get(p.pid)) for p in processes]
+    report = replace(
+        saved,
+        groups=group_snapshots(final),
+        processes=processes,
+        failures=[*saved.failures, *failures],
+        diagnosis=None,
+    )
+    return report, bad
+
+
+def read_saved(path: Path) -> SavedRun:
+    """The report of the run saved in ``path``, its groups and diagnosis derived again.
+
+    Raises BadInputError (one line) when ``path`` is missing, is not a `stacks --out` directory, or
+    was written by a newer rankscope; a damaged raw dump is a failure in the report instead.
+    """
+    saved = _load_document(path)
+    raw = path / "raw"
+    if raw.is_dir():
+        report, bad = _from_raw(saved, raw)
+        run = SavedRun(report, "raw dumps", bad)
+    else:
+        run = SavedRun(replace(saved, diagnosis=None), "stacks.json")
+    run.report.diagnosis = diagnose(run.report)
+    return run
