@@ -229,6 +229,8 @@ def render_text(
         or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
         or "processes"
     )
+    if not title and report.several_jobs():
+        what = f"{sum(1 for j in report.jobs if j.pids)} jobs ({what})"
     sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
     lines.append(
         style(

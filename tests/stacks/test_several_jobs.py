@@ -1,0 +1,90 @@
+"""Two real hung torchrun jobs on one node: each diagnosed apart, in its own section."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope.demo.launch import LaunchedJob, start_torchrun
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, LaunchedJob]]:
+    """Job A: rank 1 deadlocks on a lock (rank 0 in all_reduce). Job B: rank 0 never reaches the barrier."""
+    pytest.importorskip("torch.distributed")
+    a = start_torchrun(
+        nproc=2,
+        script_args=("--scenario", "lock", "--culprit", "1"),
+        workdir=Path(tmp_path_factory.mktemp("job-a")),
+    )
+    try:
+        b = start_torchrun(
+            nproc=2,
+            script_args=("--scenario", "skip-barrier", "--culprit", "0"),
+            workdir=Path(tmp_path_factory.mktemp("job-b")),
+        )
+        try:
+            a.wait_ready(timeout=180)
+            b.wait_ready(timeout=180)
+            yield a, b
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_each_job_has_its_own_diagnosis_in_json(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:
+    a, b = two_jobs
+    result = run_cli("stacks", "--pid", str(a.pid), "--pid", str(b.pid), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    doc = result.json()
+    jobs = {j["launcher_pid"]: j for j in doc["jobs"]}
+    assert sorted(jobs[a.pid]["pids"]) == a.worker_pids()
+    assert sorted(jobs[b.pid]["pids"]) == b.worker_pids()
+    job_a, job_b = jobs[a.pid]["diagnosis"], jobs[b.pid]["diagnosis"]
+    assert job_a["divergent_ranks"] == [1]
+    assert {m["pid"] for m in job_a["divergent"]} <= set(a.worker_pids())
+    assert "rank 1 is elsewhere: update_index" in job_a["headline"]
+    assert job_b["divergent_ranks"] == [0]
+    assert "rank 0 is elsewhere: load_batch" in job_b["headline"]
+    # Neither job's ranks leak into the other's findings.
+    assert _pids(job_a) == set(a.worker_pids()) and _pids(job_b) == set(b.worker_pids())
+    # The top-level diagnosis joins both, each under its job's name.
+    assert doc["diagnosis"]["headline"].startswith(f"torchrun pid {a.pid}: ")
+    assert f" | torchrun pid {b.pid}: " in doc["diagnosis"]["headline"]
+    divergent = {(m["pid"], m["rank"]) for m in doc["diagnosis"]["divergent"]}
+    assert divergent == {(m["pid"], m["rank"]) for m in job_a["divergent"] + job_b["divergent"]}
+
+
+def _pids(diagnosis: dict) -> set[int]:
+    return {m["pid"] for f in diagnosis["findings"] for m in f["members"]}
+
+
+def test_text_has_a_section_per_job(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:
+    a, b = two_jobs
+    result = run_cli("stacks", "--pid", str(a.pid), "--pid", str(b.pid))
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    head_a = f"── torchrun pid {a.pid}: ranks 0-1, world size 2, 2 of 2 processes dumped ──"
+    head_b = f"── torchrun pid {b.pid}: ranks 0-1, world size 2, 2 of 2 processes dumped ──"
+    assert head_a in out and head_b in out
+    section_a, section_b = out.split(head_a)[1].split(head_b)
+    assert "rank 1 is elsewhere: update_index" in section_a and "load_batch" not in section_a
+    assert "rank 0 is elsewhere: load_batch" in section_b and "update_index" not in section_b
+    for section in (section_a, section_b):
+        assert section.count("Diagnosis") == 1 and section.count("Main thread") == 1
+
+
+def test_discovery_reports_every_job_instead_of_asking(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:
+    a, b = two_jobs
+    result = run_cli("stacks", "--json")
+    # Other jobs running on this machine may be found too: only these two are checked.
+    assert result.returncode in (0, 4), result.stdout + result.stderr
+    jobs = {j["launcher_pid"]: j for j in result.json()["jobs"]}
+    assert jobs[a.pid]["diagnosis"]["divergent_ranks"] == [1]
+    assert jobs[b.pid]["diagnosis"]["divergent_ranks"] == [0]
