@@ -9,6 +9,7 @@ that was already stopped (someone sent SIGSTOP) is left alone and reported as su
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Optional
 from rankscope import procfs
 from rankscope.folding import duration
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
-from rankscope.stacks.permissions import explain_refusal
+from rankscope.stacks.permissions import explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy import classify_error, parse_dump
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
@@ -50,6 +51,10 @@ class DumpOutcome:
     state_before: str = "?"
     #: True when rankscope found the process stopped after its dump and sent SIGCONT.
     resumed: bool = False
+    #: Dumps tried again because another py-spy / rankscope held the process (see RETRY_WAITS).
+    retries: int = 0
+    #: Who held it the last time it was refused (a tracer's name and pid).
+    held_by: str = ""
 
 
 def precheck(target: Target) -> tuple[Optional[Failure], str]:
@@ -80,22 +85,32 @@ def precheck(target: Target) -> tuple[Optional[Failure], str]:
     return None, entry.state
 
 
+#: Waits (seconds) before the retries of a dump refused because another py-spy or rankscope held the
+#: process: several `stacks` runs at once each hold a rank for a few ms to a few hundred ms. Each
+#: wait gets up to half of it again at random, so runs that collided do not collide again.
+RETRY_WAITS = (0.2, 0.5)
+#: A retry starts only if this much of the target's --timeout (and of --deadline) is left after its wait.
+RETRY_MIN_RUN = 0.5
+
+
 def _interpret(
     outcome: DumpOutcome,
     run: Optional[Run],
     error: Optional[OSError],
     intern: dict[Frame, Frame],
     timeout: float,
-) -> None:
+) -> bool:
     """Fill ``outcome`` from a finished py-spy run (or the error that kept it from starting).
 
     ``timeout`` is --timeout: a run given less had only what was left of the overall deadline.
+    Returns True when the attach was refused by a transient holder (another py-spy or rankscope,
+    or a tracer already gone): a retry may succeed.
     """
     target = outcome.target
     if run is None:
         reason = f"could not run py-spy: {error}"
         outcome.failure = target.failure(Stage.DUMP, reason, "reinstall py-spy", FailureKind.MISSING_TOOL)
-        return
+        return False
     outcome.seconds = run.seconds
     if run.timed_out:
         given = run.deadline - run.started
@@ -106,7 +121,8 @@ def _interpret(
             reason = f"py-spy did not finish within {duration(given)}s"
             hint = "raise --timeout (a process under heavy load or --native symbol loading is slow)"
         outcome.failure = target.failure(Stage.DUMP, reason, hint, FailureKind.TIMED_OUT)
-    elif run.returncode == 0:
+        return False
+    if run.returncode == 0:
         outcome.raw = run.stdout
         try:
             threads = parse_dump(outcome.raw, target.pid, intern)
@@ -120,21 +136,32 @@ def _interpret(
                 "rerun with --out DIR to keep the raw dump",
                 FailureKind.BAD_OUTPUT,
             )
-    else:
-        outcome.raw = run.stderr
-        kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
-        if kind == "permission":
-            # The real cause, read from /proc: another tracer, ownership, yama, capability, not Python.
-            entry = procfs.process(target.pid)
-            refusal = explain_refusal(target.pid, is_python=entry.is_python if entry is not None else None)
-            outcome.failure = target.failure(Stage.ATTACH, refusal.reason, refusal.hint, refusal.kind)
-            return
-        hint = {
-            "gone": "the rank exited while rankscope looked; its log says why",
-            "not-python": "point --pid at the job's launcher or a Python worker",
-        }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
-        stage = Stage.ATTACH if kind == "not-python" else Stage.DUMP
-        outcome.failure = target.failure(stage, reason, hint, FailureKind(kind))
+        return False
+    outcome.raw = run.stderr
+    kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
+    if kind == "permission":
+        # The real cause, read from /proc: another tracer, ownership, yama, capability, not Python.
+        entry = procfs.process(target.pid)
+        tracer = tracer_of(target.pid)
+        refusal = explain_refusal(
+            target.pid, is_python=entry.is_python if entry is not None else None, tracer=tracer
+        )
+        reason = refusal.reason
+        if outcome.retries:
+            reason += f" (still, after {outcome.retries} {'retry' if outcome.retries == 1 else 'retries'})"
+        outcome.failure = target.failure(Stage.ATTACH, reason, refusal.hint, refusal.kind)
+        if refusal.transient:
+            outcome.held_by = (
+                tracer[1] if tracer is not None else "a tracer that had detached when rankscope looked"
+            )
+        return refusal.transient
+    hint = {
+        "gone": "the rank exited while rankscope looked; its log says why",
+        "not-python": "point --pid at the job's launcher or a Python worker",
+    }.get(kind, "rerun with --debug, or run py-spy dump --pid PID yourself")
+    stage = Stage.ATTACH if kind == "not-python" else Stage.DUMP
+    outcome.failure = target.failure(stage, reason, hint, FailureKind(kind))
+    return False
 
 
 def _not_started(target: Target) -> Failure:
@@ -173,12 +200,39 @@ def collect(
         if progress is not None:
             progress(done, total)
 
-    while queue or owner:
+    #: (when to start, outcome) of dumps to try again; and when each target's --timeout budget ends.
+    later: list[tuple[float, DumpOutcome]] = []
+    budget_end: dict[int, float] = {}
+
+    def retry(outcome: DumpOutcome) -> bool:
+        """Queue ``outcome`` for another try after a short wait, if retries and time are left."""
+        if outcome.retries >= len(RETRY_WAITS):
+            return False
+        wait = RETRY_WAITS[outcome.retries] * (1 + random.random() / 2)
+        start = time.monotonic() + wait
+        if start + RETRY_MIN_RUN > budget_end[id(outcome)]:
+            return False
+        outcome.retries += 1
+        outcome.failure, outcome.raw = None, b""
+        later.append((start, outcome))
+        return True
+
+    while queue or owner or later:
+        now = time.monotonic()
+        for item in [i for i in later if i[0] <= now]:
+            later.remove(item)
+            queue.append(item[1])  # popped next: a retry goes first
+        if not queue and not owner and later:
+            time.sleep(max(0.0, min(start for start, _ in later) - now))
+            continue
         while queue and len(owner) < limit:
             outcome = queue.pop()
             target = outcome.target
             failure, outcome.state_before = precheck(target)
-            remaining = timeout if deadline is None else min(timeout, deadline - time.monotonic())
+            now = time.monotonic()
+            if id(outcome) not in budget_end:
+                budget_end[id(outcome)] = now + timeout if deadline is None else min(now + timeout, deadline)
+            remaining = budget_end[id(outcome)] - now
             if failure is None and remaining <= 0:
                 failure = _not_started(target)
             if failure is not None:
@@ -194,9 +248,11 @@ def collect(
             run.target, run.state_before = target.pid, outcome.state_before
             owner[run] = outcome
         if owner:
-            for run in runner.wait():
+            until = min((start for start, _ in later), default=None)
+            for run in runner.wait(until):
                 mine = owner.pop(run, None)
                 if mine is not None:
-                    _interpret(mine, run, None, intern, timeout)
+                    if _interpret(mine, run, None, intern, timeout) and retry(mine):
+                        continue
                     finished(mine)
     return outcomes

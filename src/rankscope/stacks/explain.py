@@ -356,6 +356,12 @@ def _diagnose(report: StacksReport) -> Diagnosis:
             )
         if proc.resumed:
             notes.append(f"pid {proc.pid} was left stopped by its dump; rankscope sent SIGCONT")
+        if proc.retries and proc.dumped:
+            tries = "retry" if proc.retries == 1 else "retries"
+            notes.append(
+                f"{who([proc.member])} (pid {proc.pid}) was dumped after {proc.retries} {tries}: "
+                f"{proc.held_by or 'another tracer'} held it at first"
+            )
     missing = _missing(report)
     if missing:
         notes.append(

@@ -198,6 +198,12 @@ def run_local(
     report.groups = group_snapshots(final)
     resumed = {o.target.pid for _, o in result.outcomes if o.resumed}
     resumed.update(o.target.pid for o in result.native_outcomes if o.resumed)
+    retries: dict[int, int] = {}
+    held_by: dict[int, str] = {}
+    for outcome in [*(o for _, o in result.outcomes), *result.native_outcomes]:
+        if outcome.retries:
+            retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
+            held_by[outcome.target.pid] = outcome.held_by
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
@@ -210,6 +216,8 @@ def run_local(
                 resumed=target.pid in resumed,
                 dumped=outcome.snapshot is not None,
                 native=target.pid in native_pids,
+                retries=retries.get(target.pid),
+                held_by=held_by.get(target.pid),
             )
         )
         if outcome.failure is not None:

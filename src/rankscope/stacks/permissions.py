@@ -19,6 +19,7 @@ from rankscope.model import FailureKind
 from rankscope.procfs import has_cap_sys_ptrace, yama_ptrace_scope
 from rankscope.procs import is_rankscope
 
+NOTHING_FORBIDS = "nothing here forbids it"
 _SCOPE_MEANING = {
     1: "only a parent may trace its children",
     2: "only CAP_SYS_PTRACE may trace",
@@ -33,6 +34,15 @@ class Refusal:
     kind: FailureKind
     reason: str
     hint: str
+    #: The holder is likely gone in a moment: a py-spy (of another rankscope, say) that dumps the
+    #: process, or a tracer that had already detached when /proc was read. Worth a retry.
+    transient: bool = False
+
+
+def is_transient_tracer(who: str) -> bool:
+    """Whether a tracer (``tracer_of``'s description) only holds a process for a dump: a py-spy or
+    anything another rankscope started."""
+    return who.startswith("py-spy ") or "of another rankscope" in who
 
 
 def tracer_of(pid: int) -> Optional[tuple[int, str]]:
@@ -59,6 +69,7 @@ def already_traced(who: str) -> Refusal:
         FailureKind.ALREADY_TRACED,
         f"already traced by {who}: the kernel allows one tracer at a time",
         f"wait for {who} to finish or stop it, then rerun",
+        transient=is_transient_tracer(who),
     )
 
 
@@ -89,7 +100,9 @@ def explain_refusal(
     if is_python is None:
         reason += "; its executable and memory maps cannot be read either, so it may not be Python at all"
         hint = f"check that pid {pid} is a Python worker (ps -o pid,comm,args -p {pid}); {hint}"
-    return Refusal(FailureKind.PERMISSION, reason, hint)
+    # Nothing here forbids it: a tracer held it at that moment and has detached since (likely another
+    # `stacks` run), or a policy refuses it; a retry tells which.
+    return Refusal(FailureKind.PERMISSION, reason, hint, transient=hint.startswith(NOTHING_FORBIDS))
 
 
 def explain_ptrace_denied(
@@ -118,7 +131,7 @@ def explain_ptrace_denied(
     if not reasons:
         # Nothing here forbids it: not ownership, not yama, not the capability.
         return (
-            "nothing here forbids it (owner, ptrace_scope and CAP_SYS_PTRACE are fine): another tracer "
+            f"{NOTHING_FORBIDS} (owner, ptrace_scope and CAP_SYS_PTRACE are fine): another tracer "
             "(py-spy, gdb, strace, another rankscope) probably held it at that moment, or a seccomp or LSM "
             f"policy (AppArmor, SELinux) denies ptrace. Fix: rerun; if it persists, check TracerPid in "
             f"/proc/{pid if pid is not None else 'PID'}/status and the container's security policy"

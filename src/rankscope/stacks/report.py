@@ -50,6 +50,10 @@ class ProcessInfo:
     dumped: bool = True
     #: Its stacks include native frames of its own (--native dumps representatives only, --native-all every rank).
     native: bool = False
+    #: Dumps of it tried again because another py-spy / rankscope held it (absent when none).
+    retries: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    #: Who held it when it was refused (``py-spy (pid 1240) of another rankscope (pid 1236)``).
+    held_by: Optional[str] = field(default=None, metadata=OMIT_NONE)
 
     @property
     def member(self) -> Member:
