@@ -23,10 +23,11 @@ _OPTIONS = [
     click.option(
         "--hostfile",
         type=click.Path(path_type=Path),
+        metavar="FILE",
         help="Hostfile: 'host slots=8' (DeepSpeed/Open MPI), 'host:8' (MPICH/Intel) or 'host' per line.",
     ),
     click.option(
-        "--jobid", metavar="J", help="A running SLURM job: its nodes, reached with srun inside the job."
+        "--jobid", metavar="JOBID", help="A running SLURM job: its nodes, reached with srun inside the job."
     ),
     click.option(
         "--via",
@@ -40,17 +41,26 @@ _OPTIONS = [
         help="Shell text run on each node first, e.g. '. ~/.pdshrc' or 'conda activate env'.",
     ),
     click.option(
-        "--fanout", type=click.IntRange(1, 1024), default=32, show_default=True, help="Nodes at once."
+        "--fanout",
+        type=click.IntRange(1, 1024),
+        default=32,
+        show_default=True,
+        metavar="N",
+        help="Nodes at once.",
     ),
     click.option(
         "--node-timeout",
         type=click.FloatRange(0.5),
         default=30.0,
         show_default=True,
+        metavar="SECONDS",
         help="Seconds one node may take before it is reported and dropped.",
     ),
     click.option(
-        "--ssh-config", type=click.Path(path_type=Path), help="ssh config file (ssh -F); default: yours."
+        "--ssh-config",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        help="ssh config file (ssh -F); default: yours.",
     ),
     click.option(
         "--ssh-option", "ssh_options", multiple=True, metavar="OPT", help="Extra ssh -o option (repeatable)."

@@ -27,8 +27,12 @@ SCENARIOS = ["lock", "skip-barrier", "deep"]
 
 
 @click.command(help=HELP)
-@click.option("--nproc", type=click.IntRange(2, 64), default=4, show_default=True, help="Ranks to start.")
-@click.option("--culprit", type=int, default=2, show_default=True, help="The rank that misbehaves.")
+@click.option(
+    "--nproc", type=click.IntRange(2, 64), default=4, show_default=True, metavar="N", help="Ranks to start."
+)
+@click.option(
+    "--culprit", type=int, default=2, show_default=True, metavar="RANK", help="The rank that misbehaves."
+)
 @click.option(
     "--scenario",
     type=click.Choice(SCENARIOS),

@@ -13,6 +13,7 @@ from typing import Any, Optional
 import click
 
 from rankscope import __version__
+from rankscope.cli.exit_help import epilog, full_table
 from rankscope.cli.guard import run_guarded
 from rankscope.errors import ExitCode
 
@@ -36,8 +37,19 @@ class LazyGroup(click.Group):
             module_name, attr = VERBS[cmd_name].split(":")
             command = getattr(importlib.import_module(module_name), attr)
             assert isinstance(command, click.Command)
+            _add_exit_codes(cmd_name, command)
             return command
         return super().get_command(ctx, cmd_name)
+
+
+def _add_exit_codes(verb: str, command: click.Command) -> None:
+    """Every verb's --help ends with the exit codes it uses (a group's subcommands too)."""
+    if not command.epilog:
+        command.epilog = epilog(verb)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            if not sub.epilog:
+                sub.epilog = epilog(verb)
 
 
 HELP = """Find out what is wrong with a multi-node, multi-GPU PyTorch job.
@@ -50,11 +62,13 @@ Examples:
   rankscope whoami --pid 4243         # the rank identity of a process
   rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
 
-Exit codes are listed in docs/exit-codes.md; add --debug for a traceback on errors.
+Add --debug (before the verb) for a traceback on errors.
 """
 
 
-@click.group(cls=LazyGroup, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup, help=HELP, epilog=full_table(), context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, prog_name="rankscope")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks on errors.")
 @click.pass_context

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import click
 
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.exit_help import epilog
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
@@ -81,15 +82,6 @@ Examples:
 If several jobs run on this node, each gets its own section (and jobs[] in --json).
 """
 
-EXIT_CODES = """
-\b
-Exit codes:
-  0  every target dumped          5  every target failed
-  2  bad command line             6  py-spy (or ssh, srun) missing
-  3  no job found                 7  permission denied (ptrace, /proc)
-  4  partial: some targets failed, or ranks missing
-  8  bad input: no such pid, bad --out or --from directory
-"""
 
 #: Options that collect: --from reads a saved run instead, so none of them applies to it.
 COLLECTING = {
@@ -107,7 +99,7 @@ COLLECTING = {
 SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, "metavar": "SECONDS"}
 
 
-@click.command(help=HELP + CLUSTER_EXAMPLES, epilog=EXIT_CODES)
+@click.command(help=HELP + CLUSTER_EXAMPLES, epilog=epilog("stacks"))
 @click.option(
     "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
 )

@@ -35,7 +35,11 @@ class WhoamiRequest:
 
 @click.command(help=HELP)
 @click.option(
-    "--pid", type=int, default=None, help="Read /proc/PID/environ instead of this process's environment."
+    "--pid",
+    type=int,
+    default=None,
+    metavar="PID",
+    help="Read /proc/PID/environ instead of this process's environment.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def whoami(**params: Any) -> int:

@@ -1,0 +1,55 @@
+"""The exit codes, in --help itself: a pip-installed user has no docs/ directory.
+
+The top-level help lists every code; each verb's help lists the codes that verb uses
+(docs/exit-codes.md says the same at length). tests/test_cli.py checks both.
+"""
+
+from __future__ import annotations
+
+from rankscope.errors import ExitCode
+
+#: code -> what it means, in a few words.
+MEANING: dict[int, str] = {
+    ExitCode.OK: "ok",
+    ExitCode.INTERNAL: "a bug in rankscope (rerun with --debug, report the traceback)",
+    ExitCode.USAGE: "bad command line",
+    ExitCode.NOTHING_FOUND: "nothing found (no job, no process, no log)",
+    ExitCode.PARTIAL: "partial: some targets failed (listed in the report), or ranks missing",
+    ExitCode.ALL_FAILED: "every target failed (the report says why)",
+    ExitCode.MISSING_TOOL: "a required tool is missing (py-spy, ssh, pdsh, srun)",
+    ExitCode.PERMISSION_DENIED: "permission denied (ptrace, /proc, another user's job)",
+    ExitCode.BAD_INPUT: "bad input: no such pid, file or directory, a bad --out/--from directory",
+    ExitCode.DEMO_MISSED: "the demo's diagnosis missed the injected culprit",
+}
+
+#: verb -> the codes it exits with (besides 1, a bug, which any verb may hit).
+VERB_CODES: dict[str, tuple[int, ...]] = {
+    "stacks": (0, 2, 3, 4, 5, 6, 7, 8),
+    "demo": (0, 2, 6, 9),
+    "whoami": (0, 2, 8),
+    "logs": (0, 2, 3, 8),
+    "exec": (0, 2, 4, 5, 6, 8),
+}
+
+#: Verbs whose code is not one of the table's.
+SPECIAL = {
+    "prefix": "Exit code: the command's own (128+N when a signal N ended it); 6 when the command is not "
+    "found, 8 when it is not executable, 2 for a bad command line.",
+}
+
+
+def epilog(verb: str) -> str:
+    """The exit codes a verb's --help lists (``""`` for a verb this table does not know)."""
+    if verb in SPECIAL:
+        return SPECIAL[verb]
+    codes = VERB_CODES.get(verb)
+    if codes is None:
+        return ""
+    return "\b\nExit codes:\n" + "\n".join(f"  {code}  {MEANING[code]}" for code in codes)
+
+
+def full_table() -> str:
+    """Every exit code, for the top-level --help."""
+    return "\b\nExit codes (every verb's --help lists its own):\n" + "\n".join(
+        f"  {code}  {text}" for code, text in MEANING.items()
+    )
