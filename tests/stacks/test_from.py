@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.cluster_fixtures import client_env
+from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.sshd import Sshd
 
 from rankscope.demo.launch import LaunchedJob, start_torchrun
 
@@ -160,3 +163,36 @@ def test_out_then_from_elsewhere_after_the_job_is_gone(two_rank_job: LaunchedJob
     assert text.returncode == 0, text.stderr
     assert _report_lines(text.stdout) == _report_lines((copy / "report.txt").read_text())
     assert "rank 1 is elsewhere: load_batch" in text.stdout
+
+
+@pytest.fixture(scope="module")
+def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
+    # Ranks 0-1 on node01, 2-3 on node02; rank 2 deadlocks on its own lock, the others wait in all_reduce.
+    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
+    try:
+        job.wait_ready()
+        yield job
+    finally:
+        job.stop()
+
+
+@pytest.mark.slow
+def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path) -> None:
+    """A `--hosts` run keeps each node's answer, not raw dumps: --from re-diagnoses the merged stacks.json."""
+    dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
+    out = tmp_path / "out"
+    live = run_cli(
+        "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json", "--out", str(out),
+        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), env=client_env(), timeout=180,
+    )  # fmt: skip
+    assert live.returncode == 0, live.stdout + live.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["node01.out", "node02.out", "report.txt", "stacks.json"]
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(out, copy)
+    again = run_cli("stacks", "--from", str(copy), "--json")
+    assert again.returncode == 0, again.stderr
+    assert _without_timing(again.json()) == _without_timing(live.json())
+    assert again.json()["diagnosis"]["divergent_ranks"] == [2]
+    text = run_cli("stacks", "--from", str(copy)).stdout
+    assert _report_lines(text) == _report_lines((copy / "report.txt").read_text())
+    assert text.startswith("rankscope stacks: 2 of 2 nodes (node[01-02]) on node[01-02] — 4 of 4 processes")

@@ -38,9 +38,8 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.nodefiles import write_node_files
     from rankscope.cli.outcome import exit_code
     from rankscope.cli.progress import tty_progress
-    from rankscope.cli.stacks_report import render_for
+    from rankscope.cli.stacks_report import nodes_title, render_for
     from rankscope.cluster.stacks_remote import stacks_remote
-    from rankscope.cluster.targets import fold
     from rankscope.stacks.explain import diagnose, not_found_here
     from rankscope.stacks.report import report_document
 
@@ -63,11 +62,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
     document = report_document(report)
-    answered = result.answered
-    if answered:
-        title = f"{len(answered)} of {len(result.nodes)} nodes ({fold(answered)})"
-    else:
-        title = f"none of {len(result.nodes)} nodes answered ({fold([n.node for n in result.nodes])})"
+    title = nodes_title(report.nodes)
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"
     kept, shown = render_for(request, report, diagnosis, title)

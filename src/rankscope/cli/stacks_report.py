@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -11,6 +12,8 @@ from rankscope.cli.outcome import exit_code
 from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
+from rankscope.folding import fold_hosts
+from rankscope.model import NodeStatus, Stage
 from rankscope.stacks.explain import diagnose, not_found_here
 from rankscope.stacks.local import LocalResult, process_started, run_local
 from rankscope.stacks.options import StacksOptions
@@ -83,13 +86,23 @@ def report_saved(request: StacksRequest) -> int:
         if saved.source == "raw dumps"
         else "no raw/ there: groups as stacks.json has them, diagnosis derived again)"
     )
-    _, shown = render_for(request, report, diagnosis, subtitle=source)
+    _, shown = render_for(request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source)
     if shown is None:
         sys.stdout.write(json.dumps(report_document(report), indent=2) + "\n")
     else:
         sys.stdout.write(shown)
     sys.stdout.flush()
     return int(code)
+
+
+def nodes_title(nodes: Sequence[NodeStatus]) -> str:
+    """A multi-node report's header: ``2 of 5 nodes (node[01-02])``; "" for a one-node run."""
+    if not nodes:
+        return ""
+    answered = [n.node for n in nodes if n.stage == Stage.OK]
+    if answered:
+        return f"{len(answered)} of {len(nodes)} nodes ({fold_hosts(answered)})"
+    return f"none of {len(nodes)} nodes answered ({fold_hosts(n.node for n in nodes)})"
 
 
 def render_for(
