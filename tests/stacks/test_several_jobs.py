@@ -88,3 +88,16 @@ def test_discovery_reports_every_job_instead_of_asking(two_jobs: tuple[LaunchedJ
     jobs = {j["launcher_pid"]: j for j in result.json()["jobs"]}
     assert jobs[a.pid]["diagnosis"]["divergent_ranks"] == [1]
     assert jobs[b.pid]["diagnosis"]["divergent_ranks"] == [0]
+
+
+def test_one_job_named_twice_is_one_job(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:
+    a, _ = two_jobs
+    first, second = a.worker_pids()
+    for pids in ([a.pid, a.pid], [first, second], [a.pid, second]):
+        argv = [arg for pid in pids for arg in ("--pid", str(pid))]
+        result = run_cli("stacks", *argv, "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        doc = result.json()
+        (job,) = doc["jobs"]
+        assert job["launcher_pid"] == a.pid and sorted(job["pids"]) == [first, second], pids
+        assert "diagnosis" not in job and doc["diagnosis"]["divergent_ranks"] == [1]

@@ -46,7 +46,7 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
     if options.all_python:
         return [all_python(table, host)], failures
     if options.pids:
-        jobs = []
+        jobs: list[Job] = []
         for pid in options.pids:
             if pid not in table.procs:
                 failures.append(
@@ -59,7 +59,14 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
                     )
                 )
                 continue
-            jobs.append(workers_of(pid, table, host))
+            job = workers_of(pid, table, host)
+            same = [j for j in jobs if job.launcher_pid is not None and j.launcher_pid == job.launcher_pid]
+            if not same:
+                jobs.append(job)
+                continue
+            # A launcher named twice, or two workers of one job: one job, each worker once.
+            known = {w.pid for w in same[0].workers}
+            same[0].workers.extend(w for w in job.workers if w.pid not in known)
         return jobs, failures
     jobs = find_jobs(table, host)
     if not jobs:
