@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli, run_cli_as
+from tests.support.system import ensure_tools
 
 from rankscope.stacks.pyspy import parse_dump
 
@@ -116,3 +117,16 @@ def test_garbage_pyspy_output_is_a_parse_error() -> None:
 def test_bad_options_are_usage_errors() -> None:
     result = run_cli("stacks", "--samples", "0")
     assert result.returncode == 2 and "--samples" in result.stderr
+
+
+@pytest.mark.needs("ssh")
+def test_unknown_host_says_why_once(tmp_path: Path) -> None:
+    """No node answered: the header says so (no "(none) on ?"), and the node's failure is in the report once."""
+    ensure_tools("ssh")
+    result = run_cli("stacks", "--hosts", "rankscope-no-such-host", "--via", "ssh", "--node-timeout", "20")
+    assert result.returncode == 5, result.stdout + result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("rankscope stacks: none of 1 nodes answered (rankscope-no-such-host) — "), first
+    assert " on ?" not in first and "(none)" not in first
+    assert "rankscope-no-such-host [unreachable] ssh: Could not resolve hostname" in result.stdout
+    assert result.stdout.count("rankscope-no-such-host [unreachable]") == 1 and result.stderr == ""
