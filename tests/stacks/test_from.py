@@ -196,3 +196,24 @@ def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNode
     text = run_cli("stacks", "--from", str(copy)).stdout
     assert _report_lines(text) == _report_lines((copy / "report.txt").read_text())
     assert text.startswith("rankscope stacks: 2 of 2 nodes (node[01-02]) on node[01-02] — 4 of 4 processes")
+
+
+def test_fields_and_failure_kinds_of_a_newer_release_are_read(tmp_path: Path) -> None:
+    """A newer rankscope may add fields and failure kinds without a new schema version."""
+    copy = tmp_path / "plain"
+    shutil.copytree(V1 / "plain", copy)
+    doc = json.loads((copy / "stacks.json").read_text())
+    doc["added_later"] = {"x": 1}
+    doc["processes"][0]["added_later"] = True
+    doc["failures"] = [
+        {"target": "pid 7", "stage": "dump", "reason": "why", "hint": "fix", "rank": None, "kind": "new-kind"}
+    ]
+    (copy / "stacks.json").write_text(json.dumps(doc))
+    result = run_cli("stacks", "--from", str(copy), "--json")
+    assert result.returncode == 4, result.stderr
+    (failure,) = result.json()["failures"]
+    assert failure["kind"] == "other" and failure["reason"] == "why"
+    doc["failures"][0]["stage"] = "a stage added later"
+    (copy / "stacks.json").write_text(json.dumps(doc))
+    result = run_cli("stacks", "--from", str(copy))
+    assert result.returncode == 8 and "if a newer rankscope wrote it, upgrade rankscope" in result.stderr

@@ -43,6 +43,7 @@ RAW_NAME = re.compile(
     r"(?P<native>\.native)?\.(?P<ext>json|error\.txt)$"
 )
 SCHEMA_NAME = SCHEMA.rsplit("/", 1)[0]
+KINDS = {kind.value for kind in FailureKind}
 HINT = "pass --from the directory `rankscope stacks --out DIR` wrote"
 
 
@@ -83,10 +84,18 @@ def _load_document(path: Path) -> StacksReport:
             f"{doc_path} was written by a newer rankscope (schema {schema}); this one reads {SCHEMA}",
             "upgrade rankscope (pip install -U rankscope) to read it",
         )
+    for failure in data.get("failures") or []:
+        # A kind added by a newer rankscope (adding one keeps the schema's version) reads as "other".
+        if isinstance(failure, dict) and failure.get("kind") not in KINDS:
+            failure["kind"] = FailureKind.OTHER.value
     try:
         return load_report(data)
     except ValueError as exc:
-        raise BadInputError(f"{doc_path} is not a rankscope stacks report: {exc}", HINT) from exc
+        raise BadInputError(
+            f"{doc_path} cannot be read as a rankscope stacks report: {exc}",
+            "if a newer rankscope wrote it, upgrade rankscope (pip install -U rankscope); "
+            "else pass --from the directory `rankscope stacks --out DIR` wrote",
+        ) from exc
 
 
 def _bad_file(name: str, why: str, rank: Optional[RankId] = None) -> Failure:
