@@ -95,7 +95,8 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
     result = run_cli("logs", "errors", str(role_tee_log))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith("2 distinct error(s) from 8 rank(s)")
+    assert out.startswith(f"root cause: {HOST}:")
+    assert out.splitlines()[2].startswith("2 distinct error(s) (2 culprit) from 8 rank(s)")
     exception_lines = [
         line
         for line in out.splitlines()
@@ -106,7 +107,7 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
         "RuntimeError",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
     ]
-    assert f"error 2 of 2 — minority, 1 rank(s): {HOST}:3" in out
+    assert f"error 2 of 2 — culprit, 1 rank(s): {HOST}:3" in out
     assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
     assert "torchrun's root cause (first failure it observed): rank " in out
 

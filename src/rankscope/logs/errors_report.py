@@ -216,8 +216,11 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
             ]
         return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
     tb, group = root.traceback, root.group
+    host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
     who = label_text(tb.label) or "(no rank prefix)"
-    if tb.global_rank is not None and host_and_rank(tb.label or b"")[1] != tb.global_rank:
+    if host is None and number is not None:
+        who = f"rank {who}"
+    if tb.global_rank is not None and number != tb.global_rank:
         who += f" (global rank {tb.global_rank})"
     if len(group.labels) > 1:
         who += f" (and {len(group.labels) - 1} more rank(s) with this error: {fold_labels(group.labels)})"
