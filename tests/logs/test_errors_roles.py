@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,11 +9,9 @@ from typing import Any
 import pytest
 from tests.support.cli import run_cli
 
-from rankscope.demo.launch import start_torchrun
 from rankscope.logs.cuda import OutOfMemory, out_of_memory
 from rankscope.logs.roles import Role, role_of
 from rankscope.logs.tracebacks import HANDLED_LINES, RankTraceback
-from rankscope.ranks import short_hostname
 
 GPU = Path(__file__).parents[1] / "data" / "gpu-h100"
 BENCH = Path(__file__).parents[2] / "bench"
@@ -225,43 +222,3 @@ def test_generated_512_rank_log_names_the_fatal_error_not_the_caught_one(tmp_pat
     assert data["first_failure"]["exception"] == "ValueError: corrupt sample in shard 12 (skipped)"
     first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
     assert first.startswith(f"root cause: {root['label']}: ValueError: label 1000 out of range")
-
-
-# ----------------------------------------------------------------------------- a real gloo job
-
-JOB = Path(__file__).parent / "jobs" / "peer_loss_job.py"
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_real_gloo_job_names_the_raising_rank_and_its_victims(tmp_path: Path) -> None:
-    host = short_hostname()
-    log = tmp_path / "job.log"
-    with open(log, "wb") as out:
-        # a monitor interval of 2 s: the peers print their errors before torchrun stops them
-        job = start_torchrun(
-            script=JOB,
-            nproc=3,
-            workdir=tmp_path,
-            torchrun_args=["--role", f"{host}:", "--tee", "3", "--monitor-interval", "2"],
-            stdout=out,
-            env=dict(os.environ),
-        )
-        try:
-            code = job.process.wait(240)
-        finally:
-            job.stop()
-    assert code != 0, log.read_text(errors="replace")[-2000:]
-    data = _errors(log)
-    roles = _roles(data)
-    assert roles[0] == ("culprit", "ValueError", f"{host}:1")
-    assert roles[-1] == ("handled", "ValueError", f"{host}:2")
-    victims = {label for g in data["groups"] if g["role"] == "victim" for label in g["labels"]}
-    assert victims == {f"{host}:0", f"{host}:2"}
-    root = data["root_cause"]
-    assert (root["label"], root["global_rank"]) == (f"{host}:1", 1)
-    assert root["where"] == f"{JOB}:22" and root["function"] == "read_labels"
-    text = run_cli("logs", "errors", str(log)).stdout
-    assert text.startswith(
-        f"root cause: {host}:1: ValueError: label 1000 out of range for 100 classes on rank 1"
-    )
