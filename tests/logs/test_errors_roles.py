@@ -222,3 +222,29 @@ def test_generated_512_rank_log_names_the_fatal_error_not_the_caught_one(tmp_pat
     assert data["first_failure"]["exception"] == "ValueError: corrupt sample in shard 12 (skipped)"
     first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
     assert first.startswith(f"root cause: {root['label']}: ValueError: label 1000 out of range")
+
+
+@pytest.mark.parametrize("writes_on", [True, False])
+def test_many_undecided_tracebacks_at_once(tmp_path: Path, writes_on: bool) -> None:
+    """20 ranks print a traceback each, other ranks write 1.5 MiB (past the first 1 MiB block, where
+    the 20 are counted in one pass), then the 20 write 100 lines each, or not."""
+    lines = [
+        f"[n:{r}]:{line}"
+        for r in range(20)
+        for line in (
+            "Traceback (most recent call last):",
+            '  File "/w/data.py", line 3, in read',
+            "KeyError: 'x'",
+        )
+    ]
+    step = 0
+    while sum(map(len, lines)) < 3 << 19:
+        lines += [f"[n:{r}]:step {step} loss 0.5 tokens/s 41000" for r in range(20, 40)]
+        step += 1
+    if writes_on:
+        lines += [f"[n:{r}]:step {s}" for s in range(HANDLED_LINES) for r in range(20)]
+    lines += [f"[n:{r}]:done" for r in range(20, 40)]
+    log = tmp_path / "job.log"
+    log.write_text("\n".join(lines) + "\n")
+    [group] = _errors(log)["groups"]
+    assert (group["role"], group["ranks"]) == ("handled" if writes_on else "culprit", "n:[0-19]")

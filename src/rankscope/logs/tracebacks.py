@@ -13,6 +13,7 @@ goes on writing (one ``bytes.count`` of the rank's prefix per block): a rank tha
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -46,6 +47,10 @@ MAX_TAIL = 12
 TAIL_REACH = 256 << 10
 #: torchrun's agent restarting the workers: the same prefixes then belong to new processes.
 RESTART_MARKER = b"will restart worker group"
+#: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
+_LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
+#: More undecided tracebacks than this in a block: count all line prefixes in one pass.
+BATCH_COUNT = 10
 
 
 @dataclass
@@ -260,6 +265,20 @@ class TracebackCollector:
 
     def _settle(self, chunk: bytes, restarted: bool) -> None:
         """At the end of a block: decide the finished tracebacks whose rank wrote on, or went quiet."""
+        pending = [b for b in self._active.values() if b.state == "after" and b.needle is not None]
+        batch = [b for b in pending if b.count_from == 0 and _LINE_PREFIX.fullmatch(b.needle or b"")]
+        if len(batch) > BATCH_COUNT:
+            # Many ranks undecided at once (a crash with the log going on): one pass over the
+            # block's line prefixes costs what about 10 separate counts do.
+            limit = self._count_limit
+            counted = Counter(_LINE_PREFIX.findall(chunk, 0, limit))
+            first = _LINE_PREFIX.match(b"\n" + chunk[:256])
+            if first is not None and limit > 0:
+                counted[first.group(1)] += 1
+            for building in batch:
+                building.after_lines += counted.get((building.needle or b"")[1:], 0)
+                building.after_bytes += limit
+                building.count_from = limit
         for key, building in list(self._active.items()):
             if building.state != "after" or building.needle is None:
                 continue
