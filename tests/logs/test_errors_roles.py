@@ -248,3 +248,23 @@ def test_many_undecided_tracebacks_at_once(tmp_path: Path, writes_on: bool) -> N
     log.write_text("\n".join(lines) + "\n")
     [group] = _errors(log)["groups"]
     assert (group["role"], group["ranks"]) == ("handled" if writes_on else "culprit", "n:[0-19]")
+
+
+def test_only_victims_in_the_log_says_the_root_cause_is_elsewhere(tmp_path: Path) -> None:
+    """This node's ranks only lost their peer: the failing rank's traceback is in another node's log."""
+    lines = [
+        f"[b:{r}]:{line}"
+        for r in range(2)
+        for line in (
+            "Traceback (most recent call last):",
+            '  File "/w/train.py", line 9, in step',
+            f"RuntimeError: [pair.cc:534] Connection closed by peer [10.0.0.{r}]:4000",
+        )
+    ]
+    log = tmp_path / "b.log"
+    log.write_text("\n".join(lines) + "\n")
+    data = _errors(log)
+    assert data["root_cause"] is None
+    assert [g["role"] for g in data["groups"]] == ["victim"]
+    first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
+    assert first.startswith("root cause: not in this log — every error is a consequence of another failure")

@@ -198,10 +198,8 @@ def _frame_text(tb: RankTraceback) -> str:
 def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     """The first lines of the report: the root cause and why, or why there is none."""
     root = report.root_cause
-    groups = report.groups
-    victims = [g for g in groups if g.role is Role.VICTIM]
-    handled = [g for g in groups if g.role is Role.HANDLED]
     if root is None:
+        victims = [g for g in report.groups if g.role is Role.VICTIM]
         told = next((e for e in counts.exits if e.root_cause), None)
         launcher = (
             f"; torchrun's first observed failure: rank {told.rank} on {told.host} ({told.how})"
@@ -226,6 +224,20 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         who += f" (and {len(group.labels) - 1} more rank(s) with this error: {fold_labels(group.labels)})"
     when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
     first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
+    out = [first, f"  why: {_reason(report, root)}"]
+    if is_async_cuda_error(tb):
+        out.append(
+            "  location unreliable: CUDA reported this kernel error asynchronously; "
+            f"rerun synchronously: {rerun_command(tb, _launcher(counts, report))}"
+        )
+        out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
+    return out
+
+
+def _reason(report: ErrorsReport, root: RootCause) -> str:
+    """Why the root cause was chosen, and what the other errors were."""
+    victims = [g for g in report.groups if g.role is Role.VICTIM]
+    handled = [g for g in report.groups if g.role is Role.HANDLED]
     after = []
     if victims:
         after.append(f"{sum(len(g.labels) for g in victims)} rank(s) failed as victims")
@@ -234,17 +246,10 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     if root.other_culprits:
         after.append(f"{root.other_culprits} other culprit traceback(s) came later")
     why = (
-        "  why: the first traceback that is neither a consequence of another rank's failure "
+        "the first traceback that is neither a consequence of another rank's failure "
         "(lost peer, timeout, signal) nor caught (its rank stopped writing)"
     )
-    out = [first, why + (f"; {', '.join(after)}" if after else "")]
-    if is_async_cuda_error(tb):
-        out.append(
-            "  location unreliable: CUDA reported this kernel error asynchronously; "
-            f"rerun synchronously: {rerun_command(tb, _launcher(counts, report))}"
-        )
-        out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
-    return out
+    return why + (f"; {', '.join(after)}" if after else "")
 
 
 #: How much of an exception line the root cause line shows.
@@ -512,7 +517,7 @@ def _root_entry(report: ErrorsReport, counts: LineCounts) -> Optional[RootCauseE
         line=tb.line_number,
         time=tb.time,
         chosen_by=root.by,
-        reason=_root_lines(report, counts)[1].strip().removeprefix("why: "),
+        reason=_reason(report, root),
         location_unreliable=unreliable,
         rerun=rerun_command(tb, _launcher(counts, report)) if unreliable else None,
     )
