@@ -36,7 +36,7 @@ Inputs: files, directories, .gz files (by content), or - for stdin.
 
 \b
 Examples:
-  rankscope logs errors job.log             # each distinct error once, with its ranks
+  rankscope logs errors job.log             # the root cause, then each distinct error once
   rankscope logs ranks job.log.gz           # which ranks wrote how many lines
   rankscope logs grep --rank node3:12 job.log
   rankscope logs split job.log --out per-rank/

@@ -453,7 +453,7 @@ class ExceptionLineCount:
 
 @dataclass
 class ErrorsDocument:
-    """``rankscope.logs.errors``: each distinct error once, the first to fail, torchrun's summary."""
+    """``rankscope.logs.errors``: the root cause, each distinct error once with its role, torchrun's summary."""
 
     SCHEMA: ClassVar[str] = "rankscope.logs.errors/1"
 
