@@ -121,8 +121,8 @@ class RootCause:
 
 @dataclass
 class ErrorsReport:
-    #: Errors of ranks (or of everything, when no line had a rank prefix): culprits (the root
-    #: cause first, then by order in the log), victims (biggest first), handled errors last.
+    #: Errors of ranks (or of everything, when no line had a rank prefix): culprits, victims,
+    #: handled errors; in each, most ranks first.
     groups: list[ErrorGroup]
     first_failure: Optional[RankTraceback]
     #: Errors printed without a rank prefix in an otherwise prefixed log: usually the launcher's own.
@@ -182,22 +182,16 @@ class Grouper:
         """The groups in report order and the root cause."""
         side = 0 if self._groups[0] else 1
         root = root_cause(list(self._groups[side].values()))
-        labelled, unlabelled = (self._sorted(groups, root) for groups in self._groups)
+        labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
         if side == 0:
             return ErrorsReport(labelled, self._first[0], unlabelled, self._first_timed[0], root)
         return ErrorsReport(unlabelled, self._first[1], [], self._first_timed[1], root)
 
     @staticmethod
-    def _sorted(groups: dict[tuple[Any, ...], ErrorGroup], root: Optional[RootCause]) -> list[ErrorGroup]:
+    def _sorted(groups: dict[tuple[Any, ...], ErrorGroup]) -> list[ErrorGroup]:
+        """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
-
-        def key(g: ErrorGroup) -> tuple[int, int, int, int]:
-            is_root = root is not None and g is root.group
-            # culprits in the order they happened; victims biggest first; handled in log order
-            size = -len(g._labels) if g.role is Role.VICTIM else 0
-            return (rank[g.role], 0 if is_root else 1, size, g.example.order)
-
-        return sorted(groups.values(), key=key)
+        return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
 
 
 def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
