@@ -205,16 +205,17 @@ def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
     if not culprits:
         return None
     others = sum(g.count for g in culprits) - 1
-    timed = [g for g in culprits if g.timed is not None]
+    timed = [(g.timed, g) for g in culprits if g.timed is not None]
     if timed:
-        group = min(
-            timed, key=lambda g: (sortable(g.timed.time or ""), g.timed.order) if g.timed else ("", 0)
-        )
-        assert group.timed is not None
-        return RootCause(group.timed, group, "timestamp", others)
+        tb, group = min(timed, key=lambda pair: _time_key(pair[0]))
+        return RootCause(tb, group, "timestamp", others)
     group = min(culprits, key=lambda g: g.example.order)
     return RootCause(group.example, group, "log order", others)
 
 
+def _time_key(tb: RankTraceback) -> tuple[str, int]:
+    return (sortable(tb.time or ""), tb.order)
+
+
 def _earlier(tb: RankTraceback, other: RankTraceback) -> bool:
-    return (sortable(tb.time or ""), tb.order) < (sortable(other.time or ""), other.order)
+    return _time_key(tb) < _time_key(other)
