@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.net.ifaces import LOCAL_ONLY, PREFERENCE, Interface, Kind
+from rankscope.net.ifaces import LOCAL_ONLY, PREFERENCE, ROUTE_ONLY, Interface, Kind
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,11 @@ def candidates(interfaces: Sequence[Interface]) -> list[Interface]:
 
     Ordered fastest fabric first (InfiniBand, OPA, RoCE, EFA, bond, Ethernet, vlan, bridge).
     """
-    usable = [i for i in interfaces if i.kind not in LOCAL_ONLY and i.up and i.routable_addresses]
+    usable = [
+        i
+        for i in interfaces
+        if i.kind not in LOCAL_ONLY and i.kind not in ROUTE_ONLY and i.up and i.routable_addresses
+    ]
     rank = {kind: n for n, kind in enumerate(PREFERENCE)}
     return sorted(usable, key=lambda i: rank.get(i.kind, len(rank)))
 
@@ -97,10 +101,16 @@ def recommend(
         elif owner is not None:
             chosen = owner
             reason = f"the kernel routes to {peer} through {owner.name} (source address {source_address})"
+            if owner.kind in ROUTE_ONLY:
+                reason += "; a veth as the uplink: this is a container or a network namespace"
     elif peer is not None:
         reason = f"{peer} has no route from here; "
     if chosen is None:
-        on_default = [i for i in usable if i.name in default_route]
+        on_default = [
+            i
+            for i in interfaces
+            if i.name in default_route and i.kind not in LOCAL_ONLY and i.up and i.routable_addresses
+        ]
         if on_default:
             chosen = on_default[0]
             reason += f"{chosen.name} carries the default route; pass --peer ADDR (another node) to be sure"
@@ -110,8 +120,9 @@ def recommend(
         else:
             return Recommendation(
                 None,
-                reason + "no interface with a routable address is up (only lo, docker or veth): this node "
-                "can run a single-node job only (NCCL_SOCKET_IFNAME=lo)",
+                reason + "no interface with a routable address is up besides lo, docker bridges and veths "
+                "without a route (in a container or namespace, pass --peer ANOTHER_NODE); as it is, this "
+                "node can run a single-node job only (NCCL_SOCKET_IFNAME=lo)",
             )
     address = chosen.routable_addresses[0] if chosen.routable_addresses else None
     return Recommendation(

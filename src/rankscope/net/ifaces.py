@@ -33,7 +33,11 @@ class Kind(Words):
 
 
 #: Kinds that never carry traffic between nodes: never recommended for *_SOCKET_IFNAME.
-LOCAL_ONLY = frozenset({Kind.LOOPBACK, Kind.DOCKER, Kind.VETH})
+LOCAL_ONLY = frozenset({Kind.LOOPBACK, Kind.DOCKER})
+#: On a host, a veth is a container's cable into a bridge: never a candidate by itself. Inside a
+#: container or network namespace the veth *is* the uplink, which the route to a peer (or the
+#: default route) shows; only then is it recommended.
+ROUTE_ONLY = frozenset({Kind.VETH})
 #: Preference among interfaces that could carry it, fastest fabric first.
 PREFERENCE = (
     Kind.INFINIBAND,
