@@ -81,4 +81,4 @@ def test_node_answer_round_trip_and_argv() -> None:
     argv = node_argv("/opt/rs", 6000, ["10.0.0.1", "fd00::2"], 5)
     assert argv[:3] == ["/opt/rs", "net", "probe"]
     assert argv[-2:] == ["10.0.0.1:6000", "[fd00::2]:6000"]
-    assert "--serve" in argv and "--retry-refused" in argv and argv[argv.index("--hold") + 1] == "10"
+    assert "--serve" in argv and "--retry-refused" in argv and argv[argv.index("--hold") + 1] == "6"

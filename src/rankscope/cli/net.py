@@ -276,7 +276,7 @@ Examples:
   rankscope net check --master                 # uses MASTER_ADDR, MASTER_PORT
   rankscope net check --master --master-addr node01 --master-port 29500 --nnodes 4
 
-Across nodes: every node listens on PORT (all addresses, for 2 x --window seconds) and probes
+Across nodes: every node listens on PORT (all addresses, for --window + 1 seconds) and probes
 every node at once, so the whole matrix costs about one window plus the login, whatever
 the number of nodes. Cells: open, refused (reset), FILTERED (no answer), NO-NAME, NO-ROUTE.
 --master: MASTER_ADDR resolves, is not loopback on a multi-node job, and its port is free

@@ -3,7 +3,7 @@
 Each node runs ``rankscope net probe --json --serve PORT --bind 0.0.0.0 --retry-refused ADDR:PORT...``
 over the cluster fan-out (ssh, pdsh or srun, all nodes at once): it opens its listener, probes
 every node (itself included) for ``window`` seconds, retrying a refusal while a peer's listener
-may not be up yet, and keeps listening for ``hold`` seconds so that late starters still find it.
+may not be up yet, and keeps listening for :func:`hold_for` seconds so that late starters still find it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,12 @@ from rankscope.serial import load_document
 
 
 def hold_for(window: float) -> float:
-    """How long each node keeps its listener: the probing window plus as much again for late starters."""
-    return 2 * window
+    """How long each node keeps its listener, from its start.
+
+    A peer that starts later than this node by up to the window still finds the listener (and one
+    that starts earlier retries its refused probes until it is up); a second more covers the connect.
+    """
+    return window + 1.0
 
 
 def node_argv(remote_rankscope: str, port: int, addresses: Sequence[str], window: float) -> list[str]:
