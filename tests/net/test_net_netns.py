@@ -1,26 +1,18 @@
 """Nodes in network namespaces: probes that go unanswered, listen + probe both ways, `net check` over ssh.
 
-Four "nodes" (n1-n4, 10.232.N.2) hang off one router namespace by veth pairs and reach each other
-through it. Each runs its own sshd on port 22. On the checked port, n3 drops everything that comes
-in (a firewall: probes get no answer) and n4 drops only what comes from n1 (a one-way rule). Every
+Four "nodes" (n1-n4, 10.232.N.2; tests/support/netfabric.py) reach each other through a router
+namespace, each with its own sshd. On the checked port, n3 drops everything that comes in (a
+firewall: probes get no answer) and n4 drops only what comes from n1 (a one-way rule). Every
 address used here exists only inside these namespaces.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
-from tests.support.cli import CliResult
-from tests.support.cluster_fixtures import REMOTE_RANKSCOPE, client_env
-from tests.support.netns import ip
-from tests.support.sshd import Sshd, start_sshd, stop_all
+from tests.support.cluster_fixtures import REMOTE_RANKSCOPE
+from tests.support.netfabric import Fabric, build_fabric
 from tests.support.system import ensure_tools
 
 pytestmark = pytest.mark.needs("netns", "ssh")
@@ -29,92 +21,18 @@ PORT = 6123
 NODES = ("n1", "n2", "n3", "n4")
 
 
-@dataclass
-class Fabric:
-    router: str
-    namespaces: dict[str, str]
-    addresses: dict[str, str]
-    ssh_config: Path
-    servers: list[Sshd] = field(default_factory=list)
-
-    def run(self, node: str, *args: str, timeout: float = 60) -> CliResult:
-        """``rankscope ARGS`` inside ``node``'s namespace (``router``: the router's)."""
-        namespace = self.router if node == "router" else self.namespaces[node]
-        proc = subprocess.run(
-            ["ip", "netns", "exec", namespace, sys.executable, "-m", "rankscope", *args],
-            capture_output=True, text=True, timeout=timeout, env=client_env(),
-        )  # fmt: skip
-        return CliResult(proc.returncode, proc.stdout, proc.stderr)
-
-    def popen(self, node: str, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            ["ip", "netns", "exec", self.namespaces[node], sys.executable, "-m", "rankscope", *args],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-
-
-def _iptables(namespace: str, *rule: str) -> None:
-    subprocess.run(
-        ["ip", "netns", "exec", namespace, "iptables", *rule], check=True, capture_output=True, timeout=20
-    )
-
-
 @pytest.fixture(scope="module")
 def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
     ensure_tools("netns", "ssh")
-    tag = f"rsnet{os.getpid() % 100000}"
-    router = f"{tag}-router"
-    made: list[str] = []
-    servers: list[Sshd] = []
+    net = build_fabric(NODES, tmp_path_factory.mktemp("fabric"))
     try:
-        subprocess.run(["ip", "netns", "add", router], check=True, timeout=20)
-        made.append(router)
-        ip("link", "set", "lo", "up", netns=router)
-        subprocess.run(["ip", "netns", "exec", router, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
-                       check=True, timeout=20)  # fmt: skip
-        namespaces, addresses = {}, {}
-        for index, node in enumerate(NODES, start=1):
-            namespace = f"{tag}-{node}"
-            subprocess.run(["ip", "netns", "add", namespace], check=True, timeout=20)
-            made.append(namespace)
-            outer, inner = f"rn{os.getpid() % 100000}r{index}", f"rn{os.getpid() % 100000}n{index}"
-            ip("link", "add", outer, "type", "veth", "peer", "name", inner)
-            ip("link", "set", outer, "netns", router)
-            ip("link", "set", inner, "netns", namespace)
-            ip("addr", "add", f"10.232.{index}.1/24", "dev", outer, netns=router)
-            ip("link", "set", outer, "up", netns=router)
-            ip("addr", "add", f"10.232.{index}.2/24", "dev", inner, netns=namespace)
-            ip("link", "set", inner, "up", netns=namespace)
-            ip("link", "set", "lo", "up", netns=namespace)
-            ip("route", "add", "10.232.0.0/16", "via", f"10.232.{index}.1", netns=namespace)
-            namespaces[node], addresses[node] = namespace, f"10.232.{index}.2"
-        _iptables(namespaces["n3"], "-A", "INPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP")
-        _iptables(namespaces["n4"], "-A", "INPUT", "-s", addresses["n1"], "-p", "tcp", "--dport", str(PORT),
-                  "-j", "DROP")  # fmt: skip
-        blocks = []
-        known = []
-        for node in NODES:
-            server = start_sshd(
-                tmp_path_factory.mktemp(f"sshd-{node}"), listen=addresses[node], netns=namespaces[node]
-            )
-            servers.append(server)
-            known.append(server.known_hosts.read_text())
-            blocks.append(
-                f"Host {node}\n  HostName {addresses[node]}\n  Port 22\n  IdentityFile {server.client_key}"
-            )
-        workdir = tmp_path_factory.mktemp("fabric")
-        (workdir / "known_hosts").write_text("".join(known))
-        ssh_config = workdir / "ssh_config"
-        defaults = ["Host *", "  IdentitiesOnly yes", "  User root", "  BatchMode yes",
-                    f"  UserKnownHostsFile {workdir / 'known_hosts'}", "  StrictHostKeyChecking yes",
-                    "  CheckHostIP no", "  LogLevel ERROR"]  # fmt: skip
-        ssh_config.write_text("\n\n".join([*blocks, "\n".join(defaults)]) + "\n")
-        yield Fabric(router, namespaces, addresses, ssh_config, servers)
+        net.iptables("n3", "-A", "INPUT", "-p", "tcp", "--dport", str(PORT), "-j", "DROP")
+        net.iptables(
+            "n4", "-A", "INPUT", "-s", net.addresses["n1"], "-p", "tcp", "--dport", str(PORT), "-j", "DROP"
+        )
+        yield net
     finally:
-        stop_all(servers)
-        for namespace in reversed(made):
-            with contextlib.suppress(Exception):
-                subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
+        net.delete()
 
 
 def test_probe_tells_open_refused_and_filtered_apart(fabric: Fabric) -> None:
@@ -152,7 +70,7 @@ def test_ifaces_in_a_namespace_names_its_veth_for_the_peer(fabric: Fabric) -> No
     assert result.returncode == 0, result.stderr
     document = result.json()
     kinds = {i["name"]: i["kind"] for i in document["interfaces"]}
-    veth = f"rn{os.getpid() % 100000}n1"
+    veth = fabric.veths["n1"]
     assert kinds == {"lo": "loopback", veth: "veth"}
     recommendation = document["recommendation"]
     assert recommendation["gloo_socket_ifname"] == veth
