@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from rankscope.net.check import assemble, node_argv, parse_answer
+import pytest
+
+from rankscope.cli.net import probe_cmd, read_probe_options
+from rankscope.net.check import assemble, node_argv, node_options, parse_answer
+from rankscope.net.options import ProbeOptions
 from rankscope.net.render import render_matrix
 from rankscope.net.report import PROBE_SCHEMA, ProbeReport
 from rankscope.net.verdicts import Cell, Matrix, ProbeResult, Verdict, findings
@@ -81,4 +85,14 @@ def test_node_answer_round_trip_and_argv() -> None:
     argv = node_argv("/opt/rs", 6000, ["10.0.0.1", "fd00::2"], 5)
     assert argv[:3] == ["/opt/rs", "net", "probe"]
     assert argv[-2:] == ["10.0.0.1:6000", "[fd00::2]:6000"]
-    assert "--serve" in argv and "--retry-refused" in argv and argv[argv.index("--hold") + 1] == "6"
+
+
+@pytest.mark.parametrize(
+    "options", [node_options(6000, ["10.0.0.1", "fd00::2", "-odd"], 2.5), ProbeOptions(("a:1",))]
+)
+def test_the_node_command_line_reads_back_to_the_same_options(options: ProbeOptions) -> None:
+    argv = options.to_argv()
+    assert argv[:2] == ["net", "probe"]
+    with probe_cmd.make_context("probe", argv[2:]) as ctx:
+        assert read_probe_options(ctx.params) == options
+    assert node_options(6000, ["a"], 5).hold == 6.0  # the window plus a second

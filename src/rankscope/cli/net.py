@@ -14,6 +14,7 @@ import click
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
 from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode, RankscopeError
+from rankscope.net.options import ProbeOptions
 from rankscope.serial import dump_document
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -166,18 +167,6 @@ def listen_cmd(**params: Any) -> int:
 # --- probe ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ProbeRequest:
-    targets: tuple[str, ...]
-    port: Optional[int] = None
-    timeout: float = 3.0
-    as_json: bool = False
-    serve: Optional[int] = None
-    bind: str = "127.0.0.1"
-    hold: float = 0.0
-    retry_refused: bool = False
-
-
 @net.command(
     "probe",
     context_settings=CONTEXT,
@@ -218,7 +207,7 @@ def probe_cmd(**params: Any) -> int:
     from rankscope.net.report import PROBE_SCHEMA, ProbeReport
     from rankscope.net.verdicts import Verdict
 
-    request = from_params(ProbeRequest, params)
+    request = read_probe_options(params)
     started = time.monotonic()
     targets = [parse_target(t, request.port) for t in request.targets]
     listener: Optional[socket.socket] = None
@@ -244,6 +233,10 @@ def probe_cmd(**params: Any) -> int:
         click.echo(render_probes(report.results), nl=False)
     opened = sum(1 for r in report.results if r.verdict is Verdict.OPEN)
     return _outcome(len(report.results), opened)
+
+
+def read_probe_options(params: dict[str, Any]) -> ProbeOptions:
+    return from_params(ProbeOptions, params)
 
 
 # --- check ----------------------------------------------------------------------------------

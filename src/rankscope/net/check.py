@@ -16,6 +16,7 @@ from typing import Optional
 from rankscope.cluster.classify import NodeResult, last_line
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.model import Stage
+from rankscope.net.options import ProbeOptions
 from rankscope.net.report import PROBE_SCHEMA, CheckReport, ProbeReport
 from rankscope.net.verdicts import Cell, Matrix, ProbeResult, findings
 from rankscope.serial import load_document
@@ -30,12 +31,22 @@ def hold_for(window: float) -> float:
     return window + 1.0
 
 
+def node_options(port: int, addresses: Sequence[str], window: float) -> ProbeOptions:
+    """What every node runs: listen on ``port`` everywhere, probe every address, answer in JSON."""
+    targets = tuple(f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses)
+    return ProbeOptions(
+        targets,
+        timeout=window,
+        as_json=True,
+        serve=port,
+        bind="0.0.0.0",
+        hold=hold_for(window),
+        retry_refused=True,
+    )
+
+
 def node_argv(remote_rankscope: str, port: int, addresses: Sequence[str], window: float) -> list[str]:
-    targets = [f"[{a}]:{port}" if ":" in a else f"{a}:{port}" for a in addresses]
-    return [
-        remote_rankscope, "net", "probe", "--json", "--timeout", f"{window:g}", "--serve", str(port),
-        "--bind", "0.0.0.0", "--hold", f"{hold_for(window):g}", "--retry-refused", *targets,
-    ]  # fmt: skip
+    return [remote_rankscope, *node_options(port, addresses, window).to_argv()]
 
 
 def parse_answer(stdout: str) -> Optional[ProbeReport]:
