@@ -56,6 +56,7 @@ class IfacesRequest:
 @net.command(
     "ifaces",
     context_settings=CONTEXT,
+    short_help="Interfaces, their kinds, and what to export as *_SOCKET_IFNAME.",
     help="""This node's interfaces, their kind, and which one multi-node jobs should name.
 
 \b
@@ -116,6 +117,7 @@ class ListenRequest:
 @net.command(
     "listen",
     context_settings=CONTEXT,
+    short_help="Listen on a port (127.0.0.1 unless --bind) for a probe by hand.",
     help="""Listen on PORT so that another node can probe it; accepts, prints and closes each connection.
 
 \b
@@ -170,6 +172,7 @@ def listen_cmd(**params: Any) -> int:
 @net.command(
     "probe",
     context_settings=CONTEXT,
+    short_help="Probe HOST:PORTs all at once: open, refused, filtered, no name.",
     help="""Connect to every HOST:PORT at once and say what answered: open, refused, filtered, no name, no route.
 
 \b
@@ -258,6 +261,7 @@ class CheckRequest:
 @net.command(
     "check",
     context_settings=CONTEXT,
+    short_help="Port reachability between nodes as a matrix, or MASTER_ADDR.",
     help="""Reachability of a port between nodes, both ways, as a matrix; or MASTER_ADDR:MASTER_PORT before a job.
 
 \b
