@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 from tests.support.cli import run_cli
@@ -101,11 +100,9 @@ def test_cli_listen_then_probe() -> None:
 
 
 def test_cli_listen_gives_up_at_its_timeout() -> None:
-    started = time.monotonic()
-    result = run_cli("net", "listen", "0", "--count", "1", "--timeout", "0.5")
+    result = run_cli("net", "listen", "0", "--count", "1", "--timeout", "0.5", timeout=60)  # ends by itself
     assert result.returncode == 5
-    assert "0 connection(s)" in result.stdout
-    assert time.monotonic() - started < 30  # generous: it ends, it does not stay forever
+    assert "listening on 127.0.0.1:" in result.stdout and "0 connection(s)" in result.stdout
 
 
 def test_cli_probe_json_serving_meanwhile() -> None:
