@@ -104,7 +104,7 @@ def recommend(
             if owner.kind in ROUTE_ONLY:
                 reason += "; a veth as the uplink: this is a container or a network namespace"
     elif peer is not None:
-        reason = f"{peer} has no route from here; "
+        reason = f"{peer} does not resolve or has no route from here; "
     if chosen is None:
         on_default = [
             i
