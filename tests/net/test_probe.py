@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -127,8 +128,6 @@ def test_cli_probe_exit_codes(listener: socket.socket) -> None:
 
 
 def master_env(**values: str) -> dict[str, str]:
-    import os
-
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
     env.update(values)
     return env
@@ -162,3 +161,12 @@ def test_master_unset_or_unresolvable() -> None:
     assert bad.returncode == 5
     [check] = bad.json()["checks"]
     assert check["level"] == "FAIL" and "does not resolve" in check["what"]
+
+
+def test_check_refuses_bad_input_before_any_node_is_asked() -> None:
+    no_port = run_cli("net", "check", "--hosts", "a,b", env=master_env())
+    assert no_port.returncode == 8 and "no port given" in no_port.stderr
+    bad_address = run_cli("net", "check", "--hosts", "a,b", "--port", "1", "--address", "a")
+    assert bad_address.returncode == 8 and "not NODE=ADDR: 'a'" in bad_address.stderr
+    no_nodes = run_cli("net", "check", "--port", "1")
+    assert no_nodes.returncode == 8 and "no nodes given" in no_nodes.stderr
