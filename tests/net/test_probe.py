@@ -170,3 +170,16 @@ def test_check_refuses_bad_input_before_any_node_is_asked() -> None:
     assert bad_address.returncode == 8 and "not NODE=ADDR: 'a'" in bad_address.stderr
     no_nodes = run_cli("net", "check", "--port", "1")
     assert no_nodes.returncode == 8 and "no nodes given" in no_nodes.stderr
+
+
+def test_more_targets_than_sockets_at_once_all_get_their_verdict(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rankscope.net import probe as probe_module
+
+    monkeypatch.setattr(probe_module, "MAX_PARALLEL", 2)
+    port, shut = listener.getsockname()[1], closed_port()
+    targets = [Target(f"127.0.0.{i}", port if i % 2 else shut) for i in range(1, 8)]
+    # The listener is bound to 127.0.0.1 only: the odd addresses other than .1 are refused too.
+    expected = [Verdict.OPEN] + [Verdict.REFUSED] * 6
+    assert [r.verdict for r in probe(targets, timeout=3)] == expected

@@ -195,7 +195,7 @@ Exit code: 0 all open, 4 some open, 5 none.
     type=click.FloatRange(0.05),
     default=3.0,
     show_default=True,
-    help="Seconds for every probe together.",
+    help="Seconds each probe may take (all run at once).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (rankscope.net.probe/1).")
 @click.option("--serve", type=click.IntRange(0, 65535), help="Also listen on this port meanwhile.")

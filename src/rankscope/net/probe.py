@@ -117,54 +117,54 @@ def probe(
     listener: Optional[socket.socket] = None,
     on_accept: Optional[Callable[[str], None]] = None,
 ) -> list[ProbeResult]:
-    """One result per target, in order, all within about ``timeout`` seconds (resolution included).
+    """One result per target, in order; each connect gets ``timeout`` seconds, all of them at once.
 
-    ``retry_refused``: a refused probe is tried again until the timeout (net check starts every
-    node's listener at about the same time; a peer may not listen yet). ``listener``: a listening
-    socket served in the same loop meanwhile (accepted and closed; ``on_accept`` gets the peer).
+    Names are resolved first, together, within ``timeout``. Up to :data:`MAX_PARALLEL` connects are
+    in flight at a time; the others start as slots free up, each with its own ``timeout``.
+    ``retry_refused``: ``timeout`` is one window for everything instead, and a refused probe is
+    tried again until the window ends (net check starts every node's listener at about the same
+    time; a peer may not listen yet). ``listener``: a listening socket served in the same loop
+    meanwhile (accepted and closed; ``on_accept`` gets the peer).
     """
     started = time.monotonic()
-    give_up = started + timeout
+    window_end = started + timeout if retry_refused else None
     resolved = resolve_all([t.host for t in targets], timeout)
     results: list[Optional[ProbeResult]] = [None] * len(targets)
     waiting: list[tuple[float, int]] = []  # (start at, target index)
+    refused_before: set[int] = set()
+    deadlines: dict[socket.socket, tuple[float, int]] = {}  # in flight: (deadline, target index)
+
+    def finish(index: int, verdict: Verdict, detail: str) -> None:
+        target = targets[index]
+        address = resolved[target.host][0]
+        elapsed = time.monotonic() - started
+        results[index] = ProbeResult(
+            target.host, target.port, verdict, address[1] if address else "", detail, elapsed
+        )
+
+    def conclude(index: int, code: int) -> None:
+        verdict = _verdict_of(code)
+        if verdict is Verdict.REFUSED and window_end is not None:
+            refused_before.add(index)
+            if time.monotonic() + RETRY_INTERVAL < window_end:
+                waiting.append((time.monotonic() + RETRY_INTERVAL, index))
+                return
+        finish(index, verdict, "" if code == 0 else os.strerror(code))
+
     for index, target in enumerate(targets):
         answer, error = resolved[target.host]
         if answer is None:
-            results[index] = ProbeResult(
-                target.host, target.port, Verdict.UNRESOLVED, "", error, time.monotonic() - started
-            )
+            finish(index, Verdict.UNRESOLVED, error)
         else:
             waiting.append((0.0, index))
     selector = selectors.DefaultSelector()
     if listener is not None:
         selector.register(listener, selectors.EVENT_READ, None)
-    active = 0
-
-    def finish(index: int, verdict: Verdict, detail: str) -> None:
-        target = targets[index]
-        address = resolved[target.host][0]
-        results[index] = ProbeResult(
-            target.host,
-            target.port,
-            verdict,
-            address[1] if address else "",
-            detail,
-            time.monotonic() - started,
-        )
-
-    def conclude(index: int, code: int) -> None:
-        verdict = _verdict_of(code)
-        if verdict is Verdict.REFUSED and retry_refused and time.monotonic() + RETRY_INTERVAL < give_up:
-            waiting.append((time.monotonic() + RETRY_INTERVAL, index))
-            return
-        finish(index, verdict, "" if code == 0 else os.strerror(code))
-
     try:
-        while waiting or active:
+        while waiting or deadlines:
             now = time.monotonic()
             ready = sorted(w for w in waiting if w[0] <= now)
-            for item in ready[: max(0, MAX_PARALLEL - active)]:
+            for item in ready[: max(0, MAX_PARALLEL - len(deadlines))]:
                 waiting.remove(item)
                 index = item[1]
                 family, address = resolved[targets[index].host][0] or (socket.AF_INET, "")
@@ -173,16 +173,25 @@ def probe(
                 code = sock.connect_ex((address, targets[index].port))
                 if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
                     selector.register(sock, selectors.EVENT_WRITE, index)
-                    active += 1
+                    deadlines[sock] = (window_end if window_end is not None else now + timeout, index)
                 else:
                     sock.close()
                     conclude(index, code)
-            if now >= give_up:
+            now = time.monotonic()
+            for sock, (deadline, index) in list(deadlines.items()):
+                if deadline <= now:
+                    selector.unregister(sock)
+                    sock.close()
+                    del deadlines[sock]
+                    finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
+            if window_end is not None and now >= window_end:
                 break
-            wake = give_up
-            if waiting and active < MAX_PARALLEL:
-                wake = min(wake, min(w[0] for w in waiting))
-            for key, _events in selector.select(max(0.0, wake - time.monotonic())):
+            wakes = [deadline for deadline, _ in deadlines.values()]
+            if waiting and len(deadlines) < MAX_PARALLEL:
+                wakes.append(min(w[0] for w in waiting))
+            if not wakes:
+                continue
+            for key, _events in selector.select(max(0.0, min(wakes) - time.monotonic())):
                 if key.data is None:
                     _accept(key.fileobj, on_accept)  # type: ignore[arg-type]
                     continue
@@ -191,18 +200,17 @@ def probe(
                 code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
                 selector.unregister(sock)
                 sock.close()
-                active -= 1
+                del deadlines[sock]
                 conclude(key.data, code)
     finally:
-        for key in list(selector.get_map().values()):
-            if key.data is not None:
-                key.fileobj.close()  # type: ignore[union-attr]
+        for sock in deadlines:
+            sock.close()
         selector.close()
     for index, result in enumerate(results):
-        if result is None:
-            last = "never answered" if not any(w[1] == index for w in waiting) else "refused until the end"
-            verdict = Verdict.REFUSED if last == "refused until the end" else Verdict.FILTERED
-            finish(index, verdict, f"{last} within {timeout:g}s")
+        if result is None and index in refused_before:
+            finish(index, Verdict.REFUSED, f"refused until the end of the {timeout:g}s window")
+        elif result is None:  # more targets than sockets at once, and the window ran out first
+            finish(index, Verdict.ERROR, f"not probed: the {timeout:g}s window ran out first")
     return [r for r in results if r is not None]
 
 
