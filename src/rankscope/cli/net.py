@@ -154,7 +154,7 @@ def listen_cmd(**params: Any) -> int:
         ) from None
     with listener:
         address, port = listener.getsockname()[:2]
-        click.echo(f"listening on {address}:{port} for {request.timeout:g}s", err=False)
+        click.echo(f"listening on {address}:{port} for {request.timeout:g}s")
 
         def seen(peer: str) -> None:
             click.echo(f"connection from {peer}")
