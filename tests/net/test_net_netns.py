@@ -113,3 +113,25 @@ def test_check_matrix_over_ssh(fabric: Fabric) -> None:
     )  # fmt: skip
     assert text.returncode == 0, text.stdout + text.stderr
     assert "Every node reaches every other node on this port, both ways." in text.stdout
+
+
+@pytest.mark.needs("pdsh")
+def test_check_over_pdsh_with_a_node_that_cannot_run_the_probes(fabric: Fabric) -> None:
+    addresses = [f"--address={node}={fabric.addresses[node]}" for node in ("n1", "n2", "n3")]
+    result = fabric.run(
+        "router", "net", "check", "--hosts", "n[1-3]", "--via", "pdsh", "--ssh-config", str(fabric.ssh_config),
+        "--remote-rankscope", REMOTE_RANKSCOPE, "--port", str(PORT), "--window", "2", "--json", *addresses,
+        timeout=90,
+    )  # fmt: skip
+    assert result.returncode == 4, result.stdout + result.stderr
+    cells = {(c["source"], c["target"]): c["verdict"] for c in result.json()["matrix"]["cells"]}
+    assert cells["n1", "n2"] == cells["n2", "n1"] == "open"
+    assert cells["n1", "n3"] == cells["n2", "n3"] == "filtered"
+    # A node without rankscope answers nothing: its row is empty and the reason says why.
+    missing = fabric.run(
+        "router", "net", "check", "--hosts", "n[1-2]", "--via", "pdsh", "--ssh-config", str(fabric.ssh_config),
+        "--remote-rankscope", "/nonexistent/rankscope", "--port", str(PORT), "--window", "1", *addresses[:2],
+        timeout=90,
+    )  # fmt: skip
+    assert missing.returncode == 5, missing.stdout + missing.stderr
+    assert "n1 did not run the probes: no rankscope there" in missing.stdout

@@ -21,6 +21,12 @@ from rankscope.net.report import PROBE_SCHEMA, CheckReport, ProbeReport
 from rankscope.net.verdicts import Cell, Matrix, ProbeResult, findings
 from rankscope.serial import load_document
 
+#: The remote shell's exit code when rankscope is missing (127) or not executable (126).
+_NO_RANKSCOPE = {
+    126: "rankscope is there but cannot run — check --remote-rankscope points to an executable",
+    127: "rankscope not found — install it there, or pass --remote-rankscope PATH / --remote-setup",
+}
+
 
 def hold_for(window: float) -> float:
     """How long each node keeps its listener, from its start.
@@ -113,7 +119,9 @@ def check_cluster(
     for result in results:
         answer = parse_answer(result.stdout) if result.stage in (Stage.OK, Stage.COMMAND_FAILED) else None
         answers[result.node] = answer
-        if answer is None:
+        if answer is None and result.returncode in _NO_RANKSCOPE:
+            reasons[result.node] = f"{Stage.NO_RANKSCOPE}: {_NO_RANKSCOPE[result.returncode]}"
+        elif answer is None:
             detail = result.reason or last_line(result.stderr) or "no answer"
             reasons[result.node] = f"{result.stage}: {detail}"
     return assemble(port, nodes, address_of, answers, reasons), results
