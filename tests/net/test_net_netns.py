@@ -1,4 +1,4 @@
-"""Nodes in network namespaces: probes that go unanswered, listen + probe both ways, `net check` over ssh.
+"""Nodes in network namespaces: probes that go unanswered or have no route, listen + probe both ways, `net check` over ssh.
 
 Four "nodes" (n1-n4, 10.232.N.2; tests/support/netfabric.py) reach each other through a router
 namespace, each with its own sshd. On the checked port, n3 drops everything that comes in (a
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.cluster_fixtures import REMOTE_RANKSCOPE
 from tests.support.netfabric import Fabric, build_fabric
+from tests.support.netns import ip
 from tests.support.system import ensure_tools
 
 pytestmark = pytest.mark.needs("netns", "ssh")
@@ -30,6 +31,8 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fabric]:
         net.iptables(
             "n4", "-A", "INPUT", "-s", net.addresses["n1"], "-p", "tcp", "--dport", str(PORT), "-j", "DROP"
         )
+        ip("route", "add", "unreachable", "10.232.99.0/24", netns=net.namespaces["n1"])
+        ip("route", "add", "blackhole", "10.232.98.0/24", netns=net.namespaces["n1"])
         yield net
     finally:
         net.delete()
@@ -39,11 +42,15 @@ def test_probe_tells_open_refused_and_filtered_apart(fabric: Fabric) -> None:
     ssh = f"{fabric.addresses['n2']}:22"
     closed = f"{fabric.addresses['n2']}:{PORT}"
     dropped = f"{fabric.addresses['n3']}:{PORT}"
-    result = fabric.run("n1", "net", "probe", "--json", "--timeout", "2", ssh, closed, dropped)
+    no_route, black_hole = "10.232.99.1:1", "10.232.98.1:1"  # n1's unreachable and blackhole routes
+    result = fabric.run(
+        "n1", "net", "probe", "--json", "--timeout", "2", ssh, closed, dropped, no_route, black_hole
+    )
     assert result.returncode == 4, result.stdout + result.stderr
     verdicts = [r["verdict"] for r in result.json()["results"]]
-    assert verdicts == ["open", "refused", "filtered"]
-    [_, refused, filtered] = result.json()["results"]
+    assert verdicts == ["open", "refused", "filtered", "no route", "no route"]
+    [_, refused, filtered, unreachable, blackhole] = result.json()["results"]
+    assert unreachable["detail"] == "No route to host" and blackhole["detail"].endswith("(a blackhole route)")
     assert refused["detail"] == "Connection refused" and filtered["detail"] == "never answered within 2s"
 
 

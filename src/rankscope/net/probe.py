@@ -28,7 +28,11 @@ MAX_PARALLEL = 256
 #: How soon a refused probe is tried again in ``retry_refused`` mode (the peer's listener may not be up yet).
 RETRY_INTERVAL = 0.2
 
-_NO_ROUTE = {errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EACCES, errno.EPERM, errno.EADDRNOTAVAIL}
+#: connect() errors that mean "no way there": no route, an ICMP unreachable, a `prohibit` route or a
+#: local firewall rule (EACCES/EPERM), a `blackhole` route (EINVAL).
+_NO_ROUTE = {
+    errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EACCES, errno.EPERM, errno.EADDRNOTAVAIL, errno.EINVAL,
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,10 @@ def probe(
             if time.monotonic() + RETRY_INTERVAL < window_end:
                 waiting.append((time.monotonic() + RETRY_INTERVAL, index))
                 return
-        finish(index, verdict, "" if code == 0 else os.strerror(code))
+        detail = "" if code == 0 else os.strerror(code)
+        if code == errno.EINVAL:
+            detail += " (a blackhole route)"
+        finish(index, verdict, detail)
 
     for index, target in enumerate(targets):
         answer, error = resolved[target.host]

@@ -42,7 +42,8 @@ MEANING: dict[Verdict, tuple[str, str]] = {
         "fix DNS or /etc/hosts on the probing node, or use the address (`--address NODE=IP` with net check)",
     ),
     Verdict.NO_ROUTE: (
-        "the kernel has no route to {host} (or an ICMP unreachable / local firewall answered)",
+        "the kernel has no route to {host} (an unreachable or blackhole route, an ICMP unreachable, "
+        "or a local firewall rule)",
         "check the address is on a network this node reaches (`ip route get ADDR`)",
     ),
     Verdict.ERROR: ("the probe of {host}:{port} failed", "see the detail"),
