@@ -1,10 +1,12 @@
 """Generate an interleaved console log of a 512-rank job that ends in a crash.
 
 64 hosts x 8 ranks with torchrun ``--role $(hostname -s): --tee 3`` prefixes (``[node017:137]:``).
-The body is training chatter (timestamps, losses, throughput, dataloader warnings) with,
-every few MB, a caught exception printed with its traceback by one rank; the end is the
-crash: every rank prints a traceback, interleaved line by line with the others. 509 ranks
-raise one error (messages differ in numbers), 3 ranks raise two other errors.
+The body is training chatter (timestamps, losses, throughput, dataloader warnings) with, from
+the first MB on and every 4 MB after, a caught exception that one rank logs with its traceback
+(``logging.exception``) before it trains on. The end is the crash: rank 203 dies of a
+``ValueError`` in its own code (the root cause); then every other rank prints a traceback,
+interleaved line by line with the others: 414 ranks lose their gloo peer (``Connection closed by
+peer``) and 97 see their NCCL communicator aborted (victims; messages differ in numbers).
 
 Usage: python bench/gen_logs.py OUT [--size-mb 1024] [--seed 1]
 """
@@ -18,6 +20,11 @@ from pathlib import Path
 HOSTS = 64
 PER_HOST = 8
 RANKS = HOSTS * PER_HOST
+#: The rank whose own error ends the job, and how many of the others lose their gloo peer.
+FATAL_RANK = 203
+GLOO_VICTIMS = 414
+#: No caught exception this close to the crash: its rank must write on long enough to show it lived.
+QUIET_BEFORE_CRASH = 16 << 20
 
 
 def prefix(rank: int) -> str:
@@ -32,12 +39,17 @@ def traceback_lines(rank: int, kind: str) -> list[str]:
         (f"{site}/trainer/loop.py", 97, "fit", "loss = self.step(batch)"),
         (f"{site}/trainer/loop.py", 143, "step", "self.sync(grads)"),
     ]
-    if kind == "nan":
-        frames.append(("/workspace/model.py", 77, "check_finite", "raise FloatingPointError(msg)"))
-        tail = f"FloatingPointError: loss is nan at step {1000 + rank} (scale 0x{rank * 4096:x})"
-    elif kind == "oom":
-        frames.append((f"{site}/torch/cuda/memory.py", 211, "allocate", "raise OutOfMemoryError(m)"))
-        tail = f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {rank % 7 + 2}.00 GiB"
+    if kind == "fatal":
+        frames[2:] = [
+            ("/workspace/data.py", 58, "collate", "labels = encode(batch.labels)"),
+            ("/workspace/data.py", 31, "encode", "raise ValueError(f'label {x} out of range')"),
+        ]
+        tail = "ValueError: label 1000 out of range for 100 classes"
+    elif kind == "gloo":
+        tail = (
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            f"[10.1.{rank // PER_HOST}.{rank % 250}]:{20000 + rank}"
+        )
     else:
         frames.append((f"{site}/torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work.wait()"))
         tail = (
@@ -70,11 +82,12 @@ def chatter(rank: int, step: int, rng: random.Random) -> str:
 def generate(out: Path, size_mb: int, seed: int = 1) -> int:
     rng = random.Random(seed)
     target = size_mb << 20
-    crash_lines = []
-    minority = {7: "nan", 300: "oom", 301: "oom"}
-    tracebacks = {rank: traceback_lines(rank, minority.get(rank, "nccl")) for rank in range(RANKS)}
-    # The crash: lines of all ranks interleaved, each rank's own order kept.
-    cursors = {rank: 0 for rank in range(RANKS)}
+    crash_lines = [prefix(FATAL_RANK) + line for line in traceback_lines(FATAL_RANK, "fatal")]
+    others = [rank for rank in range(RANKS) if rank != FATAL_RANK]
+    gloo = set(rng.sample(others, GLOO_VICTIMS))
+    tracebacks = {rank: traceback_lines(rank, "gloo" if rank in gloo else "nccl") for rank in others}
+    # The victims: lines of all ranks interleaved, each rank's own order kept.
+    cursors = {rank: 0 for rank in others}
     while cursors:
         rank = rng.choice(list(cursors))
         crash_lines.append(prefix(rank) + tracebacks[rank][cursors[rank]])
@@ -86,14 +99,16 @@ def generate(out: Path, size_mb: int, seed: int = 1) -> int:
     step = 0
     prefixes = [prefix(rank) for rank in range(RANKS)]
     with open(out, "wb") as handle:
-        next_caught = 4 << 20
+        next_caught = 1 << 20
         while written < target - len(crash):
             step += 1
             block = "\n".join(prefixes[r] + chatter(r, step, rng) for r in range(RANKS)) + "\n"
-            if written > next_caught:
+            if next_caught < written < target - QUIET_BEFORE_CRASH:
                 rank = rng.randrange(RANKS)
-                caught = traceback_lines(rank, "nccl")[:-1] + [
-                    "ValueError: corrupt sample in shard 12 (skipped)"
+                caught = [
+                    "2024-05-01 00:00:00,000 ERROR trainer: skipping a corrupt sample",
+                    *traceback_lines(rank, "nccl")[:-1],
+                    "ValueError: corrupt sample in shard 12 (skipped)",
                 ]
                 block += "\n".join(prefixes[rank] + line for line in caught) + "\n"
                 next_caught += 4 << 20

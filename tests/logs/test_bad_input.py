@@ -124,7 +124,7 @@ def test_unprefixed_log_groups_and_names_the_flag(tmp_path: Path) -> None:
     path.write_text("\n".join(TRACEBACK * 3 + ["some other line"]) + "\n")
     result = run_cli("logs", "errors", str(path))
     assert result.returncode == 0
-    assert "error 1 of 1 — 1 rank(s): -  (3 tracebacks)" in result.stdout
+    assert "error 1 of 1 — culprit, the root cause, 1 rank(s): -  (3 tracebacks)" in result.stdout
     assert "torchrun --role $(hostname -s): --tee 3" in result.stdout
     ranks = run_cli("logs", "ranks", str(path))
     assert "(no rank prefix)" in ranks.stdout and "13 lines" in ranks.stdout

@@ -29,7 +29,10 @@ def test_first_failure_by_timestamp_across_files(tmp_path: Path) -> None:
     assert data["first_failure_by_time"]["label"] == "b:1"
     assert data["first_failure_by_time"]["time"] == "2024-05-01T10:00:01.000"
     text = run_cli("logs", "errors", str(tmp_path / "a.log"), str(tmp_path / "b.log")).stdout
-    assert "first to fail (by timestamp): b:1" in text
+    assert text.startswith(
+        "root cause: b:1: KeyError: 'early' at x.py:2 in g — the first fatal error by timestamp"
+    )
+    assert data["root_cause"]["chosen_by"] == "timestamp"
 
 
 def test_chained_exception_is_one_error_with_its_cause(tmp_path: Path) -> None:

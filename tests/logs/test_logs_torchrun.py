@@ -2,6 +2,7 @@
 
 Seven ranks raise one ValueError (its message differs per rank in numbers only), rank 3 raises
 a RuntimeError. The jobs run with and without ``--role HOST: --tee 3`` and with ``--log-dir``.
+And a 3-rank job in which one rank's error makes the others lose their gloo peer.
 """
 
 from __future__ import annotations
@@ -18,17 +19,24 @@ from rankscope.demo.launch import start_torchrun
 from rankscope.ranks import short_hostname
 
 JOB = Path(__file__).parent / "jobs" / "crash_job.py"
+PEER_LOSS_JOB = Path(__file__).parent / "jobs" / "peer_loss_job.py"
 HOST = short_hostname()
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _crash(tmp: Path, torchrun_args: list[str], env: Optional[dict[str, str]] = None) -> Path:
+def _crash(
+    tmp: Path,
+    torchrun_args: list[str],
+    env: Optional[dict[str, str]] = None,
+    script: Path = JOB,
+    nproc: int = 8,
+) -> Path:
     log = tmp / "job.log"
     with open(log, "wb") as out:
         job = start_torchrun(
-            script=JOB,
-            nproc=8,
+            script=script,
+            nproc=nproc,
             workdir=tmp,
             torchrun_args=torchrun_args,
             stdout=out,
@@ -95,7 +103,8 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
     result = run_cli("logs", "errors", str(role_tee_log))
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert out.startswith("2 distinct error(s) from 8 rank(s)")
+    assert out.startswith(f"root cause: {HOST}:")
+    assert out.splitlines()[2].startswith("2 distinct error(s) (2 culprit) from 8 rank(s)")
     exception_lines = [
         line
         for line in out.splitlines()
@@ -106,7 +115,7 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
         "RuntimeError",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
     ]
-    assert f"error 2 of 2 — minority, 1 rank(s): {HOST}:3" in out
+    assert f"error 2 of 2 — culprit, 1 rank(s): {HOST}:3" in out
     assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
     assert "torchrun's root cause (first failure it observed): rank " in out
 
@@ -158,3 +167,23 @@ def test_errors_on_torchrun_log_dir_tree(log_dir: Path) -> None:
     assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
     ranks = run_cli("logs", "ranks", str(log_dir), "--json").json()
     assert [r["label"] for r in ranks["ranks"]] == [str(r) for r in range(8)]
+
+
+def test_errors_name_the_raising_rank_and_its_victims(tmp_path: Path) -> None:
+    """Rank 1 raises; ranks 0 and 2 lose their gloo peer; rank 2 also logged a caught exception."""
+    # a monitor interval of 2 s: the peers print their errors before torchrun stops them
+    args = ["--role", f"{HOST}:", "--tee", "3", "--monitor-interval", "2"]
+    log = _crash(tmp_path, args, script=PEER_LOSS_JOB, nproc=3)
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    roles = [(g["role"], g["exception_type"], g["ranks"]) for g in data["groups"]]
+    assert roles[0] == ("culprit", "ValueError", f"{HOST}:1")
+    assert roles[-1] == ("handled", "ValueError", f"{HOST}:2")
+    victims = {label for g in data["groups"] if g["role"] == "victim" for label in g["labels"]}
+    assert victims == {f"{HOST}:0", f"{HOST}:2"}
+    root = data["root_cause"]
+    assert (root["label"], root["global_rank"]) == (f"{HOST}:1", 1)
+    assert (root["where"], root["function"]) == (f"{PEER_LOSS_JOB}:22", "read_labels")
+    text = run_cli("logs", "errors", str(log)).stdout
+    assert text.startswith(
+        f"root cause: {HOST}:1: ValueError: label 1000 out of range for 100 classes on rank 1"
+    )

@@ -61,6 +61,6 @@ def test_errors_fold_global_ranks_over_two_hosts(tmp_path: Path) -> None:
     # torch's own [rankN]: marker on the traceback lines gives the global ranks back
     assert [g["global_ranks"] for g in data["groups"]] == ["0-4,6-7", "5"]
     text = run_cli("logs", "errors", str(log)).stdout
-    assert "minority, 1 rank(s): nodeB:1 (torch global ranks 5)" in text
+    assert "error 2 of 2 — culprit, 1 rank(s): nodeB:1 (torch global ranks 5)" in text
     ranks = run_cli("logs", "ranks", str(log), "--json").json()
     assert [r["label"] for r in ranks["ranks"]] == [f"node{n}:{r}" for n in "AB" for r in range(4)]

@@ -49,7 +49,7 @@ def test_log_dir_tree_error_json_is_listed_not_dropped(tmp_path: Path) -> None:
         (leaf / "stderr.log").write_text("\n".join([*TB, "OSError: disk full"]) + "\n")
         (leaf / "error.json").write_text('{"message": {"message": "OSError: disk full"}}')
     result = run_cli("logs", "errors", str(tmp_path / "tl"))
-    assert "error 1 of 1 — 2 rank(s): 0-1" in result.stdout
+    assert "error 1 of 1 — culprit, the root cause, 2 rank(s): 0-1" in result.stdout
     assert result.stdout.count("error.json: torchrun error file, not read") == 2
     data = run_cli("logs", "errors", str(tmp_path / "tl"), "--json").json()
     assert len(data["read"]["skipped"]) == 2

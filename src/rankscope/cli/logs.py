@@ -36,7 +36,7 @@ Inputs: files, directories, .gz files (by content), or - for stdin.
 
 \b
 Examples:
-  rankscope logs errors job.log             # each distinct error once, with its ranks
+  rankscope logs errors job.log             # the root cause, then each distinct error once
   rankscope logs ranks job.log.gz           # which ranks wrote how many lines
   rankscope logs grep --rank node3:12 job.log
   rankscope logs split job.log --out per-rank/
@@ -251,16 +251,28 @@ def split(
 
 
 @logs.command(
-    help="""Rebuild every rank's tracebacks from interleaved lines and print each distinct error once,
-with its ranks and hosts, the first rank to fail, and the minority errors.
+    help="""Rebuild every rank's tracebacks from interleaved lines, name the root cause, and print
+each distinct error once with its ranks and hosts.
+
+\b
+The first line names the root cause: the first fatal culprit (by timestamp where the lines
+carry one, else by log order), its ranks, exception, the user's own frame, and why.
+Each error has a role:
+  culprit   the rank's own error, a candidate root cause
+  victim    a consequence of another failure: lost peer (gloo "Connection closed by
+            peer"), NCCL remote error or watchdog timeout, socket timeout, a signal
+  handled   caught: the same rank wrote 100+ more lines after it
+CUDA errors reported asynchronously are flagged with the CUDA_LAUNCH_BLOCKING=1 rerun;
+device-side assertion lines are folded; out-of-memory errors show asked, capacity, free.
 
 \b
 Errors are the same when type, message (numbers, addresses, IPs, host names and
-site-packages paths normalised) and frames agree.
+site-packages paths normalised), frames and whether it was caught agree.
 
 \b
 Examples:
   rankscope logs errors job.log
+  rankscope logs errors job.log --json | jq .root_cause
   rankscope logs errors torchrun-logs/ --json
   srun --label python train.py 2>&1 | rankscope logs errors -
 """

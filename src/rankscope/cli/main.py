@@ -25,6 +25,7 @@ VERBS: dict[str, str] = {
     "logs": "rankscope.cli.logs:logs",
     "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
+    "net": "rankscope.cli.net:net",
 }
 
 

@@ -8,12 +8,21 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from rankscope.folding import fold_ints
-from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, normalise_message
+from rankscope.logs.cuda import (
+    DeviceAssert,
+    DeviceAsserts,
+    OutOfMemory,
+    is_async_cuda_error,
+    out_of_memory,
+    rerun_command,
+)
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, RootCause, normalise_message
 from rankscope.logs.labels import fold_label_hosts, fold_labels, host_and_rank, label_text
 from rankscope.logs.reading import Reading
+from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
-from rankscope.logs.tracebacks import HEADER, FrameLine, RankTraceback, TracebackCollector
+from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, FrameLine, RankTraceback, TracebackCollector
 
 #: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
 _EXCEPTION_LINE = re.compile(
@@ -38,11 +47,14 @@ class LineCounts:
     #: In sources without rank prefixes: every exception line (``Name: message``), counted, so
     #: that interleaved tracebacks whose headers or frames got mixed still show their errors.
     exception_lines: Counter[str] = field(default_factory=Counter)
+    #: CUDA device-side assertion lines, folded.
+    device_asserts: list[DeviceAssert] = field(default_factory=list)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     grouper = Grouper()
     collector = TracebackCollector(sink=grouper.add)
+    asserts = DeviceAsserts()
     counts = LineCounts()
     for opened in reading.sources():
         labels = opened.labels
@@ -61,11 +73,13 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
             if bracketed:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
             collector.feed(chunk)
+            asserts.feed(chunk, labels)
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
     counts.tracebacks = grouper.count
     counts.truncated = grouper.truncated
+    counts.device_asserts = asserts.result()
     return grouper.report(), counts
 
 
@@ -73,29 +87,83 @@ def _where(tb: RankTraceback) -> str:
     return f"{label_text(tb.label) or '(no rank prefix)'} ({tb.source} line {tb.line_number})"
 
 
+_ROLE_WORDS = {
+    Role.CULPRIT: "culprit",
+    Role.VICTIM: "victim (a consequence of another failure: lost peer, timeout, signal)",
+    Role.HANDLED: f"handled (the rank wrote {HANDLED_LINES}+ more lines after it)",
+}
+
+
+def _launcher(counts: LineCounts, report: ErrorsReport) -> str:
+    torchrun = counts.exits or any("ChildFailedError" in g.exception_type for g in report.unprefixed)
+    return "torchrun ..." if torchrun else "python"
+
+
+def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
+    """CUDA facts of an error: its location's reliability, its out-of-memory numbers."""
+    out = []
+    example = group.example
+    if is_async_cuda_error(example):
+        out.append(
+            "  CUDA reports kernel errors asynchronously: the line above is where the error was noticed, "
+            "not necessarily where the faulty kernel was launched"
+        )
+        out.append(f"  rerun with synchronous launches to find it: {rerun_command(example, launcher)}")
+    oom = out_of_memory(example)
+    if oom is not None:
+        out.append(f"  CUDA out of memory: {oom.summary()}")
+    return out
+
+
+def _assert_lines(asserts: list[DeviceAssert], indent: str = "  ") -> list[str]:
+    out = []
+    for item in asserts:
+        blocks = ", ".join(f"[{b}]" for b in item.blocks)
+        out.append(
+            f"{indent}device-side assertion, {item.threads} GPU thread(s) on {len(item.labels)} rank(s) "
+            f"{item.ranks}: {item.file}:{item.line} in {item.kernel}: `{item.condition}` failed (blocks {blocks})"
+        )
+    return out
+
+
+def _asserts_of(group: ErrorGroup, asserts: list[DeviceAssert]) -> list[DeviceAssert]:
+    mine = {label_text(label) for label in group.labels}
+    return [a for a in asserts if mine.intersection(a.labels)]
+
+
+def _global_ranks_note(group: ErrorGroup) -> str:
+    global_ranks = group.global_ranks
+    numbers = sorted(
+        {n for n in (host_and_rank(label)[1] for label in group.labels if label) if n is not None}
+    )
+    if global_ranks is not None and global_ranks != fold_ints(numbers):
+        return f" (torch global ranks {global_ranks})"
+    return ""
+
+
 def _render_group(
     group: ErrorGroup,
     index: int,
     total: int,
     frames: int,
-    first: Optional[RankTraceback],
+    root: Optional[RootCause],
+    launcher: str,
+    asserts: list[DeviceAssert],
     title: str = "error",
 ) -> list[str]:
     labels = group.labels
     ranks = fold_labels(labels)
-    kind = "" if index == 1 or title != "error" else "minority, "
-    is_first = first is not None and group.example is first
-    head = f"{title} {index} of {total} — {kind}{len(labels)} rank(s): {ranks}"
-    global_ranks = group.global_ranks
-    numbers = sorted({n for n in (host_and_rank(label)[1] for label in labels if label) if n is not None})
-    if global_ranks is not None and global_ranks != fold_ints(numbers):
-        head += f" (torch global ranks {global_ranks})"
-    if title != "error":
-        head = f"{title} {index} of {total} (no rank prefix: the launcher, or unprefixed output)"
+    role = _ROLE_WORDS[group.role]
+    if root is not None and group is root.group:
+        role = "culprit, the root cause"
+    if title == "error":
+        head = (
+            f"{title} {index} of {total} — {role}, {len(labels)} rank(s): {ranks}{_global_ranks_note(group)}"
+        )
+    else:
+        head = f"{title} {index} of {total} — {role} (no rank prefix: the launcher, or unprefixed output)"
     if group.count != len(labels):
         head += f"  ({group.count} tracebacks)"
-    if is_first:
-        head += "  <- first to fail"
     out = [head]
     example = group.example
     for chained in example.chained:
@@ -116,40 +184,128 @@ def _render_group(
             "  (message differs between ranks; common form: "
             f"{group.exception_type}: {group.normalised_message})"
         )
+    out.extend(_cuda_lines(group, launcher))
+    out.extend(_assert_lines(asserts))
     out.append(f"  first seen: {_where(group.example)}")
     return out
+
+
+def _frame_text(tb: RankTraceback) -> str:
+    frame = user_frame(tb.frames)
+    return f" at {frame.filename}:{frame.line} in {frame.function}" if frame is not None else ""
+
+
+def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
+    """The first lines of the report: the root cause and why, or why there is none."""
+    root = report.root_cause
+    if root is None:
+        victims = [g for g in report.groups if g.role is Role.VICTIM]
+        told = next((e for e in counts.exits if e.root_cause), None)
+        launcher = (
+            f"; torchrun's first observed failure: rank {told.rank} on {told.host} ({told.how})"
+            if told
+            else ""
+        )
+        if victims:
+            return [
+                f"root cause: not in this log — every error is a consequence of another failure "
+                f"({sum(g.count for g in victims)} traceback(s) of lost peers, timeouts or signals); "
+                f"the rank that failed first left no traceback here{launcher}"
+            ]
+        return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
+    tb, group = root.traceback, root.group
+    host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
+    who = label_text(tb.label) or "(no rank prefix)"
+    if host is None and number is not None:
+        who = f"rank {who}"
+    if tb.global_rank is not None and number != tb.global_rank:
+        who += f" (global rank {tb.global_rank})"
+    if len(group.labels) > 1:
+        who += f" (and {len(group.labels) - 1} more rank(s) with this error: {fold_labels(group.labels)})"
+    when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
+    first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
+    out = [first, f"  why: {_reason(report, root)}"]
+    if is_async_cuda_error(tb):
+        out.append(
+            "  location unreliable: CUDA reported this kernel error asynchronously; "
+            f"rerun synchronously: {rerun_command(tb, _launcher(counts, report))}"
+        )
+        out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
+    return out
+
+
+def _reason(report: ErrorsReport, root: RootCause) -> str:
+    """Why the root cause was chosen, and what the other errors were."""
+    victims = [g for g in report.groups if g.role is Role.VICTIM]
+    handled = [g for g in report.groups if g.role is Role.HANDLED]
+    after = []
+    if victims:
+        after.append(f"{sum(len(g.labels) for g in victims)} rank(s) failed as victims")
+    if handled:
+        after.append(f"{sum(g.count for g in handled)} caught traceback(s) set aside")
+    if root.other_culprits:
+        after.append(f"{root.other_culprits} other culprit traceback(s) came later")
+    why = (
+        "the first traceback that is neither a consequence of another rank's failure "
+        "(lost peer, timeout, signal) nor caught (its rank stopped writing)"
+    )
+    return why + (f"; {', '.join(after)}" if after else "")
+
+
+#: How much of an exception line the root cause line shows.
+SHORT_EXCEPTION = 200
+
+
+def _short_exception(tb: RankTraceback) -> str:
+    """The exception for the root cause line: out-of-memory numbers in place of torch's long text."""
+    oom = out_of_memory(tb)
+    if oom is not None:
+        return f"{tb.exception_type}: CUDA out of memory ({oom.summary()})"
+    text = tb.exception or tb.exception_type
+    return text if len(text) <= SHORT_EXCEPTION else text[: SHORT_EXCEPTION - 3] + "..."
 
 
 def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: list[str]) -> str:
     out: list[str] = []
     groups = report.groups
+    launcher = _launcher(counts, report)
+    asserts = counts.device_asserts
+    shown_asserts: set[int] = set()
     if not groups:
         out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
     else:
+        out.extend(_root_lines(report, counts))
         all_labels = {label for g in groups for label in g.labels}
-        launcher = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
+        without = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
+        roles = Counter(g.role for g in groups)
+        split = ", ".join(f"{roles[r]} {r}" for r in Role if roles[r])
         out.append(
-            f"{len(groups)} distinct error(s) from {len(all_labels)} rank(s){launcher} "
+            f"{len(groups)} distinct error(s) ({split}) from {len(all_labels)} rank(s){without} "
             f"({counts.tracebacks} tracebacks in {counts.lines} lines)"
         )
-        if report.first_failure is not None:
-            out.append(f"first to fail (log order): {_where(report.first_failure)}")
-        by_time = report.first_by_time
-        if by_time is not None and by_time is not report.first_failure:
-            out.append(
-                f"first to fail (by timestamp): {_where(by_time)} at {by_time.time} "
-                "(the last time that rank logged before its traceback)"
-            )
         for index, group in enumerate(groups, 1):
+            mine = [a for a in _asserts_of(group, asserts) if id(a) not in shown_asserts]
+            shown_asserts.update(id(a) for a in mine)
             out.append("")
-            out.extend(_render_group(group, index, len(groups), frames, report.first_failure))
+            out.extend(_render_group(group, index, len(groups), frames, report.root_cause, launcher, mine))
         for index, group in enumerate(report.unprefixed, 1):
             out.append("")
             out.extend(
                 _render_group(
-                    group, index, len(report.unprefixed), min(frames, 2), None, title="launcher error"
+                    group,
+                    index,
+                    len(report.unprefixed),
+                    min(frames, 2),
+                    None,
+                    launcher,
+                    [],
+                    title="launcher error",
                 )
             )
+    rest = [a for a in asserts if id(a) not in shown_asserts]
+    if rest:
+        out.append("")
+        out.extend(_assert_lines(rest, indent=""))
     out.extend(_render_exception_lines(counts))
     out.extend(_render_exits(counts.exits))
     if counts.truncated:
@@ -254,6 +410,39 @@ class ErrorEntry:
     truncated: bool
     chained: list[str]
     frames: list[FrameLine]
+    #: ``culprit`` (a candidate root cause), ``victim`` (a consequence of another rank's failure),
+    #: ``handled`` (caught: the rank kept writing).
+    role: Role = Role.CULPRIT
+    #: torch's note that a CUDA error is reported asynchronously (the frames may be wrong).
+    cuda_async: bool = False
+    out_of_memory: Optional[OutOfMemory] = None
+
+
+@dataclass
+class RootCauseEntry:
+    """The first fatal culprit, and why it was chosen."""
+
+    #: Index into ``groups``.
+    group: int
+    label: Optional[str]
+    #: torch's global rank of that traceback (its ``[rankN]:`` marker), if it carried one.
+    global_rank: Optional[int]
+    #: Every rank of the group: folded labels, and torch's global ranks where every traceback had one.
+    ranks: str
+    global_ranks: Optional[str]
+    exception: str
+    #: The innermost frame of the user's own code (not torch, site-packages or the standard library).
+    where: Optional[str]
+    function: Optional[str]
+    source: str
+    line: int
+    time: Optional[str]
+    #: ``timestamp`` or ``log order``.
+    chosen_by: str
+    reason: str
+    #: A CUDA error reported asynchronously: ``where`` may not be the faulty kernel's launch.
+    location_unreliable: bool
+    rerun: Optional[str]
 
 
 @dataclass
@@ -264,7 +453,7 @@ class ExceptionLineCount:
 
 @dataclass
 class ErrorsDocument:
-    """``rankscope.logs.errors``: each distinct error once, the first to fail, torchrun's summary."""
+    """``rankscope.logs.errors``: the root cause, each distinct error once with its role, torchrun's summary."""
 
     SCHEMA: ClassVar[str] = "rankscope.logs.errors/1"
 
@@ -280,6 +469,8 @@ class ErrorsDocument:
     truncated_tracebacks: int
     torchrun_failures: list[RankExit]
     unprefixed_exception_lines: list[ExceptionLineCount]
+    root_cause: Optional[RootCauseEntry] = None
+    device_asserts: list[DeviceAssert] = field(default_factory=list)
     read: ReadSummary = field(default_factory=ReadSummary)
 
 
@@ -300,6 +491,35 @@ def _entry(group: ErrorGroup) -> ErrorEntry:
         truncated=example.truncated,
         chained=list(example.chained),
         frames=list(example.frames),
+        role=group.role,
+        cuda_async=is_async_cuda_error(example),
+        out_of_memory=out_of_memory(example),
+    )
+
+
+def _root_entry(report: ErrorsReport, counts: LineCounts) -> Optional[RootCauseEntry]:
+    root = report.root_cause
+    if root is None:
+        return None
+    tb, group = root.traceback, root.group
+    frame = user_frame(tb.frames)
+    unreliable = is_async_cuda_error(tb)
+    return RootCauseEntry(
+        group=report.groups.index(group),
+        label=label_text(tb.label),
+        global_rank=tb.global_rank,
+        ranks=fold_labels(group.labels),
+        global_ranks=group.global_ranks,
+        exception=tb.exception or tb.exception_type,
+        where=f"{frame.filename}:{frame.line}" if frame is not None else None,
+        function=frame.function if frame is not None else None,
+        source=tb.source,
+        line=tb.line_number,
+        time=tb.time,
+        chosen_by=root.by,
+        reason=_reason(report, root),
+        location_unreliable=unreliable,
+        rerun=rerun_command(tb, _launcher(counts, report)) if unreliable else None,
     )
 
 
@@ -315,7 +535,7 @@ def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
         else FirstFailureByTime(
             label_text(by_time.label), by_time.source, by_time.line_number, by_time.time, by_time.exception
         ),
-        minority=list(range(1, len(report.groups))),
+        minority=_minority(report.groups),
         unprefixed_groups=[_entry(group) for group in report.unprefixed],
         lines=counts.lines,
         unprefixed_lines=counts.unprefixed,
@@ -325,4 +545,12 @@ def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
         unprefixed_exception_lines=[
             ExceptionLineCount(line, count) for line, count in _orphan_exception_lines(counts)
         ],
+        root_cause=_root_entry(report, counts),
+        device_asserts=counts.device_asserts,
     )
+
+
+def _minority(groups: list[ErrorGroup]) -> list[int]:
+    """Indexes of the errors fewer ranks raised than the most common one."""
+    most = max((len(g.labels) for g in groups), default=0)
+    return [i for i, g in enumerate(groups) if len(g.labels) < most]

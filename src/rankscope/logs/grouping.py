@@ -1,9 +1,12 @@
-"""Group tracebacks that are the same error, so each distinct error prints once.
+"""Group tracebacks that are the same error, so each distinct error prints once, and find the root cause.
 
 Two tracebacks are the same error when their exception type, their message with the
-varying parts normalised (numbers, addresses, IPs, host names, site-packages paths) and
-their frames (file and function, not line numbers: nodes may run different patch versions
-of a library) agree.
+varying parts normalised (numbers, addresses, IPs, host names, site-packages paths), their
+frames (file and function, not line numbers: nodes may run different patch versions
+of a library) and whether they were caught agree.
+
+The root cause is the first fatal culprit (:mod:`rankscope.logs.roles`): by timestamp where the
+culprits' lines carry one, else by order in the log.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any, Optional
 
 from rankscope.folding import fold_ints
 from rankscope.logs.labels import host_and_rank, label_order
+from rankscope.logs.roles import Role, role_of
 from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
@@ -63,7 +67,10 @@ class ErrorGroup:
     exception_type: str
     normalised_message: str
     example: RankTraceback
+    role: Role = Role.CULPRIT
     count: int = 0
+    #: The member traceback with the earliest timestamp, if any carried one.
+    timed: Optional[RankTraceback] = None
     _labels: dict[Optional[bytes], None] = field(default_factory=dict)
     _exceptions: set[str] = field(default_factory=set)
     _global_ranks: set[int] = field(default_factory=set)
@@ -80,6 +87,8 @@ class ErrorGroup:
             self._global_ranks.add(tb.global_rank)
         if tb.order < self.example.order:
             self.example = tb
+        if tb.time is not None and (self.timed is None or _earlier(tb, self.timed)):
+            self.timed = tb
 
     @property
     def labels(self) -> list[Optional[bytes]]:
@@ -99,14 +108,28 @@ class ErrorGroup:
 
 
 @dataclass
+class RootCause:
+    """The traceback chosen as the root cause, its group, and why it was chosen."""
+
+    traceback: RankTraceback
+    group: ErrorGroup
+    #: ``"timestamp"`` or ``"log order"``.
+    by: str
+    #: How many other fatal culprit tracebacks there were (later ones).
+    other_culprits: int
+
+
+@dataclass
 class ErrorsReport:
-    #: Errors of ranks (or of everything, when no line had a rank prefix), biggest group first.
+    #: Errors of ranks (or of everything, when no line had a rank prefix): culprits, victims,
+    #: handled errors; in each, most ranks first.
     groups: list[ErrorGroup]
     first_failure: Optional[RankTraceback]
     #: Errors printed without a rank prefix in an otherwise prefixed log: usually the launcher's own.
     unprefixed: list[ErrorGroup] = field(default_factory=list)
     #: The traceback with the earliest timestamp, when the ranks' lines carry timestamps.
     first_by_time: Optional[RankTraceback] = None
+    root_cause: Optional[RootCause] = None
 
 
 class Grouper:
@@ -136,25 +159,63 @@ class Grouper:
                 self._hosts.add(host)
                 self._host_pattern = host_pattern(self._hosts)
         normalised = normalise_message(tb.message, pattern=self._host_pattern)
-        key = (tb.exception_type, normalised, tuple(frame_key(f) for f in tb.frames), tb.truncated)
+        key = (
+            tb.exception_type,
+            normalised,
+            tuple(frame_key(f) for f in tb.frames),
+            tb.truncated,
+            tb.handled,
+        )
         group = self._groups[side].get(key)
         if group is None:
-            group = self._groups[side][key] = ErrorGroup(tb.exception_type, normalised, tb)
+            group = self._groups[side][key] = ErrorGroup(tb.exception_type, normalised, tb, role_of(tb))
         group.add(tb)
         first = self._first[side]
         if first is None or tb.order < first.order:
             self._first[side] = tb
         if tb.time is not None:
             timed = self._first_timed[side]
-            if timed is None or (sortable(tb.time), tb.order) < (sortable(timed.time or ""), timed.order):
+            if timed is None or _earlier(tb, timed):
                 self._first_timed[side] = tb
 
     def report(self) -> ErrorsReport:
+        """The groups in report order and the root cause."""
+        side = 0 if self._groups[0] else 1
+        root = root_cause(list(self._groups[side].values()))
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
-        if labelled:
-            return ErrorsReport(labelled, self._first[0], unlabelled, self._first_timed[0])
-        return ErrorsReport(unlabelled, self._first[1], [], self._first_timed[1])
+        if side == 0:
+            return ErrorsReport(labelled, self._first[0], unlabelled, self._first_timed[0], root)
+        return ErrorsReport(unlabelled, self._first[1], [], self._first_timed[1], root)
 
     @staticmethod
     def _sorted(groups: dict[tuple[Any, ...], ErrorGroup]) -> list[ErrorGroup]:
-        return sorted(groups.values(), key=lambda g: (-len(g._labels), g.example.order))
+        """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
+        rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
+        return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
+    """The first fatal culprit: the earliest by timestamp when a culprit has one, else by log order.
+
+    Complete tracebacks first: one the log ends in the middle of is chosen only when there is
+    no other culprit.
+    """
+    culprits = [g for g in groups if g.role is Role.CULPRIT and not g.example.truncated]
+    culprits = culprits or [g for g in groups if g.role is Role.CULPRIT]
+    if not culprits:
+        return None
+    others = sum(g.count for g in culprits) - 1
+    timed = [(g.timed, g) for g in culprits if g.timed is not None]
+    if timed:
+        tb, group = min(timed, key=lambda pair: _time_key(pair[0]))
+        return RootCause(tb, group, "timestamp", others)
+    group = min(culprits, key=lambda g: g.example.order)
+    return RootCause(group.example, group, "log order", others)
+
+
+def _time_key(tb: RankTraceback) -> tuple[str, int]:
+    return (sortable(tb.time or ""), tb.order)
+
+
+def _earlier(tb: RankTraceback, other: RankTraceback) -> bool:
+    return _time_key(tb) < _time_key(other)

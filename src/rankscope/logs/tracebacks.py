@@ -4,11 +4,16 @@ Fast path: a chunk is scanned with ``bytes.find`` for ``Traceback (most recent c
 from each header only that rank's following lines are visited (found by searching for the
 rank's raw prefix), so the lines of the other 511 ranks cost nothing in Python. A traceback
 cut by a chunk boundary simply continues in the next chunk.
+
+After its exception line a traceback stays open while the collector counts the lines its rank
+goes on writing (one ``bytes.count`` of the rank's prefix per block): a rank that writes
+:data:`HANDLED_LINES` more lines caught the exception (``handled``); one that stops died of it.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -27,6 +32,25 @@ MAX_FRAMES = 200
 _GLOBAL_RANK = re.compile(rb"\[rank(\d+)\]:")
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
+#: A rank that writes this many more lines after a traceback (same source) caught the exception.
+#: A process dying of an exception writes a few lines more at most (torch's
+#: ``destroy_process_group() was not called`` warning, NCCL abort/destroy messages, a blank line:
+#: 0 to 3 lines in the recorded GPU jobs); a rank that logged a caught exception trains on and
+#: writes thousands. 100 sits far from both.
+HANDLED_LINES = 100
+#: Counting stops this far (bytes of the same source) after the exception line: a rank silent that
+#: long is taken as dead, and the cost of counting stays bounded per traceback.
+HANDLED_WINDOW = 64 << 20
+#: Lines after the exception line kept as its message continuation (torch's CUDA notes, NCCL's
+#: "Last error:"), searched for at most this far ahead in the block.
+MAX_TAIL = 12
+TAIL_REACH = 256 << 10
+#: torchrun's agent restarting the workers: the same prefixes then belong to new processes.
+RESTART_MARKER = b"will restart worker group"
+#: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
+_LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
+#: More undecided tracebacks than this in a block: count all line prefixes in one pass.
+BATCH_COUNT = 10
 
 
 @dataclass
@@ -52,8 +76,19 @@ class RankTraceback:
     #: The last timestamp the rank wrote before (or on) its traceback header, if any.
     time: Optional[str] = None
     #: The global rank from torch's ``[rankN]:`` marker on the traceback lines, if present
-    #: (the launcher prefix may carry a local rank, as torchrun's --role does).
+    #: (the launcher prefix may carry a local rank, as torchrun's --role does). torch writes the
+    #: marker from its ``sys.excepthook``: the exception was not caught.
     global_rank: Optional[int] = None
+    #: The lines that followed the exception line (its message continued, or whatever the rank
+    #: wrote next): read for known notes, not printed.
+    tail: list[str] = field(default_factory=list)
+    #: The rank wrote :data:`HANDLED_LINES` more lines after it: the exception was caught.
+    handled: bool = False
+
+    @property
+    def uncaught(self) -> bool:
+        """torch's excepthook printed it (the ``[rankN]:`` marker): it ended the process."""
+        return self.global_rank is not None
 
     @property
     def exception_type(self) -> str:
@@ -70,8 +105,15 @@ class RankTraceback:
 class _Building:
     tb: RankTraceback
     raw_prefix: bytes
-    state: str = "frames"  # frames | chain | after
+    state: str = "frames"  # frames | tail | chain | after
     waited: int = 0
+    #: ``b"\n" + the rank's prefix`` (without torch's marker) to count its later lines; None: not counted.
+    needle: Optional[bytes] = None
+    #: Where counting resumes in the current block, what was counted, how far it reached.
+    count_from: int = 0
+    after_lines: int = 0
+    after_bytes: int = 0
+    tail_end: int = 0
 
 
 def _find_all(chunk: bytes, needle: bytes) -> list[int]:
@@ -103,6 +145,8 @@ class TracebackCollector:
         self._consumed: set[int] = set()
         self._chunk_has_times = False
         self._cursor = (0, 0)
+        #: Lines after this point of the block are not counted (a torchrun restart).
+        self._count_limit = 0
 
     def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
         self.finish()
@@ -116,7 +160,10 @@ class TracebackCollector:
         self._consumed = set()
         self._cursor = (0, 0)
         self._chunk_has_times = TIMESTAMP.search(chunk, 0, 1 << 16) is not None
+        restart = chunk.find(RESTART_MARKER)
+        self._count_limit = len(chunk) if restart < 0 else restart
         for building in list(self._active.values()):
+            building.count_from = 0
             if building.state == "frames":
                 self._follow(chunk, building, 0)
         # Headers and chain markers, in the order they appear: a marker turns a finished
@@ -137,9 +184,11 @@ class TracebackCollector:
                     and waiting.state == "after"
                     and split.text.strip().startswith(_CHAIN_MARKERS)
                 ):
+                    self._count_after(chunk, waiting, start)
                     waiting.state = "chain"
             elif start not in self._consumed and split.text.startswith(HEADER):
                 self._begin(chunk, start, end, split.raw_prefix, split.label)
+        self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n")
 
     def finish(self) -> None:
@@ -161,9 +210,13 @@ class TracebackCollector:
                     existing.tb.chained.append(existing.tb.exception)
                 existing.tb.frames = []
                 existing.tb.exception = ""
+                existing.tb.tail = []
                 existing.state = "frames"
                 self._follow(chunk, existing, end + 1)
                 return
+            if existing.state == "after":
+                self._count_after(chunk, existing, start)
+                existing.tb.handled = existing.after_lines >= HANDLED_LINES
             self._close(key, truncated=existing.state == "frames")
         self._order += 1
         line_number = self._line_number(chunk, start)
@@ -176,9 +229,66 @@ class TracebackCollector:
         tb.time = self._time_before(chunk, start, raw_prefix)
         marker = _GLOBAL_RANK.search(raw_prefix)
         tb.global_rank = int(marker.group(1)) if marker is not None else None
-        building = _Building(tb, raw_prefix)
+        building = _Building(tb, raw_prefix, needle=self._needle(raw_prefix, marker is not None))
         self._active[key] = building
         self._follow(chunk, building, end + 1)
+
+    def _needle(self, raw_prefix: bytes, uncaught: bool) -> Optional[bytes]:
+        """What to count to see whether the rank writes on: its prefix without torch's marker.
+
+        None (not counted) for an uncaught exception, and for lines without a prefix unless the
+        whole source is one rank's (a torchrun --log-dir file): there, other ranks write too.
+        """
+        if uncaught:
+            return None
+        if not raw_prefix:
+            return b"\n" if self._labels.fixed_label is not None else None
+        outer = raw_prefix
+        for inner in (b"[rank", b"<std"):
+            cut = outer.find(inner, 1)
+            if cut > 0:
+                outer = outer[: cut if inner == b"[rank" else cut + len(inner)]
+        return b"\n" + outer
+
+    def _count_after(self, chunk: bytes, building: _Building, upto: int) -> None:
+        """Add the rank's lines from where counting stopped up to ``upto`` in this block."""
+        needle = building.needle
+        upto = min(upto, self._count_limit)
+        if needle is None or upto <= building.count_from:
+            return
+        lines = chunk.count(needle, building.count_from, upto)
+        if building.count_from == 0 and chunk.startswith(needle[1:]) and len(needle) > 1:
+            lines += 1
+        building.after_lines += lines
+        building.after_bytes += upto - building.count_from
+        building.count_from = upto
+
+    def _settle(self, chunk: bytes, restarted: bool) -> None:
+        """At the end of a block: decide the finished tracebacks whose rank wrote on, or went quiet."""
+        pending = [b for b in self._active.values() if b.state == "after" and b.needle is not None]
+        batch = [b for b in pending if b.count_from == 0 and _LINE_PREFIX.fullmatch(b.needle or b"")]
+        if len(batch) > BATCH_COUNT:
+            # Many ranks undecided at once (a crash with the log going on): one pass over the
+            # block's line prefixes costs what about 10 separate counts do.
+            limit = self._count_limit
+            counted = Counter(_LINE_PREFIX.findall(chunk, 0, limit))
+            first = _LINE_PREFIX.match(b"\n" + chunk[:256])
+            if first is not None and limit > 0:
+                counted[first.group(1)] += 1
+            for building in batch:
+                building.after_lines += counted.get((building.needle or b"")[1:], 0)
+                building.after_bytes += limit
+                building.count_from = limit
+        for key, building in list(self._active.items()):
+            if building.state != "after" or building.needle is None:
+                continue
+            before_restart = building.count_from <= self._count_limit
+            self._count_after(chunk, building, len(chunk))
+            if building.after_lines >= HANDLED_LINES:
+                building.tb.handled = True
+                self._close(key)
+            elif building.after_bytes > HANDLED_WINDOW or (restarted and before_restart):
+                self._close(key)
 
     def _time_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> Optional[str]:
         """A timestamp on the header line or on one of the rank's few lines before it (this chunk,
@@ -217,13 +327,14 @@ class TracebackCollector:
         building.tb.truncated = truncated
         self._sink(building.tb)
 
-    def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int) -> tuple[int, int]:
-        """Start and end of the next line at or after ``start`` that carries ``raw_prefix``."""
-        if start >= len(chunk):
+    def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int, stop: int = -1) -> tuple[int, int]:
+        """Start and end of the next line at or after ``start`` (before ``stop``) that carries ``raw_prefix``."""
+        stop = len(chunk) if stop < 0 else min(stop, len(chunk))
+        if start >= stop:
             return (-1, -1)
         if not raw_prefix:
             # No prefix: the next line without a recognised prefix.
-            while start < len(chunk):
+            while start < stop:
                 end = chunk.find(b"\n", start)
                 end = len(chunk) if end < 0 else end
                 if (
@@ -236,7 +347,7 @@ class TracebackCollector:
         if start == 0 and chunk.startswith(raw_prefix):
             line_start = 0
         else:
-            found = chunk.find(b"\n" + raw_prefix, start - 1 if start > 0 else 0)
+            found = chunk.find(b"\n" + raw_prefix, start - 1 if start > 0 else 0, stop)
             if found < 0:
                 return (-1, -1)
             line_start = found + 1
@@ -246,8 +357,11 @@ class TracebackCollector:
     def _follow(self, chunk: bytes, building: _Building, start: int) -> None:
         key = building.raw_prefix
         while True:
-            line_start, line_end = self._next_line(chunk, key, start)
+            stop = building.tail_end if building.state == "tail" else -1
+            line_start, line_end = self._next_line(chunk, key, start, stop)
             if line_start < 0:
+                if building.state == "tail":
+                    building.state = "after"  # the message continues no further in this block
                 return
             start = line_end + 1
             text = split_line(chunk[line_start:line_end], self._allow_srun).text
@@ -257,6 +371,11 @@ class TracebackCollector:
                 return
             if was_chain and building.state == "frames":
                 self._consumed.add(line_start)  # a chained header, not a new traceback
+            if building.state == "tail" and not building.tail_end:
+                # The exception line: read on a few lines (its message may continue), and
+                # count the rank's lines from here to see whether it lived on.
+                building.count_from = line_end
+                building.tail_end = line_end + TAIL_REACH
             if building.state == "after":
                 # Complete unless a chain marker of this rank follows: feed() finds those
                 # markers (and the rank's next header closes it), so no search ahead here.
@@ -266,6 +385,16 @@ class TracebackCollector:
         """Advance one line; False when the traceback is complete (the line is not part of it)."""
         tb = building.tb
         stripped = text.strip()
+        if building.state == "tail":
+            if not stripped or stripped.startswith(HEADER):
+                building.state = "after"
+            elif stripped.startswith(_CHAIN_MARKERS):
+                building.state = "chain"
+            else:
+                tb.tail.append(_decode(stripped[:1000]))
+                if len(tb.tail) >= MAX_TAIL:
+                    building.state = "after"
+            return True
         if building.state == "after":
             if stripped.startswith(_CHAIN_MARKERS):
                 building.state = "chain"
@@ -280,8 +409,9 @@ class TracebackCollector:
             if building.state == "chain":
                 if tb.exception:
                     tb.chained.append(tb.exception)
-                tb.frames, tb.exception = [], ""
+                tb.frames, tb.exception, tb.tail = [], "", []
                 building.state = "frames"
+                building.tail_end = 0
                 return True
             return False  # a new traceback of the same rank; _begin opens it
         if building.state == "chain":
@@ -304,6 +434,7 @@ class TracebackCollector:
             building.waited += 1  # e.g. the rank's stdout print landing inside its stderr traceback
             return True
         tb.exception = _decode(stripped)
-        building.state = "after"
+        building.state = "tail"
+        building.tail_end = 0
         building.waited = 0
         return True

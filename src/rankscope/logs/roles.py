@@ -1,0 +1,90 @@
+"""What part an error played: the root cause, a consequence of another rank's failure, or caught.
+
+- ``victim``: the error says a peer went away or never answered (gloo ``Connection closed by
+  peer``, NCCL remote errors, watchdog and socket timeouts, a signal from the launcher, the
+  launcher's own ``ChildFailedError``). Such a rank died *because* another one did.
+- ``handled``: the rank kept writing normal output after the traceback (see
+  :data:`rankscope.logs.tracebacks.HANDLED_LINES`): the exception was caught and logged.
+- ``culprit``: anything else; a candidate for the root cause.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Optional
+
+from rankscope.logs.tracebacks import FrameLine, RankTraceback
+from rankscope.model import Words
+
+
+class Role(Words):
+    CULPRIT = "culprit"
+    VICTIM = "victim"
+    HANDLED = "handled"
+
+
+#: Messages of errors that a rank gets when another rank (or the launcher) failed first.
+VICTIM_MESSAGES = re.compile(
+    "|".join(
+        (
+            # gloo (transport/tcp/pair.cc) and torch's TCPStore
+            r"Connection closed by peer",
+            r"Connection reset by peer",
+            r"\bRead error\b",
+            r"\bWrite error\b",
+            r"Broken pipe",
+            r"Timed out waiting \d+ms for (?:recv|send) operation",
+            r"Connection was likely closed",
+            r"failed to recv, got 0 bytes",
+            r"Socket Timeout",
+            # NCCL through ProcessGroupNCCL
+            r"ncclRemoteError",
+            r"remote process exit",
+            r"NCCL communicator was aborted",
+            r"Watchdog caught collective operation timeout",
+            r"watchdog thread terminated",
+            r"ProcessGroupNCCL is (?:aborted|shut ?down)",
+            # the launcher or the scheduler stopped the process
+            r"got signal: \d+",
+            r"\bSignalException\b",
+            r"\bChildFailedError\b",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def is_victim(tb: RankTraceback) -> bool:
+    """Does the error say that a peer, the network or the launcher ended this rank?"""
+    if VICTIM_MESSAGES.search(tb.exception):
+        return True
+    # NCCL's "Last error:" and torch's continuation lines hold the reason of a DistBackendError
+    return tb.exception_type.endswith("DistBackendError") and any(
+        VICTIM_MESSAGES.search(line) for line in tb.tail
+    )
+
+
+def role_of(tb: RankTraceback) -> Role:
+    if tb.handled:
+        return Role.HANDLED
+    return Role.VICTIM if is_victim(tb) else Role.CULPRIT
+
+
+_STDLIB = re.compile(r"/lib/python\d\.\d+/")
+_NOT_USER = ("/site-packages/", "/dist-packages/", "/torch/", "<frozen ")
+
+
+def is_user_frame(frame: FrameLine) -> bool:
+    """Code the job's authors wrote: not torch, not an installed package, not the standard library."""
+    name = frame.filename
+    return not any(part in name for part in _NOT_USER) and not _STDLIB.search(name)
+
+
+def user_frame(frames: Iterable[FrameLine]) -> Optional[FrameLine]:
+    """The innermost frame of the user's own code, if any."""
+    found = None
+    for frame in frames:
+        if is_user_frame(frame):
+            found = frame
+    return found

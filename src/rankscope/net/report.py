@@ -1,0 +1,48 @@
+"""The documents of the net room (one schema each, JSON through rankscope.serial)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rankscope.net.advice import Finding, Recommendation
+from rankscope.net.ifaces import Interface
+from rankscope.net.sysfs import RdmaPort
+from rankscope.net.verdicts import LinkFinding, Matrix, ProbeResult
+
+IFACES_SCHEMA = "rankscope.net.ifaces/1"
+PROBE_SCHEMA = "rankscope.net.probe/1"
+CHECK_SCHEMA = "rankscope.net.check/1"
+MASTER_SCHEMA = "rankscope.net.master/1"
+
+
+@dataclass
+class IfacesReport:
+    host: str
+    interfaces: list[Interface]
+    rdma_only: list[RdmaPort]
+    default_route: list[str]
+    recommendation: Recommendation
+    hostname_resolves_to: Optional[list[str]]
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class ProbeReport:
+    """One node's answer to `net probe` (what each node of `net check` sends back)."""
+
+    host: str
+    results: list[ProbeResult]
+    #: ``ADDR:PORT`` served meanwhile (``--serve``), or empty.
+    listening: str = ""
+    #: Why the port could not be served (in use, permission), or empty.
+    listen_error: str = ""
+    accepted: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    matrix: Matrix
+    findings: list[LinkFinding]
+    #: Node -> what its own listener said (in use, permission denied), when not plain.
+    listen_errors: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,185 @@
+"""`net probe` and `net listen` on 127.0.0.0/8: open, refused, a name that does not resolve; `net check --master`."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from tests.support.cli import run_cli
+
+from rankscope.errors import BadInputError
+from rankscope.net.probe import Target, open_listener, parse_target, probe
+from rankscope.net.verdicts import Verdict
+
+
+@pytest.fixture
+def listener() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    yield sock
+    sock.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # nothing listens once closed
+
+
+def test_open_refused_and_unresolved_in_one_pass(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    shut = closed_port()
+    results = probe(
+        [Target("127.0.0.1", port), Target("127.0.0.2", shut), Target("no-such-node.invalid", port)],
+        timeout=3,
+    )
+    assert [r.verdict for r in results] == [Verdict.OPEN, Verdict.REFUSED, Verdict.UNRESOLVED]
+    assert results[0].address == "127.0.0.1" and results[1].detail == "Connection refused"
+    assert results[2].address == "" and results[2].detail
+    assert "nothing listens" in results[1].meaning()
+
+
+def test_retry_refused_finds_a_listener_that_starts_late() -> None:
+    port = closed_port()
+    late = subprocess.Popen(
+        [sys.executable, "-c", f"import socket,time; time.sleep(0.6); s=socket.socket(); "
+         f"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port})); "
+         "s.listen(); c,_=s.accept(); c.close()"],
+    )  # fmt: skip
+    try:
+        [once] = probe([Target("127.0.0.1", port)], timeout=5)
+        assert once.verdict is Verdict.REFUSED  # without retries: the first answer counts
+        [retried] = probe([Target("127.0.0.1", port)], timeout=5, retry_refused=True)
+        assert retried.verdict is Verdict.OPEN
+    finally:
+        late.wait(timeout=10)
+
+
+def test_refused_until_the_end_stays_refused() -> None:
+    [result] = probe([Target("127.0.0.1", closed_port())], timeout=0.6, retry_refused=True)
+    assert result.verdict is Verdict.REFUSED
+
+
+def test_parse_target() -> None:
+    assert parse_target("node02:29500") == Target("node02", 29500)
+    assert parse_target("[fd00::2]:6000") == Target("fd00::2", 6000)
+    assert parse_target("node02", 29500) == Target("node02", 29500)
+    for bad in ("node02", "node02:0", "node02:http", ":80"):
+        with pytest.raises(BadInputError):
+            parse_target(bad)
+
+
+def test_listener_binds_loopback_by_default() -> None:
+    with open_listener("127.0.0.1", 0) as sock:
+        assert sock.getsockname()[0] == "127.0.0.1"
+
+
+def test_cli_listen_then_probe() -> None:
+    listen = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "net", "listen", "0", "--count", "1", "--timeout", "20"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert listen.stdout is not None
+        first = listen.stdout.readline()
+        assert first.startswith("listening on 127.0.0.1:"), first
+        port = int(first.split(":")[1].split()[0])
+        result = run_cli("net", "probe", f"127.0.0.1:{port}", f"127.0.0.3:{closed_port()}", "--timeout", "3")
+        assert result.returncode == 4, result.stdout + result.stderr
+        assert f"127.0.0.1:{port}" in result.stdout and " open " in result.stdout
+        assert "refused: 127.0.0.3 answered with a reset" in result.stdout
+        rest, _ = listen.communicate(timeout=20)
+        assert "connection from 127.0.0.1:" in rest and "1 connection(s)" in rest
+        assert listen.returncode == 0
+    finally:
+        listen.kill()
+
+
+def test_cli_listen_gives_up_at_its_timeout() -> None:
+    result = run_cli("net", "listen", "0", "--count", "1", "--timeout", "0.5", timeout=60)  # ends by itself
+    assert result.returncode == 5
+    assert "listening on 127.0.0.1:" in result.stdout and "0 connection(s)" in result.stdout
+
+
+def test_cli_probe_json_serving_meanwhile() -> None:
+    port = closed_port()
+    result = run_cli(
+        "net", "probe", "--json", "--serve", str(port), "--timeout", "2", f"127.0.0.1:{port}", "no-such.invalid:1"
+    )  # fmt: skip
+    assert result.returncode == 4, result.stderr
+    document = result.json()
+    assert document["schema"] == "rankscope.net.probe/1"
+    assert document["listening"] == f"127.0.0.1:{port}"
+    assert [r["verdict"] for r in document["results"]] == ["open", "name does not resolve"]
+    assert len(document["accepted"]) == 1
+
+
+def test_cli_probe_exit_codes(listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    assert run_cli("net", "probe", f"127.0.0.1:{port}").returncode == 0
+    assert run_cli("net", "probe", f"127.0.0.1:{closed_port()}").returncode == 5
+    bad = run_cli("net", "probe", "node02")
+    assert bad.returncode == 8 and "not a HOST:PORT" in bad.stderr
+
+
+def master_env(**values: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE")}
+    env.update(values)
+    return env
+
+
+def test_master_loopback_on_a_multi_node_job_fails() -> None:
+    result = run_cli(
+        "net", "check", "--master", env=master_env(MASTER_ADDR="localhost", MASTER_PORT=str(closed_port()),
+                                                    WORLD_SIZE="16", LOCAL_WORLD_SIZE="8"),
+    )  # fmt: skip
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert "FAIL  MASTER_ADDR=localhost is a loopback address on a multi-node job" in result.stdout
+
+
+def test_master_single_node_free_port_passes_and_busy_port_warns(listener: socket.socket) -> None:
+    free = run_cli("net", "check", "--master", "--nnodes", "1",
+                   env=master_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(closed_port())))  # fmt: skip
+    assert free.returncode == 0, free.stdout
+    assert "is free here" in free.stdout
+    busy = run_cli("net", "check", "--master", "--master-addr", "127.0.0.1",
+                   "--master-port", str(listener.getsockname()[1]), "--nnodes", "1", env=master_env())  # fmt: skip
+    assert busy.returncode == 0 and "WARN  port" in busy.stdout and "already in use" in busy.stdout
+
+
+def test_master_unset_or_unresolvable() -> None:
+    unset = run_cli("net", "check", "--master", env=master_env())
+    assert unset.returncode == 5 and "MASTER_ADDR is not set" in unset.stdout
+    bad = run_cli(
+        "net", "check", "--master", "--json", env=master_env(MASTER_ADDR="no-such.invalid", MASTER_PORT="1")
+    )
+    assert bad.returncode == 5
+    [check] = bad.json()["checks"]
+    assert check["level"] == "FAIL" and "does not resolve" in check["what"]
+
+
+def test_check_refuses_bad_input_before_any_node_is_asked() -> None:
+    no_port = run_cli("net", "check", "--hosts", "a,b", env=master_env())
+    assert no_port.returncode == 8 and "no port given" in no_port.stderr
+    bad_address = run_cli("net", "check", "--hosts", "a,b", "--port", "1", "--address", "a")
+    assert bad_address.returncode == 8 and "not NODE=ADDR: 'a'" in bad_address.stderr
+    no_nodes = run_cli("net", "check", "--port", "1")
+    assert no_nodes.returncode == 8 and "no nodes given" in no_nodes.stderr
+
+
+def test_more_targets_than_sockets_at_once_all_get_their_verdict(
+    listener: socket.socket, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rankscope.net import probe as probe_module
+
+    monkeypatch.setattr(probe_module, "MAX_PARALLEL", 2)
+    port, shut = listener.getsockname()[1], closed_port()
+    targets = [Target(f"127.0.0.{i}", port if i % 2 else shut) for i in range(1, 8)]
+    # The listener is bound to 127.0.0.1 only: the odd addresses other than .1 are refused too.
+    expected = [Verdict.OPEN] + [Verdict.REFUSED] * 6
+    assert [r.verdict for r in probe(targets, timeout=3)] == expected

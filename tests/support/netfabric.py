@@ -1,0 +1,118 @@
+"""Several "nodes" in network namespaces that reach each other through a router namespace, each with sshd.
+
+Node N is namespace ``<tag>-nN`` with address 10.232.N.2/24 on a veth whose other end
+(10.232.N.1) sits in the router namespace, which forwards between them. Every node runs its own
+sshd on port 22; one ssh config (``ssh_config``) names them all. Names carry this process id;
+:meth:`Fabric.delete` removes everything and is safe to call twice. The addresses exist only
+inside these namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from tests.support.cli import CliResult
+from tests.support.netns import ip
+from tests.support.sshd import Sshd, start_sshd, stop_all
+
+
+@dataclass
+class Fabric:
+    router: str
+    namespaces: dict[str, str] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    ssh_config: Optional[Path] = None
+    servers: list[Sshd] = field(default_factory=list)
+    veths: dict[str, str] = field(default_factory=dict)  # node -> its interface name
+
+    def netns_argv(self, node: str, argv: Sequence[str]) -> list[str]:
+        namespace = self.router if node == "router" else self.namespaces[node]
+        return ["ip", "netns", "exec", namespace, *argv]
+
+    def run(
+        self, node: str, *args: str, timeout: float = 60, env: Optional[dict[str, str]] = None
+    ) -> CliResult:
+        """``rankscope ARGS`` inside ``node``'s namespace (``router``: the router's)."""
+        proc = subprocess.run(
+            self.netns_argv(node, [sys.executable, "-m", "rankscope", *args]),
+            capture_output=True, text=True, timeout=timeout, env=env,
+        )  # fmt: skip
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def popen(self, node: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.netns_argv(node, [sys.executable, "-m", "rankscope", *args]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def iptables(self, node: str, *rule: str) -> None:
+        subprocess.run(
+            self.netns_argv(node, ["iptables", *rule]), check=True, capture_output=True, timeout=20
+        )
+
+    def delete(self) -> None:
+        stop_all(self.servers)
+        self.servers.clear()
+        for namespace in [*self.namespaces.values(), self.router]:
+            with contextlib.suppress(Exception):
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
+        self.namespaces.clear()
+
+
+def build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool = True) -> Fabric:
+    pid = os.getpid() % 100000
+    tag = f"rsnet{pid}"
+    fabric = Fabric(router=f"{tag}-router")
+    try:
+        subprocess.run(["ip", "netns", "add", fabric.router], check=True, timeout=20)
+        ip("link", "set", "lo", "up", netns=fabric.router)
+        subprocess.run(
+            fabric.netns_argv("router", ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]),
+            check=True,
+            timeout=20,
+        )
+        for index, node in enumerate(nodes, start=1):
+            namespace = f"{tag}-{node}"
+            subprocess.run(["ip", "netns", "add", namespace], check=True, timeout=20)
+            fabric.namespaces[node] = namespace
+            outer, inner = f"rn{pid}r{index}", f"rn{pid}n{index}"
+            ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+            ip("link", "set", outer, "netns", fabric.router)
+            ip("link", "set", inner, "netns", namespace)
+            ip("addr", "add", f"10.232.{index}.1/24", "dev", outer, netns=fabric.router)
+            ip("link", "set", outer, "up", netns=fabric.router)
+            ip("addr", "add", f"10.232.{index}.2/24", "dev", inner, netns=namespace)
+            ip("link", "set", inner, "up", netns=namespace)
+            ip("link", "set", "lo", "up", netns=namespace)
+            ip("route", "add", "10.232.0.0/16", "via", f"10.232.{index}.1", netns=namespace)
+            fabric.addresses[node] = f"10.232.{index}.2"
+            fabric.veths[node] = inner
+        if with_sshd:
+            blocks, known = [], []
+            for node in nodes:
+                server = start_sshd(
+                    workdir / f"sshd-{node}", listen=fabric.addresses[node], netns=fabric.namespaces[node]
+                )
+                fabric.servers.append(server)
+                known.append(server.known_hosts.read_text())
+                blocks.append(
+                    f"Host {node}\n  HostName {fabric.addresses[node]}\n  Port 22\n  IdentityFile {server.client_key}"
+                )
+            (workdir / "known_hosts").write_text("".join(known))
+            defaults = ["Host *", "  IdentitiesOnly yes", "  User root", "  BatchMode yes",
+                        f"  UserKnownHostsFile {workdir / 'known_hosts'}", "  StrictHostKeyChecking yes",
+                        "  CheckHostIP no", "  LogLevel ERROR"]  # fmt: skip
+            fabric.ssh_config = workdir / "ssh_config"
+            fabric.ssh_config.write_text("\n\n".join([*blocks, "\n".join(defaults)]) + "\n")
+    except BaseException:
+        fabric.delete()
+        raise
+    return fabric
