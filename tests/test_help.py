@@ -26,7 +26,17 @@ def test_top_level_help_lists_every_exit_code() -> None:
 
 
 @pytest.mark.parametrize(
-    "verb", [["stacks"], ["demo"], ["whoami"], ["exec"], ["logs"], ["logs", "errors"], ["logs", "grep"]]
+    "verb",
+    [
+        ["stacks"],
+        ["demo"],
+        ["whoami"],
+        ["exec"],
+        ["logs"],
+        ["logs", "errors"],
+        ["logs", "grep"],
+        ["net", "check"],
+    ],
 )
 def test_each_verb_lists_the_codes_it_uses(verb: list[str]) -> None:
     result = run_cli(*verb, "--help")
@@ -35,6 +45,13 @@ def test_each_verb_lists_the_codes_it_uses(verb: list[str]) -> None:
     words = " ".join(result.stdout.split())
     for code in VERB_CODES[verb[0]]:
         assert f"{code} {MEANING[code]}" in words
+
+
+def test_every_verb_has_its_exit_codes() -> None:
+    """A verb added later without an entry in the table would have no exit codes in its --help."""
+    from rankscope.cli.main import VERBS
+
+    assert set(VERBS) == set(VERB_CODES) | {"prefix"}
 
 
 def test_prefix_says_it_passes_the_command_code_on() -> None:

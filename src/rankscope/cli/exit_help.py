@@ -29,6 +29,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "whoami": (0, 2, 8),
     "logs": (0, 2, 3, 8),
     "exec": (0, 2, 4, 5, 6, 8),
+    "net": (0, 2, 4, 5, 6, 8),
 }
 
 #: Verbs whose code is not one of the table's.
