@@ -109,7 +109,7 @@ def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", REFUSE=refused)
     results = run_srun_step(
-        SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"'), 20, env
+        SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"', watch_stdin=False), 20, env
     )
     assert [(r.node, r.stage, r.stdout) for r in results] == [
         ("n1", "ok", "on n1\n"),

@@ -36,11 +36,12 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     """Every node runs ``request.node_argv()``; the answers are merged, printed and kept (--out)."""
     # The fan-out machinery is imported only when a multi-node run starts.
     from rankscope.cli.nodefiles import write_node_files
-    from rankscope.cli.outcome import exit_code
+    from rankscope.cli.outcome import exit_code, stopped_exit_code
     from rankscope.cli.progress import tty_progress
     from rankscope.cli.stacks_report import render_for
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.cluster.targets import fold
+    from rankscope.lifetime import StopSignals
     from rankscope.stacks.explain import diagnose, not_found_here
     from rankscope.stacks.report import report_document
 
@@ -52,7 +53,8 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
     try:
-        result = stacks_remote(target, request.node_argv(), progress)
+        with StopSignals() as stop:
+            result = stacks_remote(target, request.node_argv(), progress, stop)
     finally:
         if progress is not None:
             progress.clear()
@@ -85,6 +87,11 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             click.echo(
                 f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
             )
+    if stop.signum:
+        click.echo(
+            f"rankscope: interrupted by {stop.name}: the nodes that had not answered are listed", err=True
+        )
+        return stopped_exit_code(stop.signum)
     dumped = sum(1 for p in report.processes if p.dumped)
     missing = not_found_here(report, diagnosis.missing_ranks)
     return int(exit_code(len(result.nodes), dumped, report.failures, missing))
