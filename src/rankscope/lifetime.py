@@ -59,6 +59,7 @@ def start_group(
     env: Optional[Mapping[str, str]] = None,
     hold_stdin: bool = False,
     new_session: bool = True,
+    mark: bool = True,
     **popen: Any,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start ``argv`` as the leader of a process group of its own; (the process, its token).
@@ -67,11 +68,13 @@ def start_group(
     user's terminal); otherwise only a group (``prefix``, whose child keeps the terminal).
     ``hold_stdin``: stdin is a pipe rankscope keeps open and never writes; it closes when
     rankscope is done with the child or dies, which is how a remote watcher learns it.
+    ``mark``: put :data:`STARTED_BY` in its environment (what :class:`Orphans` goes by).
     Other keyword arguments go to :class:`subprocess.Popen` (stdout, stderr).
     """
     token = new_token()
     child_env = dict(os.environ if env is None else env)
-    child_env[STARTED_BY] = token
+    if mark:
+        child_env[STARTED_BY] = token
     if hold_stdin:
         popen["stdin"] = subprocess.PIPE
     else:
