@@ -157,7 +157,7 @@ def run_prefixed(command: list[str], label: str) -> int:
     if pidfd is not None:
         selector.register(pidfd, selectors.EVENT_READ)
     try:
-        _pump(selector, streams, child, pidfd)
+        _pump(selector, streams, pipes, child, pidfd)
     finally:
         for fd, lines in streams.items():
             lines.close()
@@ -184,6 +184,7 @@ def _pidfd(pid: int) -> Optional[int]:
 def _pump(
     selector: selectors.BaseSelector,
     streams: dict[int, _Lines],
+    pipes: dict[int, IO[bytes]],
     child: subprocess.Popen[bytes],
     pidfd: Optional[int],
 ) -> None:
@@ -220,9 +221,10 @@ def _pump(
                 chunk = b""
             if chunk:
                 streams[key.fd].feed(chunk)
-            else:
+            if not chunk or streams[key.fd].broken:
                 selector.unregister(key.fd)
                 open_fds.discard(key.fd)
+                pipes[key.fd].close()  # our reader went away: the command gets SIGPIPE, as under `| head`
 
 
 @click.command(help=HELP, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
