@@ -6,12 +6,13 @@
 - SIGINT and SIGTERM to rankscope are data while children run (:class:`StopSignals`): the
   handler records the signal and wakes the caller's selector through a pipe; the caller ends
   its children, reports what it has, and exits with 128 + the signal number.
-- A child that puts its own children into a session of their own (pdsh's ssh clients, an ssh
-  ControlPersist master) is out of reach of a group kill. While :class:`Orphans` is active
-  rankscope is their child subreaper (``PR_SET_CHILD_SUBREAPER``): when their parent dies they
-  become rankscope's children, are found by their parent pid in /proc and killed. Every child
-  carries :data:`STARTED_BY` in its environment, so an orphan is told apart by the child it
-  came from.
+- A child that puts its own children into a session of their own (pdsh's ssh clients) is out of
+  reach of a group kill. While :class:`Orphans` is active rankscope is their child subreaper
+  (``PR_SET_CHILD_SUBREAPER``): when their parent dies they become rankscope's children, are
+  found by their parent pid in /proc and killed. Every child carries :data:`STARTED_BY` in its
+  environment, so an orphan is told apart by the child it came from. An ssh ControlPersist
+  master (``ssh: PATH [mux]``) is the one exception: the user asked for it to outlive the run,
+  and its ``ControlPersist`` time ends it.
 - A remote command runs under a watcher that kills it when the connection drops
   (:func:`rankscope.cluster.transports.remote_script`); the local side keeps the transport's
   stdin open (and silent) for as long as the node runs: its end of file is the signal.
@@ -204,7 +205,7 @@ class Orphans:
         """
         killed = 0
         for orphan in self.adopted(known):
-            if orphan.state != "Z":
+            if orphan.state != "Z" and not _is_ssh_master(orphan):
                 came_from = orphan.variable(STARTED_BY)
                 if came_from is None or not came_from.startswith(f"{os.getpid()}:"):
                     continue  # not started by this rankscope: leave it be
@@ -218,6 +219,12 @@ class Orphans:
                 killed += 1
             _reap(orphan.pid)
         return killed
+
+
+def _is_ssh_master(process: procfs.ProcfsEntry) -> bool:
+    """An ssh ControlPersist master: it names itself ``ssh: CONTROL_PATH [mux]``."""
+    words = process.cmdline
+    return bool(words) and words[0].startswith("ssh: ") and words[-1].endswith("[mux]")
 
 
 def _pgid(pid: int) -> Optional[int]:

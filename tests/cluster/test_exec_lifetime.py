@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -222,3 +224,35 @@ def _wait_for_file(path: Path, seconds: float = 20.0) -> None:
     while not path.exists():
         assert time.monotonic() < end, f"{path} never appeared"
         time.sleep(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_an_ssh_controlpersist_master_is_kept_as_asked(sshd_nodes: Sshd) -> None:
+    # The one process rankscope's ssh leaves on purpose: ControlPersist says how long it lives.
+    tmp_path = Path(tempfile.mkdtemp(prefix="rs-cm-", dir="/tmp"))  # a socket path is short
+    control = tmp_path / "cm-%C"
+    options = ["--ssh-option", "ControlMaster=auto", "--ssh-option", f"ControlPath={control}"]
+    options += ["--ssh-option", "ControlPersist=30"]
+    try:
+        for _ in range(2):  # the second run goes through the master the first one left
+            result = run_cli(
+                "exec",
+                "--via",
+                "ssh",
+                "--ssh-config",
+                str(sshd_nodes.ssh_config),
+                *options,
+                "--hosts",
+                "node01",
+                "--",
+                "echo kept",
+                env=client_env(),
+                timeout=40,
+            )
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert len(_naming(f"{tmp_path}/cm-")) == 1
+    finally:
+        for pid in _naming(str(tmp_path)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(tmp_path, ignore_errors=True)
