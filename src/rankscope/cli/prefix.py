@@ -36,6 +36,9 @@ HELP = """Run CMD and put [host:rank] in front of every line it writes to stdout
 The rank comes from the launcher's environment (torchrun --no-python, srun, mpirun, pdsh
 with RANK set ...). Lines are written as soon as they are complete; stdout stays stdout
 and stderr stays stderr; the exit code of CMD is passed through (128+N if killed by signal N).
+CMD runs in a process group of its own and signals to prefix reach the whole group; what
+CMD leaves running is ended when it exits. A line longer than 4 MiB is written in 4 MiB
+pieces, each with the prefix.
 
 \b
 Examples:

@@ -29,6 +29,8 @@ Many nodes (each runs `rankscope stacks --local --json`, this side merges):
   rankscope stacks --hosts gpu[001-040] --remote-rankscope /opt/venv/bin/rankscope --out traces/
 Nodes that could not be read are listed last with the stage they reached:
 unreachable, auth refused, no rankscope there, no job found, dump failed, timeout.
+Ctrl-C or SIGTERM ends every node's run (here and on the node) and prints what the
+nodes gave so far; the others are "interrupted" (exit 130 or 143).
 """
 
 
