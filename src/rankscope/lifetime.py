@@ -201,23 +201,27 @@ class Orphans:
     def end(self, known: set[int], token: Optional[str] = None) -> int:
         """Kill (by group) and reap the adopted orphans, only those of the child ``token`` if given.
 
-        Zombies are reaped whatever their token. Returns how many were killed.
+        Only processes that carry this rankscope's :data:`STARTED_BY` are touched. An orphan that
+        already exited is left as it is: its zombie holds nothing but a pid, and reaping children
+        rankscope cannot attribute could take an exit status from the code that started them.
+        Returns how many were killed.
         """
         killed = 0
         for orphan in self.adopted(known):
-            if orphan.state != "Z" and not _is_ssh_master(orphan):
-                came_from = orphan.variable(STARTED_BY)
-                if came_from is None or not came_from.startswith(f"{os.getpid()}:"):
-                    continue  # not started by this rankscope: leave it be
-                if token is not None and came_from != token:
-                    continue
-                pgid = _pgid(orphan.pid)
-                if pgid is not None and pgid != os.getpgrp():
-                    signal_group(pgid, signal.SIGKILL)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(orphan.pid, signal.SIGKILL)
-                killed += 1
+            if orphan.state == "Z" or _is_ssh_master(orphan):
+                continue
+            came_from = orphan.variable(STARTED_BY)
+            if came_from is None or not came_from.startswith(f"{os.getpid()}:"):
+                continue  # not started by this rankscope: leave it be
+            if token is not None and came_from != token:
+                continue
+            pgid = _pgid(orphan.pid)
+            if pgid is not None and pgid != os.getpgrp():
+                signal_group(pgid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(orphan.pid, signal.SIGKILL)
             _reap(orphan.pid)
+            killed += 1
         return killed
 
 
