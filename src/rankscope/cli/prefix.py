@@ -113,6 +113,7 @@ def _hand_terminal(to_pgid: int) -> Optional[int]:
         os.tcsetpgrp(fd, to_pgid)
     except (OSError, ValueError, AttributeError):
         return None
+    signal_group(to_pgid, signal.SIGCONT)  # in case it read the terminal before it was its own
     return os.getpgrp()
 
 
@@ -131,6 +132,19 @@ def run_prefixed(command: list[str], label: str) -> int:
     Signals to rankscope reach the whole group; when the command exits, what it left running
     gets DRAIN seconds to finish its output, then the group is ended and reading stops.
     """
+    # Signals are caught before CMD starts (it gets the default handlers back at exec): one that
+    # comes before CMD runs is passed on as soon as it does.
+    group: list[int] = []
+    early: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if group:
+            signal_group(group[0], signum)
+        else:
+            early.append(signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
     try:
         child, _ = start_group(
             command, new_session=False, mark=False, stdin=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -139,13 +153,10 @@ def run_prefixed(command: list[str], label: str) -> int:
         raise MissingToolError(command[0], "check the command name and PATH") from None
     except PermissionError:
         raise BadInputError(f"{command[0]} is not executable", "check its permissions") from None
+    group.append(child.pid)
     terminal = _hand_terminal(child.pid)  # Ctrl-C at a terminal then reaches CMD's group once
-
-    def forward(signum: int, _frame: object) -> None:
-        signal_group(child.pid, signum)
-
-    for signum in FORWARDED:
-        signal.signal(signum, forward)
+    for early_signal in early:
+        signal_group(child.pid, early_signal)
     assert child.stdout is not None and child.stderr is not None
     prefix = label.encode()
     selector = selectors.DefaultSelector()
