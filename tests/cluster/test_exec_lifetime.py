@@ -58,6 +58,16 @@ def _naming(text: str) -> list[int]:
     return found
 
 
+def _transports_of(node: str, text: str) -> list[int]:
+    """Live ssh/pdsh processes for ``node`` (a word of their argv) whose command line names ``text``."""
+    found = []
+    for pid in _naming(text):
+        with contextlib.suppress(OSError):
+            if node.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                found.append(pid)
+    return found
+
+
 def _none_naming_within(text: str, seconds: float) -> list[int]:
     """``_naming(text)`` once it is empty, or what is left after ``seconds`` (the remote watcher
     lives a second after it killed the command, to send the SIGKILL)."""
@@ -203,7 +213,12 @@ def test_a_signal_ends_exec_at_once_with_the_partial_results(
     try:
         remote_pid = int(_wait_for(pid_file))
         _wait_for_file(fast_done)
-        time.sleep(1.0)  # the fast node's exit status travels back
+        # The fast node is done when its ssh (or pdsh) has exited: then its answer is in.
+        end = time.monotonic() + 20
+        while _transports_of("node01", str(tmp_path)):
+            assert time.monotonic() < end, "node01's transport never exited"
+            time.sleep(0.05)
+        time.sleep(0.3)
         process.send_signal(sig)
         # Far sooner than the 60 s node timeout.
         stdout, stderr = process.communicate(timeout=20)
