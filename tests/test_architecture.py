@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rankscope"
-SHARED = ("model.py", "serial.py", "errors.py", "folding.py", "ranks.py", "procfs.py", "procs.py")
+SHARED = (
+    "model.py",
+    "serial.py",
+    "errors.py",
+    "folding.py",
+    "ranks.py",
+    "procfs.py",
+    "procs.py",
+    "lifetime.py",
+)
 ROOMS = (
     "rankscope.stacks",
     "rankscope.cluster",

@@ -153,7 +153,8 @@ class Stage(Words):
 
     A process: discover -> attach -> dump -> parse. A node (the manual "date, then pgrep, then
     py-spy" ladder): unreachable -> auth refused -> transport error / timeout -> no rankscope
-    there -> no job found -> dump failed / bad answer / command failed. ``ok`` is a node that answered.
+    there -> no job found -> dump failed / bad answer / command failed. ``ok`` is a node that answered;
+    ``interrupted`` one that had not when rankscope was stopped (Ctrl-C, SIGTERM).
     """
 
     DISCOVER = "discover"
@@ -170,6 +171,8 @@ class Stage(Words):
     NO_JOB = "no job found"
     DUMP_FAILED = "dump failed"
     BAD_ANSWER = "bad answer"
+    #: rankscope was told to stop (SIGINT, SIGTERM) before this node answered.
+    INTERRUPTED = "interrupted"
 
 
 class FailureKind(Words):

@@ -109,7 +109,7 @@ def test_srun_retries_without_an_option_the_slurm_version_refuses(tmp_path: Path
     fake.chmod(0o755)
     env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", REFUSE=refused)
     results = run_srun_step(
-        SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"'), 20, env
+        SrunStep("42"), ["n1", "n2"], remote_script('echo "on $SLURMD_NODENAME"', watch_stdin=False), 20, env
     )
     assert [(r.node, r.stage, r.stdout) for r in results] == [
         ("n1", "ok", "on n1\n"),
@@ -211,3 +211,38 @@ def test_exec_document_keeps_its_schema_and_field_names() -> None:
             {"nodes": "n2", "count": 1, "stage": "unreachable", "reason": refused.reason, "hint": refused.hint}
         ],
     }  # fmt: skip
+
+
+@pytest.mark.timeout(25)
+def test_a_signal_ends_every_node_and_the_fanout_reports_them_interrupted(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from rankscope.lifetime import StopSignals
+
+    slow_pid = tmp_path / "slow.pid"
+
+    class PerNode(LocalShell):
+        def node_argv(self, node: str, script: str) -> list[str]:
+            command = "echo fast" if node == "fast" else f"echo $$ > {slow_pid}; exec sleep 60"
+            return ["sh", "-c", remote_script(command)]
+
+    def interrupt_when_slow_runs() -> None:
+        while not (slow_pid.exists() and slow_pid.read_text().strip()):
+            time.sleep(0.02)
+        time.sleep(0.5)  # the fast node is done by then
+        os.kill(os.getpid(), signal.SIGINT)
+
+    sender = threading.Thread(target=interrupt_when_slow_runs, daemon=True)
+    sender.start()
+    with StopSignals() as stop:
+        results = run_on_nodes(PerNode(), ["fast", "slow", "later"], "", fanout=1, node_timeout=20, stop=stop)
+    sender.join()
+    assert stop.signum == signal.SIGINT
+    assert [(r.node, r.stage, r.reason) for r in results] == [
+        ("fast", "ok", ""),
+        ("slow", "interrupted", "interrupted by SIGINT before it answered"),
+        ("later", "interrupted", "not started: interrupted by SIGINT"),
+    ]
+    assert _gone(int(slow_pid.read_text()))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back

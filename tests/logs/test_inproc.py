@@ -136,3 +136,24 @@ def test_tee_with_threads_and_fork_keeps_every_line_whole(tmp_path: Path) -> Non
     for line in lines:
         body, number = line.split(" ")
         assert len(set(body)) == 1 and len(body) == 300 and 0 <= int(number) < 200, line[:60]
+
+
+def test_prefix_output_writes_a_line_without_end_in_pieces() -> None:
+    from rankscope.cli.prefix import PIECE as VERB_PIECE
+    from rankscope.inproc.prefixing import PIECE
+
+    assert PIECE == VERB_PIECE
+    code = textwrap.dedent(
+        """
+        import sys
+        from rankscope.inproc import prefix_output
+        prefix_output(label="n:1")
+        for _ in range(9):
+            sys.stdout.write("x" * (1 << 20))
+        print("!")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = result.stdout.splitlines()
+    assert all(line.startswith("[n:1] ") for line in lines)
+    assert [len(line) - len("[n:1] ") for line in lines] == [PIECE, PIECE, (9 << 20) - 2 * PIECE + 1]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +144,133 @@ def test_prefix_into_a_closed_pipe_ends_the_command() -> None:
     # rankscope itself printed nothing of its own.
     assert b"BrokenPipeError" in err
     assert b"rankscope" not in err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie waiting for its reaper is gone
+
+
+def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while _alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _start_prefix(tmp_path: Path, script: str) -> subprocess.Popen[bytes]:
+    """`rankscope prefix -- bash -c SCRIPT` in a session of its own (killed as a group in teardown)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "prefix", "--", "bash", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "RANK": "0"},
+        start_new_session=True,
+        cwd=tmp_path,
+    )
+
+
+def _read_pid(path: Path, seconds: float = 20.0) -> int:
+    end = time.monotonic() + seconds
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_to_prefix_reaches_the_grandchild(tmp_path: Path) -> None:
+    # bash does not exec its last command here: python is prefix's grandchild. SIGTERM used to
+    # reach bash alone; python ran on with ppid 1 and kept prefix reading its pipe.
+    pid_file = tmp_path / "grandchild.pid"
+    grandchild = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    proc = _start_prefix(tmp_path, f"{shlex.quote(sys.executable)} -c {shlex.quote(grandchild)}; echo after")
+    pid = 0
+    try:
+        pid = _read_pid(pid_file)
+        proc.send_signal(signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=20)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert b"after" not in stdout
+        assert _wait_gone(pid, 5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+def test_a_leftover_holding_the_output_does_not_hold_prefix(tmp_path: Path) -> None:
+    # The command exits; what it started (ignoring SIGTERM) still holds stdout. prefix ends it
+    # and returns the command's status instead of waiting for the pipe to close.
+    pid_file = tmp_path / "leftover.pid"
+    proc = _start_prefix(
+        tmp_path, f"(trap '' TERM; echo $BASHPID > {pid_file}; sleep 120; :) & echo started; exit 3"
+    )
+    pid = 0
+    try:
+        stdout, _ = proc.communicate(timeout=20)  # the leftover alone would keep it 120 s
+        pid = _read_pid(pid_file)
+        assert proc.returncode == 3
+        assert stdout == f"[{HOST}:0] started\n".encode()
+        assert _wait_gone(pid, 5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_the_piece_size_is_the_logs_readers_cut() -> None:
+    from rankscope.cli.prefix import PIECE
+    from rankscope.logs.sources import MAX_LINE
+
+    assert PIECE == MAX_LINE
+
+
+#: Runs prefix over a 50 MB line without a newline (head and tr use little memory) and prints
+#: the peak RSS of the largest process it waited for, in KiB: prefix itself.
+PEAK_RSS = """
+import resource, subprocess, sys
+line = "head -c 50000000 /dev/zero | tr '\\\\0' x; echo; echo end"
+with open(sys.argv[1], "wb") as out:
+    subprocess.run([sys.executable, "-m", "rankscope", "prefix", "--", "sh", "-c", line], stdout=out, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_long_line_is_written_in_pieces_with_bounded_memory(tmp_path: Path) -> None:
+    from rankscope.cli.prefix import PIECE
+
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-c", PEAK_RSS, str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RANK": "5"},
+        timeout=100,
+    )
+    assert result.returncode == 0, result.stderr
+    peak_mib = int(result.stdout) / 1024
+    # Measured: 31 MiB (Python and click, plus one 4 MiB piece); 112 MiB when the line was kept whole.
+    assert peak_mib < 64, peak_mib
+    prefix = f"[{HOST}:5] ".encode()
+    with open(out, "rb") as lines:
+        sizes = []
+        for line in lines:
+            assert line.startswith(prefix)
+            sizes.append(len(line) - len(prefix))
+    full, rest = divmod(50_000_000, PIECE)
+    # Every piece is a line of its own, with the prefix; then the rest, then the next line.
+    assert sizes == [PIECE + 1] * full + [rest + 1, len("end\n")]

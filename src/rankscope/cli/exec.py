@@ -11,13 +11,14 @@ import click
 
 from rankscope.cli.cluster_options import DEADLINE_OPTION, cluster_options, cluster_target
 from rankscope.cli.nodefiles import write_node_files
-from rankscope.cli.outcome import exit_code
+from rankscope.cli.outcome import exit_code, stopped_exit_code
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.progress import tty_progress
 from rankscope.cluster.gather import render_groups, results_to_json
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.errors import BadInputError
+from rankscope.lifetime import StopSignals
 from rankscope.model import Failure, Stage
 
 HELP = """Run a command on every node; identical outputs are printed once under their folded node list.
@@ -33,6 +34,8 @@ One CMD word is run by the node's shell as written (pipes allowed); several word
 quoted one by one. Nodes that fail are listed at the end with the stage they reached
 (unreachable, auth refused, timeout, command failed). Exit code: 0 when every node ran
 the command with status 0, 4 when some did not, 5 when none did (docs/exit-codes.md).
+Ctrl-C or SIGTERM ends every node's command (here and on the node), prints what the
+nodes gave so far (the others are "interrupted") and exits 130 or 143.
 """
 
 
@@ -67,7 +70,9 @@ def exec_cmd(**params: Any) -> int:
     command = request.command
     progress = tty_progress()
     try:
-        results = run_remote(request.cluster, command[0] if len(command) == 1 else list(command), progress)
+        with StopSignals() as stop:
+            run_command = command[0] if len(command) == 1 else list(command)
+            results = run_remote(request.cluster, run_command, progress, stop)
     finally:
         if progress is not None:
             progress.clear()
@@ -78,5 +83,10 @@ def exec_cmd(**params: Any) -> int:
         click.echo(json.dumps(document, indent=2))
     else:
         click.echo(render_groups(results), nl=False)
+    if stop.signum:
+        click.echo(
+            f"rankscope: interrupted by {stop.name}: the nodes that had not answered are listed", err=True
+        )
+        return stopped_exit_code(stop.signum)
     failures = [Failure(r.node, Stage(r.stage), r.reason, r.hint) for r in results if not r.ok]
     return int(exit_code(len(results), len(results) - len(failures), failures))

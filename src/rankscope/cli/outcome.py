@@ -30,3 +30,11 @@ def exit_code(targets: int, done: int, failures: Sequence[Failure], missing: Seq
     if targets == 0 and all(f.stage == Stage.DISCOVER for f in failures):
         return ExitCode.BAD_INPUT  # only named pids that do not exist (or launchers without workers)
     return ExitCode.ALL_FAILED
+
+
+def stopped_exit_code(signum: int) -> int:
+    """A run ended early by a signal (SIGINT: 130, SIGTERM: 143), after printing what it had.
+
+    It wins over the targets' outcome: what was printed is partial because the user stopped it.
+    """
+    return 128 + signum

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
-import threading
+import time
 from dataclasses import dataclass
 from typing import IO, Any, Optional
 
@@ -14,8 +17,18 @@ import click
 
 from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode, MissingToolError
+from rankscope.lifetime import TERM_GRACE, signal_group, start_group
 from rankscope.model import rank_label
 from rankscope.ranks import current_rank
+
+#: A line longer than this is written in pieces of this size, each with the prefix and a newline:
+#: the same cut as the logs readers (``rankscope.logs.sources.MAX_LINE``), so memory stays bounded.
+PIECE = 4 << 20
+#: After CMD exits, how long what it left running may still hold its output open before the
+#: group is ended (SIGTERM, SIGKILL after TERM_GRACE) and reading stops.
+DRAIN = 0.5
+#: Signals passed on to CMD's process group.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 HELP = """Run CMD and put [host:rank] in front of every line it writes to stdout and stderr.
 
@@ -23,6 +36,9 @@ HELP = """Run CMD and put [host:rank] in front of every line it writes to stdout
 The rank comes from the launcher's environment (torchrun --no-python, srun, mpirun, pdsh
 with RANK set ...). Lines are written as soon as they are complete; stdout stays stdout
 and stderr stays stderr; the exit code of CMD is passed through (128+N if killed by signal N).
+CMD runs in a process group of its own and signals to prefix reach the whole group; what
+CMD leaves running is ended when it exits. A line longer than 4 MiB is written in 4 MiB
+pieces, each with the prefix.
 
 \b
 Examples:
@@ -51,18 +67,178 @@ def _label(short_host: bool, rank_override: Optional[int]) -> str:
     return f"[{rank_label(host, number)}] "
 
 
-def _pump(source: IO[bytes], sink: IO[bytes], prefix: bytes, lock: threading.Lock) -> None:
+class _Lines:
+    """One output stream of CMD: bytes in, prefixed whole lines (or PIECE-long pieces) out."""
+
+    def __init__(self, sink: IO[bytes], prefix: bytes) -> None:
+        self.sink = sink
+        self.prefix = prefix
+        self.partial = bytearray()
+        self.broken = False
+
+    def _write(self, data: bytes) -> None:
+        if self.broken:
+            return
+        try:
+            self.sink.write(data)
+            self.sink.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            # Our reader went away (`| head`): stop writing; closing the child's pipe gives it
+            # SIGPIPE on its next write, as if it had been piped to head itself.
+            self.broken = True
+
+    def feed(self, chunk: bytes) -> None:
+        self.partial += chunk
+        end = self.partial.rfind(b"\n")
+        if end >= 0:
+            lines = bytes(self.partial[: end + 1])
+            del self.partial[: end + 1]
+            self._write(b"".join(self.prefix + line + b"\n" for line in lines[:-1].split(b"\n")))
+        while len(self.partial) >= PIECE:
+            self._write(self.prefix + bytes(self.partial[:PIECE]) + b"\n")
+            del self.partial[:PIECE]
+
+    def close(self) -> None:
+        if self.partial:
+            self._write(self.prefix + bytes(self.partial))
+            self.partial.clear()
+
+
+def _hand_terminal(to_pgid: int) -> Optional[int]:
+    """If rankscope's group is the terminal's foreground group, make ``to_pgid`` it; the old one."""
     try:
-        for line in iter(source.readline, b""):
-            with lock:
-                sink.write(prefix + line)
-                sink.flush()
-    except (BrokenPipeError, ValueError, OSError):
-        # Our reader went away (`| head`): closing the child's pipe gives it SIGPIPE on its
-        # next write, as if it had been piped to head itself.
-        pass
+        fd = sys.stdin.fileno()
+        if not os.isatty(fd) or os.tcgetpgrp(fd) != os.getpgrp():
+            return None
+        os.tcsetpgrp(fd, to_pgid)
+    except (OSError, ValueError, AttributeError):
+        return None
+    signal_group(to_pgid, signal.SIGCONT)  # in case it read the terminal before it was its own
+    return os.getpgrp()
+
+
+def _take_terminal_back(pgid: int) -> None:
+    old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # we are a background group by now
+    try:
+        with contextlib.suppress(OSError, ValueError):
+            os.tcsetpgrp(sys.stdin.fileno(), pgid)
     finally:
-        source.close()
+        signal.signal(signal.SIGTTOU, old)
+
+
+def run_prefixed(command: list[str], label: str) -> int:
+    """Run ``command`` in a process group of its own, prefix its output; its exit status.
+
+    Signals to rankscope reach the whole group; when the command exits, what it left running
+    gets DRAIN seconds to finish its output, then the group is ended and reading stops.
+    """
+    # Signals are caught before CMD starts (it gets the default handlers back at exec): one that
+    # comes before CMD runs is passed on as soon as it does.
+    group: list[int] = []
+    early: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        if group:
+            signal_group(group[0], signum)
+        else:
+            early.append(signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    try:
+        child, _ = start_group(
+            command, new_session=False, mark=False, stdin=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except FileNotFoundError:
+        raise MissingToolError(command[0], "check the command name and PATH") from None
+    except PermissionError:
+        raise BadInputError(f"{command[0]} is not executable", "check its permissions") from None
+    group.append(child.pid)
+    terminal = _hand_terminal(child.pid)  # Ctrl-C at a terminal then reaches CMD's group once
+    for early_signal in early:
+        signal_group(child.pid, early_signal)
+    assert child.stdout is not None and child.stderr is not None
+    prefix = label.encode()
+    selector = selectors.DefaultSelector()
+    pipes = {child.stdout.fileno(): child.stdout, child.stderr.fileno(): child.stderr}
+    streams = {
+        child.stdout.fileno(): _Lines(sys.stdout.buffer, prefix),
+        child.stderr.fileno(): _Lines(sys.stderr.buffer, prefix),
+    }
+    for fd in streams:
+        selector.register(fd, selectors.EVENT_READ)
+    pidfd = _pidfd(child.pid)
+    if pidfd is not None:
+        selector.register(pidfd, selectors.EVENT_READ)
+    try:
+        _pump(selector, streams, pipes, child, pidfd)
+    finally:
+        for fd, lines in streams.items():
+            lines.close()
+            pipes[fd].close()
+        if pidfd is not None:
+            os.close(pidfd)
+        selector.close()
+        if terminal is not None:
+            _take_terminal_back(terminal)
+        signal_group(child.pid, signal.SIGKILL)  # nothing of CMD's group outlives prefix
+    code = child.wait()
+    if code < 0:
+        return 128 - code
+    return ExitCode.OK if code == 0 else code
+
+
+def _pidfd(pid: int) -> Optional[int]:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None  # no pidfds (Linux < 5.3): look at the child every 0.1 s
+
+
+def _pump(
+    selector: selectors.BaseSelector,
+    streams: dict[int, _Lines],
+    pipes: dict[int, IO[bytes]],
+    child: subprocess.Popen[bytes],
+    pidfd: Optional[int],
+) -> None:
+    """Copy output until every pipe is closed, or CMD has exited and its leftovers were ended."""
+    open_fds = set(streams)
+    exited_at: Optional[float] = None
+    term_at = kill_at = stop_at = float("inf")
+    while open_fds:
+        now = time.monotonic()
+        if exited_at is None and child.poll() is not None:
+            exited_at = now
+            term_at = now + DRAIN
+        if now >= term_at:  # CMD is gone, something it started still holds the pipes
+            term_at = float("inf")
+            signal_group(child.pid, signal.SIGTERM)
+            kill_at = now + TERM_GRACE
+        if now >= kill_at:
+            kill_at = float("inf")
+            signal_group(child.pid, signal.SIGKILL)
+            stop_at = now + DRAIN  # a holder outside the group (it made its own): stop reading
+        if now >= stop_at:
+            return
+        if exited_at is None:
+            timeout = None if pidfd is not None else 0.1
+        else:
+            timeout = max(0.0, min(term_at, kill_at, stop_at) - now)
+        for key, _ in selector.select(timeout):
+            if key.fd == pidfd:
+                selector.unregister(pidfd)
+                continue
+            try:
+                chunk = os.read(key.fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if chunk:
+                streams[key.fd].feed(chunk)
+            if not chunk or streams[key.fd].broken:
+                selector.unregister(key.fd)
+                open_fds.discard(key.fd)
+                pipes[key.fd].close()  # our reader went away: the command gets SIGPIPE, as under `| head`
 
 
 @click.command(help=HELP, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -76,38 +252,4 @@ def _pump(source: IO[bytes], sink: IO[bytes], prefix: bytes, lock: threading.Loc
 def prefix(**params: Any) -> int:
     request = from_params(PrefixRequest, params)
     label = _label(request.short_host, request.rank_override)
-    command = request.command
-    try:
-        child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise MissingToolError(command[0], "check the command name and PATH") from None
-    except PermissionError:
-        raise BadInputError(f"{command[0]} is not executable", "check its permissions") from None
-
-    def forward(signum: int, _frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(signum, forward)
-    lock = threading.Lock()
-    assert child.stdout is not None and child.stderr is not None
-    prefix_bytes = label.encode()
-    pumps = [
-        threading.Thread(
-            target=_pump, args=(child.stdout, sys.stdout.buffer, prefix_bytes, lock), daemon=True
-        ),
-        threading.Thread(
-            target=_pump, args=(child.stderr, sys.stderr.buffer, prefix_bytes, lock), daemon=True
-        ),
-    ]
-    for pump in pumps:
-        pump.start()
-    code = child.wait()
-    for pump in pumps:
-        pump.join()
-    if code < 0:
-        return 128 - code
-    if code == 0:
-        return ExitCode.OK
-    return code
+    return run_prefixed(list(request.command), label)

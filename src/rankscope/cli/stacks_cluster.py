@@ -29,6 +29,8 @@ Many nodes (each runs `rankscope stacks --local --json`, this side merges):
   rankscope stacks --hosts gpu[001-040] --remote-rankscope /opt/venv/bin/rankscope --out traces/
 Nodes that could not be read are listed last with the stage they reached:
 unreachable, auth refused, no rankscope there, no job found, dump failed, timeout.
+Ctrl-C or SIGTERM ends every node's run (here and on the node) and prints what the
+nodes gave so far; the others are "interrupted" (exit 130 or 143).
 """
 
 
@@ -36,10 +38,11 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     """Every node runs ``request.node_argv()``; the answers are merged, printed and kept (--out)."""
     # The fan-out machinery is imported only when a multi-node run starts.
     from rankscope.cli.nodefiles import write_node_files
-    from rankscope.cli.outcome import exit_code
+    from rankscope.cli.outcome import exit_code, stopped_exit_code
     from rankscope.cli.progress import tty_progress
     from rankscope.cli.stacks_report import nodes_title, render_for
     from rankscope.cluster.stacks_remote import stacks_remote
+    from rankscope.lifetime import StopSignals
     from rankscope.stacks.explain import diagnose, not_found_here
     from rankscope.stacks.report import report_document
 
@@ -51,7 +54,8 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
     try:
-        result = stacks_remote(target, request.node_argv(), progress)
+        with StopSignals() as stop:
+            result = stacks_remote(target, request.node_argv(), progress, stop)
     finally:
         if progress is not None:
             progress.clear()
@@ -86,4 +90,9 @@ def run_cluster_stacks(request: StacksRequest) -> int:
             click.echo(
                 f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
             )
+    if stop.signum:
+        click.echo(
+            f"rankscope: interrupted by {stop.name}: the nodes that had not answered are listed", err=True
+        )
+        return stopped_exit_code(stop.signum)
     return code

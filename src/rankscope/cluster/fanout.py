@@ -4,10 +4,18 @@ One thread runs everything: at most ``fanout`` transports (ssh, pdsh, or one sru
 time, their stdout and stderr read through one selector, each process watched through a pidfd.
 A node is done when its transport exits, not when its pipes close: a daemonised grandchild (an
 ssh ControlPersist master) may hold them open for minutes. Every transport runs in its own
-process group; at its deadline the group gets SIGTERM (srun then ends its step, ssh its
-session) and SIGKILL a second later; whatever the group left behind is killed when the node
-is done. Every outcome goes through the pure :func:`rankscope.cluster.classify.classify`;
-nothing here raises for a node: one bad node never hides the others.
+process group (:mod:`rankscope.lifetime`, the one rule for what rankscope starts); at its
+deadline the group gets SIGTERM (srun then ends its step, ssh its session) and SIGKILL a second
+later; whatever the group left behind is killed when the node is done, and so is what it left
+outside its group (pdsh's ssh clients run in sessions of their own: rankscope adopts them as
+their subreaper and kills them by the node they came from). ssh and pdsh get a stdin that stays
+open and silent while the node runs: the remote watcher of
+:func:`rankscope.cluster.transports.remote_script` ends the remote command when it closes.
+SIGINT or SIGTERM to rankscope (a :class:`rankscope.lifetime.StopSignals` passed as ``stop``)
+wakes the loop through a pipe in the selector: every running node is ended the same way and
+reported ``interrupted``, nodes not started yet likewise. Every outcome goes through the pure
+:func:`rankscope.cluster.classify.classify`; nothing here raises for a node: one bad node never
+hides the others.
 
 ClusterShell's ``Task`` was measured as the engine for this and not taken: docs/multinode.md,
 "Why not ClusterShell's Task".
@@ -15,7 +23,6 @@ ClusterShell's ``Task`` was measured as the engine for this and not taken: docs/
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import resource
@@ -26,16 +33,19 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Optional, Protocol
 
 from rankscope.cluster.classify import NodeResult, classify, last_line, split_markers, started_node
 from rankscope.cluster.transports import SrunStep
 from rankscope.folding import duration
+from rankscope.lifetime import TERM_GRACE, Orphans, StopSignals, signal_group, start_group
 from rankscope.model import Stage
 
-#: After SIGTERM at the deadline, how long a transport gets to end cleanly before SIGKILL.
-TERM_GRACE = 1.0
+#: After SIGINT/SIGTERM to rankscope, how long a transport gets to end cleanly before SIGKILL
+#: (Ctrl-C ends a run within about a second); a second signal kills at once.
+STOP_GRACE = 0.5
 #: Without pidfds (Linux < 5.3, or a low open-files limit), how often exits are looked for.
 _POLL_EXIT = 0.05
 #: At most this many 64 KiB reads from a finished node's pipes (a grandchild may still write).
@@ -53,40 +63,66 @@ class NodeTransport(Protocol):
 class _Running:
     """One transport process: its pipes, its deadline, what it printed so far."""
 
-    def __init__(self, index: int, node: str, process: subprocess.Popen[bytes], budget: float) -> None:
+    def __init__(
+        self, index: int, node: str, process: subprocess.Popen[bytes], token: str, budget: float
+    ) -> None:
         assert process.stdout is not None and process.stderr is not None
         self.index = index
         self.node = node
         self.process = process
+        self.token = token
         self.budget = budget
         self.began = time.monotonic()
         self.deadline = self.began + budget
         self.kill_at = float("inf")
         self.timed_out = False
+        #: The signal (SIGINT, SIGTERM) that made rankscope end this node; 0: none.
+        self.interrupted = 0
         self.pipes: dict[int, IO[bytes]] = {p.fileno(): p for p in (process.stdout, process.stderr)}
         self.output: dict[IO[bytes], list[bytes]] = {process.stdout: [], process.stderr: []}
         self.pidfd: Optional[int] = None
 
     @property
+    def ending(self) -> bool:
+        return self.timed_out or bool(self.interrupted)
+
+    @property
     def wake_at(self) -> float:
-        return self.kill_at if self.timed_out else self.deadline
+        return self.kill_at if self.ending else self.deadline
 
     def text(self, pipe: Optional[IO[bytes]]) -> str:
         assert pipe is not None
         return b"".join(self.output[pipe]).decode(errors="replace")
 
     def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, sig)
+        signal_group(self.process.pid, sig)
+
+    def end(self, now: float, grace: float) -> None:
+        """SIGTERM to the group now, SIGKILL after ``grace`` (sooner if already due)."""
+        if not self.ending:
+            self.signal_group(signal.SIGTERM)
+        self.kill_at = min(self.kill_at, now + grace)
 
 
 class _Fanout:
     """Start transports, read them, end them at their deadline; one selector for all of them."""
 
-    def __init__(self, env: Optional[dict[str, str]], fanout: int) -> None:
+    def __init__(
+        self,
+        env: Optional[dict[str, str]],
+        fanout: int,
+        hold_stdin: bool = True,
+        stop: Optional[StopSignals] = None,
+    ) -> None:
         self.env = env
+        self.hold_stdin = hold_stdin
         self.selector = selectors.DefaultSelector()
         self.running: list[_Running] = []
+        self.stop = stop
+        self.stopped = 0
+        if stop is not None and stop.fd >= 0:
+            self.selector.register(stop.fd, selectors.EVENT_READ, None)
+        self.orphans = Orphans().__enter__()
         # A pidfd is a third descriptor per node: only where the open-files limit has room for it.
         room = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.use_pidfd = hasattr(os, "pidfd_open") and (room < 0 or 3 * fanout + 64 <= room)
@@ -94,17 +130,12 @@ class _Fanout:
     def start(self, index: int, node: str, argv: list[str], budget: float) -> Optional[NodeResult]:
         """Start one transport; a NodeResult at once if it cannot start."""
         try:
-            process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=self.env,
-                start_new_session=True,  # its own process group, ended as a whole
+            process, token = start_group(
+                argv, self.env, self.hold_stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
         except OSError as exc:
             return NodeResult(node, Stage.TRANSPORT_ERROR, None, "", "", f"cannot start {argv[0]}: {exc}")
-        run = _Running(index, node, process, budget)
+        run = _Running(index, node, process, token, budget)
         for fd in run.pipes:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, run)
@@ -144,27 +175,46 @@ class _Fanout:
             wait = min(wait, _POLL_EXIT)
         # Infinite: every node is past SIGKILL, only their exits (pidfds) are awaited.
         for key, _ in self.selector.select(None if wait == float("inf") else wait):
-            run: _Running = key.data
-            if key.fd in run.pipes:
+            run: Optional[_Running] = key.data
+            if run is None:  # SIGINT or SIGTERM to rankscope
+                self.interrupt()
+            elif key.fd in run.pipes:
                 self._read(run, key.fd)
         now = time.monotonic()
         ended = []
         for run in list(self.running):
             if run.process.poll() is not None:
                 ended.append((run.index, self._finish(run)))
-            elif not run.timed_out and now >= run.deadline:
+            elif not run.ending and now >= run.deadline:
                 # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
-                run.timed_out, run.kill_at = True, now + TERM_GRACE
-                run.signal_group(signal.SIGTERM)
-            elif run.timed_out and now >= run.kill_at:
+                run.end(now, TERM_GRACE)
+                run.timed_out = True
+            elif run.ending and now >= run.kill_at:
                 run.kill_at = float("inf")
                 run.signal_group(signal.SIGKILL)
         return ended
+
+    def interrupt(self) -> None:
+        """A signal came: end every running node (a second signal: SIGKILL at once)."""
+        assert self.stop is not None and self.stop.signum is not None
+        self.stop.drain()
+        self.stopped = self.stop.signum
+        now = time.monotonic()
+        grace = STOP_GRACE if self.stop.count < 2 else 0.0
+        for run in self.running:
+            run.end(now, grace)
+            run.interrupted = run.interrupted or self.stopped
 
     def _finish(self, run: _Running) -> NodeResult:
         """The transport exited: take what its pipes hold now, end its group, classify it."""
         self.running.remove(run)
         run.signal_group(signal.SIGKILL)  # anything it left behind in its group
+        if run.process.stdin is not None:
+            run.process.stdin.close()  # the remote watcher's end of file, if ssh still runs
+        if run.ending:
+            # ... and outside it (pdsh's ssh clients), adopted by rankscope when we killed their parent.
+            # A transport that ends by itself has ended its own children: no /proc pass for it.
+            self.orphans.end({r.process.pid for r in self.running}, run.token)
         for fd in list(run.pipes):
             for _ in range(_DRAIN_READS):
                 if not self._read(run, fd):
@@ -176,7 +226,14 @@ class _Fanout:
             os.close(run.pidfd)
         elapsed = time.monotonic() - run.began
         stdout, stderr = run.text(run.process.stdout), run.text(run.process.stderr)
-        return classify(run.node, run.process.returncode, stdout, stderr, run.timed_out, run.budget, elapsed)
+        result = classify(
+            run.node, run.process.returncode, stdout, stderr, run.timed_out, run.budget, elapsed
+        )
+        if run.interrupted and result.returncode is None:  # no exit status came back from the node
+            name = signal.Signals(run.interrupted).name
+            reason = f"interrupted by {name} before it answered"
+            result = replace(result, stage=Stage.INTERRUPTED, reason=reason, hint="")
+        return result
 
     def close(self) -> None:
         """End whatever still runs (an exception in the caller): nothing outlives the fan-out."""
@@ -184,6 +241,7 @@ class _Fanout:
             run.signal_group(signal.SIGKILL)
             run.process.wait()
             self._finish(run)
+        self.orphans.__exit__(None, None, None)  # and whatever else they left: one /proc pass
         self.selector.close()
 
 
@@ -194,16 +252,21 @@ def run_commands(
     node_timeout: float = 30.0,
     overall_timeout: Optional[float] = None,
     progress: Progress = None,
+    stop: Optional[StopSignals] = None,
+    hold_stdin: bool = True,
 ) -> list[NodeResult]:
     """Run ``(node, argv)`` commands, at most ``fanout`` at once; one NodeResult each, in order.
 
     A command gets ``node_timeout`` seconds, less if ``overall_timeout`` (from now) is closer;
-    commands not started by then are reported, not run.
+    commands not started by then are reported, not run. After a signal recorded by ``stop``
+    every running command is ended and nothing more is started: those nodes are
+    ``interrupted``, and the caller reports what the others gave. ``hold_stdin``: each command
+    gets a stdin that stays open while it runs (see :mod:`rankscope.lifetime`).
     """
     overall_end = time.monotonic() + (overall_timeout if overall_timeout is not None else float("inf"))
     pending = deque(enumerate(commands))
     results: dict[int, NodeResult] = {}
-    engine = _Fanout(env, fanout)
+    engine = _Fanout(env, fanout, hold_stdin, stop)
 
     def record(index: int, result: NodeResult) -> None:
         results[index] = result
@@ -215,6 +278,10 @@ def run_commands(
             while pending and len(engine.running) < max(1, fanout):
                 index, (node, argv) = pending.popleft()
                 budget = min(node_timeout, overall_end - time.monotonic())
+                if stop is not None and stop.signum is not None:
+                    reason = f"not started: interrupted by {stop.name}"
+                    record(index, NodeResult(node, Stage.INTERRUPTED, None, "", "", reason))
+                    continue
                 if budget <= 0:
                     reason = "not started: overall deadline reached"
                     record(index, NodeResult(node, Stage.TIMEOUT, None, "", "", reason, "raise --deadline"))
@@ -238,6 +305,7 @@ def run_on_nodes(
     node_timeout: float = 30.0,
     overall_timeout: Optional[float] = None,
     progress: Progress = None,
+    stop: Optional[StopSignals] = None,
 ) -> list[NodeResult]:
     """Run ``script`` on every node through a per-node transport (ssh, pdsh); results in node order.
 
@@ -246,7 +314,7 @@ def run_on_nodes(
     ``progress`` gets ``"12/40 nodes"`` as nodes end.
     """
     commands = [(node, transport.node_argv(node, script)) for node in nodes]
-    return run_commands(commands, transport.env(), fanout, node_timeout, overall_timeout, progress)
+    return run_commands(commands, transport.env(), fanout, node_timeout, overall_timeout, progress, stop)
 
 
 _SRUN_REFUSED = (
@@ -267,6 +335,7 @@ def run_srun_step(
     script: str,
     timeout: float = 30.0,
     env: Optional[dict[str, str]] = None,
+    stop: Optional[StopSignals] = None,
 ) -> list[NodeResult]:
     """Run ``script`` once per node in one srun step of a running job; per-node output via ``%t`` files.
 
@@ -278,7 +347,8 @@ def run_srun_step(
             for stale in Path(scratch).iterdir():
                 stale.unlink()
             remaining = max(1.0, timeout - (time.monotonic() - began))
-            [result] = run_commands([("srun", step.argv(nodes, script, scratch))], env, 1, remaining)
+            argv = step.argv(nodes, script, scratch)
+            [result] = run_commands([("srun", argv)], env, 1, remaining, stop=stop, hold_stdin=False)
             refused = next((opt for opt, pattern in _SRUN_REFUSED if pattern.search(result.stderr)), None)
             files = list(Path(scratch).glob("*.err"))  # the step ran: do not retry
             if refused and not files and getattr(step, "overlap" if refused == "overlap" else "gres_zero"):
@@ -312,4 +382,11 @@ def run_srun_step(
             if step_timed_out and node_result.returncode is None:
                 node_result = classify(node, None, stdout, stderr, True, timeout, elapsed)
             results.append(node_result)
+        if result.stage is Stage.INTERRUPTED:  # the step was ended: what did not answer was interrupted
+            results = [
+                r
+                if r.returncode is not None
+                else replace(r, stage=result.stage, reason=result.reason, hint="")
+                for r in results
+            ]
         return results

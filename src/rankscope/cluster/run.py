@@ -13,6 +13,7 @@ from rankscope.cluster.fanout import run_on_nodes, run_srun_step
 from rankscope.cluster.targets import expand_nodeset, parse_hostfile, slurm_job_nodes
 from rankscope.cluster.transports import PdshTransport, SrunStep, SshOptions, SshTransport, remote_script
 from rankscope.errors import BadInputError
+from rankscope.lifetime import StopSignals
 
 
 @dataclass(frozen=True)
@@ -55,14 +56,17 @@ def run_remote(
     target: ClusterTarget,
     command: str | Sequence[str],
     progress: Optional[Callable[[str], None]] = None,
+    stop: Optional[StopSignals] = None,
 ) -> list[NodeResult]:
     """Run ``command`` on every node of ``target``; one NodeResult per node, in node order.
 
     ``progress`` is told ``"12/40 nodes"`` as nodes end (ssh and pdsh; an srun step ends at once).
+    ``stop``: SIGINT/SIGTERM recorded by the caller end the run early (nodes ``interrupted``).
+    Over ssh and pdsh the remote command dies with the connection (``remote_script``'s watcher).
     """
     nodes = target.nodes()
     via = target.transport_name()
-    script = remote_script(command, target.remote_setup)
+    script = remote_script(command, target.remote_setup, watch_stdin=via != "srun")
     deadline = (
         target.node_timeout
         if target.overall_timeout is None
@@ -72,7 +76,7 @@ def run_remote(
         assert target.jobid is not None
         step = SrunStep(target.jobid)
         step.check()
-        return run_srun_step(step, nodes, script, timeout=deadline)
+        return run_srun_step(step, nodes, script, timeout=deadline, stop=stop)
     transport: SshTransport | PdshTransport
     if via == "pdsh":
         transport = PdshTransport(target.ssh, command_timeout=target.node_timeout)
@@ -87,4 +91,5 @@ def run_remote(
         node_timeout=target.node_timeout,
         overall_timeout=target.overall_timeout,
         progress=progress,
+        stop=stop,
     )

@@ -19,6 +19,7 @@ from typing import Optional
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
 from rankscope.cluster.run import ClusterTarget, run_remote
+from rankscope.lifetime import StopSignals
 from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
 from rankscope.stacks.report import StacksReport, load_report
@@ -161,12 +162,14 @@ def stacks_remote(
     target: ClusterTarget,
     argv: Sequence[str],
     progress: Optional[Callable[[str], None]] = None,
+    stop: Optional[StopSignals] = None,
 ) -> ClusterStacks:
     """Run ``argv`` (a ``rankscope stacks --local --json`` command line) on every node and merge the answers.
 
-    Failed nodes are listed last with their stage.
+    Failed nodes are listed last with their stage; after a signal recorded by ``stop``, the nodes
+    that had not answered are ``interrupted`` and the others are merged as usual.
     """
-    answers = [classify_node(result) for result in run_remote(target, list(argv), progress)]
+    answers = [classify_node(result) for result in run_remote(target, list(argv), progress, stop)]
     results = [result for result, _ in answers]
     reports = [relabel_host(report, result.node) for result, report in answers if report is not None]
     merged = merge_reports(reports)

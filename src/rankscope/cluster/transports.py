@@ -32,16 +32,40 @@ def command_string(command: Union[str, Sequence[str]]) -> str:
     return shlex.join(list(command))
 
 
-def remote_script(command: Union[str, Sequence[str]], setup: str = "") -> str:
-    """The text the remote shell runs: markers, the user's setup, the command, its exit status."""
+#: Runs in the background of the remote shell while the command runs: when the connection drops
+#: (rankscope gave up on the node, was killed, or the network went), sshd closes the session's
+#: stdin; at that end of file it ends the remote shell's process group (sshd made the shell a
+#: session and group leader): SIGTERM, then SIGKILL a second later. It ignores SIGTERM itself
+#: so that it lives to send the SIGKILL; after a normal end the script kills it first.
+_WATCHER = (
+    "( trap '' TERM; while read -r _ <&3; do :; done; kill -TERM 0; sleep 1; kill -KILL 0 )"
+    " </dev/null >/dev/null 2>&1 & __rankscope_watcher=$!"
+)
+
+
+def remote_script(command: Union[str, Sequence[str]], setup: str = "", watch_stdin: bool = True) -> str:
+    """The text the remote shell runs: markers, the user's setup, the command, its exit status.
+
+    ``watch_stdin`` (ssh, pdsh): the command dies with the connection. The remote stdin is
+    kept for the watcher (fd 3); the setup and the command read /dev/null, as they did when
+    rankscope gave ssh /dev/null. Not for srun: the step's stdin is not ours, and SLURM ends
+    the step's processes itself.
+    """
+    parts = []
+    if watch_stdin:
+        parts += ["exec 3<&0 </dev/null", _WATCHER]
     # SLURMD_NODENAME names the node in an srun step (its hostname may differ); empty elsewhere.
-    parts = [f"printf '%s %s\\n' {START_MARKER} \"${{SLURMD_NODENAME:-}}\" >&2"]
+    parts.append(f"printf '%s %s\\n' {START_MARKER} \"${{SLURMD_NODENAME:-}}\" >&2")
     if setup.strip():
         parts.append(setup.strip().rstrip(";"))
     # A subshell, so that an `exit` in the user's command still lets us report its status.
-    parts.append(f"( {command_string(command)}\n)")
+    close_watch = " 3<&-" if watch_stdin else ""
+    parts.append(f"( {command_string(command)}\n){close_watch}")
     body = "; ".join(parts)
-    return f'{body}; rc=$?; printf \'%s %s\\n\' {EXIT_MARKER} "$rc" >&2; exit "$rc"'
+    done = "rc=$?; "
+    if watch_stdin:
+        done += "kill -KILL $__rankscope_watcher 2>/dev/null; "
+    return f'{body}; {done}printf \'%s %s\\n\' {EXIT_MARKER} "$rc" >&2; exit "$rc"'
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ from typing import IO, Any, Optional
 from rankscope.inproc._stream import StreamProxy
 from rankscope.ranks import current_rank
 
+#: A line longer than this is written in pieces of this size, each with the prefix and a newline
+#: (the cut of ``rankscope prefix`` and of the logs readers): a line without end cannot grow memory.
+PIECE = 4 << 20
+
 
 def prefix_label(short_host: bool = False) -> str:
     """``[host:rank] `` for this process (``[host] `` when no launcher set a rank)."""
@@ -43,6 +47,9 @@ class _PrefixStream(StreamProxy):
             data = self._partial + text
             lines = data.split("\n")
             self._partial = lines.pop()
+            while len(self._partial) >= PIECE:
+                lines.append(self._partial[:PIECE])
+                self._partial = self._partial[PIECE:]
             if lines:
                 self._original.write("".join(f"{self._prefix}{line}\n" for line in lines))
                 self._original.flush()

@@ -35,10 +35,14 @@ DEADLINE = 4.0
 
 
 def run(argv: list[str], env: dict[str, str] | None, deadline: float) -> dict[str, object]:
+    # As the fan-out does: a silent stdin held open while the node runs (the remote watcher of
+    # remote_script ends the command at its end of file).
+    stdin_read, stdin_write = os.pipe()
     process = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        argv, stdin=stdin_read, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         start_new_session=True,
     )  # fmt: skip
+    os.close(stdin_read)
     timed_out = False
     try:
         stdout, stderr = process.communicate(timeout=deadline)
@@ -46,6 +50,8 @@ def run(argv: list[str], env: dict[str, str] | None, deadline: float) -> dict[st
         timed_out = True
         os.killpg(process.pid, signal.SIGTERM)
         stdout, stderr = process.communicate()
+    finally:
+        os.close(stdin_write)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
     return {
