@@ -24,6 +24,7 @@ VERBS: dict[str, str] = {
     "logs": "rankscope.cli.logs:logs",
     "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
+    "launch": "rankscope.cli.launch:launch",
 }
 
 
