@@ -25,6 +25,7 @@ VERBS: dict[str, str] = {
     "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
     "launch": "rankscope.cli.launch:launch",
+    "doctor": "rankscope.cli.doctor:doctor",
 }
 
 
