@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any, Optional
 
 from rankscope.doctor.checks import run_checks
-from rankscope.doctor.facts import gather
+from rankscope.doctor.facts import TorchInfo, gather, torch_from_files
 from rankscope.doctor.nvml import read_nvml
 from rankscope.doctor.report import Status
 from rankscope.doctor.system import System
@@ -186,3 +186,18 @@ def test_nvml_without_a_driver() -> None:
             raise RuntimeError("NVMLError_LibraryNotFound")
 
     assert read_nvml(NoDriver()) is None
+
+
+def test_versions_from_torch_files_and_the_nccl_wheel(tmp_path: Path) -> None:
+    package = tmp_path / "site-packages" / "torch"
+    package.mkdir(parents=True)
+    (package / "version.py").write_text(
+        "from typing import Optional\n__version__ = '2.5.1+cu124'\ndebug = False\n"
+        "cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n"
+    )
+    (tmp_path / "site-packages" / "nvidia_nccl_cu12-2.21.5.dist-info").mkdir()
+    assert torch_from_files(package) == TorchInfo("2.5.1+cu124", cuda="12.4", nccl="2.21.5")
+    (package / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda = None\n")
+    (tmp_path / "site-packages" / "nvidia_nccl_cu12-2.21.5.dist-info").rmdir()
+    assert torch_from_files(package) == TorchInfo("2.13.0+cpu")
+    assert torch_from_files(tmp_path / "nowhere") is None

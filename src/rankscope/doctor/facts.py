@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import importlib.util
 import re
 import resource
@@ -28,7 +27,6 @@ ENV_NAMES = (
     "NCCL_DEBUG",
 )
 _AMD_VENDOR = "0x1002"
-_NCCL_WHEELS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 
 
 @dataclass(frozen=True)
@@ -83,23 +81,34 @@ def _version_field(text: str, name: str) -> Optional[str]:
 
 
 def torch_from_metadata() -> Optional[TorchInfo]:
-    """torch's version file and the NCCL wheel's metadata: milliseconds, against seconds for ``import torch``."""
+    """torch's own version file and the NCCL wheel's dist-info name, read without importing torch.
+
+    ``import torch`` takes seconds and importlib.metadata some 30 ms; these reads take about one
+    (bench/bench_doctor.py). The NCCL wheel (nvidia-nccl-cu12 ...) sits next to torch in
+    site-packages; a torch that links NCCL statically has none, and --import-torch asks torch.
+    """
     try:
-        version = importlib.metadata.version("torch")
         spec = importlib.util.find_spec("torch")
-    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+    except (ImportError, ValueError):
         return None
-    text = ""
-    if spec is not None and spec.origin:
-        with contextlib.suppress(OSError):
-            text = (Path(spec.origin).parent / "version.py").read_text()
+    if spec is None or not spec.origin:
+        return None
+    return torch_from_files(Path(spec.origin).parent)
+
+
+def torch_from_files(package: Path) -> Optional[TorchInfo]:
+    """The versions of the torch installed in ``package`` (its directory in site-packages)."""
+    try:
+        text = (package / "version.py").read_text()
+    except OSError:
+        return None
+    version = _version_field(text, "__version__")
+    if version is None:
+        return None
     nccl = None
-    for wheel in _NCCL_WHEELS:
-        try:
-            nccl = importlib.metadata.version(wheel)
-            break
-        except importlib.metadata.PackageNotFoundError:
-            continue
+    with contextlib.suppress(OSError):
+        wheels = sorted(p.name for p in package.parent.glob("nvidia_nccl_cu*-*.dist-info"))
+        nccl = wheels[-1].removesuffix(".dist-info").split("-")[1] if wheels else None
     return TorchInfo(version, _version_field(text, "cuda"), _version_field(text, "hip"), nccl)
 
 
