@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.slurm import SlurmCluster
-from tests.support.sshd import free_port
+from tests.support.sshd import Sshd, free_port
 
 from rankscope.launch.builders import build
 from rankscope.launch.plan import Launcher, LaunchPlan
@@ -72,6 +72,23 @@ def test_torchrun_command_runs_and_labels_every_rank(tmp_path: Path) -> None:
         assert f"[{host}:{rank}]:rank {rank} of 2 sum 2 args {list(ARGS)!r}" in result.stdout, result.stdout
 
 
+def test_two_node_torchrun_commands_label_lines_with_the_global_rank(tmp_path: Path) -> None:
+    """Two "nodes" on this machine, one process each: node 1's only worker is local rank 0 but rank 1."""
+    plan = _plan(tmp_path, nodes=2, gpus=1, hosts=("first", "second"), master_addr="127.0.0.1")
+    (recipe,) = build(plan, [Launcher.TORCHRUN]).recipes
+    nodes = [
+        subprocess.Popen(
+            ["bash", "-c", c.command], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, text=True
+        )
+        for c in recipe.commands
+    ]
+    outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    host = _short_host()
+    assert f"[{host}:0]:rank 0 of 2 sum 2" in outputs[0]
+    assert f"[{host}:1]:rank 1 of 2 sum 2" in outputs[1]
+
+
 @pytest.mark.needs("openmpi")
 def test_mpirun_command_runs_with_tagged_output(tmp_path: Path) -> None:
     plan = _plan(tmp_path, hosts=("localhost",), master_addr="127.0.0.1")
@@ -111,3 +128,21 @@ def test_sbatch_script_runs_in_slurm(slurm_cluster: SlurmCluster, tmp_path: Path
         line = f"rank {rank} of 2 sum 2 args {list(ARGS)!r}"
         label = f"[{_short_host()}:{rank}]:" if launcher == Launcher.SBATCH else f"{rank}: "
         assert label + line in output, output
+
+
+@pytest.mark.needs("pdsh")
+def test_pdsh_command_starts_every_node(sshd_nodes: Sshd, pdsh_installed: None, tmp_path: Path) -> None:
+    """Two ssh "nodes" (aliases of one sshd on 127.0.0.1), one torchrun each, node ranks from the c10d rendezvous."""
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    plan = _plan(
+        tmp_path, gpus=1, nodes=2, hosts=("node01", "node02"), master_addr="127.0.0.1", torchrun=(torchrun,)
+    )
+    env = _env(PDSH_SSH_ARGS_APPEND=f"-F {sshd_nodes.ssh_config}")
+    result = _run(tmp_path, plan, Launcher.PDSH, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    host = _short_host()
+    for rank in (0, 1):
+        line = re.search(
+            rf"^node0[12]: \[{host}:{rank}\]:rank {rank} of 2 sum 2 args (.*)$", result.stdout, re.M
+        )
+        assert line and line[1] == repr(list(ARGS)), result.stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -49,6 +50,7 @@ class LaunchRequest:
     master_addr: Optional[str]
     port: int
     python: str
+    torchrun: str
     workdir: Optional[str]
     prefix: str
     slurm_gpus: bool
@@ -75,6 +77,18 @@ _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _ADDRESS = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9._-]*|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)$")
 
 
+def _torchrun_argv(text: str) -> tuple[str, ...]:
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise BadInputError(f"cannot read --torchrun {text!r}: {exc}", "quote it as in a shell") from None
+    if not argv:
+        raise BadInputError(
+            "--torchrun is empty", "pass torchrun, a path, or 'python3 -m torch.distributed.run'"
+        )
+    return argv
+
+
 def plan_of(request: LaunchRequest) -> LaunchPlan:
     if not _JOB_NAME.match(request.job_name):
         raise BadInputError(f"bad --job-name {request.job_name!r}", "use letters, digits, '.', '-', '_'")
@@ -96,6 +110,7 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
         master_addr=request.master_addr,
         port=request.port,
         python=request.python,
+        torchrun=_torchrun_argv(request.torchrun),
         workdir=request.workdir if request.workdir is not None else os.getcwd(),
         prefix=Prefix(request.prefix),
         slurm_gpus=request.slurm_gpus,
@@ -127,6 +142,12 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
 )
 @click.option(
     "--python", default="python3", show_default=True, help="Interpreter for launchers that start python."
+)
+@click.option(
+    "--torchrun",
+    default="torchrun",
+    show_default=True,
+    help="How to start torchrun on the nodes: a path, or 'python3 -m torch.distributed.run'.",
 )
 @click.option("--workdir", default=None, help="Directory the job runs in on every node [the current one].")
 @click.option(

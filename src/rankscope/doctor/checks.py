@@ -95,7 +95,7 @@ def ptrace(facts: Facts) -> Check:
             "set kernel.yama.ptrace_scope = 1 (or 0) in /etc/sysctl.d/10-ptrace.conf and reboot: 3 cannot be lowered at run time",
         )
     if facts.cap_sys_ptrace:
-        return Check("ptrace", Status.PASS, f"CAP_SYS_PTRACE held: can attach to any process ({scope_text})")
+        return Check("ptrace", Status.PASS, f"CAP_SYS_PTRACE held: can attach to any process; {scope_text}")
     if scope == 2:
         return Check(
             "ptrace",

@@ -45,7 +45,7 @@ def _python_worker(plan: LaunchPlan) -> list[Word]:
 
 def _torchrun(plan: LaunchPlan, placement: Sequence[Word]) -> list[Word]:
     """``torchrun`` with the given rendezvous/placement flags, the label flags and the script."""
-    command: list[Word] = [Lit("torchrun"), *placement]
+    command: list[Word] = [*lits(plan.torchrun), *placement]
     if plan.prefix == Prefix.NATIVE:
         command = [_TORCHRUN_TEMPLATE, *command, *_TORCHRUN_LABEL]
     if plan.prefix == Prefix.RANKSCOPE:

@@ -46,6 +46,8 @@ class LaunchPlan:
     master_addr: Optional[str] = None
     port: int = 29500
     python: str = "python3"
+    #: How torchrun is started on the nodes (a venv's bin/torchrun, or python3 -m torch.distributed.run).
+    torchrun: tuple[str, ...] = ("torchrun",)
     #: Directory the job runs in on every node (pdsh starts in the login directory).
     workdir: Optional[str] = None
     prefix: Prefix = Prefix.NATIVE
