@@ -12,7 +12,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "rankscope"
 SHARED = ("model.py", "serial.py", "errors.py", "folding.py", "ranks.py", "procfs.py", "procs.py")
-ROOMS = ("rankscope.stacks", "rankscope.cluster", "rankscope.logs", "rankscope.cli", "rankscope.demo")
+ROOMS = (
+    "rankscope.stacks",
+    "rankscope.cluster",
+    "rankscope.logs",
+    "rankscope.cli",
+    "rankscope.demo",
+    "rankscope.doctor",
+    "rankscope.launch",
+)
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")
 

@@ -243,6 +243,11 @@ def test_launch_blocking_with_nccl(nccl: str, env: dict[str, str], status: Statu
     assert check.status == status and words in check.summary
 
 
+def test_launch_blocking_means_nothing_to_a_cpu_build() -> None:
+    facts = healthy(torch=TorchInfo("2.13.0+cpu"), env={"CUDA_LAUNCH_BLOCKING": "1"})
+    assert checks.known_issues(facts).status == Status.PASS
+
+
 def test_torch_270_with_nccl_226() -> None:
     facts = healthy(torch=TorchInfo("2.7.0+cu126", "12.6", nccl="2.26.2"))
     check = checks.known_issues(facts)

@@ -529,7 +529,8 @@ def known_issues(facts: Facts) -> Check:
     """Version and setting combinations documented to hang."""
     torch = facts.torch
     nccl = _version(torch.nccl if torch else None)
-    blocking = facts.env.get("CUDA_LAUNCH_BLOCKING", "") == "1"
+    cpu_only = torch is not None and not torch.cuda and not torch.hip
+    blocking = facts.env.get("CUDA_LAUNCH_BLOCKING", "") == "1" and not cpu_only
     found: list[tuple[Status, str, str]] = []
     if blocking:
         # NVIDIA/nccl#750: from 2.13 the kernel launch blocks under CUDA_LAUNCH_BLOCKING=1 while the
