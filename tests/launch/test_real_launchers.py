@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from tests.support.slurm import SlurmCluster
 from tests.support.sshd import Sshd, free_port
 
 from rankscope.launch.builders import build
-from rankscope.launch.plan import Launcher, LaunchPlan
+from rankscope.launch.plan import Launcher, LaunchPlan, Prefix
 from rankscope.launch.render import render_report
 
 ARGS = ("it's a $test", 'say "hi"')
@@ -70,6 +71,15 @@ def test_torchrun_command_runs_and_labels_every_rank(tmp_path: Path) -> None:
     host = _short_host()
     for rank in (0, 1):
         assert f"[{host}:{rank}]:rank {rank} of 2 sum 2 args {list(ARGS)!r}" in result.stdout, result.stdout
+
+
+def test_torchrun_with_rankscope_prefix(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, master_addr="127.0.0.1", prefix=Prefix.RANKSCOPE)
+    result = _run(tmp_path, plan, Launcher.TORCHRUN, _env())
+    assert result.returncode == 0, result.stdout + result.stderr
+    host = socket.gethostname()
+    for rank in (0, 1):
+        assert f"[{host}:{rank}] rank {rank} of 2 sum 2 args {list(ARGS)!r}" in result.stdout, result.stdout
 
 
 def test_two_node_torchrun_commands_label_lines_with_the_global_rank(tmp_path: Path) -> None:
