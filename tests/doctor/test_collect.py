@@ -180,6 +180,18 @@ def test_nvml_reader() -> None:
     assert [(p.pid, p.used_mib) for p in first.processes] == [(99, 512)]
 
 
+def test_nvml_processes_are_named_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "proc" / "99").mkdir(parents=True)
+    (tmp_path / "proc" / "99" / "comm").write_text("pt_main_thread\n")
+    facts = gather(crafted_system(tmp_path, nvml=FakeNvml))
+    assert facts.nvidia is not None and facts.nvidia.source == "nvml"
+    assert facts.nvidia.gpus[0].processes[0].name == "pt_main_thread"
+    busy = next(c for c in run_checks(facts) if c.name == "gpu-processes")
+    assert busy.status == Status.WARN and busy.summary == "GPUs in use: GPU0: pid 99 pt_main_thread (512 MiB)"
+    ecc = next(c for c in run_checks(facts) if c.name == "gpu-ecc")
+    assert ecc.status == Status.FAIL and "5 uncorrectable ECC error(s)" in ecc.summary
+
+
 def test_nvml_without_a_driver() -> None:
     class NoDriver:
         def nvmlInit(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import re
 import resource
@@ -143,6 +144,8 @@ def _int_or_none(text: Optional[str]) -> Optional[int]:
 def _nvidia(system: System) -> tuple[Optional[NvidiaInfo], Optional[Topology], Optional[str]]:
     nvml = system.nvml()
     info = read_nvml(nvml) if nvml is not None else None
+    if info is not None:
+        info = _name_processes(system, info)
     smi = system.which("nvidia-smi")
     if info is None and smi:
         xml = system.run([smi, "-q", "-x"])
@@ -157,6 +160,21 @@ def _nvidia(system: System) -> tuple[Optional[NvidiaInfo], Optional[Topology], O
         matrix = system.run([smi, "topo", "-m"])
         topology = parse_topology(matrix) if matrix else None
     return info, topology, None
+
+
+def _name_processes(system: System, info: NvidiaInfo) -> NvidiaInfo:
+    """NVML gives pids only: name them from /proc/PID/comm."""
+    gpus = tuple(
+        dataclasses.replace(
+            gpu,
+            processes=tuple(
+                dataclasses.replace(p, name=p.name or system.read(f"/proc/{p.pid}/comm") or "")
+                for p in gpu.processes
+            ),
+        )
+        for gpu in info.gpus
+    )
+    return dataclasses.replace(info, gpus=gpus)
 
 
 def _amd_gpus(system: System) -> int:
