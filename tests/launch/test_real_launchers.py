@@ -33,7 +33,12 @@ import torch.distributed as dist
 dist.init_process_group("gloo")
 total = torch.ones(1)
 dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(total.item())} args {sys.argv[1:]!r}", flush=True)
+line = f"rank {dist.get_rank()} of {dist.get_world_size()} sum {int(total.item())} args {sys.argv[1:]!r}"
+if "--print" in sys.argv:
+    print(line, flush=True)  # unbuffered (PYTHONUNBUFFERED=1): the text and the newline are two writes
+else:
+    sys.stdout.write(line + "\\n")  # one write
+    sys.stdout.flush()
 dist.destroy_process_group()
 """
 
@@ -112,6 +117,21 @@ def test_mpirun_command_runs_with_tagged_output(tmp_path: Path) -> None:
             result.stdout,
             re.M,
         ), result.stdout
+
+
+@pytest.mark.needs("openmpi")
+def test_mpirun_with_rankscope_prefix_labels_whole_lines(tmp_path: Path) -> None:
+    """--tag-output tags each write, so print() under PYTHONUNBUFFERED=1 comes out as
+    "[1,0]<stdout>:text[1,0]<stdout>:" + newline; `rankscope prefix` labels whole lines."""
+    plan = _plan(
+        tmp_path, args=("--print",), hosts=("localhost",), master_addr="127.0.0.1", prefix=Prefix.RANKSCOPE
+    )
+    env = _env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONUNBUFFERED="1")
+    result = _run(tmp_path, plan, Launcher.MPIRUN, env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    host = socket.gethostname()
+    lines = [line for line in result.stdout.splitlines() if " sum " in line]
+    assert sorted(lines) == [f"[{host}:{rank}] rank {rank} of 2 sum 2 args ['--print']" for rank in (0, 1)]
 
 
 def _wait_done(cluster: SlurmCluster, jobid: str, timeout: float = 150) -> None:

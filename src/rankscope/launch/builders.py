@@ -210,7 +210,11 @@ def mpirun(plan: LaunchPlan) -> Recipe:
             plan,
             "Open MPI; as root add --allow-run-as-root; the worker gets RANK, WORLD_SIZE, LOCAL_RANK from OMPI_COMM_WORLD_*",
         ),
-        prefix_note=_label_note(plan, "mpirun --tag-output: every line starts with [jobid,RANK]<stdout>:"),
+        prefix_note=_label_note(
+            plan,
+            "mpirun --tag-output: [jobid,RANK]<stdout>: before every write (a line written in pieces, "
+            "as print() does under PYTHONUNBUFFERED=1, is cut; --prefix rankscope labels whole lines)",
+        ),
     )
 
 
