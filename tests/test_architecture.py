@@ -28,6 +28,8 @@ ROOMS = (
     "rankscope.cli",
     "rankscope.demo",
     "rankscope.net",
+    "rankscope.doctor",
+    "rankscope.launch",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

@@ -25,6 +25,8 @@ class ExitCode(IntEnum):
     BAD_INPUT = 8
     #: `rankscope demo` ran but its diagnosis did not name the injected culprit.
     DEMO_MISSED = 9
+    #: `rankscope doctor` ran and at least one check FAILed (each with its fix in the report).
+    CHECK_FAILED = 10
 
 
 class RankscopeError(Exception):

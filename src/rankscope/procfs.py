@@ -321,9 +321,13 @@ def tracer_pid(pid: int) -> int:
 
 def has_cap_sys_ptrace() -> bool:
     """Whether the calling process may ptrace others regardless of yama (CAP_SYS_PTRACE in CapEff)."""
-    value = status_field("self", "CapEff")
+    return capeff_has_sys_ptrace(status_field("self", "CapEff"))
+
+
+def capeff_has_sys_ptrace(capeff: Optional[str]) -> bool:
+    """Whether a CapEff value of /proc/PID/status (hexadecimal) holds CAP_SYS_PTRACE."""
     try:
-        return bool(int(value, 16) >> _CAP_SYS_PTRACE & 1) if value else False
+        return bool(int(capeff, 16) >> _CAP_SYS_PTRACE & 1) if capeff else False
     except ValueError:
         return False
 

@@ -20,16 +20,21 @@ MEANING: dict[int, str] = {
     ExitCode.PERMISSION_DENIED: "permission denied (ptrace, /proc, another user's job)",
     ExitCode.BAD_INPUT: "bad input: no such pid, file or directory, a bad --out/--from directory",
     ExitCode.DEMO_MISSED: "the demo's diagnosis missed the injected culprit",
+    ExitCode.CHECK_FAILED: "doctor: at least one check failed (each FAIL line carries its fix)",
+    130: "interrupted by Ctrl-C (what was collected so far is printed)",
+    143: "ended by SIGTERM (what was collected so far is printed)",
 }
 
 #: verb -> the codes it exits with (besides 1, a bug, which any verb may hit).
 VERB_CODES: dict[str, tuple[int, ...]] = {
-    "stacks": (0, 2, 3, 4, 5, 6, 7, 8),
+    "stacks": (0, 2, 3, 4, 5, 6, 7, 8, 130, 143),
     "demo": (0, 2, 6, 9),
     "whoami": (0, 2, 8),
     "logs": (0, 2, 3, 8),
-    "exec": (0, 2, 4, 5, 6, 8),
+    "exec": (0, 2, 4, 5, 6, 8, 130, 143),
     "net": (0, 2, 4, 5, 6, 8),
+    "doctor": (0, 2, 10),
+    "launch": (0, 2, 8),
 }
 
 #: Verbs whose code is not one of the table's.

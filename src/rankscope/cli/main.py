@@ -26,6 +26,8 @@ VERBS: dict[str, str] = {
     "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
     "net": "rankscope.cli.net:net",
+    "launch": "rankscope.cli.launch:launch",
+    "doctor": "rankscope.cli.doctor:doctor",
 }
 
 
@@ -62,6 +64,8 @@ Examples:
   rankscope stacks --pid 4242 --json  # one launcher (or worker), machine-readable
   rankscope whoami --pid 4243         # the rank identity of a process
   rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
+  rankscope doctor                    # is this node ready? each problem with its fix
+  rankscope launch train.py --nodes 2 --gpus 8 --hosts n[1-2]  # torchrun/sbatch/pdsh/mpirun lines
 
 Add --debug (before the verb) for a traceback on errors.
 """
