@@ -78,10 +78,7 @@ def _emit_json(document: _Document, reading: Reading) -> None:
 
 
 def _read_notes(reading: Reading) -> list[str]:
-    notes = [f"skipped {item}" for item in reading.skipped]
-    if reading.stats.cut_lines:
-        notes.append(f"{reading.stats.cut_lines} line(s) longer than 4 MiB were cut into pieces")
-    return notes
+    return reading.notes()
 
 
 def _labels(ranks: tuple[str, ...]) -> list[bytes]:
@@ -123,6 +120,8 @@ def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> i
         for opened in reading.sources():
             for chunk in opened.chunks:
                 inventory.feed(chunk, opened.labels)
+                if opened.continues:
+                    inventory.continued_line(chunk, opened.labels)
     reading.check_something_read()
     document = inventory.document()
     if as_json:
@@ -174,13 +173,21 @@ def grep(
     finder = RankGrep(_labels(ranks_), keep_prefix)
     out = sys.stdout.buffer
     found = 0
+    line_open = False  # the last line written has no newline yet: a piece of a cut line may follow
     with _reading(inputs, host_from_filename, show_progress=False) as reading:  # lines go to the terminal
         for opened in reading.sources():
             for data, lo, hi in opened.windows:
-                lines = list(finder.lines(data, opened.labels, lo, hi))
+                lines = list(finder.lines(data, opened.labels, lo, hi, opened.continues and line_open))
                 if lines:
+                    if opened.continues and line_open:  # the rest of the line just written
+                        found -= 1
+                    elif line_open:
+                        out.write(b"\n")
                     found += len(lines)
-                    out.write(b"\n".join(lines) + b"\n")
+                    out.write(b"\n".join(lines))
+                    line_open = True
+    if line_open:
+        out.write(b"\n")
     out.flush()
     reading.check_something_read()
     for note in _read_notes(reading):
@@ -230,7 +237,7 @@ def split(
         try:
             for opened in reading.sources():
                 for chunk in opened.chunks:
-                    splitter.feed(chunk, opened.labels)
+                    splitter.feed(chunk, opened.labels, opened.continues)
         finally:
             splitter.close()
     reading.check_something_read()

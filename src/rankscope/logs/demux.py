@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -65,10 +66,23 @@ class RankGrep:
             literals = [lit for label in wanted for lit in prefix_literals(label)]
         return literals
 
-    def lines(self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1) -> Iterator[bytes]:
-        """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy."""
+    def lines(
+        self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1, continues: bool = False
+    ) -> Iterator[bytes]:
+        """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy.
+
+        ``continues``: the window is a later piece of a line cut for its length; its line is
+        given without a prefix even with ``keep_prefix`` (it continues a line already given).
+        """
         if hi < 0:
             hi = len(chunk)
+        if continues and self.keep_prefix:
+            self.keep_prefix = False
+            try:
+                yield from self.lines(chunk, labels, lo, hi)
+            finally:
+                self.keep_prefix = True
+            return
         fixed_label, host = labels.fixed_label, labels.host
         if fixed_label is not None:
             chunk, lo, hi = chunk[lo:hi], 0, hi - lo
@@ -152,6 +166,15 @@ def _unquote(text: bytes) -> bytes:
     return re.sub(rb"%([0-9A-F]{2})", lambda match: bytes([int(match.group(1), 16)]), text)
 
 
+def _drop_last_newline(handle: BinaryIO) -> None:
+    """Remove the newline a file ends with (works for files opened to write or to append)."""
+    handle.flush()
+    size = os.fstat(handle.fileno()).st_size
+    if size:
+        os.ftruncate(handle.fileno(), size - 1)
+        handle.seek(size - 1)
+
+
 @dataclass
 class SplitFile:
     """One file ``logs split`` wrote: the rank, the file, how many lines."""
@@ -197,12 +220,19 @@ class Splitter:
         handle = self.files[label] = self.open_file(safe_file_name(label), label in self.counts)
         return handle
 
-    def feed(self, chunk: bytes, labels: SourceLabels) -> None:
+    def feed(self, chunk: bytes, labels: SourceLabels, continues: bool = False) -> None:
+        """Write the lines of ``chunk``; ``continues``: it is a later piece of a line cut for
+        its length (:attr:`rankscope.logs.reading.OpenedSource.continues`), appended to the
+        line its rank's file ends with."""
         buffers: dict[Optional[bytes], list[bytes]] = {}
         for label, text in labels.lines(chunk):
             buffers.setdefault(label, []).append(text)
         for label, texts in buffers.items():
-            self._handle(label).write(b"\n".join(texts) + b"\n")
+            handle = self._handle(label)
+            if continues and self.counts.get(label):
+                _drop_last_newline(handle)
+                self.counts[label] -= 1
+            handle.write(b"\n".join(texts) + b"\n")
             self.counts[label] = self.counts.get(label, 0) + len(texts)
 
     def close(self) -> None:

@@ -61,6 +61,9 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
             if bracketed:
                 counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
             collector.feed(chunk)
+            if opened.continues:  # a later piece of a line longer than MAX_LINE
+                collector.continued_line()
+                counts.lines -= 1
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
