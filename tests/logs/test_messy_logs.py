@@ -5,6 +5,7 @@ happens and checks what every verb tells the user."""
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import random
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from tests.logs.test_bad_input import TRACEBACK, _one_error_line, _prefixed
 from tests.support.cli import run_cli
+from tests.support.system import ensure_commands
 
 
 def _grep(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -299,3 +301,49 @@ def test_interleaving_is_cut_only_at_markers_of_the_lines_own_family(tmp_path: P
     default0 = _grep("--rank", "0", str(path)).stdout.decode().splitlines()
     assert default0[-1] == "INFO [trainer.py:45] step 3 [default]: [1] done"
     assert "Traceback (most recent call last):" in default0
+
+
+# ----------------------------------------------------------------------------- bounded memory
+
+
+@pytest.mark.slow
+@pytest.mark.needs("time")
+@pytest.mark.timeout(300)
+def test_memory_stays_bounded_on_messy_input(tmp_path: Path) -> None:
+    """48 MiB of NULs, a 48 MiB line without a newline, an Open MPI rank whose fragments never end
+    a physical line, 48 MiB of interleaved lines: none of it is held whole."""
+    ensure_commands({"time": "time"})
+    size = 48 << 20
+    hole = tmp_path / "hole.log"
+    with open(hole, "wb") as out:
+        out.truncate(size)  # a sparse hole, as copytruncate leaves
+        out.seek(size)
+        out.write(b"[n1:0]:after the hole\n")
+    long = tmp_path / "long.log"
+    long.write_bytes(b"[n1:1]:" + b"y" * size)
+    ompi = tmp_path / "ompi.log"
+    fragment = b"[1,0]<stdout>:" + b"z" * 1024 + b"[1,1]<stdout>:tick\n"
+    ompi.write_bytes(fragment * (size // len(fragment)))
+    mixed = tmp_path / "mixed.log"
+    mixed.write_bytes(b"[rank0]: a step of rank 0[rank1]: a step of rank 1\n\n" * (size // 52))
+    stats = tmp_path / "time.txt"
+    argv = [
+        sys.executable,
+        "-m",
+        "rankscope",
+        "logs",
+        "ranks",
+        "--json",
+        *map(str, (hole, long, ompi, mixed)),
+    ]
+    result = subprocess.run(
+        ["/usr/bin/time", "-f", "%M", "-o", str(stats), *argv], capture_output=True, text=True, timeout=240
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    lines = {row["label"]: row["lines"] for row in doc["ranks"]}
+    assert lines["n1:0"] == 1 and lines["n1:1"] == 1
+    assert lines["0"] > 12 and lines["1"] == size // len(fragment) + size // 52
+    assert doc["read"]["nul_bytes"] == size
+    peak_kib = int(stats.read_text().split()[-1])
+    assert peak_kib < 128 * 1024, f"peak RSS {peak_kib} KiB"

@@ -175,6 +175,7 @@ def grep(
     found = 0
     line_open = False  # the last line written has no newline yet: a piece of a cut line may follow
     with _reading(inputs, host_from_filename, show_progress=False) as reading:  # lines go to the terminal
+        reading.repair_interleaved = False  # the finder splits the lines it prints itself
         for opened in reading.sources():
             for data, lo, hi in opened.windows:
                 lines = list(finder.lines(data, opened.labels, lo, hi, opened.continues and line_open))
@@ -189,6 +190,7 @@ def grep(
     if line_open:
         out.write(b"\n")
     out.flush()
+    reading.stats.interleaved_lines += finder.interleaved_lines
     reading.check_something_read()
     for note in _read_notes(reading):
         click.echo(f"rankscope: note: {note}", err=True)

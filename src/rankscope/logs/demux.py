@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, ClassVar, Optional
 
+from rankscope.logs.interleaved import split_pieces
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.prefixes import SourceLabels, split_line
 from rankscope.logs.sources import ReadSummary
@@ -52,6 +53,8 @@ class RankGrep:
         self.labels = set(labels)
         self.keep_prefix = keep_prefix
         self._literals: dict[Optional[bytes], list[bytes]] = {}
+        #: Lines looked at that held several ranks' writes (split at their markers).
+        self.interleaved_lines = 0
 
     def _compile(self, sample: bytes, host: Optional[bytes]) -> list[bytes]:
         wanted = set(self.labels)
@@ -96,14 +99,15 @@ class RankGrep:
         starts: set[int] = set()
         for literal in literals:
             if literal.startswith(b"["):
-                # bytes.find on "\n[host:rank]" runs at memchr-like speed: no per-line Python work.
-                if chunk.startswith(literal, lo):
-                    starts.add(lo)
-                needle = b"\n" + literal
-                pos = chunk.find(needle, lo, hi)
+                # bytes.find on "[host:rank]" runs at memchr-like speed: no per-line Python work.
+                # A hit inside a line may be the rank's text written into another rank's line
+                # (see rankscope.logs.interleaved): its line is looked at too.
+                pos = chunk.find(literal, lo, hi)
                 while pos >= 0:
-                    starts.add(pos + 1)
-                    pos = chunk.find(needle, pos + 1, hi)
+                    starts.add(
+                        pos if pos == lo or chunk[pos - 1] == 10 else chunk.rfind(b"\n", lo, pos) + 1 or lo
+                    )
+                    pos = chunk.find(literal, pos + 1, hi)
             else:  # Open MPI and srun forms do not start the line: find them, then the line start
                 pos = chunk.find(literal, lo, hi)
                 while pos >= 0:
@@ -112,9 +116,13 @@ class RankGrep:
         for start in sorted(starts):
             end = chunk.find(b"\n", start, hi)
             line = chunk[start : hi if end < 0 else end]
-            split = split_line(line, labels.allow_srun)
-            if labels.label(split.label) in self.labels:
-                yield line.rstrip(b"\r") if self.keep_prefix else split.text
+            pieces = split_pieces(line) if line.count(b"[") > 1 else [line]
+            if len(pieces) > 1:
+                self.interleaved_lines += 1
+            for piece in pieces:
+                split = split_line(piece, labels.allow_srun)
+                if labels.label(split.label) in self.labels:
+                    yield piece.rstrip(b"\r") if self.keep_prefix else split.text
 
 
 #: Bytes kept as they are in a split file name; every other byte is written %XX (upper-case hex).

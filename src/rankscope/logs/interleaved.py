@@ -14,8 +14,9 @@ The rule (deliberately narrow, so ordinary text is never cut):
 - it is cut before each later marker of the *same family* as its own prefix: the same shape
   (the prefix's name with its digits read as any number: ``[node017:137]:`` is the family
   ``[node<n>:<n>]:``; ``[rank3]:`` is ``[rank<n>]:``) and the same separator right after the
-  ``]``. A marker of another family (torch's nested ``[rank3]:`` inside a torchrun
-  ``[default3]:`` line, ``[trainer.py:45] `` in a logging format) is text;
+  ``]``. A marker of another family (``[trainer.py:45] `` in a logging format) is text, and
+  so is torch's ``[rankN]:`` right after the line's own prefix (``[rank3]:[rank3]: Traceback``
+  under a ``[rank${rank}]:`` torchrun template: the nesting that the prefix parser strips);
 - each cut makes one more line owed a newline: the next empty physical lines, up to the number
   owed, are those newlines (written late, by the other ranks) and are dropped.
 
@@ -76,7 +77,8 @@ class InterleaveRepair:
         own_end = 0
         for match in _MARKER.finditer(data, lo, hi):
             pos = match.start()
-            start = data.rfind(b"\n", lo, pos) + 1 if pos > lo else lo
+            newline = data.rfind(b"\n", lo, pos)
+            start = lo if newline < 0 else newline + 1
             if start == pos:
                 continue  # a marker at a line start is the line's own prefix
             if start != line_start:
@@ -84,8 +86,8 @@ class InterleaveRepair:
                 head = _MARKER.match(data, start, hi)
                 own = None if head is None else self._family(head.group(1), head.group(2))
                 own_end = 0 if head is None else head.end()
-            if own is None or pos <= own_end:
-                continue  # a line without a rank prefix, or a nested marker right after it
+            if own is None or pos < own_end or (pos == own_end and data.startswith(b"[rank", pos)):
+                continue  # a line without a rank prefix, or torch's nested marker right after it
             if self._family(match.group(1), match.group(2)) == own:
                 cuts.append(pos)
         return cuts
@@ -131,3 +133,13 @@ def _empty_lines(data: bytes, lo: int, hi: int) -> list[int]:
         found.append(pos + 1)
         pos = data.find(b"\n\n", pos + 1, hi)
     return found
+
+
+def split_pieces(line: bytes) -> list[bytes]:
+    """One physical line (without its newline) cut by the rule above: ``[line]`` when it holds
+    one rank's text. For readers that look at a few lines only (``logs grep``)."""
+    cuts = InterleaveRepair(ReadStats())._cuts(line, 0, len(line))
+    if not cuts:
+        return [line]
+    bounds = [0, *cuts, len(line)]
+    return [line[start:end] for start, end in zip(bounds, bounds[1:])]

@@ -62,6 +62,9 @@ class Reading:
     #: Block size and line cut (tests make them small to reach every boundary).
     chunk_size: int = CHUNK
     max_line: int = MAX_LINE
+    #: Split write-interleaved lines here (:mod:`interleaved`); ``logs grep`` does it itself, on
+    #: the lines it prints only, which keeps it at ``grep -F`` speed.
+    repair_interleaved: bool = True
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
 
@@ -71,7 +74,8 @@ class Reading:
             if source.not_read:
                 self.skipped.append(f"{source.name}: {source.not_read}")
                 continue
-            shape = LineShape()
+            # pieces of a long line keep its rank prefix (srun's form once the source is sniffed)
+            shape = LineShape() if source.fixed_label is not None else LineShape(_prefix_reader(False))
             windows = read_windows(source, self.stats, self.chunk_size, shape, self.max_line)
             try:
                 first = next(windows, None)
@@ -89,12 +93,12 @@ class Reading:
             data, start, end = first
             head = data[start : min(end, start + _SNIFF)]
             allow_srun = source.fixed_label is None and sniff_srun(head)
-            if source.fixed_label is None:  # pieces of a long line keep its rank prefix
+            if allow_srun:
                 shape.prefix_of = _prefix_reader(allow_srun)
             stream: Iterator[Window] = itertools.chain([first], windows)
             if source.fixed_label is None and looks_tagged(head):
                 stream = _joined(stream)
-            elif source.fixed_label is None:
+            elif source.fixed_label is None and self.repair_interleaved:
                 stream = _repaired(stream, self.stats)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
