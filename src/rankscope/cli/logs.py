@@ -33,6 +33,9 @@ TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE forms), torch's [rank3]:, srun --label (12
 Open MPI --tag-output ([1,12]<stdout>:), rankscope prefix ([host:3] ), and
 torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
 Inputs: files, directories, .gz files (by content), or - for stdin.
+Messy files are read and the report says how: runs of NUL bytes (copytruncate)
+skipped, a truncated .gz read as far as it goes, lines over 4 MiB cut with their
+rank kept, lines holding several ranks' unlocked writes split at their markers.
 
 \b
 Examples:
