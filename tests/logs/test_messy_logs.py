@@ -260,12 +260,20 @@ def test_ranks_writing_one_file_at_once_are_told_apart(tmp_path: Path) -> None:
     assert "2 distinct error(s) from 12 rank(s)" in text
     assert f"note: repaired {mixed:,} line(s) that held the text of several ranks" in text
 
+    out = tmp_path / "per-rank"
+    split = run_cli("logs", "split", str(path), "--out", str(out), "--json").json()
+    assert {row["label"]: row["lines"] for row in split["files"]} == {
+        f"node{rank // 4:03d}:{rank}": per_rank for rank in range(writers)
+    }
+    assert not (out / "unprefixed.log").exists()
+
     grep = _grep("--rank", "node000:3", str(path)).stdout.decode().splitlines()
     assert grep[:lines] == [
         f"2024-05-01 10:00:{n % 60:02d} INFO step {n} loss 2.5 rank 3" for n in range(lines)
     ]
     assert grep[-1] == "RuntimeError: NCCL aborted on rank 3"
     assert len(grep) == per_rank
+    assert (out / "node000_rank3.log").read_text().splitlines() == grep
 
 
 def test_interleaving_is_cut_only_at_markers_of_the_lines_own_family(tmp_path: Path) -> None:
