@@ -63,7 +63,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
             if bracketed:
-                counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
+                counts.unprefixed += lines - opened.bracketed_lines(chunk)
             collector.feed(chunk)
             if opened.continues:  # a later piece of a line longer than MAX_LINE
                 collector.continued_line()

@@ -49,6 +49,9 @@ class InterleaveRepair:
         #: Newlines still owed by lines split before (see the module doc).
         self.owed = 0
         self._families: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
+        #: How many lines of the window last given out start with ``[`` (None: not counted).
+        #: Consumers that need that count take it from here instead of scanning again.
+        self.bracketed_lines: Optional[int] = None
 
     def _family(self, name: bytes, sep: bytes) -> tuple[bytes, bytes]:
         key = (name, sep)
@@ -61,12 +64,13 @@ class InterleaveRepair:
 
     def feed(self, window: Window) -> Window:
         data, lo, hi = window
-        embedded = data.count(b"[", lo, hi) - data.count(b"\n[", lo, hi)
-        if data.startswith(b"[", lo):
-            embedded -= 1
+        starts = data.count(b"\n[", lo, hi) + (1 if data.startswith(b"[", lo) else 0)
+        embedded = data.count(b"[", lo, hi) - starts
         cuts = self._cuts(data, lo, hi) if embedded > 0 else []
         if not cuts and (self.owed == 0 or not _has_empty_line(data, lo, hi)):
+            self.bracketed_lines = starts
             return window
+        self.bracketed_lines = None
         return self._rebuild(data, lo, hi, cuts)
 
     def _cuts(self, data: bytes, lo: int, hi: int) -> list[int]:

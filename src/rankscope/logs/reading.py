@@ -35,12 +35,20 @@ class OpenedSource:
     labels: SourceLabels
     windows: Iterator[Window]
     shape: LineShape = field(default_factory=LineShape)
+    repair: Optional[InterleaveRepair] = None
 
     @property
     def continues(self) -> bool:
         """Is the window just read a later piece of a line longer than ``MAX_LINE``? Its text
         continues the line before it: join it back (no newline between), do not count it."""
         return self.shape.continuing
+
+    def bracketed_lines(self, chunk: bytes) -> int:
+        """How many lines of ``chunk`` (the window just read) start with ``[``."""
+        counted = None if self.repair is None else self.repair.bracketed_lines
+        if counted is not None:
+            return counted
+        return chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
 
     @property
     def chunks(self) -> Iterator[bytes]:
@@ -96,13 +104,17 @@ class Reading:
             if allow_srun:
                 shape.prefix_of = _prefix_reader(allow_srun)
             stream: Iterator[Window] = itertools.chain([first], windows)
-            if source.fixed_label is None and looks_tagged(head):
+            tagged = source.fixed_label is None and looks_tagged(head)
+            if tagged:
                 stream = _joined(stream)
-            elif source.fixed_label is None and self.repair_interleaved:
-                stream = _repaired(stream, self.stats)
+            repair = None
+            if source.fixed_label is None and not tagged and self.repair_interleaved:
+                repair = InterleaveRepair(self.stats)
+                stream = _repaired(stream, repair)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
-            yield OpenedSource(source, SourceLabels(source.fixed_label, allow_srun, host), stream, shape)
+            labels = SourceLabels(source.fixed_label, allow_srun, host)
+            yield OpenedSource(source, labels, stream, shape, repair)
 
     def _total_mb(self) -> str:
         """`` / 1074`` (MB) when every input's size is known (no stdin, no skipped files)."""
@@ -190,8 +202,7 @@ def _prefix_reader(allow_srun: bool) -> Callable[[bytes], bytes]:
     return prefix_of
 
 
-def _repaired(windows: Iterator[Window], stats: ReadStats) -> Iterator[Window]:
+def _repaired(windows: Iterator[Window], repair: InterleaveRepair) -> Iterator[Window]:
     """Lines that hold several ranks' writes, split (see :mod:`interleaved`)."""
-    repair = InterleaveRepair(stats)
     for window in windows:
         yield repair.feed(window)
