@@ -1,6 +1,6 @@
 """Benchmark `rankscope logs errors` and `logs grep` against the manual baselines, side by side.
 
-Usage: python bench/bench_logs.py [--size-mb 1024] [--runs 3] [--keep] [--before-src DIR]
+Usage: python bench/bench_logs.py [--size-mb 1024] [--runs 3] [--keep] [--before-src DIR] [--unlocked P]
 
 Needs GNU time on PATH (Debian package ``time``: /usr/bin/time). Generates the interleaved 512-rank log with
 bench/gen_logs.py (into bench/out/), warms the page cache, then runs every command pinned to
@@ -12,6 +12,9 @@ RSS (as GNU time reports it for that command).
 HEAD~1``) also runs each rankscope command from that tree: before and after side by side, in
 the same run. The runs go round-robin (every command once, then again), so a busy spell on the
 machine weighs on all of them alike.
+
+``--unlocked P`` benchmarks the log as ranks printing without a lock leave it (see
+``gen_logs.py``): what repairing write-interleaved lines costs.
 """
 
 from __future__ import annotations
@@ -71,13 +74,15 @@ def main() -> None:
     parser.add_argument(
         "--before-src", type=Path, help="Also run rankscope from this src tree (before a change)."
     )
+    parser.add_argument("--unlocked", type=float, default=0.0, help="Chance of a late newline.")
     args = parser.parse_args()
     out_dir = HERE / "out"
     out_dir.mkdir(exist_ok=True)
-    log = out_dir / f"bench-{args.size_mb}mb.log"
+    kind = f"-unlocked{args.unlocked:g}" if args.unlocked else ""
+    log = out_dir / f"bench-{args.size_mb}mb{kind}.log"
     if not log.exists():
         print(f"generating {log} ...", flush=True)
-        generate(log, args.size_mb)
+        generate(log, args.size_mb, unlocked_chance=args.unlocked)
     size = log.stat().st_size
     with open(log, "rb") as handle:  # warm the page cache: measure parsing, not the disk
         while handle.read(16 << 20):

@@ -8,7 +8,11 @@ the first MB on and every 4 MB after, a caught exception that one rank logs with
 interleaved line by line with the others: 414 ranks lose their gloo peer (``Connection closed by
 peer``) and 97 see their NCCL communicator aborted (victims; messages differ in numbers).
 
-Usage: python bench/gen_logs.py OUT [--size-mb 1024] [--seed 1]
+``--unlocked P`` writes the log as ranks printing without a lock would: ``print`` writes a
+line's text and its newline apart, and with probability P a rank's newline lands after the
+next rank's text (one physical line then holds several ranks' text, and an empty line follows).
+
+Usage: python bench/gen_logs.py OUT [--size-mb 1024] [--seed 1] [--unlocked 0.05]
 """
 
 from __future__ import annotations
@@ -79,7 +83,28 @@ def chatter(rank: int, step: int, rng: random.Random) -> str:
     return f"{stamp},{rank % 1000:03d} WARNING torch: skipped batch with {rank % 5 + 1} empty sequences"
 
 
-def generate(out: Path, size_mb: int, seed: int = 1) -> int:
+def unlocked(data: bytes, rng: random.Random, chance: float) -> bytes:
+    """``data`` (whole lines) as unlocked writers leave it: some newlines written late."""
+    out: list[bytes] = []
+    owed: dict[bytes, None] = {}  # ranks (by prefix) whose newline is not written yet
+    for line in data.split(b"\n")[:-1]:
+        rank = line[: line.find(b"]") + 1]
+        if rank in owed:  # a rank writes its own newline before its next text
+            del owed[rank]
+            out.append(b"\n")
+        out.append(line)
+        if len(owed) < 4 and rng.random() < chance:
+            owed[rank] = None
+        else:
+            out.append(b"\n")
+        if owed and rng.random() < 0.5:
+            del owed[next(iter(owed))]
+            out.append(b"\n")
+    out.append(b"\n" * len(owed))
+    return b"".join(out)
+
+
+def generate(out: Path, size_mb: int, seed: int = 1, unlocked_chance: float = 0.0) -> int:
     rng = random.Random(seed)
     target = size_mb << 20
     crash_lines = [prefix(FATAL_RANK) + line for line in traceback_lines(FATAL_RANK, "fatal")]
@@ -95,6 +120,8 @@ def generate(out: Path, size_mb: int, seed: int = 1) -> int:
         if cursors[rank] == len(tracebacks[rank]):
             del cursors[rank]
     crash = ("\n".join(crash_lines) + "\n").encode()
+    if unlocked_chance:
+        crash = unlocked(crash, rng, unlocked_chance)
     written = 0
     step = 0
     prefixes = [prefix(rank) for rank in range(RANKS)]
@@ -113,6 +140,8 @@ def generate(out: Path, size_mb: int, seed: int = 1) -> int:
                 block += "\n".join(prefixes[rank] + line for line in caught) + "\n"
                 next_caught += 4 << 20
             data = block.encode()
+            if unlocked_chance:
+                data = unlocked(data, rng, unlocked_chance)
             handle.write(data)
             written += len(data)
         handle.write(crash)
@@ -127,8 +156,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--unlocked", type=float, default=0.0, help="Chance of a late newline.")
     args = parser.parse_args()
-    size = generate(args.out, args.size_mb, args.seed)
+    size = generate(args.out, args.size_mb, args.seed, args.unlocked)
     print(f"wrote {size / 1e6:.0f} MB to {args.out}")
 
 

@@ -69,15 +69,6 @@ def test_missing_path_is_bad_input(tmp_path: Path) -> None:
     assert "does not exist" in _one_error_line(result.stderr)
 
 
-def test_truncated_gzip_is_bad_input(tmp_path: Path) -> None:
-    data = gzip.compress(_prefixed(0, TRACEBACK * 2000).encode())
-    path = tmp_path / "job.log.gz"
-    path.write_bytes(data[: len(data) // 2])
-    result = run_cli("logs", "errors", str(path))
-    assert result.returncode == 8
-    assert "is the file complete?" in _one_error_line(result.stderr)
-
-
 def test_gzip_and_stdin_are_read(tmp_path: Path) -> None:
     text = _prefixed(0, TRACEBACK) + _prefixed(1, TRACEBACK)
     path = tmp_path / "job.log.gz"

@@ -33,6 +33,9 @@ TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE forms), torch's [rank3]:, srun --label (12
 Open MPI --tag-output ([1,12]<stdout>:), rankscope prefix ([host:3] ), and
 torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
 Inputs: files, directories, .gz files (by content), or - for stdin.
+Messy files are read and the report says how: runs of NUL bytes (copytruncate)
+skipped, a truncated .gz read as far as it goes, lines over 4 MiB cut with their
+rank kept, lines holding several ranks' unlocked writes split at their markers.
 
 \b
 Examples:
@@ -78,10 +81,7 @@ def _emit_json(document: _Document, reading: Reading) -> None:
 
 
 def _read_notes(reading: Reading) -> list[str]:
-    notes = [f"skipped {item}" for item in reading.skipped]
-    if reading.stats.cut_lines:
-        notes.append(f"{reading.stats.cut_lines} line(s) longer than 4 MiB were cut into pieces")
-    return notes
+    return reading.notes()
 
 
 def _labels(ranks: tuple[str, ...]) -> list[bytes]:
@@ -123,6 +123,8 @@ def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> i
         for opened in reading.sources():
             for chunk in opened.chunks:
                 inventory.feed(chunk, opened.labels)
+                if opened.continues:
+                    inventory.continued_line(chunk, opened.labels)
     reading.check_something_read()
     document = inventory.document()
     if as_json:
@@ -174,14 +176,24 @@ def grep(
     finder = RankGrep(_labels(ranks_), keep_prefix)
     out = sys.stdout.buffer
     found = 0
+    line_open = False  # the last line written has no newline yet: a piece of a cut line may follow
     with _reading(inputs, host_from_filename, show_progress=False) as reading:  # lines go to the terminal
+        reading.repair_interleaved = False  # the finder splits the lines it prints itself
         for opened in reading.sources():
             for data, lo, hi in opened.windows:
-                lines = list(finder.lines(data, opened.labels, lo, hi))
+                lines = list(finder.lines(data, opened.labels, lo, hi, opened.continues and line_open))
                 if lines:
+                    if opened.continues and line_open:  # the rest of the line just written
+                        found -= 1
+                    elif line_open:
+                        out.write(b"\n")
                     found += len(lines)
-                    out.write(b"\n".join(lines) + b"\n")
+                    out.write(b"\n".join(lines))
+                    line_open = True
+    if line_open:
+        out.write(b"\n")
     out.flush()
+    reading.stats.interleaved_lines += finder.interleaved_lines
     reading.check_something_read()
     for note in _read_notes(reading):
         click.echo(f"rankscope: note: {note}", err=True)
@@ -230,7 +242,7 @@ def split(
         try:
             for opened in reading.sources():
                 for chunk in opened.chunks:
-                    splitter.feed(chunk, opened.labels)
+                    splitter.feed(chunk, opened.labels, opened.continues)
         finally:
             splitter.close()
     reading.check_something_read()

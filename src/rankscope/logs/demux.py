@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, ClassVar, Optional
 
+from rankscope.logs.interleaved import split_pieces
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.prefixes import SourceLabels, split_line
 from rankscope.logs.sources import ReadSummary
@@ -51,6 +53,8 @@ class RankGrep:
         self.labels = set(labels)
         self.keep_prefix = keep_prefix
         self._literals: dict[Optional[bytes], list[bytes]] = {}
+        #: Lines looked at that held several ranks' writes (split at their markers).
+        self.interleaved_lines = 0
 
     def _compile(self, sample: bytes, host: Optional[bytes]) -> list[bytes]:
         wanted = set(self.labels)
@@ -65,10 +69,23 @@ class RankGrep:
             literals = [lit for label in wanted for lit in prefix_literals(label)]
         return literals
 
-    def lines(self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1) -> Iterator[bytes]:
-        """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy."""
+    def lines(
+        self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1, continues: bool = False
+    ) -> Iterator[bytes]:
+        """Matching lines of ``chunk[lo:hi]`` (whole lines), searched in place without a copy.
+
+        ``continues``: the window is a later piece of a line cut for its length; its line is
+        given without a prefix even with ``keep_prefix`` (it continues a line already given).
+        """
         if hi < 0:
             hi = len(chunk)
+        if continues and self.keep_prefix:
+            self.keep_prefix = False
+            try:
+                yield from self.lines(chunk, labels, lo, hi)
+            finally:
+                self.keep_prefix = True
+            return
         fixed_label, host = labels.fixed_label, labels.host
         if fixed_label is not None:
             chunk, lo, hi = chunk[lo:hi], 0, hi - lo
@@ -82,14 +99,15 @@ class RankGrep:
         starts: set[int] = set()
         for literal in literals:
             if literal.startswith(b"["):
-                # bytes.find on "\n[host:rank]" runs at memchr-like speed: no per-line Python work.
-                if chunk.startswith(literal, lo):
-                    starts.add(lo)
-                needle = b"\n" + literal
-                pos = chunk.find(needle, lo, hi)
+                # bytes.find on "[host:rank]" runs at memchr-like speed: no per-line Python work.
+                # A hit inside a line may be the rank's text written into another rank's line
+                # (see rankscope.logs.interleaved): its line is looked at too.
+                pos = chunk.find(literal, lo, hi)
                 while pos >= 0:
-                    starts.add(pos + 1)
-                    pos = chunk.find(needle, pos + 1, hi)
+                    starts.add(
+                        pos if pos == lo or chunk[pos - 1] == 10 else chunk.rfind(b"\n", lo, pos) + 1 or lo
+                    )
+                    pos = chunk.find(literal, pos + 1, hi)
             else:  # Open MPI and srun forms do not start the line: find them, then the line start
                 pos = chunk.find(literal, lo, hi)
                 while pos >= 0:
@@ -98,9 +116,13 @@ class RankGrep:
         for start in sorted(starts):
             end = chunk.find(b"\n", start, hi)
             line = chunk[start : hi if end < 0 else end]
-            split = split_line(line, labels.allow_srun)
-            if labels.label(split.label) in self.labels:
-                yield line.rstrip(b"\r") if self.keep_prefix else split.text
+            pieces = split_pieces(line) if line.count(b"[") > 1 else [line]
+            if len(pieces) > 1:
+                self.interleaved_lines += 1
+            for piece in pieces:
+                split = split_line(piece, labels.allow_srun)
+                if labels.label(split.label) in self.labels:
+                    yield piece.rstrip(b"\r") if self.keep_prefix else split.text
 
 
 #: Bytes kept as they are in a split file name; every other byte is written %XX (upper-case hex).
@@ -152,6 +174,15 @@ def _unquote(text: bytes) -> bytes:
     return re.sub(rb"%([0-9A-F]{2})", lambda match: bytes([int(match.group(1), 16)]), text)
 
 
+def _drop_last_newline(handle: BinaryIO) -> None:
+    """Remove the newline a file ends with (works for files opened to write or to append)."""
+    handle.flush()
+    size = os.fstat(handle.fileno()).st_size
+    if size:
+        os.ftruncate(handle.fileno(), size - 1)
+        handle.seek(size - 1)
+
+
 @dataclass
 class SplitFile:
     """One file ``logs split`` wrote: the rank, the file, how many lines."""
@@ -197,12 +228,19 @@ class Splitter:
         handle = self.files[label] = self.open_file(safe_file_name(label), label in self.counts)
         return handle
 
-    def feed(self, chunk: bytes, labels: SourceLabels) -> None:
+    def feed(self, chunk: bytes, labels: SourceLabels, continues: bool = False) -> None:
+        """Write the lines of ``chunk``; ``continues``: it is a later piece of a line cut for
+        its length (:attr:`rankscope.logs.reading.OpenedSource.continues`), appended to the
+        line its rank's file ends with."""
         buffers: dict[Optional[bytes], list[bytes]] = {}
         for label, text in labels.lines(chunk):
             buffers.setdefault(label, []).append(text)
         for label, texts in buffers.items():
-            self._handle(label).write(b"\n".join(texts) + b"\n")
+            handle = self._handle(label)
+            if continues and self.counts.get(label):
+                _drop_last_newline(handle)
+                self.counts[label] -= 1
+            handle.write(b"\n".join(texts) + b"\n")
             self.counts[label] = self.counts.get(label, 0) + len(texts)
 
     def close(self) -> None:

@@ -44,8 +44,9 @@ class LineCounts:
     truncated: int = 0
     #: torchrun's failure summary entries (launcher view: exit codes, root cause).
     exits: list[RankExit] = field(default_factory=list)
-    #: In sources without rank prefixes: every exception line (``Name: message``), counted, so
-    #: that interleaved tracebacks whose headers or frames got mixed still show their errors.
+    #: In sources without rank prefixes: every exception line (``Name: message``, the message
+    #: normalised as it is counted, so memory grows with distinct errors, not lines), so that
+    #: interleaved tracebacks whose headers or frames got mixed still show their errors.
     exception_lines: Counter[str] = field(default_factory=Counter)
     #: CUDA device-side assertion lines, folded.
     device_asserts: list[DeviceAssert] = field(default_factory=list)
@@ -69,11 +70,17 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                 unprefixed_source = bracketed and chunk.count(b"\n[") < max(1, lines // 10)
             if unprefixed_source:
                 for line in _EXCEPTION_LINE.findall(chunk):
-                    counts.exception_lines[line.rstrip(b"\r").decode("utf-8", "replace")] += 1
+                    # normalised as it is counted: memory grows with distinct errors, not lines
+                    counts.exception_lines[
+                        _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
+                    ] += 1
             if bracketed:
-                counts.unprefixed += lines - chunk.count(b"\n[") - (1 if chunk.startswith(b"[") else 0)
+                counts.unprefixed += lines - opened.bracketed_lines(chunk)
             collector.feed(chunk)
             asserts.feed(chunk, labels)
+            if opened.continues:  # a later piece of a line longer than MAX_LINE
+                collector.continued_line()
+                counts.lines -= 1
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
@@ -324,12 +331,14 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     return "\n".join(out)
 
 
+def _normalised_line(line: str) -> str:
+    name, _, message = line.partition(":")
+    return f"{name}: {normalise_message(message.strip())}" if message else name
+
+
 def _orphan_exception_lines(counts: LineCounts) -> list[tuple[str, int]]:
     """Exception lines, normalised and counted, when they outnumber the rebuilt tracebacks."""
-    grouped: Counter[str] = Counter()
-    for line, count in counts.exception_lines.items():
-        name, _, message = line.partition(":")
-        grouped[f"{name}: {normalise_message(message.strip())}" if message else name] += count
+    grouped = counts.exception_lines
     if sum(grouped.values()) <= counts.tracebacks:
         return []
     return grouped.most_common()

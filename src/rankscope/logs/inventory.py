@@ -15,6 +15,8 @@ from rankscope.serial import SKIP
 
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
 _HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
+#: Most distinct heads whose parse is remembered (a bound on memory, not on correctness).
+_HEAD_CACHE = 1 << 16
 _FIRST_HEAD = re.compile(rb"(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
 
 
@@ -90,6 +92,8 @@ class Inventory:
         for head, count in heads.items():
             label = self._head_labels.get(head, b"?")
             if label == b"?":
+                if len(self._head_labels) >= _HEAD_CACHE:  # lines led by timestamps: many heads
+                    self._head_labels.clear()
                 label = self._head_labels[head] = split_line(head + b"x").label
             label = qualify(label, self._host)
             if label is None:
@@ -149,6 +153,16 @@ class Inventory:
                     entry.last_time = value
         self.lines += count
         self.unprefixed += unprefixed
+
+    def continued_line(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
+        """``chunk`` (just fed) was a later piece of a cut line: count it with the line it continues."""
+        self.lines -= 1
+        label = labels.label(split_line(chunk[:4096], labels.allow_srun).label)
+        entry = None if label is None else self.ranks.get(label)
+        if entry is not None:
+            entry.lines -= 1
+        elif label is None:
+            self.unprefixed -= 1
 
     def rows(self) -> list[RankLines]:
         """Every rank's row, by host then rank."""

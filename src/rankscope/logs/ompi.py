@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from rankscope.logs.sources import MAX_LINE
+
 TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err|diag)>:")
 
 
@@ -51,8 +53,10 @@ class OmpiJoiner:
             tag = match.group()
             end = tags[index + 1].start() if index + 1 < len(tags) else len(line)
             text = self._pending.pop(tag, b"") + line[match.end() : end]
-            if index + 1 == len(tags):
-                done.append(tag + text)  # the physical newline ends this rank's line
+            if index + 1 == len(tags) or len(text) > MAX_LINE:
+                # the physical newline ends this rank's line; a fragment grown past the line
+                # cut is given out as a line too, so a rank that never ends one cannot fill memory
+                done.append(tag + text)
             else:
                 self._pending[tag] = text
         return done

@@ -8,10 +8,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
+from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged
-from rankscope.logs.prefixes import SourceLabels, sniff_srun
+from rankscope.logs.prefixes import SourceLabels, sniff_srun, split_line
 from rankscope.logs.sources import (
+    CHUNK,
+    MAX_LINE,
     BinaryInput,
+    LineShape,
     LogSource,
     ReadStats,
     ReadSummary,
@@ -30,6 +34,21 @@ class OpenedSource:
     #: How this source's lines get their rank labels.
     labels: SourceLabels
     windows: Iterator[Window]
+    shape: LineShape = field(default_factory=LineShape)
+    repair: Optional[InterleaveRepair] = None
+
+    @property
+    def continues(self) -> bool:
+        """Is the window just read a later piece of a line longer than ``MAX_LINE``? Its text
+        continues the line before it: join it back (no newline between), do not count it."""
+        return self.shape.continuing
+
+    def bracketed_lines(self, chunk: bytes) -> int:
+        """How many lines of ``chunk`` (the window just read) start with ``[``."""
+        counted = None if self.repair is None else self.repair.bracketed_lines
+        if counted is not None:
+            return counted
+        return chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
 
     @property
     def chunks(self) -> Iterator[bytes]:
@@ -48,6 +67,12 @@ class Reading:
     inputs: Sequence[LogSource]
     host_from_filename: bool = False
     progress: Optional[Callable[[str], None]] = None
+    #: Block size and line cut (tests make them small to reach every boundary).
+    chunk_size: int = CHUNK
+    max_line: int = MAX_LINE
+    #: Split write-interleaved lines here (:mod:`interleaved`); ``logs grep`` does it itself, on
+    #: the lines it prints only, which keeps it at ``grep -F`` speed.
+    repair_interleaved: bool = True
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
 
@@ -57,7 +82,9 @@ class Reading:
             if source.not_read:
                 self.skipped.append(f"{source.name}: {source.not_read}")
                 continue
-            windows = read_windows(source, self.stats)
+            # pieces of a long line keep its rank prefix (srun's form once the source is sniffed)
+            shape = LineShape() if source.fixed_label is not None else LineShape(_prefix_reader(False))
+            windows = read_windows(source, self.stats, self.chunk_size, shape, self.max_line)
             try:
                 first = next(windows, None)
             except BinaryInput:
@@ -74,12 +101,20 @@ class Reading:
             data, start, end = first
             head = data[start : min(end, start + _SNIFF)]
             allow_srun = source.fixed_label is None and sniff_srun(head)
+            if allow_srun:
+                shape.prefix_of = _prefix_reader(allow_srun)
             stream: Iterator[Window] = itertools.chain([first], windows)
-            if source.fixed_label is None and looks_tagged(head):
+            tagged = source.fixed_label is None and looks_tagged(head)
+            if tagged:
                 stream = _joined(stream)
+            repair = None
+            if source.fixed_label is None and not tagged and self.repair_interleaved:
+                repair = InterleaveRepair(self.stats)
+                stream = _repaired(stream, repair)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
-            yield OpenedSource(source, SourceLabels(source.fixed_label, allow_srun, host), stream)
+            labels = SourceLabels(source.fixed_label, allow_srun, host)
+            yield OpenedSource(source, labels, stream, shape, repair)
 
     def _total_mb(self) -> str:
         """`` / 1074`` (MB) when every input's size is known (no stdin, no skipped files)."""
@@ -92,11 +127,43 @@ class Reading:
         assert progress is not None
         for window in windows:
             yield window
-            progress(f"reading {name[-40:]}  {self.stats.bytes_read / 1e6:.0f}{total} MB")
+            read = self.stats.bytes_read + self.stats.nul_bytes
+            progress(f"reading {name[-40:]}  {read / 1e6:.0f}{total} MB")
+
+    def notes(self) -> list[str]:
+        """What the reader of a result should know about how the input was read, one sentence each."""
+        stats = self.stats
+        notes = [f"skipped {item}" for item in self.skipped]
+        notes.extend(stats.notes)
+        if stats.nul_bytes:
+            notes.append(f"skipped {stats.nul_bytes:,} NUL bytes (a log truncated in place by copytruncate?)")
+        if stats.cut_lines:
+            notes.append(
+                f"{stats.cut_lines} line(s) longer than {MAX_LINE >> 20} MiB were cut into pieces "
+                f"({stats.cut_pieces} in all), each kept with its line's rank"
+            )
+        if stats.interleaved_lines:
+            notes.append(
+                f"repaired {stats.interleaved_lines:,} line(s) that held the text of several ranks "
+                "(written at once without a lock): split at their embedded rank markers"
+                + (
+                    f", {stats.interleaved_newlines:,} empty line(s) of late newlines dropped"
+                    if stats.interleaved_newlines
+                    else ""
+                )
+            )
+        return notes
 
     def summary(self) -> ReadSummary:
+        stats = self.stats
         return ReadSummary(
-            [s.name for s in self.inputs], self.stats.bytes_read, self.stats.cut_lines, list(self.skipped)
+            [s.name for s in self.inputs],
+            stats.bytes_read,
+            stats.cut_lines,
+            list(self.skipped),
+            stats.nul_bytes,
+            stats.interleaved_lines,
+            self.notes(),
         )
 
     def check_something_read(self) -> None:
@@ -109,7 +176,12 @@ class Reading:
                 f"{names}: binary data, not a text log", "give the console log or a torchrun --log-dir tree"
             )
         if self.stats.bytes_read == 0:
-            raise NothingFoundError(f"{names}: empty, no log lines", "is this the right file?")
+            if self.stats.notes:  # a .gz cut before its first line
+                raise NothingFoundError(
+                    f"{names}: no log lines ({'; '.join(self.stats.notes)})", "is the file complete?"
+                )
+            nuls = f"only NUL bytes ({self.stats.nul_bytes:,})" if self.stats.nul_bytes else "empty"
+            raise NothingFoundError(f"{names}: {nuls}, no log lines", "is this the right file?")
 
 
 def _joined(windows: Iterator[Window]) -> Iterator[Window]:
@@ -121,3 +193,16 @@ def _joined(windows: Iterator[Window]) -> Iterator[Window]:
     rest = joiner.flush()
     if rest:
         yield (rest, 0, len(rest))
+
+
+def _prefix_reader(allow_srun: bool) -> Callable[[bytes], bytes]:
+    def prefix_of(line: bytes) -> bytes:
+        return split_line(line, allow_srun).raw_prefix
+
+    return prefix_of
+
+
+def _repaired(windows: Iterator[Window], repair: InterleaveRepair) -> Iterator[Window]:
+    """Lines that hold several ranks' writes, split (see :mod:`interleaved`)."""
+    for window in windows:
+        yield repair.feed(window)

@@ -191,6 +191,10 @@ class TracebackCollector:
         self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n")
 
+    def continued_line(self) -> None:
+        """The chunk just fed was a later piece of a cut line: not a line of its own."""
+        self._lines_before -= 1
+
     def finish(self) -> None:
         for building in self._active.values():
             tb = building.tb
