@@ -25,6 +25,12 @@ class ExitCode(IntEnum):
     BAD_INPUT = 8
     #: `rankscope demo` ran but its diagnosis did not name the injected culprit.
     DEMO_MISSED = 9
+    #: `gpu-test`: a rank failed its test (backend error, wrong all_reduce sum, hung collective).
+    RANKS_FAILED = 10
+    #: `gpu-test`: every rank that reported passed, but some ranks never joined or never reported.
+    RANKS_MISSING = 11
+    #: `gpu-test`: a set-up mistake caught before the backend started (interface variable, MASTER_ADDR, device mapping).
+    MISCONFIGURED = 12
 
 
 class RankscopeError(Exception):

@@ -24,6 +24,8 @@ VERBS: dict[str, str] = {
     "logs": "rankscope.cli.logs:logs",
     "prefix": "rankscope.cli.prefix:prefix",
     "exec": "rankscope.cli.exec:exec_cmd",
+    "gpu-test": "rankscope.cli.gputest:gpu_test",
+    "bench": "rankscope.cli.bench:bench",
 }
 
 
