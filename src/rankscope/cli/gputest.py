@@ -143,6 +143,7 @@ def _launch(options: Any, devices: Optional[list[int]]) -> int:
     if options.json:
         from rankscope.gputest.report import SCHEMA
 
+        click.echo(run.output, err=True, nl=False)  # the ranks' own lines; stdout holds the document
         click.echo(json.dumps(dump_document(SCHEMA, run.summary), indent=2))
     return _exit_for(run.summary)
 

@@ -132,14 +132,20 @@ def subset_env(devices: Subset, on_gpu: bool, env: Mapping[str, str]) -> dict[st
     return run_env
 
 
-def _detail(run: LocalRun) -> str:
+def _detail(run: LocalRun, devices: Subset) -> str:
+    """What went wrong in one subset's run, by device (local rank r ran on ``devices[r]``)."""
     if run.summary is None:
         return "no verdict (timed out)" if run.timed_out else f"no verdict (exit {run.returncode})"
     if run.summary.passed:
         return "OK"
-    parts = [f"rank {r.rank} failed at {r.step}" for r in run.summary.failed]
-    if run.summary.never_joined or run.summary.no_result:
-        parts.append(f"ranks {run.summary.never_joined + run.summary.no_result} silent")
+
+    def device(rank: int) -> str:
+        return str(devices[rank]) if rank < len(devices) else f"rank {rank}"
+
+    parts = [f"device {device(r.rank)} failed at {r.step}" for r in run.summary.failed]
+    silent = run.summary.never_joined + run.summary.no_result
+    if silent:
+        parts.append(f"devices {','.join(device(r) for r in silent)} silent")
     return "; ".join(parts)
 
 
@@ -161,7 +167,7 @@ def isolate(
             )
             passed = run.summary is not None and run.summary.passed
             outcomes[subset] = passed
-            done = SubsetRun(stage, subset, passed, _detail(run))
+            done = SubsetRun(stage, subset, passed, _detail(run, subset))
             result.runs.append(done)
             if progress is not None:
                 progress(done)

@@ -83,11 +83,13 @@ class Summary:
     never_joined: list[int] = field(default_factory=list)
     #: ranks that joined but reported no result before the deadline (hung in the backend, or died)
     no_result: list[int] = field(default_factory=list)
+    #: ranks that only waited for the missing ones to arrive (victims, not culprits)
+    waited: list[int] = field(default_factory=list)
     results: list[RankResult] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not (self.failed or self.never_joined or self.no_result) and len(self.ok) == self.world_size
+        return not (self.failed or self.never_joined or self.no_result or self.waited)
 
 
 def summarise(world_size: int, backend: str, results: Sequence[RankResult], joined: Sequence[int]) -> Summary:
@@ -100,6 +102,8 @@ def summarise(world_size: int, backend: str, results: Sequence[RankResult], join
             (summary.no_result if rank in joined else summary.never_joined).append(rank)
         elif result.ok:
             summary.ok.append(rank)
+        elif result.step == Step.ARRIVE:
+            summary.waited.append(rank)
         else:
             summary.failed.append(result)
     return summary
@@ -121,6 +125,8 @@ def summary_lines(summary: Summary, timeout: float) -> list[str]:
             " or cannot reach MASTER_ADDR:MASTER_PORT (check the launcher's log on their nodes,"
             " and `rankscope net check`)"
         )
+        if summary.waited:
+            lines.append(f"  ranks {fold_ints(summary.waited)} waited for them at the store")
     if summary.no_result:
         lines.append(
             f"  ranks {fold_ints(summary.no_result)} joined but gave no result within {timeout:g} s: they hang in"
