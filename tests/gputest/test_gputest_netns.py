@@ -7,62 +7,35 @@ interface named the job passes; without it gpu-test ends at once with the fix.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
+from tests.support.netns_pair import TwoNodes, veth_pair_nodes
 
 from rankscope.gputest.checks import is_loopback
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs("netns")]
 
 
-@dataclass
-class TwoNodes:
-    namespaces: tuple[str, str]
-    interfaces: tuple[str, str]
-    addresses: tuple[str, str]
-
-
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
-
-
 @pytest.fixture
 def two_nodes() -> Iterator[TwoNodes]:
-    tag = f"gt{os.getpid() % 1_000_000}"
-    nodes = TwoNodes((f"{tag}-a", f"{tag}-b"), (f"{tag}a", f"{tag}b"), ("10.232.0.1", "10.232.0.2"))
-    try:
-        for ns in nodes.namespaces:
-            ip("netns", "add", ns)
-        ip("link", "add", nodes.interfaces[0], "type", "veth", "peer", "name", nodes.interfaces[1])
-        for ns, iface, address in zip(nodes.namespaces, nodes.interfaces, nodes.addresses):
-            ip("link", "set", iface, "netns", ns)
-            ip("-n", ns, "addr", "add", f"{address}/24", "dev", iface)
-            ip("-n", ns, "link", "set", iface, "up")
-            ip("-n", ns, "link", "set", "lo", "up")
+    with veth_pair_nodes() as nodes:
         yield nodes
-    finally:
-        for ns in nodes.namespaces:
-            with contextlib.suppress(subprocess.SubprocessError):
-                ip("netns", "del", ns)
 
 
 def start_node(nodes: TwoNodes, index: int, port: int, timeout: int, **env: str) -> subprocess.Popen[str]:
     node_env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
     node_env.update(OMP_NUM_THREADS="1", **env)
-    argv = [
-        "ip", "netns", "exec", nodes.namespaces[index],
+    argv = nodes.argv(index, [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
         "--node-rank", str(index), "--master-addr", nodes.addresses[0], "--master-port", str(port),
         "-m", "rankscope", "gpu-test", "--backend", "gloo", "--timeout", str(timeout),
-    ]  # fmt: skip
+    ])  # fmt: skip
     return subprocess.Popen(argv, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
