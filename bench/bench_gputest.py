@@ -8,8 +8,8 @@ timeout are killed at --cap and shown as "> cap"):
 - a node that cannot connect (rank 1 of 2, nobody at MASTER_ADDR:MASTER_PORT): `gpu-test --timeout 5`
   vs the manual script, which inherits the default timeout (30 min for gloo);
 - a wrong interface variable (GLOO_SOCKET_IFNAME=nosuch0, 2 ranks);
-- with --netns (root; hold /tmp/rankscope-system.lock): two namespace nodes whose hostname resolves
-  to loopback and no GLOO_SOCKET_IFNAME;
+- with --netns alone (root; hold /tmp/rankscope-system.lock for it): two namespace nodes whose
+  hostname resolves to loopback and no GLOO_SOCKET_IFNAME;
 - busbw, 2 ranks: `rankscope bench allreduce --json` vs bench/manual_allreduce.py, same sizes.
 Prints Markdown tables (paste into docs/benchmarks.md) and writes bench/out/gputest.json.
 """
@@ -211,72 +211,49 @@ def busbw_rows(repeat: int) -> list[dict[str, object]]:
     ]
 
 
+def local_rows(cap: float, repeat: int) -> list[dict[str, object]]:
+    rankscope = [PY, "-m", "rankscope"]
+    manual_2 = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", MANUAL]
+    cases = [
+        ("verdict, 4 ranks: rankscope gpu-test --nproc 4", [*rankscope, "gpu-test", "--nproc", "4"], env()),
+        ("verdict, 4 ranks: torchrun + manual script",
+         [*TORCHRUN, "--standalone", "--nproc-per-node", "4", MANUAL], env()),
+        ("unreachable master: rankscope gpu-test --timeout 5", [*rankscope, "gpu-test", "--timeout", "5"],
+         unreachable_env()),
+        ("unreachable master: manual script (default timeout)", [PY, MANUAL], unreachable_env()),
+        ("GLOO_SOCKET_IFNAME=nosuch0: rankscope gpu-test --nproc 2", [*rankscope, "gpu-test", "--nproc", "2"],
+         env(GLOO_SOCKET_IFNAME="nosuch0")),
+        ("GLOO_SOCKET_IFNAME=nosuch0: torchrun + manual script", manual_2, env(GLOO_SOCKET_IFNAME="nosuch0")),
+    ]  # fmt: skip
+    return [row(name, argv, run_env, cap, repeat) for name, argv, run_env in cases]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--cap", type=float, default=90.0)
-    parser.add_argument("--netns", action="store_true")
+    parser.add_argument(
+        "--netns", action="store_true", help="only the two-namespace rows (root; hold the lock)"
+    )
     args = parser.parse_args()
-    rankscope = [PY, "-m", "rankscope"]
-    rows = [
-        row(
-            "verdict, 4 ranks: rankscope gpu-test --nproc 4",
-            [*rankscope, "gpu-test", "--nproc", "4"],
-            env(),
-            args.cap,
-            args.repeat,
-        ),
-        row(
-            "verdict, 4 ranks: torchrun + manual script",
-            [*TORCHRUN, "--standalone", "--nproc-per-node", "4", MANUAL],
-            env(),
-            args.cap,
-            args.repeat,
-        ),
-        row(
-            "unreachable master: rankscope gpu-test --timeout 5",
-            [*rankscope, "gpu-test", "--timeout", "5"],
-            unreachable_env(),
-            args.cap,
-            args.repeat,
-        ),
-        row(
-            "unreachable master: manual script (default timeout)",
-            [PY, MANUAL],
-            unreachable_env(),
-            args.cap,
-            args.repeat,
-        ),
-        row(
-            "GLOO_SOCKET_IFNAME=nosuch0: rankscope gpu-test --nproc 2",
-            [*rankscope, "gpu-test", "--nproc", "2"],
-            env(GLOO_SOCKET_IFNAME="nosuch0"),
-            args.cap,
-            args.repeat,
-        ),
-        row(
-            "GLOO_SOCKET_IFNAME=nosuch0: torchrun + manual script",
-            [*TORCHRUN, "--standalone", "--nproc-per-node", "2", MANUAL],
-            env(GLOO_SOCKET_IFNAME="nosuch0"),
-            args.cap,
-            args.repeat,
-        ),
-    ]
     if args.netns:
-        rows += netns_rows(args.cap, args.repeat)
-    bandwidth = busbw_rows(args.repeat)
+        rows, bandwidth = netns_rows(args.cap, args.repeat), []
+    else:
+        rows, bandwidth = local_rows(args.cap, args.repeat), busbw_rows(args.repeat)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"\n| case | wall s (median of {args.repeat}) | exit |\n|---|---:|---:|")
     for r in rows:
         print(f"| {r['row']} | {r['shown']} | {r.get('exit', '')} |")
-    print("\n| payload | busbw rankscope (GB/s) | busbw plain loop (GB/s) |\n|---:|---:|---:|")
-    for b in bandwidth:
-        print(f"| {b['size']} | {b['rankscope_busbw']} | {b['manual_busbw']} |")
+    if bandwidth:
+        print("\n| payload | busbw rankscope (GB/s) | busbw plain loop (GB/s) |\n|---:|---:|---:|")
+        for b in bandwidth:
+            print(f"| {b['size']} | {b['rankscope_busbw']} | {b['manual_busbw']} |")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
-    (out / "gputest.json").write_text(json.dumps({"rows": rows, "busbw": bandwidth}, indent=2))
+    name = "gputest_netns.json" if args.netns else "gputest.json"
+    (out / name).write_text(json.dumps({"rows": rows, "busbw": bandwidth}, indent=2))
 
 
 if __name__ == "__main__":

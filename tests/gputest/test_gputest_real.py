@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
@@ -137,3 +138,22 @@ def test_bench_names_the_rank_the_others_wait_for() -> None:
     document = result.json()
     assert document["schema"] == "rankscope.bench.allreduce/1"
     assert [o["rank"] for o in document["outliers"]] == [1]
+
+
+@pytest.mark.parametrize(
+    "args", [["gpu-test"], ["gpu-test", "--nproc", "2"], ["bench", "allreduce", "--nproc", "2"]]
+)
+def test_without_torch_a_clear_error_and_exit_6(tmp_path: Path, args: list[str]) -> None:
+    # An import hook that finds no torch stands for an environment without it.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+    )
+    result = run_cli(*args, env=env(PYTHONPATH=str(tmp_path)), timeout=60)
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert "needs PyTorch and it is not installed" in result.stderr
+    assert "pip install torch" in result.stderr and "Traceback" not in result.stderr

@@ -97,10 +97,10 @@ def _child_args(options: Any) -> list[str]:
 
 
 def _launch(options: Any) -> int:
-    from rankscope.gputest.collect import require_torch
+    from rankscope.gputest.collect import torch_installed
     from rankscope.gputest.launch import run_local
 
-    require_torch()
+    torch_installed()
     run = run_local(options.nproc, _child_args(options), options.timeout)
     if run.timed_out:
         click.echo("bench allreduce: did not finish in time; the job was stopped", err=True)

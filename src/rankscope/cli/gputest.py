@@ -123,18 +123,18 @@ def _gpu_count() -> int:
 
 
 def _launch(options: Any, devices: Optional[list[int]]) -> int:
-    from rankscope.gputest.collect import require_torch
+    from rankscope.gputest.collect import gpus_present, torch_installed
     from rankscope.gputest.launch import run_local, subset_env
     from rankscope.serial import dump_document
 
     _stop_on_misconfiguration()
-    require_torch()
+    torch_installed()
     nproc = options.nproc or (len(devices) if devices else 1)
     if devices is not None and len(devices) != nproc:
         raise BadInputError(f"--nproc {nproc} and --devices {options.devices} disagree", "give one of them")
     env = dict(os.environ)
     if devices is not None:
-        env = subset_env(tuple(devices), _gpu_count() > 0, env)
+        env = subset_env(tuple(devices), gpus_present(), env)
     run = run_local(nproc, _child_args(options), options.timeout, env, capture=options.json)
     if run.summary is None:
         why = "timed out" if run.timed_out else f"torchrun exited with {run.returncode}"

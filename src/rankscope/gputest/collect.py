@@ -77,6 +77,23 @@ def require_torch() -> Any:
     return torch
 
 
+def torch_installed() -> None:
+    """The launcher's check: torch importable (without paying for its import; the ranks do that)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except ImportError:
+        found = False
+    if not found:
+        require_torch()
+
+
+def gpus_present() -> bool:
+    """Whether this node has NVIDIA GPUs, without importing torch (the device files of the driver)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def interface_names() -> list[str]:
     return [name for _, name in socket.if_nameindex()]
 
@@ -261,7 +278,8 @@ def run_rank(
     slots = local_slots(env)
     slot = slots[local] if slots and local < len(slots) else local
     slot_id = f"slot{slot}"
-    if backend == "nccl" or (options.backend is None and torch.cuda.is_available()):
+    # gloo moves CUDA tensors too: on a GPU node every backend tests the rank's GPU
+    if backend == "nccl" or torch.cuda.is_available():
         if not torch.cuda.is_available():
             return early(
                 failed(
