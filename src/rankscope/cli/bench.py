@@ -74,34 +74,12 @@ def allreduce(**params: Any) -> int:
     return _in_rank(options, sizes)
 
 
-def _child_args(options: Any) -> list[str]:
-    args = [
-        "bench",
-        "allreduce",
-        "--min-bytes",
-        options.min_bytes,
-        "--max-bytes",
-        options.max_bytes,
-        "--factor",
-        str(options.factor),
-        "--warmup",
-        str(options.warmup),
-        "--iters",
-        str(options.iters),
-        "--timeout",
-        f"{options.timeout:g}",
-    ]
-    args += ["--backend", options.backend] if options.backend else []
-    args += ["--json"] if options.json else []
-    return args + (["--plot", os.path.abspath(options.plot)] if options.plot else [])
-
-
 def _launch(options: Any) -> int:
     from rankscope.gputest.collect import torch_installed
     from rankscope.gputest.launch import run_local
 
     torch_installed()
-    run = run_local(options.nproc, _child_args(options), options.timeout)
+    run = run_local(options.nproc, options.rank_argv(), options.timeout)
     if run.timed_out:
         click.echo("bench allreduce: did not finish in time; the job was stopped", err=True)
         return int(ExitCode.RANKS_FAILED)

@@ -100,11 +100,6 @@ def _parse_devices(text: Optional[str]) -> Optional[list[int]]:
     return devices
 
 
-def _child_args(options: Any) -> list[str]:
-    args = ["gpu-test", "--timeout", f"{options.timeout:g}"]
-    return args + (["--backend", options.backend] if options.backend else [])
-
-
 def _stop_on_misconfiguration() -> None:
     """The launcher's own pre-flight: the ranks would inherit the same mistake."""
     from rankscope.errors import RankscopeError
@@ -135,7 +130,7 @@ def _launch(options: Any, devices: Optional[list[int]]) -> int:
     env = dict(os.environ)
     if devices is not None:
         env = subset_env(tuple(devices), gpus_present(), env)
-    run = run_local(nproc, _child_args(options), options.timeout, env, capture=options.json)
+    run = run_local(nproc, options.rank_argv(), options.timeout, env, capture=options.json)
     if run.summary is None:
         why = "timed out" if run.timed_out else f"torchrun exited with {run.returncode}"
         click.echo(f"gpu-test: FAILED — rank 0 gave no verdict ({why}); see the ranks' lines above", err=True)
@@ -176,7 +171,7 @@ def _isolate(options: Any, devices: Optional[list[int]]) -> int:
     click.echo(
         f"gpu-test --isolate: devices {','.join(map(str, devices))} ({'GPU' if gpus else 'CPU slots'})"
     )
-    result = isolate(devices, _child_args(options), options.timeout, gpus > 0, show)
+    result = isolate(devices, options.rank_argv(), options.timeout, gpus > 0, show)
     for line in describe(result.verdict):
         click.echo(f"gpu-test: {line}")
     return int(ExitCode.OK if result.verdict.ok else ExitCode.RANKS_FAILED)

@@ -34,6 +34,15 @@ class BenchOptions:
     json: bool = False
     plot: Optional[str] = None
 
+    def rank_argv(self) -> list[str]:
+        """The command line each rank of `--nproc` runs: the same sweep, without the launching."""
+        argv = ["bench", "allreduce", "--min-bytes", self.min_bytes, "--max-bytes", self.max_bytes]
+        argv += ["--factor", str(self.factor), "--warmup", str(self.warmup), "--iters", str(self.iters)]
+        argv += ["--timeout", repr(self.timeout)]
+        argv += ["--backend", self.backend] if self.backend else []
+        argv += ["--json"] if self.json else []
+        return argv + (["--plot", os.path.abspath(self.plot)] if self.plot else [])
+
 
 def run_bench(
     backend: Optional[str],

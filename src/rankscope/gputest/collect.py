@@ -54,6 +54,11 @@ class GpuTestOptions:
     isolate: bool = False
     json: bool = False
 
+    def rank_argv(self) -> list[str]:
+        """The command line each rank of `--nproc`/`--isolate` runs: the same test, without the launching."""
+        argv = ["gpu-test", "--timeout", repr(self.timeout)]
+        return argv + (["--backend", self.backend] if self.backend else [])
+
 
 @dataclass
 class RankRun:
