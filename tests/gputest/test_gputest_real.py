@@ -157,3 +157,14 @@ def test_without_torch_a_clear_error_and_exit_6(tmp_path: Path, args: list[str])
     assert result.returncode == 6, result.stdout + result.stderr
     assert "needs PyTorch and it is not installed" in result.stderr
     assert "pip install torch" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_rank_stuck_in_its_collective_ends_within_the_timeout_and_is_named() -> None:
+    result = run_cli(
+        "gpu-test", "--nproc", "3", "--timeout", "10", "--json",
+        env=env(RANKSCOPE_GPUTEST_HANG_DEVICE="1"), timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 10, result.stdout + result.stderr
+    failed = {r["rank"]: r for r in result.json()["failed"]}
+    assert failed[1]["step"] == "all_reduce"
+    assert failed[1]["reason"] == "no answer from the backend within 10 s in all_reduce"

@@ -37,6 +37,8 @@ from rankscope.serial import from_json, to_json
 
 #: Test hook (set only by rankscope's own tests): the rank on this device slot corrupts its all_reduce result.
 FAIL_DEVICE_HOOK = "RANKSCOPE_GPUTEST_FAIL_DEVICE"
+#: Test hook: the rank on this device slot never returns from its all_reduce, as behind a stuck kernel.
+HANG_DEVICE_HOOK = "RANKSCOPE_GPUTEST_HANG_DEVICE"
 #: The device (slot) numbers of the local ranks, set by `--devices`/`--isolate`: on CPU each is a slot.
 DEVICES_ENV = "RANKSCOPE_GPUTEST_DEVICES"
 #: Where rank 0 writes its summary for `gpu-test --nproc` (the launcher's exit code comes from it).
@@ -197,6 +199,8 @@ def _collectives(
         state.step = Step.ALLOCATE
         payload = torch.full((PAYLOAD_ELEMENTS,), float(base.rank + 1), device=device)
         state.step = Step.ALL_REDUCE
+        while env.get(HANG_DEVICE_HOOK, "") == str(slot):
+            time.sleep(3600)  # the test hook: this device never finishes
         dist.all_reduce(payload)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
