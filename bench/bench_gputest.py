@@ -34,7 +34,7 @@ from rankscope.demo.launch import kill_tree  # noqa: E402
 PY = sys.executable
 TORCHRUN = [PY, "-m", "torch.distributed.run"]
 MANUAL = str(ROOT / "bench" / "manual_gpu_test.py")
-SIZES = [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24]
+SIZES = [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24]  # 1K..16M, factor 4
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -165,7 +165,7 @@ def busbw_rows(repeat: int) -> list[dict[str, object]]:
                 "--max-bytes",
                 "16M",
                 "--factor",
-                "16",
+                "4",
                 "--warmup",
                 "5",
                 "--iters",
@@ -233,11 +233,15 @@ def main() -> None:
     parser.add_argument(
         "--netns", action="store_true", help="only the two-namespace rows (root; hold the lock)"
     )
+    parser.add_argument("--busbw-only", action="store_true", help="only the bandwidth table")
     args = parser.parse_args()
+    rows: list[dict[str, object]] = []
+    bandwidth: list[dict[str, object]] = []
     if args.netns:
-        rows, bandwidth = netns_rows(args.cap, args.repeat), []
+        rows = netns_rows(args.cap, args.repeat)
     else:
-        rows, bandwidth = local_rows(args.cap, args.repeat), busbw_rows(args.repeat)
+        rows = [] if args.busbw_only else local_rows(args.cap, args.repeat)
+        bandwidth = busbw_rows(args.repeat)
     print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"\n| case | wall s (median of {args.repeat}) | exit |\n|---|---:|---:|")
     for r in rows:
@@ -248,7 +252,7 @@ def main() -> None:
             print(f"| {b['size']} | {b['rankscope_busbw']} | {b['manual_busbw']} |")
     out = ROOT / "bench" / "out"
     out.mkdir(exist_ok=True)
-    name = "gputest_netns.json" if args.netns else "gputest.json"
+    name = "gputest_netns.json" if args.netns else "gputest_busbw.json" if args.busbw_only else "gputest.json"
     (out / name).write_text(json.dumps({"rows": rows, "busbw": bandwidth}, indent=2))
 
 
