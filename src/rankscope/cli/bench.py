@@ -26,7 +26,16 @@ Examples:
 """
 
 
-@click.group(help="Benchmarks of the job's communication.")
+BENCH_HELP = """Benchmarks of the job's communication.
+
+\b
+Examples:
+  rankscope bench allreduce --nproc 2
+  rankscope bench allreduce --nproc 4 --max-bytes 64M --plot busbw.png
+"""
+
+
+@click.group(help=BENCH_HELP)
 def bench() -> None:
     pass
 
