@@ -125,6 +125,32 @@ def preflight(env: Mapping[str, str], backend: str) -> list[Problem]:
     return problems
 
 
+def wait_for_port(host: str, port: int, deadline: float) -> str:
+    """Connect to ``host:port`` until it accepts or ``deadline`` (monotonic) passes; "" when it accepted,
+    else the last reason (refused, timed out, does not resolve).
+
+    TCPStore's own connect loop backs off past its timeout (10.3 s for a 5 s timeout here); this one
+    ends on time, and says why.
+    """
+    reason = "not tried"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return reason
+        try:
+            with socket.create_connection((host, port), timeout=min(1.0, left)):
+                return ""
+        except socket.gaierror as exc:
+            reason = f"{host} does not resolve ({exc.strerror})"
+        except ConnectionRefusedError:
+            reason = "connection refused (nothing listens there yet)"
+        except socket.timeout:
+            reason = "no answer (a firewall drops the packets, or the address is not on this network)"
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
 def default_backend(torch: Any) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
@@ -334,6 +360,18 @@ def run_rank(
             )
         )
     is_server = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    where = f"{master_addr}:{master_port}"
+    unreachable = "" if is_server else wait_for_port(master_addr, master_port, deadline)
+    if unreachable:
+        return early(
+            failed(
+                Step.STORE,
+                f"cannot reach the rendezvous store at {where} within {options.timeout:g} s: {unreachable}",
+                f"rank 0 is not listening at {where}, or it cannot be reached from here: check MASTER_ADDR and"
+                f" MASTER_PORT (the same on every node), that rank 0 started, and that the port is open"
+                " between the nodes",
+            )
+        )
     try:
         root = dist.TCPStore(
             master_addr,
@@ -344,12 +382,10 @@ def run_rank(
             wait_for_workers=False,
         )
     except Exception as exc:
-        where = f"{master_addr}:{master_port}"
         fix = (
             f"check that MASTER_PORT {master_port} is free on this node"
             if is_server
-            else f"rank 0 is not listening at {where}, or it cannot be reached from here: check MASTER_ADDR and"
-            f" MASTER_PORT (same on every node), that rank 0 started, and `rankscope net probe {where}`"
+            else "check MASTER_ADDR and MASTER_PORT (the same on every node) and that rank 0 started"
         )
         return early(
             failed(Step.STORE, f"cannot reach the rendezvous store at {where}: {_one_line(exc)}", fix)
@@ -376,17 +412,17 @@ def run_rank(
 
     if backend == "nccl":
         others = [from_json(DeviceSlot, json.loads(store.get(f"arrived/{r}"))) for r in range(world)]
-        for problem in duplicate_devices(others):
-            if f"device {slot_id} on {ident.host}" in problem.what:
-                return _finish(
-                    on_result,
-                    store,
-                    failed(Step.CONFIG, problem.what, problem.fix),
-                    world,
-                    backend,
-                    options,
-                    deadline,
-                )
+        sharing = [o for o in others if (o.host, o.device) == (ident.host, slot_id)]
+        for problem in duplicate_devices(sharing):
+            return _finish(
+                on_result,
+                store,
+                failed(Step.CONFIG, problem.what, problem.fix),
+                world,
+                backend,
+                options,
+                deadline,
+            )
 
     state = _Progress()
     worker = threading.Thread(
