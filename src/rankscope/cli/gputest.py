@@ -31,6 +31,7 @@ Examples:
   rankscope gpu-test --nproc 4                    # this node only: starts torchrun itself
   rankscope gpu-test --isolate                    # each GPU alone, pairs, halves: name the bad one
   rankscope gpu-test --nproc 4 --backend gloo --json
+  rankscope gpu-test --isolate --devices 0,1,2,3   # no GPU: four CPU slots, one gloo rank each
 """
 
 
@@ -56,7 +57,7 @@ def _exit_for(summary: Any) -> int:
     type=click.FloatRange(1, 3600),
     default=60.0,
     show_default=True,
-    help="Seconds every step may take in all, rendezvous included.",
+    help="Seconds all steps may take together, rendezvous included, counted once torch is imported.",
 )
 @click.option(
     "--nproc",
