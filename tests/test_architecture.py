@@ -30,6 +30,7 @@ ROOMS = (
     "rankscope.net",
     "rankscope.doctor",
     "rankscope.launch",
+    "rankscope.gputest",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

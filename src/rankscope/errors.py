@@ -27,6 +27,12 @@ class ExitCode(IntEnum):
     DEMO_MISSED = 9
     #: `rankscope doctor` ran and at least one check FAILed (each with its fix in the report).
     CHECK_FAILED = 10
+    #: `gpu-test`: a rank failed its test (backend error, wrong all_reduce sum, hung collective).
+    RANKS_FAILED = 11
+    #: `gpu-test`: every rank that reported passed, but some ranks never joined or never reported.
+    RANKS_MISSING = 12
+    #: `gpu-test`: a set-up mistake caught before the backend started (interface variable, MASTER_ADDR, device mapping).
+    MISCONFIGURED = 13
 
 
 class RankscopeError(Exception):

@@ -21,6 +21,9 @@ MEANING: dict[int, str] = {
     ExitCode.BAD_INPUT: "bad input: no such pid, file or directory, a bad --out/--from directory",
     ExitCode.DEMO_MISSED: "the demo's diagnosis missed the injected culprit",
     ExitCode.CHECK_FAILED: "doctor: at least one check failed (each FAIL line carries its fix)",
+    ExitCode.RANKS_FAILED: "gpu-test: a rank failed its test (or --isolate found a bad device/link)",
+    ExitCode.RANKS_MISSING: "gpu-test: some ranks never joined or never reported",
+    ExitCode.MISCONFIGURED: "gpu-test: a set-up mistake caught before the backend started",
     130: "interrupted by Ctrl-C (what was collected so far is printed)",
     143: "ended by SIGTERM (what was collected so far is printed)",
 }
@@ -35,6 +38,8 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "net": (0, 2, 4, 5, 6, 8),
     "doctor": (0, 2, 10),
     "launch": (0, 2, 8),
+    "gpu-test": (0, 2, 6, 11, 12, 13),
+    "bench": (0, 2, 6, 11),
 }
 
 #: Verbs whose code is not one of the table's.

@@ -28,6 +28,8 @@ VERBS: dict[str, str] = {
     "net": "rankscope.cli.net:net",
     "launch": "rankscope.cli.launch:launch",
     "doctor": "rankscope.cli.doctor:doctor",
+    "gpu-test": "rankscope.cli.gputest:gpu_test",
+    "bench": "rankscope.cli.bench:bench",
 }
 
 
