@@ -109,3 +109,17 @@ def test_slurm_node_name_is_the_host() -> None:
 
 def test_launcher_of_plain_env() -> None:
     assert launcher_of({"RANK": "0"}) == "env"
+
+
+def test_a_job_spans_nodes_by_its_node_count_or_a_world_beyond_the_local_world() -> None:
+    from rankscope.ranks import spans_nodes
+
+    assert spans_nodes({"NNODES": "2"})
+    assert spans_nodes({"PET_NNODES": "1:4"})  # torchrun's elastic MIN:MAX
+    assert spans_nodes({"SLURM_NNODES": "4"})
+    assert spans_nodes({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"})
+    assert spans_nodes({"OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"})
+    assert not spans_nodes({"NNODES": "1", "WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"})
+    assert not spans_nodes({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"})
+    assert not spans_nodes({"WORLD_SIZE": "8"})
+    assert not spans_nodes({})

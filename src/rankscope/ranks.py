@@ -126,6 +126,34 @@ def rank_from_env(env: Mapping[str, str], host: Optional[str] = None) -> RankId:
     return RankId(host=host, launcher=launcher)
 
 
+#: Where launchers say how many nodes a job has (torchrun's PET_NNODES may read "MIN:MAX").
+NNODES_VARIABLES = (
+    "PET_NNODES",
+    "NNODES",
+    "SLURM_NNODES",
+    "SLURM_JOB_NUM_NODES",
+    "GROUP_WORLD_SIZE",
+    "OMPI_MCA_orte_num_nodes",
+)
+
+
+def spans_nodes(env: Mapping[str, str]) -> bool:
+    """Whether the launcher's environment says the job spans several nodes.
+
+    The node count where a launcher gives it, else a world larger than this node's share of it
+    (WORLD_SIZE > LOCAL_WORLD_SIZE, or the same pair of another launcher family).
+    """
+    for name in NNODES_VARIABLES:
+        value = env.get(name, "").split(":")[-1].strip()
+        if value.isdigit():
+            return int(value) > 1
+    for _family, (_rank, _local, size_v, _node, local_size_v) in _FAMILIES:
+        world, local = _int(env, size_v), _int(env, local_size_v)
+        if world is not None and local is not None:
+            return world > local
+    return False
+
+
 def short_hostname() -> str:
     """``hostname -s``: the name up to the first dot."""
     return os.uname().nodename.split(".", 1)[0]

@@ -16,7 +16,6 @@ from rankscope.gputest.checks import (
     check_interface_variables,
     check_master_address,
     duplicate_devices,
-    multi_node,
 )
 
 DUP_LOG = Path(__file__).resolve().parents[1] / "data" / "gpu-h100" / "nccl_dup.log"
@@ -43,12 +42,9 @@ def test_nccl_exact_match_and_gloo_do_not_take_prefixes() -> None:
     assert "names bond0," in problem.what
 
 
-def test_multi_node_is_told_by_node_count_or_world_beyond_the_local_world() -> None:
-    assert multi_node({"NNODES": "2"})
-    assert multi_node({"WORLD_SIZE": "16", "LOCAL_WORLD_SIZE": "8"})
-    assert multi_node({"SLURM_NNODES": "4"})
-    assert not multi_node({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8"})
-    assert not multi_node({"WORLD_SIZE": "8"})
+def test_an_nccl_exclusion_that_leaves_no_interface_is_a_problem() -> None:
+    (problem,) = check_interface_variables({"NCCL_SOCKET_IFNAME": "^lo,eth,ib"}, HERE)
+    assert "NCCL_SOCKET_IFNAME=^lo,eth,ib" in problem.what
 
 
 def test_master_address_on_loopback_only_matters_across_nodes() -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 from tests.support.netns_pair import TwoNodes, veth_pair_nodes
 
-from rankscope.gputest.checks import is_loopback
+from rankscope.net.ifname import is_loopback
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs("netns")]
 

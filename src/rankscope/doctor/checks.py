@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from typing import Callable, Optional
 
 from rankscope.doctor.facts import Facts, Limits
-from rankscope.doctor.ifname import parse_gloo, parse_nccl, selected, unmatched
 from rankscope.doctor.nvsmi import Gpu
 from rankscope.doctor.report import Check, Status
+from rankscope.net.ifname import is_loopback, parse_gloo, parse_nccl, selected, unmatched
 
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB
@@ -38,11 +38,6 @@ _TOOL_NEEDS = {
 }
 _ORDER = {Status.PASS: 0, Status.SKIP: 0, Status.WARN: 1, Status.FAIL: 2}
 _VIRTUAL = ("lo", "docker", "veth", "virbr", "br-", "ifb", "tun", "tap")
-
-
-def is_loopback(address: str) -> bool:
-    # Not ipaddress: importing it costs more than the whole doctor run's reading.
-    return address.startswith(("127.", "::ffff:127.")) or address == "::1"
 
 
 def size(n: int) -> str:

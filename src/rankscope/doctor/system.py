@@ -54,7 +54,8 @@ def resolve(name: str) -> Optional[list[str]]:
 
 
 def interface_names() -> list[str]:
-    # TODO(net): use rankscope.net's interface listing once it is merged; the names suffice here.
+    # Names only: the doctor judges *_SOCKET_IFNAME values against them (rankscope.net.ifname);
+    # rankscope.net's full listing (addresses, kinds over netlink) is not needed for that.
     try:
         return [name for _, name in socket.if_nameindex()]
     except OSError:

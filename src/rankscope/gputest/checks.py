@@ -6,10 +6,11 @@ rank's device slot), so the branches that need a GPU or a second node are tested
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+
+from rankscope.net.ifname import is_loopback, missing_interfaces
+from rankscope.ranks import spans_nodes
 
 #: Variables that name the network interface a backend binds to. NCCL also accepts a list, `^` to
 #: exclude and `=` for an exact match; gloo takes a comma-separated list of names.
@@ -37,29 +38,14 @@ class DeviceSlot:
     device: str
 
 
-def interface_names_in(value: str) -> list[str]:
-    """The names a *_SOCKET_IFNAME value asks for; prefixes (NCCL matches `eth` as `eth*`) stay prefixes."""
-    value = value.strip()
-    if value.startswith("^"):
-        return []  # an exclusion list names interfaces not to use; any of them may be absent
-    value = value.lstrip("=")
-    return [name.strip() for name in value.split(",") if name.strip()]
-
-
 def check_interface_variables(env: Mapping[str, str], interfaces: Sequence[str]) -> list[Problem]:
     """A *_SOCKET_IFNAME that names no interface on this node: the backend would fail or hang later."""
     problems = []
-    exact = env.get("NCCL_SOCKET_IFNAME", "").strip().startswith("=")
     for variable in IFNAME_VARIABLES:
         value = env.get(variable)
         if value is None or not value.strip():
             continue
-        prefix_match = variable == "NCCL_SOCKET_IFNAME" and not exact
-        missing = [
-            name
-            for name in interface_names_in(value)
-            if not any(iface == name or (prefix_match and iface.startswith(name)) for iface in interfaces)
-        ]
+        missing = missing_interfaces(variable, value, interfaces)
         if missing:
             problems.append(
                 Problem(
@@ -73,37 +59,11 @@ def check_interface_variables(env: Mapping[str, str], interfaces: Sequence[str])
     return problems
 
 
-def is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def multi_node(env: Mapping[str, str]) -> bool:
-    """Whether the job spans nodes, as far as its launcher says (NNODES > 1 or WORLD_SIZE > LOCAL_WORLD_SIZE)."""
-
-    def number(*names: str) -> Optional[int]:
-        for name in names:
-            try:
-                return int(env[name])
-            except (KeyError, ValueError):
-                continue
-        return None
-
-    nnodes = number("NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "GROUP_WORLD_SIZE")
-    if nnodes is not None and nnodes > 1:
-        return True
-    world = number("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
-    local = number("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
-    return world is not None and local is not None and world > local
-
-
 def check_master_address(env: Mapping[str, str], resolved: Iterable[str]) -> list[Problem]:
     """MASTER_ADDR that resolves to loopback on a multi-node run: the other nodes reach their own loopback."""
     master = env.get("MASTER_ADDR", "")
     addresses = list(resolved)
-    if not master or not multi_node(env) or not addresses or not all(is_loopback(a) for a in addresses):
+    if not master or not spans_nodes(env) or not addresses or not all(is_loopback(a) for a in addresses):
         return []
     return [
         Problem(
@@ -122,7 +82,7 @@ def check_hostname_address(
     """gloo binds to the address this node's name resolves to unless GLOO_SOCKET_IFNAME is set;
     on a multi-node run a loopback address there is advertised to the peers, which then hang."""
     addresses = list(resolved)
-    if backend != "gloo" or env.get("GLOO_SOCKET_IFNAME") or not multi_node(env):
+    if backend != "gloo" or env.get("GLOO_SOCKET_IFNAME") or not spans_nodes(env):
         return []
     if not addresses or not all(is_loopback(a) for a in addresses):
         return []

@@ -5,12 +5,12 @@ Wording lives next to the rule that decides it, so a test reads the same sentenc
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.net.ifaces import LOCAL_ONLY, PREFERENCE, ROUTE_ONLY, Interface, Kind
+from rankscope.net.ifname import is_loopback
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def hostname_findings(
                 name_fix,
             )
         ]
-    loopback = [a for a in resolved if ipaddress.ip_address(a.split("%")[0]).is_loopback]
+    loopback = [a for a in resolved if is_loopback(a)]
     if not loopback:
         return []
     return [

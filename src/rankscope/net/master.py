@@ -8,14 +8,15 @@ each with its fix (pure).
 from __future__ import annotations
 
 import errno
-import ipaddress
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Optional
 
+from rankscope.net.ifname import is_loopback
 from rankscope.net.probe import Target, probe, resolve_all
 from rankscope.net.verdicts import MEANING, Verdict
+from rankscope.ranks import spans_nodes
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,8 @@ class MasterCheck:
 
 
 def multi_node(env: Mapping[str, str], nnodes: Optional[int] = None) -> bool:
-    """Does the launcher's environment (or ``--nnodes``) say the job spans several nodes?"""
-    if nnodes is not None:
-        return nnodes > 1
-    for name in ("PET_NNODES", "NNODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES", "OMPI_MCA_orte_num_nodes"):
-        value = env.get(name, "").split(":")[-1]
-        if value.isdigit():
-            return int(value) > 1
-    world, local = env.get("WORLD_SIZE", ""), env.get("LOCAL_WORLD_SIZE", "")
-    return world.isdigit() and local.isdigit() and int(world) > int(local)
+    """Does ``--nnodes`` (or else the launcher's environment) say the job spans several nodes?"""
+    return nnodes > 1 if nnodes is not None else spans_nodes(env)
 
 
 def judge_master(facts: MasterFacts) -> list[MasterCheck]:
@@ -76,7 +70,7 @@ def judge_master(facts: MasterFacts) -> list[MasterCheck]:
             )
         ]
     out.append(MasterCheck("PASS", f"MASTER_ADDR={addr} resolves to {facts.resolved}"))
-    if ipaddress.ip_address(facts.resolved).is_loopback:
+    if is_loopback(facts.resolved):
         if facts.multi_node:
             out.append(
                 MasterCheck(
