@@ -141,8 +141,8 @@ def test_skipped_barrier(barrier_job: LaunchedJob) -> None:
 
 def test_native_frames_still_merge_and_name_the_culprit(barrier_job: LaunchedJob) -> None:
     result = run_cli("stacks", "--pid", str(barrier_job.pid), "--native", "--json", timeout=180)
-    assert result.returncode == 0, result.stderr
     doc = result.json()
+    assert result.returncode == 0, (result.stderr, doc["failures"])
     assert doc["native"] is True
     assert doc["diagnosis"]["divergent_ranks"] == [1]
     main_groups = [g for g in doc["groups"] if g["is_main"]]
