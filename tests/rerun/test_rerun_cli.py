@@ -8,9 +8,13 @@ which on CPU raises IndexError in embed() at once.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from tests.support.cli import run_cli
 
 from rankscope.rerun.compare import Agreement
@@ -157,3 +161,45 @@ def test_rankscopes_own_errors(tmp_path: Path) -> None:
     )
     assert no_log.returncode == 8
     assert "ran" not in no_log.stdout  # the log is checked before the command runs
+
+
+PEER_LOSS_JOB = Path(__file__).resolve().parents[1] / "logs" / "jobs" / "peer_loss_job.py"
+
+
+def test_a_torchrun_job_names_the_culprit_ranks_frame_not_the_launchers() -> None:
+    """Rank 1 raises in read_labels; ranks 0 and 2 lose their peer; torchrun raises ChildFailedError last."""
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
+    torchrun += ["--role", "node:", "--tee", "3", "--monitor-interval", "2", str(PEER_LOSS_JOB)]
+    result = run_cli("rerun", "--cpu", "--json", "--timeout", "240", "--", *torchrun, timeout=300)
+    assert result.returncode == 1, result.stderr
+    assert "ChildFailedError" in result.stderr  # the launcher's traceback came last
+    error = result.json()["error"]
+    assert error["exception"] == "ValueError: label 1000 out of range for 100 classes on rank 1"
+    frame = error["user_frame"]
+    assert (frame["filename"], frame["line"], frame["function"]) == (str(PEER_LOSS_JOB), 22, "read_labels")
+
+
+def test_signals_reach_the_commands_group(tmp_path: Path) -> None:
+    job = _write(
+        tmp_path,
+        "wait.py",
+        "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(120)\n",
+    )
+    rerun = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "rerun", "--cpu", "--", sys.executable, str(job)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert rerun.stdout is not None
+        child = int(rerun.stdout.readline())
+        assert os.getpgid(child) == child  # a process group of its own
+        rerun.send_signal(signal.SIGTERM)
+        _, err = rerun.communicate(timeout=60)
+    finally:
+        rerun.kill()
+        rerun.wait()
+    assert rerun.returncode == 128 + signal.SIGTERM, err
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
