@@ -68,3 +68,14 @@ def test_sync_warns_with_doctors_nccl_rule(monkeypatch: pytest.MonkeyPatch, nccl
 def test_no_warning_for_a_cpu_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(facts, "torch_from_metadata", lambda: TorchInfo("2.13.0+cpu"))
     assert _warnings(RerunRequest(command=("python",), sync=True)) == []
+
+
+def test_rerun_reads_every_option_by_name() -> None:
+    from rankscope.cli.params import from_params
+    from rankscope.cli.rerun import rerun
+
+    argv = ["--sync", "--cpu", "--compare", "job.log", "--timeout", "5", "--json", "--", "python", "-x"]
+    with rerun.make_context("rerun", argv) as ctx:
+        assert from_params(RerunRequest, ctx.params) == RerunRequest(
+            ("python", "-x"), sync=True, cpu=True, compare="job.log", timeout=5.0, as_json=True
+        )
