@@ -7,7 +7,7 @@ import re
 import pytest
 from tests.support.cli import run_cli
 
-from rankscope.cli.exit_help import MEANING, VERB_CODES
+from rankscope.cli.exit_help import MEANING, SPECIAL, VERB_CODES
 from rankscope.errors import ExitCode
 
 
@@ -55,11 +55,12 @@ def test_every_verb_has_its_exit_codes() -> None:
     """A verb added later without an entry in the table would have no exit codes in its --help."""
     from rankscope.cli.main import VERBS
 
-    assert set(VERBS) == set(VERB_CODES) | {"prefix"}
+    assert set(VERBS) == set(VERB_CODES) | set(SPECIAL)
 
 
-def test_prefix_says_it_passes_the_command_code_on() -> None:
-    assert "Exit code: the command's own" in run_cli("prefix", "--help").stdout
+@pytest.mark.parametrize("verb", ["prefix", "rerun"])
+def test_wrappers_say_they_pass_the_command_code_on(verb: str) -> None:
+    assert "Exit code: the command's own" in run_cli(verb, "--help").stdout
 
 
 def test_internal_option_is_hidden_but_works() -> None:

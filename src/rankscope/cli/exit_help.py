@@ -46,6 +46,9 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
 SPECIAL = {
     "prefix": "Exit code: the command's own (128+N when a signal N ended it); 6 when the command is not "
     "found, 8 when it is not executable, 2 for a bad command line.",
+    "rerun": "Exit code: the command's own (128+N when a signal N ended it); 124 when --timeout ended it; "
+    "6 when the command is not found, 8 when it is not executable or the --compare log is missing, "
+    "2 for a bad command line.",
 }
 
 

@@ -24,6 +24,7 @@ VERBS: dict[str, str] = {
     "whoami": "rankscope.cli.whoami:whoami",
     "logs": "rankscope.cli.logs:logs",
     "prefix": "rankscope.cli.prefix:prefix",
+    "rerun": "rankscope.cli.rerun:rerun",
     "exec": "rankscope.cli.exec:exec_cmd",
     "net": "rankscope.cli.net:net",
     "launch": "rankscope.cli.launch:launch",

@@ -10,8 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional
 
 import click
 
@@ -88,6 +89,9 @@ class _Lines:
             self.broken = True
 
     def feed(self, chunk: bytes) -> None:
+        if not self.prefix:  # nothing to put in front: pass it through as it comes (prompts, progress bars)
+            self._write(chunk)
+            return
         self.partial += chunk
         end = self.partial.rfind(b"\n")
         if end >= 0:
@@ -132,6 +136,30 @@ def run_prefixed(command: list[str], label: str) -> int:
     Signals to rankscope reach the whole group; when the command exits, what it left running
     gets DRAIN seconds to finish its output, then the group is ended and reading stops.
     """
+    return run_passing_through(command, label).code
+
+
+@dataclass(frozen=True)
+class Ran:
+    #: The command's exit status (128+N when signal N ended it).
+    code: int
+    #: ``timeout`` ended it.
+    timed_out: bool = False
+
+
+def run_passing_through(
+    command: list[str],
+    label: str = "",
+    env: Optional[Mapping[str, str]] = None,
+    tap: Optional[Callable[[bytes], None]] = None,
+    timeout: Optional[float] = None,
+    stdout: Optional[IO[bytes]] = None,
+) -> Ran:
+    """:func:`run_prefixed` with an environment, a ``tap`` that sees every chunk of output (stdout
+    and stderr in the order they came, unprefixed), and a ``timeout`` in seconds after which the
+    group is ended (SIGTERM, SIGKILL after TERM_GRACE); the command's stdout goes to ``stdout``
+    (default: rankscope's).
+    """
     # Signals are caught before CMD starts (it gets the default handlers back at exec): one that
     # comes before CMD runs is passed on as soon as it does.
     group: list[int] = []
@@ -147,7 +175,13 @@ def run_prefixed(command: list[str], label: str) -> int:
         signal.signal(signum, forward)
     try:
         child, _ = start_group(
-            command, new_session=False, mark=False, stdin=None, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            command,
+            env=env,
+            new_session=False,
+            mark=False,
+            stdin=None,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
     except FileNotFoundError:
         raise MissingToolError(command[0], "check the command name and PATH") from None
@@ -162,7 +196,7 @@ def run_prefixed(command: list[str], label: str) -> int:
     selector = selectors.DefaultSelector()
     pipes = {child.stdout.fileno(): child.stdout, child.stderr.fileno(): child.stderr}
     streams = {
-        child.stdout.fileno(): _Lines(sys.stdout.buffer, prefix),
+        child.stdout.fileno(): _Lines(stdout if stdout is not None else sys.stdout.buffer, prefix),
         child.stderr.fileno(): _Lines(sys.stderr.buffer, prefix),
     }
     for fd in streams:
@@ -171,7 +205,7 @@ def run_prefixed(command: list[str], label: str) -> int:
     if pidfd is not None:
         selector.register(pidfd, selectors.EVENT_READ)
     try:
-        _pump(selector, streams, pipes, child, pidfd)
+        timed_out = _pump(selector, streams, pipes, child, pidfd, tap, timeout)
     finally:
         for fd, lines in streams.items():
             lines.close()
@@ -184,8 +218,8 @@ def run_prefixed(command: list[str], label: str) -> int:
         signal_group(child.pid, signal.SIGKILL)  # nothing of CMD's group outlives prefix
     code = child.wait()
     if code < 0:
-        return 128 - code
-    return ExitCode.OK if code == 0 else code
+        return Ran(128 - code, timed_out)
+    return Ran(ExitCode.OK if code == 0 else code, timed_out)
 
 
 def _pidfd(pid: int) -> Optional[int]:
@@ -201,17 +235,26 @@ def _pump(
     pipes: dict[int, IO[bytes]],
     child: subprocess.Popen[bytes],
     pidfd: Optional[int],
-) -> None:
-    """Copy output until every pipe is closed, or CMD has exited and its leftovers were ended."""
+    tap: Optional[Callable[[bytes], None]] = None,
+    timeout: Optional[float] = None,
+) -> bool:
+    """Copy output until every pipe is closed, or CMD has exited and its leftovers were ended.
+
+    True when ``timeout`` ran out first (the group was then ended).
+    """
     open_fds = set(streams)
     exited_at: Optional[float] = None
     term_at = kill_at = stop_at = float("inf")
+    timed_out = False
+    if timeout is not None:
+        term_at = time.monotonic() + timeout
     while open_fds:
         now = time.monotonic()
         if exited_at is None and child.poll() is not None:
             exited_at = now
-            term_at = now + DRAIN
-        if now >= term_at:  # CMD is gone, something it started still holds the pipes
+            term_at = min(term_at, now + DRAIN)
+        if now >= term_at:  # CMD is gone, something it started still holds the pipes (or time is up)
+            timed_out = timed_out or exited_at is None
             term_at = float("inf")
             signal_group(child.pid, signal.SIGTERM)
             kill_at = now + TERM_GRACE
@@ -220,12 +263,14 @@ def _pump(
             signal_group(child.pid, signal.SIGKILL)
             stop_at = now + DRAIN  # a holder outside the group (it made its own): stop reading
         if now >= stop_at:
-            return
-        if exited_at is None:
-            timeout = None if pidfd is not None else 0.1
+            return timed_out
+        if exited_at is None and term_at == kill_at == float("inf"):
+            wait = None if pidfd is not None else 0.1
         else:
-            timeout = max(0.0, min(term_at, kill_at, stop_at) - now)
-        for key, _ in selector.select(timeout):
+            wait = max(0.0, min(term_at, kill_at, stop_at) - now)
+            if exited_at is None and pidfd is None:
+                wait = min(wait, 0.1)
+        for key, _ in selector.select(wait):
             if key.fd == pidfd:
                 selector.unregister(pidfd)
                 continue
@@ -234,11 +279,14 @@ def _pump(
             except OSError:
                 chunk = b""
             if chunk:
+                if tap is not None:
+                    tap(chunk)
                 streams[key.fd].feed(chunk)
             if not chunk or streams[key.fd].broken:
                 selector.unregister(key.fd)
                 open_fds.discard(key.fd)
                 pipes[key.fd].close()  # our reader went away: the command gets SIGPIPE, as under `| head`
+    return timed_out
 
 
 @click.command(help=HELP, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -7,7 +7,7 @@ import resource
 from collections.abc import Sequence
 from typing import Callable, Optional
 
-from rankscope.doctor.facts import Facts, Limits
+from rankscope.doctor.facts import Facts, Limits, TorchInfo
 from rankscope.doctor.nvsmi import Gpu
 from rankscope.doctor.report import Check, Status
 from rankscope.net.ifname import is_loopback, parse_gloo, parse_nccl, selected, unmatched
@@ -520,38 +520,43 @@ def versions(facts: Facts) -> Check:
     return Check("torch", Status.PASS, ", ".join(parts))
 
 
+def launch_blocking_hang(torch: Optional[TorchInfo]) -> Optional[tuple[Status, str, str]]:
+    """What CUDA_LAUNCH_BLOCKING=1 risks with this torch's NCCL: (FAIL or WARN, the problem, the fix).
+
+    None for a CPU-only torch (no NCCL to hang). ``rankscope rerun --sync`` asks the same question.
+    """
+    if torch is not None and not torch.cuda and not torch.hip:
+        return None
+    nccl = _version(torch.nccl if torch else None)
+    # NVIDIA/nccl#750: from 2.13 the kernel launch blocks under CUDA_LAUNCH_BLOCKING=1 while the
+    # proxy thread waits for work queued after it, so every rank spins at 100% forever (reported
+    # on 2.13/2.14.3). NVIDIA/nccl#774 (merged early 2023) queues proxy work first but says it
+    # resolves "some but not all" of these deadlocks (several GPUs per thread still can).
+    fix = (
+        "unset CUDA_LAUNCH_BLOCKING for NCCL jobs; to find an asynchronous CUDA error, rerun one rank "
+        "without NCCL, or build with TORCH_USE_CUDA_DSA"
+    )
+    if nccl is not None and (2, 13) <= nccl[:2] < (2, 17):
+        return (
+            Status.FAIL,
+            f"NCCL {torch.nccl if torch else ''} hangs with CUDA_LAUNCH_BLOCKING=1 (NVIDIA/nccl#750)",
+            fix,
+        )
+    return (
+        Status.WARN,
+        "CUDA_LAUNCH_BLOCKING=1 can deadlock NCCL 2.13 and later (NVIDIA/nccl#750, #774)",
+        fix,
+    )
+
+
 def known_issues(facts: Facts) -> Check:
     """Version and setting combinations documented to hang."""
     torch = facts.torch
     nccl = _version(torch.nccl if torch else None)
-    cpu_only = torch is not None and not torch.cuda and not torch.hip
-    blocking = facts.env.get("CUDA_LAUNCH_BLOCKING", "") == "1" and not cpu_only
     found: list[tuple[Status, str, str]] = []
-    if blocking:
-        # NVIDIA/nccl#750: from 2.13 the kernel launch blocks under CUDA_LAUNCH_BLOCKING=1 while the
-        # proxy thread waits for work queued after it, so every rank spins at 100% forever (reported
-        # on 2.13/2.14.3). NVIDIA/nccl#774 (merged early 2023) queues proxy work first but says it
-        # resolves "some but not all" of these deadlocks (several GPUs per thread still can).
-        fix = (
-            "unset CUDA_LAUNCH_BLOCKING for NCCL jobs; to find an asynchronous CUDA error, rerun one rank "
-            "without NCCL, or build with TORCH_USE_CUDA_DSA"
-        )
-        if nccl is not None and (2, 13) <= nccl[:2] < (2, 17):
-            found.append(
-                (
-                    Status.FAIL,
-                    f"NCCL {torch.nccl if torch else ''} hangs with CUDA_LAUNCH_BLOCKING=1 (NVIDIA/nccl#750)",
-                    fix,
-                )
-            )
-        else:
-            found.append(
-                (
-                    Status.WARN,
-                    "CUDA_LAUNCH_BLOCKING=1 can deadlock NCCL 2.13 and later (NVIDIA/nccl#750, #774)",
-                    fix,
-                )
-            )
+    blocking = launch_blocking_hang(torch) if facts.env.get("CUDA_LAUNCH_BLOCKING", "") == "1" else None
+    if blocking is not None:
+        found.append(blocking)
     torch_version = _version(torch.version if torch else None)
     if (
         torch_version is not None

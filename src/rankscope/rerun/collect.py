@@ -1,0 +1,72 @@
+"""The rerun's environment, its captured output, and the failures read from output and logs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Optional
+
+from rankscope.logs.errors_report import scan_errors
+from rankscope.logs.reading import Reading
+from rankscope.logs.sources import discover
+from rankscope.rerun.compare import FailurePoint, failure_point
+
+#: What each mode sets in the command's environment.
+SYNC = {"CUDA_LAUNCH_BLOCKING": "1"}
+CPU = {"CUDA_VISIBLE_DEVICES": ""}
+#: Output kept for finding the traceback: its end is where a fatal one is.
+CAPTURE_LIMIT = 16 << 20
+
+
+def settings(sync: bool, cpu: bool) -> dict[str, str]:
+    """The variables a rerun sets, by mode."""
+    return {**(SYNC if sync else {}), **(CPU if cpu else {})}
+
+
+def rerun_environment(base: Mapping[str, str], sync: bool, cpu: bool) -> dict[str, str]:
+    return {**base, **settings(sync, cpu)}
+
+
+class Capture:
+    """The last :data:`CAPTURE_LIMIT` bytes of the command's output (stdout and stderr as they came).
+
+    Call it with each chunk; :meth:`data` starts at a line start once something was dropped.
+    """
+
+    def __init__(self, limit: int = CAPTURE_LIMIT) -> None:
+        self.limit = limit
+        self._data = bytearray()
+        self.dropped = 0
+
+    def __call__(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * self.limit:
+            cut = len(self._data) - self.limit
+            newline = self._data.find(b"\n", cut)
+            cut = newline + 1 if newline >= 0 else cut
+            self.dropped += cut
+            del self._data[:cut]
+
+    def data(self) -> bytes:
+        return bytes(self._data)
+
+
+def failure_in_log(path: str) -> Optional[FailurePoint]:
+    """The root cause ``logs errors`` finds in a log file (raises BadInputError for a missing one)."""
+    reading = Reading(discover([path]))
+    report, _ = scan_errors(reading)
+    return failure_point(report)
+
+
+def failure_in_output(output: bytes) -> Optional[FailurePoint]:
+    """The same for captured output: read by the same readers from a private temporary file."""
+    if b"Traceback (most recent call last)" not in output:
+        return None
+    fd, path = tempfile.mkstemp(prefix="rankscope-rerun-", suffix=".log")  # 0600: output may hold secrets
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(output)
+        return failure_in_log(path)
+    finally:
+        os.unlink(path)
