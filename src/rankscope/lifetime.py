@@ -26,10 +26,12 @@ import contextlib
 import itertools
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:
+    import subprocess
 
 from rankscope import procfs
 
@@ -72,6 +74,8 @@ def start_group(
     ``mark``: put :data:`STARTED_BY` in its environment (what :class:`Orphans` goes by).
     Other keyword arguments go to :class:`subprocess.Popen` (stdout, stderr).
     """
+    import subprocess  # not at import time: `stacks` on one node needs only StopSignals from here
+
     token = new_token()
     child_env = dict(os.environ if env is None else env)
     if mark:
@@ -90,6 +94,8 @@ def start_group(
 
 def end_group(process: subprocess.Popen[bytes], grace: float = TERM_GRACE) -> None:
     """SIGTERM to the group of ``process``, SIGKILL after ``grace``; waits for ``process`` itself."""
+    import subprocess
+
     signal_group(process.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(grace)

@@ -184,3 +184,39 @@ def test_deadline_kills_slow_dumps_and_leaves_ranks_running(lock_job: LaunchedJo
     assert run_cli("stacks", "--pid", str(lock_job.pid), "--json").json()["diagnosis"]["divergent_ranks"] == [
         2
     ]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ends_sampling_at_once_with_the_samples_taken(lock_job: LaunchedJob, sig: int) -> None:
+    """Ctrl-C (or SIGTERM) during `--samples 30 --interval 1`: the report of what was taken, 130/143."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "stacks", "--pid", str(lock_job.pid), "--json"]
+        + ["--samples", "30", "--interval", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        time.sleep(6)  # a few samples (each takes well under a second here)
+        os.kill(proc.pid, sig)
+        # Without the signal this run takes 30 s; the test's own bound is 15 s.
+        out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, err
+    name = signal.Signals(sig).name
+    assert err.decode().strip() == f"rankscope: interrupted by {name}: the report covers what was collected"
+    doc = json.loads(out)
+    (note,) = [n for n in doc["diagnosis"]["notes"] if n.startswith("interrupted")]
+    assert re.match(rf"interrupted by {name} after \d+ of 30 samples: this report covers", note), note
+    assert 1 <= doc["samples"] < 30
+    assert doc["diagnosis"]["divergent_ranks"] == [2]
+    for pid in lock_job.worker_pids():
+        assert proc_state(pid)[0] not in ("T", "t")  # every rank left running

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from rankscope.cli.outcome import exit_code
+from rankscope.cli.outcome import exit_code, stopped_exit_code
 from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
@@ -31,10 +31,14 @@ NOTHING_FOUND = (
 
 def report_local(options: StacksOptions, request: StacksRequest) -> int:
     """Run the local pipeline and print its report; returns the exit code (docs/exit-codes.md)."""
+    from rankscope.lifetime import StopSignals
+
     progress = tty_progress()
     try:
         # The header's time is the run as the user waited for it: from this process's start.
-        result = run_local(options, progress=progress, started=process_started())
+        # Ctrl-C or SIGTERM ends the dumps under way and still prints what was collected.
+        with StopSignals() as stop:
+            result = run_local(options, progress=progress, started=process_started(), stop=stop)
     finally:
         if progress is not None:
             progress.clear()
@@ -66,6 +70,9 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         if request.out_dir is not None:
             out.write(f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n")
     out.flush()
+    if stop.signum:
+        sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
+        return stopped_exit_code(stop.signum)
     return int(code)
 
 

@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 from rankscope import procfs
 from rankscope.folding import duration
@@ -173,6 +173,32 @@ def _not_started(target: Target) -> Failure:
     )
 
 
+class Stop(Protocol):
+    """A stop request (rankscope.lifetime.StopSignals): the first signal, and a pipe readable after it."""
+
+    @property
+    def signum(self) -> Optional[int]: ...
+
+    @property
+    def fd(self) -> int: ...
+
+
+def _interrupted(target: Target, stop: Stop) -> Failure:
+    name = signal_name(stop.signum)
+    return target.failure(
+        Stage.INTERRUPTED,
+        f"not dumped: {name} stopped the run",
+        "run again and let it finish",
+        FailureKind.OTHER,
+    )
+
+
+def signal_name(signum: Optional[int]) -> str:
+    import signal
+
+    return signal.Signals(signum).name if signum else "a signal"
+
+
 def collect(
     targets: Sequence[Target],
     pyspy: str,
@@ -182,8 +208,13 @@ def collect(
     deadline: Optional[float] = None,
     parallelism: Optional[int] = None,
     progress: Optional[Callable[[int, int], None]] = None,
+    stop: Optional[Stop] = None,
 ) -> list[DumpOutcome]:
-    """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant."""
+    """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant.
+
+    After a stop signal (``stop``), dumps still running are killed, none is started, and each of
+    their targets gets an ``interrupted`` failure (and is left running, as always).
+    """
     intern: dict[Frame, Frame] = {}
     total = len(targets)
     limit = max(1, parallelism or default_parallelism())
@@ -218,6 +249,18 @@ def collect(
         return True
 
     while queue or owner or later:
+        if stop is not None and stop.signum:
+            for run, outcome in list(owner.items()):
+                runner.kill(run)
+                del owner[run]
+                queue.append(outcome)
+            for outcome in [*queue, *(o for _, o in later)]:
+                outcome.failure = _interrupted(outcome.target, stop)
+                if outcome.state_before == "?":  # never looked at: nothing of rankscope's to undo
+                    done += 1
+                else:
+                    finished(outcome)
+            break
         now = time.monotonic()
         for item in [i for i in later if i[0] <= now]:
             later.remove(item)
@@ -249,7 +292,7 @@ def collect(
             owner[run] = outcome
         if owner:
             until = min((start for start, _ in later), default=None)
-            for run in runner.wait(until):
+            for run in runner.wait(until, stop.fd if stop is not None else -1):
                 mine = owner.pop(run, None)
                 if mine is not None:
                     if _interpret(mine, run, None, intern, timeout) and retry(mine):

@@ -19,7 +19,7 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
-from rankscope.stacks.collect import DumpOutcome, Target, collect
+from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect, signal_name
 from rankscope.stacks.explain import diagnose, locate
 from rankscope.stacks.gpu import query_gpus
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
@@ -94,6 +94,16 @@ def unreadable_failures(table: ProcessTable) -> list[Failure]:
     return [Failure("this node", Stage.DISCOVER, reason, hint, kind=FailureKind.PERMISSION)]
 
 
+def _pause(seconds: float, stop: Optional[Stop]) -> None:
+    """Sleep between samples; a stop signal ends the pause at once."""
+    if stop is None:
+        time.sleep(seconds)
+        return
+    import select
+
+    select.select([stop.fd], [], [], seconds)
+
+
 def _native_failure(failure: Failure) -> Failure:
     """A representative's native dump failed: its Python stack is still in the report."""
     return replace(failure, reason=f"native frames: {failure.reason}")
@@ -109,12 +119,16 @@ def process_started() -> Optional[float]:
 
 
 def run_local(
-    options: StacksOptions, progress: Optional[Progress] = None, started: Optional[float] = None
+    options: StacksOptions,
+    progress: Optional[Progress] = None,
+    started: Optional[float] = None,
+    stop: Optional[Stop] = None,
 ) -> LocalResult:
     """Find, dump and diagnose; ``report.seconds`` is the wall time from ``started`` to the diagnosis.
 
     ``started`` (a time.monotonic() instant; default: now) lets a command count its own start-up.
-    --deadline is counted from now.
+    --deadline is counted from now. After a stop signal (``stop``, e.g. Ctrl-C) the dumps under way
+    end at once and the report covers the samples taken so far (a note says so).
     """
     now = time.monotonic()
     started = now if started is None else min(started, now)
@@ -174,15 +188,20 @@ def run_local(
             deadline=deadline,
             parallelism=options.parallelism,
             progress=tick,
+            stop=stop,
         )
 
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
     for index in range(report.samples):
         if index:
-            time.sleep(max(0.0, min(options.interval, deadline - time.monotonic())))
+            _pause(max(0.0, min(options.interval, deadline - time.monotonic())), stop)
+            if stop is not None and stop.signum:
+                break
         sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
         outcomes = dump(targets, options.native_all, "processes" + sample)
+        if index and stop is not None and stop.signum:
+            break  # a sample cut short by a stop signal says nothing about motion: keep the earlier ones
         result.outcomes.extend((index, o) for o in outcomes)
         samples.append([o.snapshot for o in outcomes if o.snapshot is not None])
         for outcome in outcomes:
@@ -193,7 +212,7 @@ def run_local(
     states = motion(samples)
     final = [o.snapshot for o in last.values() if o.snapshot is not None]
     native_pids = {s.pid for s in final} if options.native_all else set()
-    if options.native and not options.native_all and final:
+    if options.native and not options.native_all and final and not (stop is not None and stop.signum):
         # Native frames cost 0.5-1 s a process: dump only representatives of each Python stack.
         chosen = set(representatives(final))
         outcomes = dump([t for t in targets if t.pid in chosen], True, "representatives natively")
@@ -233,6 +252,14 @@ def run_local(
         report.gpus = query_gpus(host)  # a rank waits for its GPU: is a kernel running there?
     report.failures = failures
     report.diagnosis = diagnose(report)
+    if stop is not None and stop.signum:
+        taken = len(samples)
+        report.diagnosis.notes.append(
+            f"interrupted by {signal_name(stop.signum)}"
+            + (f" after {taken} of {report.samples} samples" if report.samples > 1 else "")
+            + ": this report covers what was collected until then"
+        )
+        report.samples = max(1, taken)
     # The wall time from `started` (the CLI: the process start): discovery, every sample's dumps and the
     # waits between them, the diagnosis.
     report.seconds = time.monotonic() - started

@@ -128,12 +128,23 @@ class Runner:
         run.timed_out = True
         self._reap(run)
 
-    def wait(self, until: float | None = None) -> list[Run]:
-        """Read output until at least one command ends or ``until`` (monotonic) passes.
+    def wait(self, until: float | None = None, wake_fd: int = -1) -> list[Run]:
+        """Read output until at least one command ends, ``until`` (monotonic) passes, or
+        ``wake_fd`` becomes readable (a stop signal's pipe: the caller decides what to do).
 
         Returns the commands that ended (reaped), including those killed at their deadline.
         """
         finished: list[Run] = []
+        if wake_fd >= 0:
+            self._poll.register(wake_fd, select.POLLIN)
+        try:
+            self._wait(finished, until, wake_fd)
+        finally:
+            if wake_fd >= 0:
+                self._poll.unregister(wake_fd)
+        return finished
+
+    def _wait(self, finished: list[Run], until: float | None, wake_fd: int) -> None:
         while self.running and not finished:
             now = time.monotonic()
             for run in [r for r in self.running if r.deadline <= now]:
@@ -145,6 +156,8 @@ class Runner:
             if until is not None:
                 nearest = min(nearest, until)
             for fd, _ in self._poll.poll(max(0.0, nearest - now) * 1000 + 1):
+                if fd == wake_fd:
+                    return
                 run = self._owner[fd]
                 data = os.read(fd, _CHUNK)
                 if data:
@@ -154,7 +167,6 @@ class Runner:
                 if not run._open:  # both pipes closed: the command has exited
                     self._reap(run)
                     finished.append(run)
-        return finished
 
     def finish_all(self) -> list[Run]:
         """Wait for every running command (each under its own deadline)."""
