@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, ClassVar, Protocol
+from typing import Any, BinaryIO, ClassVar, Protocol
 
 import click
 
@@ -52,14 +52,40 @@ def logs() -> None:
     pass
 
 
+@logs.result_callback()
+def _stopped(code: Any, **_params: Any) -> Any:
+    """A verb whose reading a signal ended printed what it had read: say so, and exit 130/143."""
+    interrupted = click.get_current_context().meta.get(_INTERRUPTED)
+    if not interrupted:
+        return code
+    from rankscope.cli.outcome import stopped_exit_code
+
+    signum, name = interrupted
+    click.echo(f"rankscope: interrupted by {name}: the result covers what was read until then", err=True)
+    return stopped_exit_code(signum)
+
+
+_INTERRUPTED = "rankscope.logs.interrupted"
+
+
 @contextlib.contextmanager
 def _reading(
     inputs: tuple[str, ...], host_from_filename: bool, show_progress: bool = True
 ) -> Iterator[Reading]:
-    """The inputs to read, with a progress line on a terminal, erased when reading ends (or fails)."""
+    """The inputs to read, with a progress line on a terminal, erased when reading ends (or fails).
+
+    Ctrl-C or SIGTERM while reading ends it at the next block: the verb reports what was read
+    (a note says so) and exits 130 or 143.
+    """
+    from rankscope.lifetime import StopSignals
+
     progress = tty_progress(min_interval=0.25) if show_progress else None
     try:
-        yield Reading(discover(inputs), host_from_filename, progress)
+        with StopSignals() as stop:
+            reading = Reading(discover(inputs), host_from_filename, progress, stop=stop)
+            yield reading
+            if stop.signum:
+                click.get_current_context().meta[_INTERRUPTED] = (stop.signum, stop.name)
     finally:
         if progress is not None:
             progress.clear()

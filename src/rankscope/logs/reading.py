@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.interleaved import InterleaveRepair
@@ -23,6 +23,9 @@ from rankscope.logs.sources import (
     read_windows,
     window_bytes,
 )
+
+if TYPE_CHECKING:
+    from rankscope.lifetime import StopSignals
 
 #: How much of a source's start is looked at to tell srun --label or Open MPI output.
 _SNIFF = 1 << 20
@@ -75,10 +78,30 @@ class Reading:
     repair_interleaved: bool = True
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
+    #: Ctrl-C / SIGTERM recorded (rankscope.lifetime.StopSignals): reading ends at the next block,
+    #: and what was read is reported with a note.
+    stop: Optional[StopSignals] = None
+    #: Set when a stop signal ended reading: its name.
+    interrupted: str = ""
+
+    def _stopped(self) -> bool:
+        if self.stop is None or not self.stop.signum or self.interrupted:
+            return bool(self.interrupted)
+        self.interrupted = self.stop.name
+        return True
+
+    def _stoppable(self, windows: Iterator[Window]) -> Iterator[Window]:
+        for window in windows:
+            yield window
+            if self._stopped():
+                return
 
     def sources(self) -> Iterator[OpenedSource]:
         total = self._total_mb() if self.progress is not None else ""
         for source in self.inputs:
+            if self._stopped():
+                self.skipped.append(f"{source.name}: not read (interrupted)")
+                continue
             if source.not_read:
                 self.skipped.append(f"{source.name}: {source.not_read}")
                 continue
@@ -113,6 +136,8 @@ class Reading:
                 stream = _repaired(stream, repair)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
+            if self.stop is not None:
+                stream = self._stoppable(stream)
             labels = SourceLabels(source.fixed_label, allow_srun, host)
             yield OpenedSource(source, labels, stream, shape, repair)
 
@@ -133,7 +158,14 @@ class Reading:
     def notes(self) -> list[str]:
         """What the reader of a result should know about how the input was read, one sentence each."""
         stats = self.stats
-        notes = [f"skipped {item}" for item in self.skipped]
+        notes = []
+        if self.interrupted:
+            read = (self.stats.bytes_read + self.stats.nul_bytes) / 1e6
+            notes.append(
+                f"interrupted by {self.interrupted} after {read:,.0f} MB: "
+                "this result covers only what was read until then"
+            )
+        notes.extend(f"skipped {item}" for item in self.skipped)
         notes.extend(stats.notes)
         if stats.nul_bytes:
             notes.append(f"skipped {stats.nul_bytes:,} NUL bytes (a log truncated in place by copytruncate?)")

@@ -114,6 +114,9 @@ class _Building:
     after_lines: int = 0
     after_bytes: int = 0
     tail_end: int = 0
+    #: Spaces between the prefix and the header ("[n1:3]: Traceback"): removed from the rank's
+    #: following lines too, so "  File" and the exception line read as Python wrote them.
+    indent: bytes = b""
 
 
 def _find_all(chunk: bytes, needle: bytes) -> list[int]:
@@ -186,8 +189,9 @@ class TracebackCollector:
                 ):
                     self._count_after(chunk, waiting, start)
                     waiting.state = "chain"
-            elif start not in self._consumed and split.text.startswith(HEADER):
-                self._begin(chunk, start, end, split.raw_prefix, split.label)
+            elif start not in self._consumed and split.text.lstrip(b" ").startswith(HEADER):
+                indent = split.text[: len(split.text) - len(split.text.lstrip(b" "))]
+                self._begin(chunk, start, end, split.raw_prefix, split.label, indent)
         self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n")
 
@@ -204,7 +208,15 @@ class TracebackCollector:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _begin(self, chunk: bytes, start: int, end: int, raw_prefix: bytes, label: Optional[bytes]) -> None:
+    def _begin(
+        self,
+        chunk: bytes,
+        start: int,
+        end: int,
+        raw_prefix: bytes,
+        label: Optional[bytes],
+        indent: bytes = b"",
+    ) -> None:
         key = raw_prefix
         existing = self._active.get(key)
         if existing is not None:
@@ -233,7 +245,9 @@ class TracebackCollector:
         tb.time = self._time_before(chunk, start, raw_prefix)
         marker = _GLOBAL_RANK.search(raw_prefix)
         tb.global_rank = int(marker.group(1)) if marker is not None else None
-        building = _Building(tb, raw_prefix, needle=self._needle(raw_prefix, marker is not None))
+        building = _Building(
+            tb, raw_prefix, needle=self._needle(raw_prefix, marker is not None), indent=indent
+        )
         self._active[key] = building
         self._follow(chunk, building, end + 1)
 
@@ -369,6 +383,8 @@ class TracebackCollector:
                 return
             start = line_end + 1
             text = split_line(chunk[line_start:line_end], self._allow_srun).text
+            if building.indent and text.startswith(building.indent):
+                text = text[len(building.indent) :]
             was_chain = building.state == "chain"
             if not self._step(building, text):
                 self._close(key)
