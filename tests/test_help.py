@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
+import click
 import pytest
 from tests.support.cli import run_cli
 
@@ -92,3 +94,69 @@ def test_placeholders_name_what_goes_there() -> None:
     assert "--pid PID" in run_cli("whoami", "--help").stdout
     demo = run_cli("demo", "--help").stdout
     assert "--nproc N" in demo and "--culprit RANK" in demo
+
+
+def _commands(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, click.Command]]:
+    """Every verb of the command tree, with its name as typed (``logs grep``)."""
+    if isinstance(command, click.Group):
+        context = click.Context(command)
+        for name in command.list_commands(context):
+            sub = command.get_command(context, name)
+            assert sub is not None, name
+            yield from _commands(sub, (*path, name))
+    else:
+        yield " ".join(path), command
+
+
+def test_no_verb_shows_a_click_type_name_as_placeholder() -> None:
+    """Every option that takes a value names what goes there (DIR, N, SECONDS, PORT, RANK),
+    never click's type name (INTEGER, FLOAT RANGE, TEXT, PATH), in any verb's --help."""
+    from rankscope.cli.main import cli
+
+    verbs = dict(_commands(cli))
+    assert {"stacks", "logs grep", "logs errors", "exec", "net check", "prefix", "doctor", "launch"} <= set(
+        verbs
+    )
+    unnamed = []
+    for name, command in verbs.items():
+        for param in command.params:
+            if param.metavar is not None or isinstance(param.type, click.Choice):
+                continue
+            if isinstance(param, click.Option) and (param.is_flag or param.hidden):
+                continue
+            if isinstance(param, click.Argument):
+                # an argument shows its own name (INPUTS) unless its type has a name of its own
+                if param.type.name.upper() in _TYPE_NAMES and param.type.name != "text":
+                    unnamed.append(f"{name} {param.name}: {param.type.name}")
+                continue
+            unnamed.append(f"{name} {param.opts[0]}: {param.type.name.upper()}")
+    assert unnamed == []
+    # and the words a user sees in the help text itself
+    for name in verbs:
+        text = run_cli(*name.split(), "--help").stdout
+        shown = re.findall(r"^\s+(-[-\w]+(?:, -[-\w]+)?) ([A-Z][A-Z ]*[A-Z])\b", text, re.MULTILINE)
+        chosen = {param.metavar for param in verbs[name].params}  # --remote-rankscope PATH: a path
+        assert not [(option, word) for option, word in shown if word in _TYPE_NAMES - chosen], name
+
+
+_TYPE_NAMES = {
+    "INTEGER", "FLOAT", "TEXT", "PATH", "FILENAME", "DIRECTORY", "BOOLEAN", "UUID", "DATETIME",
+    "INTEGER RANGE", "FLOAT RANGE",
+}  # fmt: skip
+
+
+def test_readme_names_exactly_the_verbs_that_have_json() -> None:
+    """README says which verbs take --json; the command tree is the truth."""
+    from pathlib import Path
+
+    from rankscope.cli.main import cli
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    said = re.search(r"is on every verb whose output is data: (.*?)\. Not on (.*?)\.", readme, re.DOTALL)
+    assert said is not None
+    with_json = set(re.findall(r"`([a-z ]+)`", said.group(1)))
+    without = set(re.findall(r"`([a-z ]+)`", said.group(2)))
+    verbs = dict(_commands(cli))
+    have = {name for name, command in verbs.items() if any("--json" in p.opts for p in command.params)}
+    assert with_json == have
+    assert (set(verbs) - have) <= without, set(verbs) - have - without

@@ -63,6 +63,26 @@ def test_copytruncate_hole_is_skipped_counted_and_said(tmp_path: Path) -> None:
     assert sorted(Path(row["file"]).name for row in split["files"]) == [f"n1_rank{r}.log" for r in range(4)]
 
 
+def test_a_note_is_said_once_in_the_report_not_again_on_stderr(tmp_path: Path) -> None:
+    """One place for what reading met: the report when there is one (its JSON's read.notes with
+    --json), stderr only for `grep`, whose stdout is the rank's lines."""
+    path = tmp_path / "job.log"
+    path.write_bytes(b"\0" * 4096 + _body().encode())
+    note = "skipped 4,096 NUL bytes (a log truncated in place by copytruncate?)"
+    for verb in (["ranks"], ["errors"], ["split", "--out", str(tmp_path / "split")]):
+        text = run_cli("logs", *verb, str(path))
+        assert text.returncode == 0 and text.stderr == "", verb
+        assert text.stdout.count(note) == 1, verb
+        verb = verb[:2] + [str(tmp_path / "split-json")] if verb[0] == "split" else verb
+        data = run_cli("logs", *verb, str(path), "--json")
+        assert data.stderr == "" and data.json()["read"]["notes"] == [note], verb
+    grep = run_cli("logs", "grep", "--rank", "n1:0", str(path))
+    assert grep.stdout.splitlines()[0] == "step 0" and note not in grep.stdout
+    assert grep.stderr == f"rankscope: note: {note}\n"
+    grep_json = run_cli("logs", "grep", "--rank", "n1:0", str(path), "--json")
+    assert grep_json.stderr == "" and grep_json.json()["read"]["notes"] == [note]
+
+
 def test_a_file_of_only_nul_bytes_says_so(tmp_path: Path) -> None:
     path = tmp_path / "job.log"
     path.write_bytes(b"\0" * 10000)

@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from rankscope.logs.labels import fold_labels, host_and_rank
-from rankscope.logs.prefixes import PLAIN, split_line
+from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, unlabelled_lines
 from rankscope.logs.tracebacks import TracebackCollector
 from rankscope.model import parse_label, rank_label
 
@@ -177,3 +177,20 @@ def test_open_mpi_fragments_are_joined_into_lines(per_rank_lines: list[list[str]
     for rank, lines in enumerate(per_rank_lines):
         tag = f"[1,{rank}]<stdout>:"
         assert [line[len(tag) :] for line in out if line.startswith(tag)] == lines
+
+
+_LINE_PARTS = [
+    "[nodeA:0]:", "[3]:", "[3]", "[3] ", "[12]:", "[default2]:", "[1,2]<stdout>:", "[rank3]: ", "[W1123 ",
+    "[x]", "[", "]", " ", ":", "[host:3] ", "[a b3]:", "\r", "\x1b[0m", "7: ", "0: [default1]:", "x", "3",
+]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_LINE_PARTS), max_size=4).map("".join), max_size=12), st.booleans())
+def test_lines_without_a_prefix_are_counted_as_split_line_reads_them(lines: list[str], srun: bool) -> None:
+    """`logs errors` counts them at C speed; `logs ranks` and `split` per line: the same number."""
+    chunk = "".join(line + "\n" for line in lines).encode()
+    labels = SourceLabels(allow_srun=srun)
+    expected = sum(1 for line in lines if split_line(line.encode(), srun).label is None)
+    assert unlabelled_lines(chunk, labels) == expected
+    assert sum(1 for label, _ in labels.lines(chunk) if label is None) == expected

@@ -122,7 +122,11 @@ def test_cli_probe_json_serving_meanwhile() -> None:
 def test_cli_probe_exit_codes(listener: socket.socket) -> None:
     port = listener.getsockname()[1]
     assert run_cli("net", "probe", f"127.0.0.1:{port}").returncode == 0
-    assert run_cli("net", "probe", f"127.0.0.1:{closed_port()}").returncode == 5
+    refused = run_cli("net", "probe", f"127.0.0.1:{closed_port()}", "nosuchhost.invalid:1")
+    assert refused.returncode == 5
+    # one place for a failure: the report says it, stderr does not say it again
+    assert "refused" in refused.stdout and "name does not resolve" in refused.stdout
+    assert refused.stderr == ""
     bad = run_cli("net", "probe", "node02")
     assert bad.returncode == 8 and "not a HOST:PORT" in bad.stderr
 

@@ -78,6 +78,7 @@ DEADLINE_OPTION = click.option(
     "--deadline",
     "overall_timeout",
     type=click.FloatRange(0.5),
+    metavar="SECONDS",
     help="Seconds for all nodes together (default: none).",
 )
 

@@ -58,6 +58,7 @@ class ExecRequest:
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
+    metavar="DIR",
     help="Also keep NODE.out per node and exec.json here.",
 )
 @FORCE_OPTION

@@ -122,10 +122,19 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option(
-    "--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes [the hosts named, else 1]."
+    "--nodes",
+    type=click.IntRange(min=1),
+    metavar="N",
+    default=None,
+    help="Number of nodes [the hosts named, else 1].",
 )
 @click.option(
-    "--gpus", type=click.IntRange(min=1), default=1, show_default=True, help="Processes (GPUs) per node."
+    "--gpus",
+    type=click.IntRange(min=1),
+    metavar="N",
+    default=1,
+    show_default=True,
+    help="Processes (GPUs) per node.",
 )
 @click.option(
     "--hosts", default=None, metavar="NODESET", help="Node names in node-rank order: node[1-4] or a,b."
@@ -133,23 +142,39 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
 @click.option(
     "--hostfile",
     type=click.Path(path_type=Path),
+    metavar="FILE",
     default=None,
     help="Read node names from a hostfile (host slots=N, host:N or host per line).",
 )
-@click.option("--master-addr", default=None, help="Rendezvous host [the first node].")
+@click.option("--master-addr", default=None, metavar="HOST", help="Rendezvous host [the first node].")
 @click.option(
-    "--port", type=click.IntRange(1, 65535), default=29500, show_default=True, help="Rendezvous port."
+    "--port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    default=29500,
+    show_default=True,
+    help="Rendezvous port.",
 )
 @click.option(
-    "--python", default="python3", show_default=True, help="Interpreter for launchers that start python."
+    "--python",
+    default="python3",
+    metavar="PROGRAM",
+    show_default=True,
+    help="Interpreter for launchers that start python.",
 )
 @click.option(
     "--torchrun",
     default="torchrun",
+    metavar="COMMAND",
     show_default=True,
     help="How to start torchrun on the nodes: a path, or 'python3 -m torch.distributed.run'.",
 )
-@click.option("--workdir", default=None, help="Directory the job runs in on every node [the current one].")
+@click.option(
+    "--workdir",
+    default=None,
+    metavar="DIR",
+    help="Directory the job runs in on every node [the current one].",
+)
 @click.option(
     "--prefix",
     type=click.Choice([p.value for p in Prefix]),
@@ -166,6 +191,7 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
 @click.option(
     "--job-name",
     default="rankscope-job",
+    metavar="NAME",
     show_default=True,
     help="SLURM job name and torchrun rendezvous id.",
 )

@@ -15,6 +15,7 @@ import click
 from rankscope.cli.outfiles import FORCE_OPTION
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import BadInputError, ExitCode, NothingFoundError
+from rankscope.logs.demux import RankGrep
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import ReadSummary, discover
 
@@ -182,24 +183,85 @@ def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> i
 
 \b
 RANK is host:rank as printed by `logs ranks` (node3:12), a bare rank (12), or a folded set
-(node[1-2]:[0-3]). Repeat --rank for several.
+(node[1-2]:[0-3]). Repeat --rank for several. A bare number is the global rank where
+torch's [rankN]: markers say which label carries it (torchrun --role host: labels lines
+with the node's local rank): `--rank 7` then prints [host:3]'s lines and says so on stderr.
+Without markers it is the label as written; host:rank is always the label as written.
+
+\b
+--json prints one rankscope.logs.grep/1 document, written as the lines are found (memory
+does not grow with the matches): ranks asked, how each matched, then every line with its
+label, rank, file, line number and text, then what was read.
 
 \b
 Examples:
   rankscope logs grep --rank node3:12 job.log
+  rankscope logs grep --rank 7 job.log        # global rank 7, whichever node ran it
   rankscope logs grep --rank 5 --keep-prefix job.log.gz | less
+  rankscope logs grep --rank 7 job.log --json | jq -r '.lines[] | "\\(.file):\\(.line) \\(.text)"'
 """
 )
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
-@click.option("--rank", "ranks_", multiple=True, required=True, help="host:rank or rank; repeatable.")
+@click.option(
+    "--rank", "ranks_", multiple=True, required=True, metavar="RANK", help="host:rank or rank; repeatable."
+)
 @click.option("--keep-prefix", is_flag=True, help="Print lines as they are, prefix included.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.grep/1).")
 def grep(
-    inputs: tuple[str, ...], ranks_: tuple[str, ...], keep_prefix: bool, host_from_filename: bool
+    inputs: tuple[str, ...],
+    ranks_: tuple[str, ...],
+    keep_prefix: bool,
+    host_from_filename: bool,
+    as_json: bool,
 ) -> int:
     from rankscope.logs.demux import RankGrep
 
-    finder = RankGrep(_labels(ranks_), keep_prefix)
+    wanted = _labels(ranks_)
+    matched = _global_ranks(wanted, inputs, host_from_filename)
+    global_of = {label: number for number, labels in matched.items() for label in labels}
+    wanted.extend(global_of)
+    finder = RankGrep(wanted, keep_prefix)
+    ways = [_how_matched(number, labels) for number, labels in matched.items()]
+    if as_json:
+        found, reading = _grep_json(finder, inputs, host_from_filename, ranks_, ways, global_of)
+    else:
+        for way in ways:
+            click.echo(f"rankscope: {way}", err=True)
+        found, reading = _grep_text(finder, inputs, host_from_filename)
+    if not found:
+        raise NothingFoundError(
+            f"no lines of rank {', '.join(ranks_)} in {', '.join(inputs)}",
+            "list the ranks present with: rankscope logs ranks " + " ".join(inputs),
+        )
+    return ExitCode.OK
+
+
+def _global_ranks(
+    wanted: list[bytes], inputs: tuple[str, ...], host_from_filename: bool
+) -> dict[int, list[bytes]]:
+    """The labels torch's [rankN]: markers show each bare number asked for under (read first, in
+    a pass of its own: a rank's ordinary lines come long before its marked traceback)."""
+    from rankscope.logs.demux import GlobalRanks
+
+    numbers = [int(label) for label in wanted if label.isdigit()]
+    if not numbers or "-" in inputs:  # stdin cannot be read twice
+        return {}
+    markers = GlobalRanks(numbers)
+    with _reading(inputs, host_from_filename, show_progress=False) as reading:
+        reading.repair_interleaved = False
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                markers.feed(chunk, opened.labels)
+    return {number: sorted(labels) for number, labels in sorted(markers.labels.items())}
+
+
+def _how_matched(number: int, labels: list[bytes]) -> str:
+    shown = ", ".join(f"[{label.decode('utf-8', 'replace')}]" for label in labels)
+    return f"rank {number} = {shown} (global rank from torch's [rank{number}]: markers)"
+
+
+def _grep_text(finder: RankGrep, inputs: tuple[str, ...], host_from_filename: bool) -> tuple[int, Reading]:
     out = sys.stdout.buffer
     found = 0
     line_open = False  # the last line written has no newline yet: a piece of a cut line may follow
@@ -223,12 +285,57 @@ def grep(
     reading.check_something_read()
     for note in _read_notes(reading):
         click.echo(f"rankscope: note: {note}", err=True)
-    if not found:
-        raise NothingFoundError(
-            f"no lines of rank {', '.join(ranks_)} in {', '.join(inputs)}",
-            "list the ranks present with: rankscope logs ranks " + " ".join(inputs),
-        )
-    return ExitCode.OK
+    return found, reading
+
+
+def _grep_json(
+    finder: RankGrep,
+    inputs: tuple[str, ...],
+    host_from_filename: bool,
+    ranks_: tuple[str, ...],
+    ways: list[str],
+    global_of: dict[bytes, int],
+) -> tuple[int, Reading]:
+    """Write the rankscope.logs.grep/1 document line by line: its ``lines`` array as found."""
+    from rankscope.logs.labels import host_and_rank, label_text
+    from rankscope.serial import to_json
+
+    out = sys.stdout
+    head = {"schema": "rankscope.logs.grep/1", "ranks": list(ranks_), "matched": ways}
+    out.write(json.dumps(head)[:-1] + ', "lines": [')
+    found = 0
+    with _reading(inputs, host_from_filename, show_progress=False) as reading:
+        reading.repair_interleaved = False
+        for opened in reading.sources():
+            name = opened.source.name
+            lines_before = 0
+            for data, lo, hi in opened.windows:
+                continues = opened.continues
+                base = lines_before - (1 if continues else 0)
+                cursor, newlines = lo, 0
+                for start, label, text in finder.found(data, opened.labels, lo, hi, continues):
+                    newlines += data.count(b"\n", cursor, start)
+                    cursor = start
+                    host, rank = host_and_rank(label)
+                    row = {
+                        "label": label_text(label),
+                        "host": host,
+                        "rank": rank,
+                        "global_rank": global_of.get(label),
+                        "file": name,
+                        "line": base + newlines + 1,
+                        "continued": continues,
+                        "text": text.decode("utf-8", "replace"),
+                    }
+                    out.write(("\n" if not found else "\n, ") + json.dumps(row))
+                    found += 0 if continues else 1
+                lines_before += data.count(b"\n", lo, hi) - (1 if continues else 0)
+    reading.stats.interleaved_lines += finder.interleaved_lines
+    reading.check_something_read()
+    summary = reading.summary()
+    out.write("\n], " + json.dumps({"found": found, "read": to_json(summary)})[1:] + "\n")
+    out.flush()
+    return found, reading
 
 
 # ----------------------------------------------------------------------------- split
@@ -250,7 +357,14 @@ Examples:
 )
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Output directory.")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Output directory.",
+)
 @FORCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
 def split(
@@ -318,7 +432,7 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.errors/1).")
-@click.option("--frames", default=6, show_default=True, help="Innermost frames shown per error.")
+@click.option("--frames", default=6, show_default=True, metavar="N", help="Innermost frames shown per error.")
 def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filename: bool) -> int:
     from rankscope.logs.errors_report import errors_document, render_errors, scan_errors
 

@@ -130,16 +130,23 @@ Listens on 127.0.0.1 unless --bind says otherwise, and never longer than --timeo
 Exit code: 0, or 5 when --count connections did not arrive in time.
 """,
 )
-@click.argument("port", type=click.IntRange(0, 65535))
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: all).")
+@click.argument("port", type=click.IntRange(0, 65535), metavar="PORT")
+@click.option(
+    "--bind",
+    default="127.0.0.1",
+    metavar="ADDR",
+    show_default=True,
+    help="Address to listen on (0.0.0.0: all).",
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(0.1),
+    metavar="SECONDS",
     default=300.0,
     show_default=True,
     help="Stop after this many seconds.",
 )
-@click.option("--count", type=click.IntRange(1), help="Stop after this many connections.")
+@click.option("--count", type=click.IntRange(1), metavar="N", help="Stop after this many connections.")
 def listen_cmd(**params: Any) -> int:
     from rankscope.net.probe import open_listener, serve
 
@@ -189,19 +196,28 @@ Exit code: 0 all open, 4 some open, 5 none.
 """,
 )
 @click.argument("targets", nargs=-1, required=True)
-@click.option("--port", type=click.IntRange(1, 65535), help="Port for targets given without one.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), metavar="PORT", help="Port for targets given without one."
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(0.05),
+    metavar="SECONDS",
     default=3.0,
     show_default=True,
     help="Seconds each probe may take (all run at once).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (rankscope.net.probe/1).")
-@click.option("--serve", type=click.IntRange(0, 65535), help="Also listen on this port meanwhile.")
-@click.option("--bind", default="127.0.0.1", show_default=True, help="Address for --serve.")
 @click.option(
-    "--hold", type=click.FloatRange(0), default=0.0, help="Keep --serve listening this long from the start."
+    "--serve", type=click.IntRange(0, 65535), metavar="PORT", help="Also listen on this port meanwhile."
+)
+@click.option("--bind", default="127.0.0.1", metavar="ADDR", show_default=True, help="Address for --serve.")
+@click.option(
+    "--hold",
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    default=0.0,
+    help="Keep --serve listening this long from the start.",
 )
 @click.option("--retry-refused", is_flag=True, help="Retry a refused probe until --timeout (peers starting).")
 def probe_cmd(**params: Any) -> int:
@@ -283,11 +299,15 @@ Exit code: 0 every link open / every check passed, 4 some links bad, 5 none open
 )
 @cluster_options
 @click.option(
-    "--port", type=click.IntRange(1, 65535), help="Port to check between nodes (default $MASTER_PORT)."
+    "--port",
+    type=click.IntRange(1, 65535),
+    metavar="PORT",
+    help="Port to check between nodes (default $MASTER_PORT).",
 )
 @click.option(
     "--window",
     type=click.FloatRange(0.2),
+    metavar="SECONDS",
     default=5.0,
     show_default=True,
     help="Seconds each node probes for.",
@@ -303,9 +323,12 @@ Exit code: 0 every link open / every check passed, 4 some links bad, 5 none open
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (rankscope.net.check/1).")
 @click.option("--master", is_flag=True, help="Check MASTER_ADDR:MASTER_PORT from here instead.")
 @click.option("--master-addr", metavar="HOST", help="Instead of $MASTER_ADDR.")
-@click.option("--master-port", type=click.IntRange(1, 65535), help="Instead of $MASTER_PORT.")
+@click.option("--master-port", type=click.IntRange(1, 65535), metavar="PORT", help="Instead of $MASTER_PORT.")
 @click.option(
-    "--nnodes", type=click.IntRange(1), help="Nodes in the job (default: from the launcher's environment)."
+    "--nnodes",
+    type=click.IntRange(1),
+    metavar="N",
+    help="Nodes in the job (default: from the launcher's environment).",
 )
 def check_cmd(**params: Any) -> int:
     request = from_params(CheckRequest, params)

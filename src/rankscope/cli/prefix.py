@@ -294,7 +294,12 @@ def _pump(
     "--short-host", is_flag=True, help="Host as its digits only (node-017 -> 017), like tr -dc 0-9."
 )
 @click.option(
-    "--rank", "rank_override", type=int, default=None, help="Use this rank instead of the environment's."
+    "--rank",
+    "rank_override",
+    type=int,
+    default=None,
+    metavar="RANK",
+    help="Use this rank instead of the environment's.",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def prefix(**params: Any) -> int:

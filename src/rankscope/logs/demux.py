@@ -12,7 +12,7 @@ from typing import BinaryIO, Callable, ClassVar, Optional
 
 from rankscope.logs.interleaved import split_pieces
 from rankscope.logs.labels import host_and_rank, label_text
-from rankscope.logs.prefixes import SourceLabels, split_line
+from rankscope.logs.prefixes import SourceLabels, split_line, torch_global_rank
 from rankscope.logs.sources import ReadSummary
 
 
@@ -77,21 +77,34 @@ class RankGrep:
         ``continues``: the window is a later piece of a line cut for its length; its line is
         given without a prefix even with ``keep_prefix`` (it continues a line already given).
         """
+        for _start, _label, line in self.found(chunk, labels, lo, hi, continues):
+            yield line
+
+    def found(
+        self, chunk: bytes, labels: SourceLabels, lo: int = 0, hi: int = -1, continues: bool = False
+    ) -> Iterator[tuple[int, bytes, bytes]]:
+        """(where the line starts in ``chunk``, its label, the line as given) of each match."""
         if hi < 0:
             hi = len(chunk)
         if continues and self.keep_prefix:
             self.keep_prefix = False
             try:
-                yield from self.lines(chunk, labels, lo, hi)
+                yield from self.found(chunk, labels, lo, hi)
             finally:
                 self.keep_prefix = True
             return
         fixed_label, host = labels.fixed_label, labels.host
         if fixed_label is not None:
-            chunk, lo, hi = chunk[lo:hi], 0, hi - lo
-            if labels.label(fixed_label) in self.labels:
-                for line in chunk.split(b"\n")[:-1] if chunk.endswith(b"\n") else chunk.split(b"\n"):
-                    yield (b"[" + fixed_label + b"] " + line) if self.keep_prefix else line
+            label = labels.label(fixed_label)
+            if label in self.labels:
+                start = lo
+                while start < hi:
+                    end = chunk.find(b"\n", start, hi)
+                    line = chunk[start : hi if end < 0 else end]
+                    yield start, label, (b"[" + fixed_label + b"] " + line) if self.keep_prefix else line
+                    if end < 0:
+                        break
+                    start = end + 1
             return
         literals = self._literals.get(host)
         if literals is None:
@@ -121,8 +134,40 @@ class RankGrep:
                 self.interleaved_lines += 1
             for piece in pieces:
                 split = split_line(piece, labels.allow_srun)
-                if labels.label(split.label) in self.labels:
-                    yield piece.rstrip(b"\r") if self.keep_prefix else split.text
+                label = labels.label(split.label)
+                if label is not None and label in self.labels:
+                    yield start, label, piece.rstrip(b"\r") if self.keep_prefix else split.text
+
+
+class GlobalRanks:
+    """Which labels torch's ``[rankN]:`` markers (:func:`torch_global_rank`) show global ranks under.
+
+    ``torchrun --role host:`` labels lines ``[host:LOCAL]:``; the lines of a worker's uncaught
+    exception also carry torch's ``[rankGLOBAL]:``. Fed every chunk, this finds the labels of
+    the global ranks asked for (a ``bytes.find`` per rank and chunk; only marked lines parsed).
+    """
+
+    def __init__(self, numbers: Sequence[int]) -> None:
+        self._needles = [(number, b"[rank%d]:" % number) for number in sorted(set(numbers))]
+        #: Global rank -> the labels (naming a host) its marked lines carry.
+        self.labels: dict[int, set[bytes]] = {}
+
+    def feed(self, chunk: bytes, labels: SourceLabels) -> None:
+        for number, needle in self._needles:
+            pos = chunk.find(needle)
+            while pos >= 0:
+                start = chunk.rfind(b"\n", 0, pos) + 1
+                end = chunk.find(b"\n", pos)
+                end = len(chunk) if end < 0 else end
+                split = split_line(chunk[start:end], labels.allow_srun)
+                label = labels.label(split.label)
+                if (
+                    label is not None
+                    and torch_global_rank(split.raw_prefix) == number
+                    and host_and_rank(label)[0] is not None
+                ):
+                    self.labels.setdefault(number, set()).add(label)
+                pos = chunk.find(needle, end)
 
 
 #: Bytes kept as they are in a split file name; every other byte is written %XX (upper-case hex).

@@ -18,6 +18,7 @@ from rankscope.logs.cuda import (
 )
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, RootCause, normalise_message
 from rankscope.logs.labels import fold_label_hosts, fold_labels, host_and_rank, label_text
+from rankscope.logs.prefixes import unlabelled_lines
 from rankscope.logs.reading import Reading
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
@@ -38,7 +39,7 @@ PREFIX_ADVICE = (
 @dataclass
 class LineCounts:
     lines: int = 0
-    #: Lines that do not start with a bracket prefix (counted on bracket-prefixed sources only).
+    #: Lines without a rank prefix (:func:`rankscope.logs.prefixes.unlabelled_lines`).
     unprefixed: int = 0
     tracebacks: int = 0
     truncated: int = 0
@@ -74,13 +75,13 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
-            if bracketed:
-                counts.unprefixed += lines - opened.bracketed_lines(chunk)
+            counts.unprefixed += unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk))
             collector.feed(chunk)
             asserts.feed(chunk, labels)
             if opened.continues:  # a later piece of a line longer than MAX_LINE
                 collector.continued_line()
                 counts.lines -= 1
+                counts.unprefixed -= unlabelled_lines(chunk, labels)  # the piece is one line
             if b"Failures:" in chunk or b"Root Cause (first" in chunk:
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()

@@ -154,6 +154,51 @@ def split_line(line: bytes, allow_srun: bool = False) -> Split:
     return Split(line[:end], label, text)
 
 
+#: What follows the "[" of a line that :data:`BRACKET_PREFIX` reads: name characters ending in a
+#: digit, then "]" (Open MPI's "1,2]<stdout>:" is such a form too). Greedy, so a line costs one
+#: pass over its head: unlike BRACKET_PREFIX it does not stop a name at 200 characters.
+_PREFIX_BODY = rb"[^\[\]\s]*(?<=\d)\]"
+#: Lines that start with "[" and still carry no rank: "[W1123 socket.cpp:10] ..." (torch's C++
+#: warnings), and "[3]:" alone on its line (torchrun's failure summary, see :func:`split_line`).
+_BRACKET_NO_RANK = re.compile(rb"\n\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?\r?(?=\n|\Z))")
+_FIRST_BRACKET_NO_RANK = re.compile(rb"\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?\r?(?:\n|\Z))")
+
+
+def unlabelled_lines(chunk: bytes, labels: SourceLabels, bracketed: Optional[int] = None) -> int:
+    """How many lines of a block of whole lines carry no rank prefix: the count of every verb
+    (``logs ranks``, ``logs split``, ``logs errors``), by one definition: the lines
+    :meth:`SourceLabels.lines` gives no label (blank lines, a launcher's own lines, "[W...]"
+    warnings, torchrun's "[3]:" summary heads).
+
+    Bracket-prefixed sources are counted at C speed (``bracketed``: how many lines start with
+    "[", when the caller has counted them); a property test checks it against
+    :func:`split_line` (the one difference: a bracket name over 200 characters before its number
+    counts here as a prefix).
+    """
+    if labels.fixed_label is not None:
+        return 0
+    if labels.allow_srun or b"\x1b" in chunk:  # srun labels; colour codes split_line removes first
+        return sum(1 for label, _text in labels.lines(chunk) if label is None)
+    lines = chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1)
+    if bracketed is None:
+        bracketed = chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
+    no_rank = sum(1 for _ in _BRACKET_NO_RANK.finditer(chunk))
+    if _FIRST_BRACKET_NO_RANK.match(chunk) is not None:
+        no_rank += 1
+    return lines - bracketed + no_rank
+
+
+def torch_global_rank(raw_prefix: bytes) -> Optional[int]:
+    """The global rank torch's ``[rankN]:`` marker in a raw prefix gives; None without a marker.
+
+    Under ``torchrun --role host:`` the outer label carries the node's local rank; torch marks
+    each line of a worker's uncaught exception with its global rank. ``logs errors`` and
+    ``logs grep`` both read the global rank here.
+    """
+    marker = TORCH_RANK.search(raw_prefix)
+    return None if marker is None else int(marker.group(1))
+
+
 def qualify(label: Optional[bytes], host: Optional[bytes]) -> Optional[bytes]:
     """Give a bare rank label a host (``b"3"`` -> ``b"node7:3"``); labels with a host stay."""
     if host is None or label is None or b":" in label:

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line
+from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -29,7 +29,6 @@ _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 #: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
 MAX_STRAY = 50
 MAX_FRAMES = 200
-_GLOBAL_RANK = re.compile(rb"\[rank(\d+)\]:")
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
 #: A rank that writes this many more lines after a traceback (same source) caught the exception.
@@ -243,10 +242,9 @@ class TracebackCollector:
             line_number=line_number,
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
-        marker = _GLOBAL_RANK.search(raw_prefix)
-        tb.global_rank = int(marker.group(1)) if marker is not None else None
+        tb.global_rank = torch_global_rank(raw_prefix)
         building = _Building(
-            tb, raw_prefix, needle=self._needle(raw_prefix, marker is not None), indent=indent
+            tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
         )
         self._active[key] = building
         self._follow(chunk, building, end + 1)
