@@ -65,3 +65,25 @@ def test_normalisation_of_varying_parts() -> None:
     assert normalise_message(message, hosts=["gpu017"]) == (
         "connect to <ip> failed on <host> at <addr> (torch/x.py, <tmp>)"
     )
+
+
+def test_a_space_after_the_prefix_colon_is_read_like_torch_s_own(tmp_path: Path) -> None:
+    """`print(f"[{host}:{rank}]: ...")` style: the traceback, its frames and its exception are read."""
+    path = tmp_path / "job.log"
+    lines = []
+    for rank in (2, 5):
+        prefix = f"[n1:{rank}]: "
+        lines += [
+            f"{prefix}step 7",
+            f"{prefix}Traceback (most recent call last):",
+            f'{prefix}  File "/w/train.py", line 3, in <module>',
+            f"{prefix}    1/0",
+            f"{prefix}ZeroDivisionError: division by zero",
+        ]
+    path.write_text("\n".join(lines) + "\n")
+    data = run_cli("logs", "errors", str(path), "--json").json()
+    (group,) = data["groups"]
+    assert sorted(group["labels"]) == ["n1:2", "n1:5"]
+    assert (group["exception_type"], group["message"]) == ("ZeroDivisionError", "division by zero")
+    assert [f["line"] for f in group["frames"]] == [3]
+    assert data["root_cause"]["where"] == "/w/train.py:3"
