@@ -154,8 +154,8 @@ def test_readme_names_exactly_the_verbs_that_have_json() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     said = re.search(r"is on every verb whose output is data: (.*?)\. Not on (.*?)\.", readme, re.DOTALL)
     assert said is not None
-    with_json = set(re.findall(r"`([a-z ]+)`", said.group(1)))
-    without = set(re.findall(r"`([a-z ]+)`", said.group(2)))
+    with_json = set(re.findall(r"`([a-z -]+)`", said.group(1)))
+    without = set(re.findall(r"`([a-z -]+)`", said.group(2)))
     verbs = dict(_commands(cli))
     have = {name for name, command in verbs.items() if any("--json" in p.opts for p in command.params)}
     assert with_json == have

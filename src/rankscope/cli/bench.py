@@ -48,16 +48,34 @@ def bench() -> None:
     help="Backend [default: nccl where CUDA is available, else gloo].",
 )
 @click.option(
-    "--nproc", type=click.IntRange(2, 256), default=None, help="Start this many ranks here with torchrun."
+    "--nproc",
+    type=click.IntRange(2, 256),
+    metavar="N",
+    default=None,
+    help="Start this many ranks here with torchrun.",
 )
-@click.option("--min-bytes", default="1K", show_default=True, help="Smallest payload (K, M, G suffixes).")
-@click.option("--max-bytes", default="16M", show_default=True, help="Largest payload.")
-@click.option("--factor", type=click.IntRange(2, 1024), default=4, show_default=True, help="Size multiplier.")
-@click.option("--warmup", type=click.IntRange(0, 10_000), default=5, show_default=True)
-@click.option("--iters", type=click.IntRange(1, 100_000), default=20, show_default=True)
+@click.option(
+    "--min-bytes",
+    metavar="SIZE",
+    default="1K",
+    show_default=True,
+    help="Smallest payload (K, M, G suffixes).",
+)
+@click.option("--max-bytes", metavar="SIZE", default="16M", show_default=True, help="Largest payload.")
+@click.option(
+    "--factor",
+    type=click.IntRange(2, 1024),
+    metavar="N",
+    default=4,
+    show_default=True,
+    help="Size multiplier.",
+)
+@click.option("--warmup", type=click.IntRange(0, 10_000), metavar="N", default=5, show_default=True)
+@click.option("--iters", type=click.IntRange(1, 100_000), metavar="N", default=20, show_default=True)
 @click.option(
     "--timeout",
     type=click.FloatRange(1, 3600),
+    metavar="SECONDS",
     default=120.0,
     show_default=True,
     help="Process-group timeout in seconds.",

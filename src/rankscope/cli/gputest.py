@@ -52,6 +52,7 @@ def _exit_for(summary: Any) -> int:
 @click.option(
     "--timeout",
     type=click.FloatRange(1, 3600),
+    metavar="SECONDS",
     default=60.0,
     show_default=True,
     help="Seconds all steps may take together, rendezvous included, counted once torch is imported.",
@@ -59,6 +60,7 @@ def _exit_for(summary: Any) -> int:
 @click.option(
     "--nproc",
     type=click.IntRange(1, 256),
+    metavar="N",
     default=None,
     help="Start this many ranks on this node with torchrun (the one-node case).",
 )
