@@ -1,0 +1,58 @@
+"""Read a process's descriptors and socket tables (through rankscope.procfs) into a ProcessFds."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Optional
+
+from rankscope import procfs
+from rankscope.errors import BadInputError, ExitCode, RankscopeError
+from rankscope.inspect.fdkinds import NET_TABLES, classify, counts_of, socket_tables
+from rankscope.inspect.report import ProcessFds
+from rankscope.model import RankId
+
+
+class PermissionDeniedError(RankscopeError):
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message, hint, ExitCode.PERMISSION_DENIED)
+
+
+def _is_dir(pid: int, fd: int, target: str) -> bool:
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return False
+    try:
+        return stat.S_ISDIR(os.stat(f"/proc/{pid}/fd/{fd}").st_mode)
+    except OSError:
+        return False
+
+
+def process_fds(pid: int, rank: Optional[RankId] = None) -> ProcessFds:
+    """The classified descriptors of ``pid``.
+
+    Raises :class:`BadInputError` when there is no such process and
+    :class:`PermissionDeniedError` when its descriptors may not be read (another user's).
+    """
+    try:
+        links = procfs.fd_links(pid)
+    except FileNotFoundError:
+        raise BadInputError(f"no process {pid}", "check the pid (ps -p PID); it may have exited") from None
+    except PermissionError:
+        owner = procfs.uid(pid)
+        raise PermissionDeniedError(
+            f"cannot read the descriptors of pid {pid} (owned by uid {owner}; you are uid {os.geteuid()})",
+            "run as the process owner or with sudo",
+        ) from None
+    sockets = (
+        socket_tables((name, procfs.net_table(pid, name)) for name in NET_TABLES)
+        if any(target.startswith("socket:") for _, target in links)
+        else {}
+    )
+    fds = tuple(
+        classify(fd, target, procfs.fdinfo(pid, fd), sockets, _is_dir(pid, fd, target))
+        for fd, target in links
+    )
+    soft, hard = procfs.open_files_limit(pid)
+    entry = procfs.process(pid)
+    command = " ".join(procfs.cmdline(pid)) or (f"[{entry.comm}]" if entry else "")
+    return ProcessFds(pid, command, fds, counts_of(fds), soft, hard, rank)
