@@ -30,6 +30,7 @@ _ERROR = re.compile(r"^-1 (E[A-Z0-9_]+) \((.*)\)|^\? (E[A-Z0-9_]+) \((.*)\)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _INET = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
 _UNIX = re.compile(r'sun_path=(@?"[^"]*")')
+_RESTARTED = re.compile(r"resuming interrupted (\w+)")
 _POLL_FD = re.compile(r"\{fd=(\d+),")
 _FIRST_INT = re.compile(r"^(\d+),")
 _EQUALS = re.compile(r"\)\s+= ")
@@ -186,6 +187,10 @@ def waits_on(name: str, args: str, fds: Mapping[int, OpenFd]) -> str:
         if epoll is not None and epoll.kind == FdKind.EPOLL and epoll.watches:
             return "; ".join(_fd_words(fd, fds) for fd in epoll.watches)
         return _fd_words(int(first.group(1)), fds) if first else ""
+    if name == "restart_syscall":
+        # A call the attach interrupted, resumed by the kernel; strace no longer knows its arguments.
+        inner = _RESTARTED.search(args)
+        return f"an interrupted {inner.group(1) if inner else 'call'} resumed (arguments unknown)"
     if name == "futex":
         return "a lock or condition (futex): another thread must release or signal it"
     if name in ("nanosleep", "clock_nanosleep"):

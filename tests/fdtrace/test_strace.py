@@ -1,0 +1,75 @@
+"""`rankscope strace` on real processes: blocked on a silent peer, failing writes, another tracer."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from tests.fdtrace.conftest import FailingWriter, SilentPeer
+from tests.support.cli import run_cli
+
+from rankscope import procfs
+
+pytestmark = pytest.mark.needs("strace")
+
+
+def test_a_client_waiting_for_a_silent_peer_is_blocked_on_that_peer(silent_peer: SilentPeer) -> None:
+    result = run_cli("strace", str(silent_peer.pid), "--seconds", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    document = result.json()
+    assert document["schema"] == "rankscope.strace/1"
+    (process,) = document["processes"]
+    (blocked,) = process["blocked"]
+    assert blocked["syscall"] in ("recvfrom", "read", "poll", "ppoll")
+    peer = f"127.0.0.1:{silent_peer.client_port} -> 127.0.0.1:{silent_peer.server_port} ESTABLISHED"
+    assert peer in blocked["on"]
+    assert blocked["waited"] >= 0.5
+    # Left running and untraced.
+    assert process["state_after"] == "S" and not process["continued"]
+    assert procfs.tracer_pid(silent_peer.pid) == 0
+
+    text = run_cli("strace", str(silent_peer.pid), "--seconds", "0.5").stdout
+    assert "blocked now" in text and peer in text
+
+
+def test_failing_writes_are_grouped_by_errno_with_their_paths(failing_writer: FailingWriter) -> None:
+    result = run_cli("strace", str(failing_writer.pid), "--seconds", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    (process,) = result.json()["processes"]
+    groups = {group["errno"]: group for group in process["failures"]}
+    assert groups["ENOSPC"]["targets"] == ["fd 3: /dev/full"]
+    assert groups["ENOSPC"]["syscalls"] == {"write": groups["ENOSPC"]["count"]}
+    assert groups["ENOENT"]["targets"][0] == str(failing_writer.missing)
+    assert groups["ENOENT"]["count"] >= 5 and not groups["ENOENT"]["noise"]
+    counts = {count["name"]: count for count in process["syscalls"]}
+    assert counts["write"]["errors"] == counts["write"]["calls"]
+
+    text = run_cli("strace", str(failing_writer.pid), "--seconds", "0.5").stdout
+    assert "ENOSPC (No space left on device)" in text and str(failing_writer.missing) in text
+    assert text.index("failing calls:") < text.index("SYSCALL")
+
+
+def test_a_process_another_strace_holds_is_refused_with_its_name(silent_peer: SilentPeer) -> None:
+    holder = subprocess.Popen(
+        ["strace", "-p", str(silent_peer.pid), "-o", "/dev/null"],
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.tracer_pid(silent_peer.pid) != holder.pid and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = run_cli("strace", str(silent_peer.pid), "--seconds", "0.5")
+        assert result.returncode == 7, result.stderr
+        assert f"already traced by strace (pid {holder.pid})" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    finally:
+        holder.terminate()
+        holder.wait()
+
+
+def test_a_pid_that_does_not_exist_is_bad_input() -> None:
+    result = run_cli("strace", "999999999", "--seconds", "0.5")
+    assert result.returncode == 8
+    assert "no process 999999999" in result.stderr
