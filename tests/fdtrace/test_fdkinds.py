@@ -40,6 +40,11 @@ def test_tcp_lines_give_addresses_and_state() -> None:
     assert table[1535090].state == "ESTABLISHED"
 
 
+def test_only_the_wanted_inodes_are_decoded() -> None:
+    assert set(parse_inet_table("tcp", TCP, wanted={1535090})) == {1535090}
+    assert set(parse_unix_table(UNIX, wanted={77, 5})) == {77}
+
+
 def test_tcp6_shows_v4_mapped_addresses_as_v4_and_others_in_brackets() -> None:
     table = parse_inet_table("tcp6", TCP6)
     assert table[4242].local == "127.0.0.1:34825" and table[4242].peer == "127.0.0.1:46186"

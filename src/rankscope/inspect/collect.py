@@ -8,7 +8,7 @@ from typing import Optional
 
 from rankscope import procfs
 from rankscope.errors import BadInputError, ExitCode, RankscopeError
-from rankscope.inspect.fdkinds import NET_TABLES, classify, counts_of, socket_tables
+from rankscope.inspect.fdkinds import NET_TABLES, classify, counts_of, inode_of, socket_tables
 from rankscope.inspect.report import ProcessFds
 from rankscope.model import RankId
 
@@ -43,10 +43,10 @@ def process_fds(pid: int, rank: Optional[RankId] = None) -> ProcessFds:
             f"cannot read the descriptors of pid {pid} (owned by uid {owner}; you are uid {os.geteuid()})",
             "run as the process owner or with sudo",
         ) from None
+    inodes = (inode_of(target) for _, target in links if target.startswith("socket:"))
+    wanted = {inode for inode in inodes if inode is not None}
     sockets = (
-        socket_tables((name, procfs.net_table(pid, name)) for name in NET_TABLES)
-        if any(target.startswith("socket:") for _, target in links)
-        else {}
+        socket_tables(((name, procfs.net_table(pid, name)) for name in NET_TABLES), wanted) if wanted else {}
     )
     fds = tuple(
         classify(fd, target, procfs.fdinfo(pid, fd), sockets, _is_dir(pid, fd, target))

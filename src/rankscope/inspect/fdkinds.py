@@ -8,8 +8,8 @@ sock_diag, which ss reads over netlink). The tables are the process's own networ
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-from collections.abc import Iterable
+import socket
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -32,6 +32,7 @@ TCP_STATES = {
 _UNIX_STATES = {1: "UNCONNECTED", 2: "CONNECTING", 3: "CONNECTED", 4: "DISCONNECTING"}
 #: The socket tables read, in this order.
 NET_TABLES = ("tcp", "tcp6", "udp", "udp6", "unix")
+_V4_MAPPED = bytes(10) + b"\xff\xff"
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,22 @@ def _address(field: str) -> str:
     port = int(hex_port, 16)
     raw = bytes.fromhex(hex_ip)
     if len(raw) == 4:
-        return f"{ipaddress.IPv4Address(raw[::-1])}:{port}"
+        return f"{socket.inet_ntop(socket.AF_INET, raw[::-1])}:{port}"
     # IPv6: four 32-bit words, each in host (little-endian) order.
     words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
-    address = ipaddress.IPv6Address(words)
-    if address.ipv4_mapped is not None:
-        return f"{address.ipv4_mapped}:{port}"
-    return f"[{address}]:{port}"
+    if words[:12] == _V4_MAPPED:
+        return f"{socket.inet_ntop(socket.AF_INET, words[12:])}:{port}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, words)}]:{port}"
 
 
-def parse_inet_table(protocol: str, text: str) -> dict[int, SocketEntry]:
-    """inode -> socket, from /proc/net/tcp, tcp6, udp or udp6."""
+def parse_inet_table(
+    protocol: str, text: str, wanted: Optional[Container[int]] = None
+) -> dict[int, SocketEntry]:
+    """inode -> socket, from /proc/net/tcp, tcp6, udp or udp6 (only the ``wanted`` inodes when given).
+
+    A node's table holds every socket of the namespace (thousands on a busy one, TIME_WAIT
+    included): only the process's own are decoded.
+    """
     sockets: dict[int, SocketEntry] = {}
     for line in text.splitlines()[1:]:
         fields = line.split()
@@ -66,6 +72,8 @@ def parse_inet_table(protocol: str, text: str) -> dict[int, SocketEntry]:
             continue
         try:
             inode = int(fields[9])
+            if wanted is not None and inode not in wanted:
+                continue
             local, remote, state = _address(fields[1]), _address(fields[2]), int(fields[3], 16)
         except ValueError:
             continue
@@ -78,7 +86,7 @@ def parse_inet_table(protocol: str, text: str) -> dict[int, SocketEntry]:
     return sockets
 
 
-def parse_unix_table(text: str) -> dict[int, SocketEntry]:
+def parse_unix_table(text: str, wanted: Optional[Container[int]] = None) -> dict[int, SocketEntry]:
     """inode -> socket, from /proc/net/unix (its path, ``@name`` for an abstract one, ``-`` for none)."""
     sockets: dict[int, SocketEntry] = {}
     for line in text.splitlines()[1:]:
@@ -89,21 +97,27 @@ def parse_unix_table(text: str) -> dict[int, SocketEntry]:
             state, inode = int(fields[5], 16), int(fields[6])
         except ValueError:
             continue
+        if wanted is not None and inode not in wanted:
+            continue
         path = fields[7] if len(fields) > 7 else "-"
         kind = "unix-dgram" if fields[4] == "0002" else "unix"
         sockets[inode] = SocketEntry(kind, path, None, _UNIX_STATES.get(state))
     return sockets
 
 
-def socket_tables(tables: Iterable[tuple[str, str]]) -> dict[int, SocketEntry]:
-    """inode -> socket from (name, text) of each table in :data:`NET_TABLES`."""
+def socket_tables(
+    tables: Iterable[tuple[str, str]], wanted: Optional[Container[int]] = None
+) -> dict[int, SocketEntry]:
+    """inode -> socket from (name, text) of each table in :data:`NET_TABLES` (only ``wanted`` inodes when given)."""
     sockets: dict[int, SocketEntry] = {}
     for name, text in tables:
-        sockets.update(parse_unix_table(text) if name == "unix" else parse_inet_table(name, text))
+        sockets.update(
+            parse_unix_table(text, wanted) if name == "unix" else parse_inet_table(name, text, wanted)
+        )
     return sockets
 
 
-def _inode(target: str) -> Optional[int]:
+def inode_of(target: str) -> Optional[int]:
     """``socket:[1234]`` / ``pipe:[99]`` -> the inode."""
     start, end = target.find("[") + 1, target.rfind("]")
     try:
@@ -166,7 +180,7 @@ def classify(
     offset = None
     if kind in (FdKind.FILE, FdKind.DELETED, FdKind.DEVICE) and info.get("pos", "").isdigit():
         offset = int(info["pos"])
-    socket = sockets.get(_inode(target) or -1) if kind == FdKind.SOCKET else None
+    socket = sockets.get(inode_of(target) or -1) if kind == FdKind.SOCKET else None
     return OpenFd(
         fd=fd,
         kind=kind,

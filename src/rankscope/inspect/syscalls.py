@@ -23,7 +23,6 @@ from typing import Optional
 from rankscope.inspect.report import Blocked, FailureGroup, FdKind, OpenFd, SyscallCount
 
 _LINE = re.compile(r"^(?:\[pid\s+)?(\d+)\]?\s+(\d\d):(\d\d):(\d\d(?:\.\d+)?)\s+(.*)$")
-_DURATION = re.compile(r"\s<(\d+\.\d+)>$")
 _RESUMED = re.compile(r"^<\.\.\. ([\w]+) resumed>(.*)$")
 _CALL = re.compile(r"^([\w]+)\((.*)$")
 _ERROR = re.compile(r"^-1 (E[A-Z0-9_]+) \((.*)\)|^\? (E[A-Z0-9_]+) \((.*)\)")
@@ -33,7 +32,6 @@ _UNIX = re.compile(r'sun_path=(@?"[^"]*")')
 _RESTARTED = re.compile(r"resuming interrupted (\w+)")
 _POLL_FD = re.compile(r"\{fd=(\d+),")
 _FIRST_INT = re.compile(r"^(\d+),")
-_EQUALS = re.compile(r"\)\s+= ")
 _UNFINISHED = (" <unfinished ...>", " <detached ...>")
 
 #: Errors that are routine in a healthy process: counted, folded into one line, never a finding.
@@ -132,17 +130,28 @@ def _seconds_of_day(hours: str, minutes: str, seconds: str) -> float:
 
 
 def _result_of(rest: str) -> tuple[str, str, Optional[float]]:
-    """``args) = result <0.1>`` -> (args, result, 0.1)."""
+    """``args) = result <0.1>`` -> (args, result, 0.1).
+
+    String searches from the right, not regular expressions: a busy process writes tens of
+    thousands of lines a second, and this runs once per line.
+    """
     duration = None
-    found = _DURATION.search(rest)
-    if found:
-        duration = float(found.group(1))
-        rest = rest[: found.start()]
+    if rest.endswith(">"):
+        open_at = rest.rfind(" <")
+        if open_at >= 0:
+            try:
+                duration = float(rest[open_at + 2 : -1])
+                rest = rest[:open_at]
+            except ValueError:
+                pass
     # strace pads short calls: "write(3, "x", 1)  = -1 ENOSPC ..."; the last ") = " is the result's.
-    matches = list(_EQUALS.finditer(rest))
-    if not matches:
-        return rest, "", duration
-    return rest[: matches[-1].start()], rest[matches[-1].end() :].strip(), duration
+    equals = rest.rfind(" = ")
+    while equals >= 0:
+        args = rest[:equals].rstrip(" ")
+        if args.endswith(")"):
+            return args[:-1], rest[equals + 3 :].strip(), duration
+        equals = rest.rfind(" = ", 0, equals)
+    return rest, "", duration
 
 
 def sockaddr_of(args: str) -> Optional[str]:
@@ -218,6 +227,7 @@ def summarise(
     detached: dict[int, _Pending] = {}
     threads: set[int] = set()
     failed: dict[str, tuple[str, Counter[str], Counter[str]]] = {}
+    known_targets: dict[tuple[str, str], Optional[str]] = {}
     last = 0.0
     count = 0
 
@@ -225,15 +235,25 @@ def summarise(
         calls[name] += 1
         if duration is not None:
             seconds[name] += duration
+        if not result.startswith(("-1 ", "? ")):
+            return
         error = _ERROR.match(result)
         if not error:
             return
         code = error.group(1) or error.group(3)
         message = error.group(2) or error.group(4)
         errors[name] += 1
-        _message, by_call, targets = failed.setdefault(code, (message, Counter(), Counter()))
+        if code not in failed:
+            failed[code] = (message, Counter(), Counter())
+        _message, by_call, targets = failed[code]
         by_call[name] += 1
-        target = target_of(name, args, fds)
+        # A loop fails the same way each time: the target of identical arguments is worked out once.
+        key = (name, args)
+        target = (
+            known_targets[key]
+            if key in known_targets
+            else known_targets.setdefault(key, target_of(name, args, fds))
+        )
         if target:
             targets[target] += 1
 
