@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from tests.fdtrace.conftest import FailingWriter, SilentPeer
@@ -73,3 +74,51 @@ def test_a_pid_that_does_not_exist_is_bad_input() -> None:
     result = run_cli("strace", "999999999", "--seconds", "0.5")
     assert result.returncode == 8
     assert "no process 999999999" in result.stderr
+
+
+def test_ctrl_c_detaches_prints_what_was_traced_and_leaves_the_process_running(
+    silent_peer: SilentPeer,
+) -> None:
+    import os
+    import signal
+    import sys
+
+    rankscope = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", "strace", str(silent_peer.pid), "--seconds", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while procfs.tracer_pid(silent_peer.pid) == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert procfs.tracer_pid(silent_peer.pid) != 0, "strace never attached"
+        rankscope.send_signal(signal.SIGINT)
+        stdout, stderr = rankscope.communicate(timeout=20)
+    finally:
+        if rankscope.poll() is None:
+            os.killpg(rankscope.pid, signal.SIGKILL)
+            rankscope.wait()
+    assert rankscope.returncode == 130, stderr
+    assert "blocked now" in stdout and f"127.0.0.1:{silent_peer.server_port}" in stdout
+    assert procfs.tracer_pid(silent_peer.pid) == 0
+    assert procfs.process(silent_peer.pid).state == "S"
+
+
+def test_another_users_process_is_permission_denied(silent_peer: SilentPeer, tmp_path: Path) -> None:
+    import os
+
+    from tests.support.cli import run_cli_as
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the command as another user")
+    tmp_path.chmod(0o777)
+    result = run_cli_as("65534", "strace", str(silent_peer.pid), "--seconds", "0.5", home=str(tmp_path))
+    assert result.returncode == 7, result.stderr
+    assert (
+        len(result.stderr.strip().splitlines()) == 1
+        and f"cannot trace pid {silent_peer.pid}" in result.stderr
+    )
+    assert procfs.tracer_pid(silent_peer.pid) == 0
