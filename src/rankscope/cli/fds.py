@@ -26,6 +26,7 @@ InfiniBand devices. A summary comes first: counts per kind and the open-files li
 Examples:
   rankscope fds 4242                 # one process
   rankscope fds --job                # every rank of the job on this node
+  rankscope fds 4242 --peers         # and who holds the other end of each pipe
   rankscope fds 4242 --json | jq '.processes[0].fds[] | select(.kind == "socket")'
 """
 
@@ -35,6 +36,7 @@ class FdsRequest:
     pids: tuple[int, ...] = ()
     job: bool = False
     as_json: bool = False
+    peers: bool = False
 
 
 def targets_of(pids: tuple[int, ...], job: bool) -> list[tuple[int, Optional[RankId]]]:
@@ -45,15 +47,15 @@ def targets_of(pids: tuple[int, ...], job: bool) -> list[tuple[int, Optional[Ran
     return [(pid, None) for pid in pids]
 
 
-def collect(targets: list[tuple[int, Optional[RankId]]]) -> tuple[FdsReport, int]:
+def collect(targets: list[tuple[int, Optional[RankId]]], peers: bool = False) -> tuple[FdsReport, int]:
     """Every target's descriptors; with one target, its error is the command's; with several, data."""
     if len(targets) == 1:
         pid, rank = targets[0]
-        return FdsReport((process_fds(pid, rank),)), ExitCode.OK
+        return FdsReport((process_fds(pid, rank, peers),)), ExitCode.OK
     found, failures = [], []
     for pid, rank in targets:
         try:
-            found.append(process_fds(pid, rank))
+            found.append(process_fds(pid, rank, peers))
         except RankscopeError as exc:
             kind = FailureKind.PERMISSION if exc.exit_code == ExitCode.PERMISSION_DENIED else FailureKind.GONE
             failures.append(Failure(f"pid {pid}", Stage.DISCOVER, exc.message, exc.hint, rank, kind))
@@ -64,10 +66,15 @@ def collect(targets: list[tuple[int, Optional[RankId]]]) -> tuple[FdsReport, int
 @click.command(help=HELP)
 @click.argument("pids", nargs=-1, type=int)
 @click.option("--job", is_flag=True, help="Every rank of the distributed job(s) on this node.")
+@click.option(
+    "--peers",
+    is_flag=True,
+    help="Name the other processes holding each pipe (reads every process's descriptors on the node).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.fds document.")
 def fds(**params: Any) -> int:
     request = from_params(FdsRequest, params)
-    report, code = collect(targets_of(request.pids, request.job))
+    report, code = collect(targets_of(request.pids, request.job), request.peers)
     if request.as_json:
         click.echo(json.dumps(dump_document(FDS_SCHEMA, report), indent=2))
     else:

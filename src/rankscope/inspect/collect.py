@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import replace
 from typing import Optional
 
 from rankscope import procfs
 from rankscope.errors import BadInputError, ExitCode, RankscopeError
 from rankscope.inspect.fdkinds import NET_TABLES, classify, counts_of, inode_of, socket_tables
-from rankscope.inspect.report import ProcessFds
+from rankscope.inspect.report import FdKind, OpenFd, ProcessFds
 from rankscope.model import RankId
 
 
@@ -27,8 +28,30 @@ def _is_dir(pid: int, fd: int, target: str) -> bool:
         return False
 
 
-def process_fds(pid: int, rank: Optional[RankId] = None) -> ProcessFds:
-    """The classified descriptors of ``pid``.
+def pipe_holders(inodes: set[int], besides: int) -> dict[int, list[str]]:
+    """inode -> ``pid P (comm) fd N`` of every other process holding one of these pipes.
+
+    It reads every process's descriptors on the node: 18 ms for 109 processes here, more on a
+    node with thousands, hence only on request. Processes this user may not read are skipped.
+    """
+    holders: dict[int, list[str]] = {}
+    for other, entry in procfs.table().items():
+        if other == besides:
+            continue
+        try:
+            links = procfs.fd_links(other)
+        except OSError:
+            continue
+        for fd, target in links:
+            if target.startswith("pipe:"):
+                inode = inode_of(target)
+                if inode in inodes:
+                    holders.setdefault(inode, []).append(f"pid {other} ({entry.comm}) fd {fd}")
+    return holders
+
+
+def process_fds(pid: int, rank: Optional[RankId] = None, peers: bool = False) -> ProcessFds:
+    """The classified descriptors of ``pid``; ``peers``: with the other holders of its pipes.
 
     Raises :class:`BadInputError` when there is no such process and
     :class:`PermissionDeniedError` when its descriptors may not be read (another user's).
@@ -52,7 +75,20 @@ def process_fds(pid: int, rank: Optional[RankId] = None) -> ProcessFds:
         classify(fd, target, procfs.fdinfo(pid, fd), sockets, _is_dir(pid, fd, target))
         for fd, target in links
     )
+    if peers:
+        fds = _with_holders(pid, fds)
     soft, hard = procfs.open_files_limit(pid)
     entry = procfs.process(pid)
     command = " ".join(procfs.cmdline(pid)) or (f"[{entry.comm}]" if entry else "")
     return ProcessFds(pid, command, fds, counts_of(fds), soft, hard, rank)
+
+
+def _with_holders(pid: int, fds: tuple[OpenFd, ...]) -> tuple[OpenFd, ...]:
+    pipes = {inode_of(entry.target) for entry in fds if entry.kind == FdKind.PIPE}
+    holders = pipe_holders({inode for inode in pipes if inode is not None}, pid) if pipes else {}
+    return tuple(
+        replace(entry, holders=tuple(holders.get(inode_of(entry.target) or -1, ())))
+        if entry.kind == FdKind.PIPE
+        else entry
+        for entry in fds
+    )

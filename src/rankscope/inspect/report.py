@@ -43,6 +43,8 @@ class OpenFd:
     state: Optional[str] = field(default=None, metadata=OMIT_NONE)
     #: An epoll's watched descriptors (``tfd:`` lines of its fdinfo).
     watches: tuple[int, ...] = ()
+    #: A pipe's other holders, ``pid 123 (torchrun) fd 1`` (only when asked: ``--peers``).
+    holders: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """The descriptor in a few words: a path, ``tcp 127.0.0.1:5 -> 127.0.0.1:6 ESTABLISHED`` ..."""
@@ -53,6 +55,8 @@ class OpenFd:
             return f"{text} {self.state}" if self.state else text
         if self.kind == FdKind.EPOLL and self.watches:
             return f"{self.target} watching fds {','.join(map(str, self.watches))}"
+        if self.holders:
+            return f"{self.target} also held by {', '.join(self.holders)}"
         return self.target
 
 

@@ -149,7 +149,7 @@ def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
             refusal.hint,
         )
     try:
-        fds = process_fds(item.pid).by_fd()
+        fds = process_fds(item.pid, peers=True).by_fd()
         command = " ".join(procfs.cmdline(item.pid))
     except RankscopeError:
         fds, command = {}, ""  # it exited while traced: the trace still says what it did
