@@ -29,10 +29,16 @@ def gloo_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
 
 def test_fds_job_lists_the_gloo_sockets_between_the_ranks(gloo_job: LaunchedJob) -> None:
     result = run_cli("fds", "--job", "--json")
-    assert result.returncode == 0, result.stderr
-    processes = {process["rank"]["rank"]: process for process in result.json()["processes"]}
+    assert result.returncode in (0, 4), (
+        result.stderr
+    )  # 4: a rank of another job on this node exited meanwhile
+    # --job covers every job on the node (other jobs may run here too): this job's ranks.
+    processes = {
+        process["rank"]["rank"]: process
+        for process in result.json()["processes"]
+        if process["pid"] in gloo_job.worker_pids()
+    }
     assert set(processes) == {0, 1}
-    assert {processes[rank]["pid"] for rank in processes} == set(gloo_job.worker_pids())
 
     def connections(rank: int) -> set[tuple[str, str]]:
         return {
@@ -45,13 +51,17 @@ def test_fds_job_lists_the_gloo_sockets_between_the_ranks(gloo_job: LaunchedJob)
     between = connections(0) & {(peer, local) for local, peer in connections(1)}
     assert between, (connections(0), connections(1))
 
-    text = run_cli("fds", "--job").stdout
-    assert "(rank " in text and text.count("descriptors (limit") == 2
+    # The launcher's pid stands for its ranks.
+    text = run_cli("fds", str(gloo_job.pid)).stdout
+    assert text.count("descriptors (limit") == 2 and ":0): " in text and ":1): " in text
 
 
 @pytest.mark.needs("strace")
-def test_strace_job_traces_every_rank_at_once_and_leaves_them_running(gloo_job: LaunchedJob) -> None:
-    result = run_cli("strace", "--job", "--seconds", "1", "--json")
+def test_strace_of_the_launcher_traces_every_rank_at_once_and_leaves_them_running(
+    gloo_job: LaunchedJob,
+) -> None:
+    # The launcher's pid rather than --job: --job would also trace the jobs of others on this node.
+    result = run_cli("strace", str(gloo_job.pid), "--seconds", "1", "--json")
     assert result.returncode == 0, result.stderr
     processes = result.json()["processes"]
     assert sorted(process["rank"]["rank"] for process in processes) == [0, 1]

@@ -122,3 +122,22 @@ def test_another_users_process_is_permission_denied(silent_peer: SilentPeer, tmp
         and f"cannot trace pid {silent_peer.pid}" in result.stderr
     )
     assert procfs.tracer_pid(silent_peer.pid) == 0
+
+
+@pytest.mark.parametrize("verb", ["strace", "fds"])
+def test_a_zombie_is_bad_input_that_points_to_its_parent(verb: str) -> None:
+    import os
+
+    child = subprocess.Popen(["true"])
+    try:
+        deadline = time.monotonic() + 10
+        while procfs.process(child.pid).state != "Z" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        result = run_cli(verb, str(child.pid))
+        assert result.returncode == 8, result.stderr
+        assert (
+            f"pid {child.pid} has exited (a zombie its parent {os.getpid()} has not reaped)" in result.stderr
+        )
+        assert f"rankscope {verb} {os.getpid()}" in result.stderr
+    finally:
+        child.wait()

@@ -13,7 +13,7 @@ from rankscope.errors import ExitCode, RankscopeError
 from rankscope.inspect.collect import process_fds
 from rankscope.inspect.render import render_fds
 from rankscope.inspect.report import FDS_SCHEMA, FdsReport
-from rankscope.inspect.targets import job_targets
+from rankscope.inspect.targets import job_targets, pid_targets
 from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.serial import dump_document
 
@@ -25,7 +25,8 @@ InfiniBand devices. A summary comes first: counts per kind and the open-files li
 \b
 Examples:
   rankscope fds 4242                 # one process
-  rankscope fds --job                # every rank of the job on this node
+  rankscope fds --job                # every rank of every job on this node
+  rankscope fds 4200                 # a launcher (torchrun, mpirun): each of its ranks
   rankscope fds 4242 --peers         # and who holds the other end of each pipe
   rankscope fds 4242 --json | jq '.processes[0].fds[] | select(.kind == "socket")'
 """
@@ -44,7 +45,7 @@ def targets_of(pids: tuple[int, ...], job: bool) -> list[tuple[int, Optional[Ran
         return job_targets()
     if not pids:
         raise click.UsageError("name a PID, or --job for every rank on this node")
-    return [(pid, None) for pid in pids]
+    return pid_targets(pids)
 
 
 def collect(targets: list[tuple[int, Optional[RankId]]], peers: bool = False) -> tuple[FdsReport, int]:

@@ -28,6 +28,7 @@ Examples:
   rankscope strace 4242                  # 5 seconds
   rankscope strace 4242 --seconds 20     # a slower loop
   rankscope strace --job --seconds 3     # every rank on this node, at once
+  rankscope strace 4200                  # a launcher (torchrun, mpirun): each of its ranks
   rankscope strace 4242 --json | jq '.processes[0].blocked'
 """
 

@@ -19,6 +19,19 @@ class PermissionDeniedError(RankscopeError):
         super().__init__(message, hint, ExitCode.PERMISSION_DENIED)
 
 
+def living(pid: int, verb: str) -> procfs.ProcfsEntry:
+    """The process, or the one-line :class:`BadInputError` for one that is gone or a zombie."""
+    entry = procfs.process(pid)
+    if entry is None:
+        raise BadInputError(f"no process {pid}", "check the pid (ps -p PID); it may have exited")
+    if entry.state in ("Z", "X"):
+        raise BadInputError(
+            f"pid {pid} has exited (a zombie its parent {entry.ppid} has not reaped): it holds nothing",
+            f"look at the parent instead: rankscope {verb} {entry.ppid}",
+        )
+    return entry
+
+
 def _is_dir(pid: int, fd: int, target: str) -> bool:
     if not target.startswith("/") or target.endswith(" (deleted)"):
         return False
@@ -56,6 +69,7 @@ def process_fds(pid: int, rank: Optional[RankId] = None, peers: bool = False) ->
     Raises :class:`BadInputError` when there is no such process and
     :class:`PermissionDeniedError` when its descriptors may not be read (another user's).
     """
+    entry = living(pid, "fds")
     try:
         links = procfs.fd_links(pid)
     except FileNotFoundError:
@@ -78,8 +92,7 @@ def process_fds(pid: int, rank: Optional[RankId] = None, peers: bool = False) ->
     if peers:
         fds = _with_holders(pid, fds)
     soft, hard = procfs.open_files_limit(pid)
-    entry = procfs.process(pid)
-    command = " ".join(procfs.cmdline(pid)) or (f"[{entry.comm}]" if entry else "")
+    command = " ".join(procfs.cmdline(pid)) or f"[{entry.comm}]"
     return ProcessFds(pid, command, fds, counts_of(fds), soft, hard, rank)
 
 

@@ -23,16 +23,13 @@ from typing import Optional
 
 from rankscope import procfs
 from rankscope.errors import BadInputError, MissingToolError, RankscopeError
-from rankscope.inspect.collect import PermissionDeniedError, process_fds
+from rankscope.inspect.collect import PermissionDeniedError, living, process_fds
 from rankscope.inspect.report import ProcessTrace
 from rankscope.inspect.syscalls import summarise
 from rankscope.lifetime import end_group, start_group
 from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.stacks.permissions import already_traced, explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running, proc_state
-
-#: How long strace may take to attach before the traced seconds start counting (threads are attached one by one).
-ATTACH_GRACE = 2.0
 
 
 @dataclass
@@ -55,8 +52,7 @@ def _seconds_of_day(now: float) -> float:
 
 def check_target(pid: int) -> None:
     """Raise the one-line error for a process strace cannot attach to: gone, another tracer, another user."""
-    if procfs.process(pid) is None:
-        raise BadInputError(f"no process {pid}", "check the pid (ps -p PID); it may have exited")
+    living(pid, "strace")
     tracer = tracer_of(pid)
     if tracer is not None and tracer[0] != os.getpid():
         refusal = already_traced(tracer[1])
