@@ -2,9 +2,11 @@
 
 The process table (one pass over /proc/*/stat), a process's stat fields (comm, state, ppid),
 status fields (TracerPid, CapEff), environment, command line, executable, owner, the one rule
-for "is this a Python process", and the yama ptrace scope. Callers get data or ``None``;
-nothing here raises for a process that is gone, except :func:`environ`, whose callers tell
-"no such process" from "permission denied".
+for "is this a Python process", the yama ptrace scope, and a process's open descriptors
+(fd links, fdinfo, the socket tables of its own network namespace, its open-files limit).
+Callers get data or ``None``; nothing here raises for a process that is gone, except
+:func:`environ` and :func:`fd_links`, whose callers tell "no such process" from "permission
+denied".
 
 Job discovery (launchers, workers, ranks) lives in rankscope.procs; this module knows only
 the kernel's files. It imports nothing but ``os`` and ``errno``: rankscope.ranks, which runs
@@ -416,11 +418,3 @@ def open_files_limit(pid: Pid) -> tuple[Optional[int], Optional[int]]:
 
 def _limit(value: str) -> Optional[int]:
     return int(value) if value.isdigit() else None
-
-
-def thread_ids(pid: Pid) -> list[int]:
-    """The thread ids of a process (/proc/PID/task); ``[]`` when it is gone."""
-    try:
-        return sorted(int(name) for name in os.listdir(f"/proc/{pid}/task") if name.isdigit())
-    except OSError:
-        return []
