@@ -16,3 +16,15 @@ def test_fds_and_strace_read_their_options_by_name() -> None:
         assert from_params(StraceRequest, ctx.params) == StraceRequest((7,), False, 2.5, True)
     with strace.make_context("strace", ["--job"]) as ctx:
         assert from_params(StraceRequest, ctx.params).seconds == 5.0
+
+
+def test_strace_missing_is_one_line_with_the_install_command() -> None:
+    import os
+
+    from tests.support.cli import run_cli
+
+    result = run_cli("strace", str(os.getpid()), env={**os.environ, "PATH": "/nonexistent"})
+    assert result.returncode == 6
+    assert result.stderr.strip() == (
+        "rankscope: error: strace not found on PATH — install it: apt-get install strace (or dnf install strace)"
+    )
