@@ -28,3 +28,11 @@ def test_strace_missing_is_one_line_with_the_install_command() -> None:
     assert result.stderr.strip() == (
         "rankscope: error: strace not found on PATH — install it: apt-get install strace (or dnf install strace)"
     )
+
+
+def test_pids_and_job_together_are_a_usage_error() -> None:
+    from tests.support.cli import run_cli
+
+    for verb in ("fds", "strace"):
+        result = run_cli(verb, "1", "--job")
+        assert result.returncode == 2 and "name PIDs or use --job, not both" in result.stderr

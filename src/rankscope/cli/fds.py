@@ -41,6 +41,8 @@ class FdsRequest:
 
 
 def targets_of(pids: tuple[int, ...], job: bool) -> list[tuple[int, Optional[RankId]]]:
+    if job and pids:
+        raise click.UsageError("name PIDs or use --job, not both")
     if job:
         return job_targets()
     if not pids:
