@@ -32,6 +32,7 @@ ROOMS = (
     "rankscope.launch",
     "rankscope.gputest",
     "rankscope.rerun",
+    "rankscope.inspect",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

@@ -263,3 +263,20 @@ def test_this_process_started_before_now() -> None:
 
     started = process_started()
     assert started is not None and started <= time.monotonic()
+
+
+def test_descriptors_of_this_process() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        links = dict(procfs.fd_links("self"))
+        assert links[read_end].startswith("pipe:[") and links[read_end] == links[write_end]
+        assert any(line.startswith("flags:") for line in procfs.fdinfo("self", write_end))
+        assert procfs.net_table("self", "tcp").startswith("  sl")
+        soft, _hard = procfs.open_files_limit("self")
+        assert soft is None or soft >= len(links)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert procfs.fdinfo(999999999, 0) == [] and procfs.net_table(999999999, "tcp") == ""
+    with pytest.raises(FileNotFoundError):
+        procfs.fd_links(999999999)

@@ -2,9 +2,11 @@
 
 The process table (one pass over /proc/*/stat), a process's stat fields (comm, state, ppid),
 status fields (TracerPid, CapEff), environment, command line, executable, owner, the one rule
-for "is this a Python process", and the yama ptrace scope. Callers get data or ``None``;
-nothing here raises for a process that is gone, except :func:`environ`, whose callers tell
-"no such process" from "permission denied".
+for "is this a Python process", the yama ptrace scope, and a process's open descriptors
+(fd links, fdinfo, the socket tables of its own network namespace, its open-files limit).
+Callers get data or ``None``; nothing here raises for a process that is gone, except
+:func:`environ` and :func:`fd_links`, whose callers tell "no such process" from "permission
+denied".
 
 Job discovery (launchers, workers, ranks) lives in rankscope.procs; this module knows only
 the kernel's files. It imports nothing but ``os`` and ``errno``: rankscope.ranks, which runs
@@ -360,3 +362,59 @@ def started_after_boot(pid: Pid = "self") -> Optional[float]:
         return int(stat[stat.rfind(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def fd_links(pid: Pid) -> list[tuple[int, str]]:
+    """(fd, what /proc/PID/fd/FD links to) for every open descriptor, by fd number.
+
+    Raises ``FileNotFoundError`` when the process is gone, ``PermissionError`` for another
+    user's process. A descriptor closed between the listing and its readlink is left out.
+    """
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except ProcessLookupError as exc:
+        raise FileNotFoundError(errno.ENOENT, "the process has exited", exc.filename) from None
+    links = []
+    for name in names:
+        try:
+            links.append((int(name), os.readlink(f"/proc/{pid}/fd/{name}")))
+        except (OSError, ValueError):
+            continue
+    links.sort()
+    return links
+
+
+def fdinfo(pid: Pid, fd: int) -> list[str]:
+    """The lines of /proc/PID/fdinfo/FD (``pos:``, ``flags:`` (octal), an epoll's ``tfd:`` lines ...); ``[]`` when gone."""
+    try:
+        return _read(pid, f"fdinfo/{fd}").decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+
+
+def net_table(pid: Pid, name: str) -> str:
+    """/proc/PID/net/NAME (tcp, tcp6, udp, udp6, unix): the sockets of the process's own network namespace.
+
+    ``""`` when unreadable (no IPv6, the process gone).
+    """
+    try:
+        return _read(pid, f"net/{name}").decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def open_files_limit(pid: Pid) -> tuple[Optional[int], Optional[int]]:
+    """(soft, hard) "Max open files" of /proc/PID/limits; ``None`` for unlimited or unreadable."""
+    try:
+        text = _read(pid, "limits").decode("ascii", "replace")
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        if line.startswith("Max open files"):
+            fields = line[len("Max open files") :].split()
+            return _limit(fields[0]) if fields else None, _limit(fields[1]) if len(fields) > 1 else None
+    return None, None
+
+
+def _limit(value: str) -> Optional[int]:
+    return int(value) if value.isdigit() else None

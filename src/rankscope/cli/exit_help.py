@@ -40,6 +40,8 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "launch": (0, 2, 8),
     "gpu-test": (0, 2, 6, 11, 12, 13),
     "bench": (0, 2, 6, 11),
+    "fds": (0, 2, 3, 4, 5, 7, 8),
+    "strace": (0, 2, 3, 4, 5, 6, 7, 8, 130, 143),
 }
 
 #: Verbs whose code is not one of the table's.

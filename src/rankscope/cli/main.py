@@ -31,6 +31,8 @@ VERBS: dict[str, str] = {
     "doctor": "rankscope.cli.doctor:doctor",
     "gpu-test": "rankscope.cli.gputest:gpu_test",
     "bench": "rankscope.cli.bench:bench",
+    "fds": "rankscope.cli.fds:fds",
+    "strace": "rankscope.cli.strace:strace",
 }
 
 
@@ -68,6 +70,8 @@ Examples:
   rankscope whoami --pid 4243         # the rank identity of a process
   rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
   rankscope doctor                    # is this node ready? each problem with its fix
+  rankscope fds 4242                  # open files and sockets (peer addresses) of a rank
+  rankscope strace 4242 --seconds 5   # what it is blocked on, which calls fail
   rankscope launch train.py --nodes 2 --gpus 8 --hosts n[1-2]  # torchrun/sbatch/pdsh/mpirun lines
 
 Add --debug (before the verb) for a traceback on errors.

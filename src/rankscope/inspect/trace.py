@@ -1,0 +1,166 @@
+"""Attach strace to processes for a few seconds, detach, and summarise what they did.
+
+One ``strace -f -p PID -T -tt -qq -o FILE`` per process, all at once, each in a process group
+of its own (rankscope.lifetime): at the deadline (or on SIGINT/SIGTERM to rankscope) each gets
+SIGTERM, on which strace detaches and the traced process runs on. Its output goes to a private
+temporary file (strace's own ``-o``), read after it ended. A process left stopped is continued
+(rankscope.stacks.pstate's rule).
+
+Full output, not ``-c``: ``-c`` counts calls but says neither what a thread is blocked on nor
+which paths failed, and a second ``-c`` pass would double the time the process is held.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from rankscope import procfs
+from rankscope.errors import BadInputError, MissingToolError, RankscopeError
+from rankscope.inspect.collect import PermissionDeniedError, living, process_fds
+from rankscope.inspect.report import ProcessTrace
+from rankscope.inspect.syscalls import summarise
+from rankscope.lifetime import end_group, start_group
+from rankscope.model import Failure, FailureKind, RankId, Stage
+from rankscope.stacks.permissions import already_traced, explain_refusal, tracer_of
+from rankscope.stacks.pstate import ensure_running, proc_state
+
+
+@dataclass
+class _Running:
+    pid: int
+    rank: Optional[RankId]
+    process: subprocess.Popen[bytes]
+    output: str
+    state_before: str
+
+
+def strace_argv(pid: int, output: str) -> list[str]:
+    return ["strace", "-f", "-p", str(pid), "-T", "-tt", "-qq", "-o", output]
+
+
+def _seconds_of_day(now: float) -> float:
+    local = time.localtime(now)
+    return local.tm_hour * 3600 + local.tm_min * 60 + local.tm_sec + (now % 1)
+
+
+def check_target(pid: int) -> None:
+    """Raise the one-line error for a process strace cannot attach to: gone, another tracer, another user."""
+    living(pid, "strace")
+    tracer = tracer_of(pid)
+    if tracer is not None and tracer[0] != os.getpid():
+        refusal = already_traced(tracer[1])
+        raise PermissionDeniedError(f"pid {pid} is {refusal.reason}", refusal.hint)
+    owner = procfs.uid(pid)
+    if os.geteuid() != 0 and owner is not None and owner != os.geteuid():
+        refusal = explain_refusal(pid, target_uid=owner)
+        raise PermissionDeniedError(f"cannot trace pid {pid}: {refusal.reason}", refusal.hint)
+
+
+def trace(
+    targets: list[tuple[int, Optional[RankId]]], seconds: float, stop_fd: Optional[int] = None
+) -> tuple[list[ProcessTrace], list[Failure]]:
+    """Trace every target for ``seconds`` (at once); (traces, failures).
+
+    With one target its error is raised (one line, its exit code); with several each becomes a
+    :class:`Failure`. ``stop_fd`` (rankscope.lifetime.StopSignals.fd) ends the wait early.
+    """
+    if shutil.which("strace") is None:
+        raise MissingToolError("strace", "install it: apt-get install strace (or dnf install strace)")
+    failures: list[Failure] = []
+    runnable = []
+    for pid, rank in targets:
+        try:
+            check_target(pid)
+            runnable.append((pid, rank))
+        except RankscopeError as exc:
+            if len(targets) == 1:
+                raise
+            failures.append(_failure(pid, rank, exc))
+    with tempfile.TemporaryDirectory(prefix="rankscope-strace-") as scratch:
+        running = [_start(pid, rank, scratch) for pid, rank in runnable]
+        started = time.monotonic()
+        _wait(running, seconds, stop_fd)
+        ended_at = _seconds_of_day(time.time())
+        for item in running:
+            end_group(item.process)
+        traced = time.monotonic() - started
+        traces = []
+        for item in running:
+            try:
+                traces.append(_summarise(item, traced, ended_at))
+            except RankscopeError as exc:
+                if len(targets) == 1:
+                    raise
+                failures.append(_failure(item.pid, item.rank, exc))
+    return traces, failures
+
+
+def _failure(pid: int, rank: Optional[RankId], exc: RankscopeError) -> Failure:
+    kind = FailureKind.PERMISSION if isinstance(exc, PermissionDeniedError) else FailureKind.GONE
+    return Failure(f"pid {pid}", Stage.ATTACH, exc.message, exc.hint, rank, kind)
+
+
+def _start(pid: int, rank: Optional[RankId], scratch: str) -> _Running:
+    output = os.path.join(scratch, f"{pid}.strace")
+    state_before = proc_state(pid)[0]
+    process, _token = start_group(strace_argv(pid, output), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return _Running(pid, rank, process, output, state_before)
+
+
+def _wait(running: list[_Running], seconds: float, stop_fd: Optional[int]) -> None:
+    """Until the deadline, a stop signal, or every strace has exited (all refused, or all targets gone)."""
+    deadline = time.monotonic() + seconds
+    with selectors.DefaultSelector() as selector:
+        if stop_fd is not None:
+            selector.register(stop_fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or all(item.process.poll() is not None for item in running):
+                return
+            if selector.get_map() and selector.select(min(left, 0.1)):
+                return
+            if not selector.get_map():
+                time.sleep(min(left, 0.1))
+
+
+def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
+    stderr = item.process.stderr.read().decode("utf-8", "replace") if item.process.stderr else ""
+    if item.process.stderr:
+        item.process.stderr.close()
+    continued = ensure_running(item.pid, item.state_before)
+    state_after = proc_state(item.pid)[0]
+    if "attach:" in stderr or not os.path.exists(item.output):
+        if not state_after:
+            raise BadInputError(f"pid {item.pid} exited before strace attached")
+        refusal = explain_refusal(item.pid)
+        raise PermissionDeniedError(
+            f"strace could not attach to pid {item.pid}: {stderr.strip().splitlines()[-1] if stderr.strip() else refusal.reason}",
+            refusal.hint,
+        )
+    try:
+        fds = process_fds(item.pid, peers=True).by_fd()
+        command = " ".join(procfs.cmdline(item.pid))
+    except RankscopeError:
+        fds, command = {}, ""  # it exited while traced: the trace still says what it did
+    with open(item.output, encoding="utf-8", errors="replace") as handle:
+        summary = summarise(handle, fds, ended_at)
+    return ProcessTrace(
+        pid=item.pid,
+        command=command,
+        seconds=traced,
+        threads=summary.threads,
+        lines=summary.lines,
+        syscalls=tuple(summary.syscalls),
+        blocked=tuple(summary.blocked),
+        failures=tuple(summary.failures),
+        state_after=state_after or "gone",
+        continued=continued,
+        rank=item.rank,
+    )
