@@ -67,7 +67,7 @@ def collect(targets: list[tuple[int, Optional[RankId]]], peers: bool = False) ->
 
 
 @click.command(help=HELP)
-@click.argument("pids", nargs=-1, type=int)
+@click.argument("pids", nargs=-1, type=int, metavar="[PID]...")
 @click.option("--job", is_flag=True, help="Every rank of the distributed job(s) on this node.")
 @click.option(
     "--peers",

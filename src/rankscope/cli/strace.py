@@ -42,11 +42,12 @@ class StraceRequest:
 
 
 @click.command(help=HELP)
-@click.argument("pids", nargs=-1, type=int)
+@click.argument("pids", nargs=-1, type=int, metavar="[PID]...")
 @click.option("--job", is_flag=True, help="Every rank of the distributed job(s) on this node.")
 @click.option(
     "--seconds",
     type=click.FloatRange(min=0.1, max=3600),
+    metavar="SECONDS",
     default=5.0,
     show_default=True,
     help="How long to trace.",
