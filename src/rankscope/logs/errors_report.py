@@ -75,8 +75,8 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
-            counts.unprefixed += unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk))
-            collector.feed(chunk)
+            counts.unprefixed += unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
+            collector.feed(chunk, lines)
             asserts.feed(chunk, labels)
             if opened.continues:  # a later piece of a line longer than MAX_LINE
                 collector.continued_line()

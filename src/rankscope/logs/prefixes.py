@@ -164,14 +164,16 @@ _BRACKET_NO_RANK = re.compile(rb"\n\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?
 _FIRST_BRACKET_NO_RANK = re.compile(rb"\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?\r?(?:\n|\Z))")
 
 
-def unlabelled_lines(chunk: bytes, labels: SourceLabels, bracketed: Optional[int] = None) -> int:
+def unlabelled_lines(
+    chunk: bytes, labels: SourceLabels, bracketed: Optional[int] = None, newlines: Optional[int] = None
+) -> int:
     """How many lines of a block of whole lines carry no rank prefix: the count of every verb
     (``logs ranks``, ``logs split``, ``logs errors``), by one definition: the lines
     :meth:`SourceLabels.lines` gives no label (blank lines, a launcher's own lines, "[W...]"
     warnings, torchrun's "[3]:" summary heads).
 
     Bracket-prefixed sources are counted at C speed (``bracketed``: how many lines start with
-    "[", when the caller has counted them); a property test checks it against
+    "[", ``newlines``: how many newlines, when the caller has counted them); a property test checks it against
     :func:`split_line` (the one difference: a bracket name over 200 characters before its number
     counts here as a prefix).
     """
@@ -179,7 +181,9 @@ def unlabelled_lines(chunk: bytes, labels: SourceLabels, bracketed: Optional[int
         return 0
     if labels.allow_srun or b"\x1b" in chunk:  # srun labels; colour codes split_line removes first
         return sum(1 for label, _text in labels.lines(chunk) if label is None)
-    lines = chunk.count(b"\n") + (0 if not chunk or chunk.endswith(b"\n") else 1)
+    if newlines is None:
+        newlines = chunk.count(b"\n")
+    lines = newlines + (0 if not chunk or chunk.endswith(b"\n") else 1)
     if bracketed is None:
         bracketed = chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
     no_rank = sum(1 for _ in _BRACKET_NO_RANK.finditer(chunk))

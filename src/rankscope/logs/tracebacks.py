@@ -157,7 +157,8 @@ class TracebackCollector:
         self._allow_srun = labels.allow_srun
         self._lines_before = 0
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes, lines: Optional[int] = None) -> None:
+        """Read one block of whole lines (``lines``: its newline count, when the caller has it)."""
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
         self._cursor = (0, 0)
@@ -192,7 +193,7 @@ class TracebackCollector:
                 indent = split.text[: len(split.text) - len(split.text.lstrip(b" "))]
                 self._begin(chunk, start, end, split.raw_prefix, split.label, indent)
         self._settle(chunk, restarted=restart >= 0)
-        self._lines_before += chunk.count(b"\n")
+        self._lines_before += chunk.count(b"\n") if lines is None else lines
 
     def continued_line(self) -> None:
         """The chunk just fed was a later piece of a cut line: not a line of its own."""
