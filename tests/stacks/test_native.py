@@ -175,7 +175,8 @@ def test_gpus_and_native_flags_survive_json_and_a_multi_node_merge() -> None:
 
 @pytest.mark.slow
 def test_native_text_on_a_real_gloo_job(lock_job: LaunchedJob) -> None:
-    argv = ["--native", "--samples", "2", "--interval", "0.2", "--no-color"]
+    # --timeout 60: symbol loading takes seconds on a loaded machine; the test is not about time.
+    argv = ["--native", "--samples", "2", "--interval", "0.2", "--no-color", "--timeout", "60"]
     result = run_cli("stacks", "--pid", str(lock_job.pid), *argv, timeout=180)
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -192,7 +193,16 @@ def test_native_text_on_a_real_gloo_job(lock_job: LaunchedJob) -> None:
 def test_native_dumps_representatives_only(lock_job: LaunchedJob, tmp_path: Path) -> None:
     out_dir = tmp_path / "out"
     result = run_cli(
-        "stacks", "--pid", str(lock_job.pid), "--native", "--json", "--out", str(out_dir), timeout=180
+        "stacks",
+        "--pid",
+        str(lock_job.pid),
+        "--native",
+        "--timeout",
+        "60",
+        "--json",
+        "--out",
+        str(out_dir),
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr
     doc = result.json()
@@ -214,7 +224,9 @@ def test_native_dumps_representatives_only(lock_job: LaunchedJob, tmp_path: Path
 
 @pytest.mark.slow
 def test_native_all_dumps_every_rank(lock_job: LaunchedJob) -> None:
-    result = run_cli("stacks", "--pid", str(lock_job.pid), "--native-all", "--json", timeout=180)
+    result = run_cli(
+        "stacks", "--pid", str(lock_job.pid), "--native-all", "--timeout", "60", "--json", timeout=180
+    )
     assert result.returncode == 0, result.stderr
     doc = result.json()
     assert doc["native"] is True
