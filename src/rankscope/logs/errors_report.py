@@ -117,6 +117,9 @@ def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
             "not necessarily where the faulty kernel was launched"
         )
         out.append(f"  rerun with synchronous launches to find it: {rerun_command(example, launcher)}")
+        out.append(
+            "  (or `rankscope rerun --sync --compare <this log> -- <command>`: it says where the runs disagree)"
+        )
     oom = out_of_memory(example)
     if oom is not None:
         out.append(f"  CUDA out of memory: {oom.summary()}")
