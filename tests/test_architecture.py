@@ -31,6 +31,7 @@ ROOMS = (
     "rankscope.doctor",
     "rankscope.launch",
     "rankscope.gputest",
+    "rankscope.core",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

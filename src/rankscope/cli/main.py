@@ -30,6 +30,7 @@ VERBS: dict[str, str] = {
     "doctor": "rankscope.cli.doctor:doctor",
     "gpu-test": "rankscope.cli.gputest:gpu_test",
     "bench": "rankscope.cli.bench:bench",
+    "core": "rankscope.cli.core:core",
 }
 
 
@@ -67,6 +68,7 @@ Examples:
   rankscope whoami --pid 4243         # the rank identity of a process
   rankscope exec --hosts n[1-4] -- date  # one command on many nodes, outputs folded
   rankscope doctor                    # is this node ready? each problem with its fix
+  rankscope core bt core.*            # what crashed, where, on which ranks (gdb + pystack)
   rankscope launch train.py --nodes 2 --gpus 8 --hosts n[1-2]  # torchrun/sbatch/pdsh/mpirun lines
 
 Add --debug (before the verb) for a traceback on errors.

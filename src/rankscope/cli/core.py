@@ -1,0 +1,102 @@
+"""`rankscope core`: core files: backtraces of crashes and of hung processes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Optional
+
+import click
+
+from rankscope.cli.outfiles import FORCE_OPTION, OutDir
+from rankscope.cli.progress import tty_progress
+from rankscope.errors import ExitCode
+from rankscope.serial import dump_document
+
+HELP = """Core files: what crashed and where, for one core or one per rank.
+
+\b
+Examples:
+  rankscope core bt core.4242                    # signal, crashing thread, frames, what it means
+  rankscope core bt /tmp/cores/core.*            # one core per rank: the same crash grouped
+  rankscope core bt core.4242 --out bug-report/  # full gdb and pystack text to attach to a bug report
+"""
+
+
+@click.group(help=HELP)
+def core() -> None:
+    pass
+
+
+BT_HELP = """Backtraces of core files: the summary first (signal, the thread that got it, its top native
+and Python frames, the libraries on its stack, what a known pattern means), then cores that could
+not be read. gdb reads each core with the executable recorded in the core (its NT_FILE and auxv
+notes), so the right python is used even when another is first on PATH; pystack adds the Python
+frames. Cores of several ranks with the same signal and innermost frames are shown once, with the
+ranks that share them (the rank comes from the launcher's variables in the core's environment).
+
+\b
+Examples:
+  rankscope core bt core.4242
+  rankscope core bt /tmp/cores/core.*              # "the same crash on ranks 0-7"
+  rankscope core bt core.4242 --python /opt/conda/bin/python3.11  # the core's python is elsewhere here
+  rankscope core bt core.4242 --out report/        # report/<core>.txt: all threads, gdb and pystack text
+  rankscope core bt core.4242 --json | jq '.groups[0].example.python'
+"""
+
+
+@core.command("bt", help=BT_HELP)
+@click.argument("cores", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--python",
+    "python",
+    type=click.Path(dir_okay=False),
+    help="The executable to read the cores with (default: the one each core records).",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=120.0, show_default=True, help="Seconds per core."
+)
+@click.option(
+    "--out", "out_dir", type=click.Path(path_type=Path), help="Write the full text of each core here."
+)
+@FORCE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.bt/1).")
+def bt(
+    cores: tuple[str, ...],
+    python: Optional[str],
+    timeout: float,
+    out_dir: Optional[Path],
+    force: bool,
+    as_json: bool,
+) -> int:
+    from rankscope.core.backtrace import SCHEMA
+    from rankscope.core.collect import backtraces
+    from rankscope.core.render import full_text, render
+    from rankscope.ranks import short_hostname
+
+    out = OutDir(out_dir, force) if out_dir is not None else None
+    progress = tty_progress(min_interval=0.25)
+    try:
+        report = backtraces(list(cores), python, short_hostname(), timeout, progress=progress)
+    finally:
+        if progress is not None:
+            progress.clear()
+    document = dump_document(SCHEMA, report)
+    if out is not None:
+        with out:
+            names: set[str] = set()
+            for index, one in enumerate(report.cores):
+                name = os.path.basename(one.notes.path) + ".txt"
+                name = f"{index}-{name}" if name in names else name
+                names.add(name)
+                out.write(name, full_text(one))
+            out.write("summary.txt", render(report) + "\n")
+            out.write("core-bt.json", json.dumps(document, indent=2) + "\n")
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+    else:
+        click.echo(render(report))
+    if report.bad:
+        return ExitCode.BAD_INPUT
+    return ExitCode.OK
