@@ -21,6 +21,7 @@ Examples:
   rankscope core bt core.4242                    # signal, crashing thread, frames, what it means
   rankscope core bt /tmp/cores/core.*            # one core per rank: the same crash grouped
   rankscope core bt core.4242 --out bug-report/  # full gdb and pystack text to attach to a bug report
+  rankscope core check                           # will a crash here leave a core, and where?
 """
 
 
@@ -99,4 +100,31 @@ def bt(
         click.echo(render(report))
     if report.bad:
         return ExitCode.BAD_INPUT
+    return ExitCode.OK
+
+
+CHECK_HELP = """Will a crash here leave a core, and where? Reads ulimit -c (soft and hard),
+kernel.core_pattern (a path, the working directory, or a pipe to systemd-coredump or apport),
+kernel.core_uses_pid and whether the directory is writable, and prints the exact commands that fix
+each problem: for this shell, for good (limits.d, sysctl.d) and for a job's launcher line. It
+changes nothing.
+
+\b
+Examples:
+  rankscope core check
+  rankscope core check --json | jq .will_dump
+  srun --ntasks-per-node=1 rankscope core check     # every node of an allocation
+"""
+
+
+@core.command("check", help=CHECK_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.check/1).")
+def check(as_json: bool) -> int:
+    from rankscope.core.setup import SCHEMA, read_setup, render
+
+    setup = read_setup()
+    if as_json:
+        click.echo(json.dumps(dump_document(SCHEMA, setup), indent=2))
+    else:
+        click.echo(render(setup))
     return ExitCode.OK
