@@ -11,7 +11,7 @@ import click
 
 from rankscope.cli.outfiles import FORCE_OPTION, OutDir
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import ExitCode
+from rankscope.errors import BadInputError, ExitCode
 from rankscope.serial import dump_document
 
 HELP = """Core files: what crashed and where, for one core or one per rank.
@@ -22,6 +22,7 @@ Examples:
   rankscope core bt /tmp/cores/core.*            # one core per rank: the same crash grouped
   rankscope core bt core.4242 --out bug-report/  # full gdb and pystack text to attach to a bug report
   rankscope core check                           # will a crash here leave a core, and where?
+  rankscope core list                            # the cores on this node, newest first
 """
 
 
@@ -128,3 +129,62 @@ def check(as_json: bool) -> int:
     else:
         click.echo(render(setup))
     return ExitCode.OK
+
+
+LIST_HELP = """Core files on this node, newest first, with the pid, executable, signal and rank each one
+records in its own notes. Without DIR: the working directory, the directory kernel.core_pattern
+names, /var/crash (apport reports), /var/lib/apport/coredump, and systemd-coredump's list
+(coredumpctl) where it is installed. A file is a core by its ELF header, whatever its name.
+
+\b
+Examples:
+  rankscope core list
+  rankscope core list /scratch/cores/ --json
+  rankscope core bt $(rankscope core list --json | jq -r '.cores[0].path')   # the newest one
+"""
+
+
+def _when(mtime: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
+
+
+@core.command("list", help=LIST_HELP)
+@click.argument("dirs", nargs=-1, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.list/1).")
+def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
+    from rankscope.core.listing import SCHEMA, default_places, list_cores
+
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            raise BadInputError(f"{directory}: no such directory", "pass directories that hold core files")
+    if dirs:
+        places = list(dirs)
+    else:
+        try:
+            with open("/proc/sys/kernel/core_pattern") as f:
+                pattern: Optional[str] = f.read().strip()
+        except OSError:
+            pattern = None
+        places = default_places(pattern, os.getcwd())
+    found = list_cores(places, with_coredumpctl=not dirs)
+    if as_json:
+        click.echo(json.dumps(dump_document(SCHEMA, found), indent=2))
+    elif found.cores:
+        for one in found.cores:
+            rank = f" rank {one.rank}" if one.rank is not None else ""
+            what = (
+                f"pid {one.pid}{rank} {one.signal} {one.executable}"
+                if one.pid is not None
+                else ("unreadable core" if one.source == "file" else one.source)
+            )
+            size = f"{one.size / 1e6:.0f} MB" if one.size >= 1e6 else f"{one.size} B"
+            click.echo(
+                f"{_when(one.mtime)}  {what}  {size}  {one.path}" + (f"  ({one.note})" if one.note else "")
+            )
+    else:
+        click.echo(
+            "no core files in " + ", ".join(found.places) + " (rankscope core check: will there be one?)"
+        )
+    return ExitCode.OK if found.cores else ExitCode.NOTHING_FOUND
