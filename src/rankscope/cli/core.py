@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import click
 
@@ -23,6 +23,7 @@ Examples:
   rankscope core bt core.4242 --out bug-report/  # full gdb and pystack text to attach to a bug report
   rankscope core check                           # will a crash here leave a core, and where?
   rankscope core list                            # the cores on this node, newest first
+  rankscope core grab --job --dir /scratch/cores # cores of every rank of a hung job, in parallel
 """
 
 
@@ -188,3 +189,131 @@ def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
             "no core files in " + ", ".join(found.places) + " (rankscope core check: will there be one?)"
         )
     return ExitCode.OK if found.cores else ExitCode.NOTHING_FOUND
+
+
+GRAB_HELP = """Cores of live (hung) processes, for the ranks py-spy cannot explain: gcore of every
+process at once (it stops each one for the few seconds it takes, then lets it go on), with a
+deadline, after checking that the directory has room for them (their resident memory, plus 20%).
+Files are DIR/core.PID, private (0600). Read them with rankscope core bt.
+
+--abort sends SIGABRT instead: the processes DIE and the kernel writes their cores where
+kernel.core_pattern says (rankscope core check); each one's ulimit -c is raised to its hard limit
+first. Nothing is asked: the flag is the consent.
+
+\b
+Examples:
+  rankscope core grab 4242 4243
+  rankscope core grab --job --dir /scratch/cores   # every rank of the job on this node
+  rankscope core bt /scratch/cores/core.*          # then: where is each rank, grouped
+  rankscope core grab --job --abort                # end the job, leaving kernel cores
+"""
+
+
+@core.command("grab", help=GRAB_HELP)
+@click.argument("pids", nargs=-1, type=click.IntRange(min=1))
+@click.option("--job", is_flag=True, help="Every worker of the distributed job(s) on this node.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Where gcore writes core.PID (created 0700 when missing).",
+)
+@click.option("--abort", is_flag=True, help="Kill the processes with SIGABRT: the kernel writes the cores.")
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, help="Seconds in all."
+)
+@click.option(
+    "--parallel", type=click.IntRange(min=0), default=0, help="At most this many gcores at once (0: all)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.grab/1).")
+def grab(
+    pids: tuple[int, ...],
+    job: bool,
+    directory: Path,
+    abort: bool,
+    timeout: float,
+    parallel: int,
+    as_json: bool,
+) -> int:
+    import shutil
+
+    from rankscope import procfs
+    from rankscope.core import grab as grabbing
+    from rankscope.errors import MissingToolError, NothingFoundError, RankscopeError
+
+    if bool(pids) == job:
+        raise click.UsageError("name the processes: PID... or --job (not both)")
+    targets = _grab_targets(pids, job)
+    if not targets:
+        raise NothingFoundError(
+            "no distributed job on this node", "name the pids: rankscope core grab PID..."
+        )
+    missing = [t.pid for t in targets if procfs.process(t.pid) is None]
+    if missing:
+        raise BadInputError(
+            f"no such process: {' '.join(map(str, missing))}", "check the pids (ps, rankscope stacks)"
+        )
+    if abort:
+        from rankscope.core.setup import read_setup
+
+        setup = read_setup()
+        results = grabbing.abort_all(targets, min(timeout, 60.0), setup.where)
+        report = grabbing.GrabReport("", "abort", 0, 0, results)
+    else:
+        if shutil.which("gcore") is None:
+            raise MissingToolError("gcore", "install gdb (apt-get install gdb): gcore comes with it")
+        try:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise BadInputError(
+                f"cannot create {directory}: {exc.strerror}", "pass --dir a directory of yours"
+            ) from None
+        free, needed = grabbing.free_bytes(str(directory)), grabbing.needed_bytes(targets)
+        if free < needed:
+            raise RankscopeError(
+                f"{directory} has {free / 1e9:.1f} GB free, the cores need about {needed / 1e9:.1f} GB",
+                "pass --dir a larger file system (or fewer pids)",
+                ExitCode.BAD_INPUT,
+            )
+        progress = tty_progress(min_interval=0.25)
+        try:
+            results = grabbing.gcore_all(targets, str(directory), timeout, parallel, progress)
+        finally:
+            if progress is not None:
+                progress.clear()
+        report = grabbing.GrabReport(str(directory), "gcore", free, needed, results)
+    if as_json:
+        click.echo(json.dumps(dump_document(grabbing.SCHEMA, report), indent=2))
+    else:
+        for result in report.results:
+            who = (
+                result.label if result.label == f"pid {result.pid}" else f"{result.label} (pid {result.pid})"
+            )
+            if result.error:
+                click.echo(f"{who}: FAILED: {result.error}")
+            elif abort:
+                click.echo(f"{who}: aborted (SIGABRT); {result.path}")
+            else:
+                click.echo(
+                    f"{result.label} (pid {result.pid}): {result.path} ({result.size / 1e6:.0f} MB, "
+                    f"{result.elapsed:.1f} s)"
+                )
+    failed = len(report.failed)
+    if failed == 0:
+        return ExitCode.OK
+    return ExitCode.ALL_FAILED if failed == len(report.results) else ExitCode.PARTIAL
+
+
+def _grab_targets(pids: tuple[int, ...], job: bool) -> list[Any]:
+    from rankscope.core.grab import Target, rss_bytes
+    from rankscope.procs import find_jobs
+
+    if job:
+        workers = [worker for found in find_jobs() for worker in found.workers]
+        return [
+            Target(w.pid, w.rank.label if w.rank.rank is not None else f"pid {w.pid}", rss_bytes(w.pid))
+            for w in workers
+        ]
+    return [Target(pid, f"pid {pid}", rss_bytes(pid)) for pid in pids]

@@ -40,7 +40,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "launch": (0, 2, 8),
     "gpu-test": (0, 2, 6, 11, 12, 13),
     "bench": (0, 2, 6, 11),
-    "core": (0, 2, 3, 6, 8),
+    "core": (0, 2, 3, 4, 5, 6, 8),
 }
 
 #: Verbs whose code is not one of the table's.

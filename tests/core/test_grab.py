@@ -1,0 +1,97 @@
+"""`rankscope core grab`: gcore of live hung processes (then read by `core bt`), and --abort."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.core.conftest import HANG, Crashes, real_python
+from tests.support.cli import run_cli
+
+from rankscope.core.grab import SPACE_MARGIN, Target, needed_bytes
+from rankscope.core.notes import read_notes
+
+
+@pytest.fixture
+def two_hung(tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    procs = [
+        subprocess.Popen(
+            [real_python(), str(script)],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, "RANK": str(rank), "WORLD_SIZE": "2"},
+        )
+        for rank in (0, 1)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.needs("gdb")
+def test_grab_two_hung_processes_then_bt_groups_them(
+    two_hung: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    out = tmp_path / "cores"
+    result = run_cli("core", "grab", *(str(p.pid) for p in two_hung), "--dir", str(out), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    cores = sorted(out.iterdir())
+    try:
+        assert [c.name for c in cores] == sorted(f"core.{p.pid}" for p in two_hung)
+        assert all(c.stat().st_mode & 0o077 == 0 for c in cores)  # private: process memory
+        assert out.stat().st_mode & 0o777 == 0o700
+        assert all(p.poll() is None for p in two_hung)  # gcore let them go on
+        assert read_notes(str(cores[0])).written_by_gcore
+        bt = run_cli("core", "bt", *map(str, cores))
+        assert bt.returncode == 0, bt.stderr
+        assert "the same crash on ranks 0-1 (2 cores)" in bt.stdout
+        assert "a live process (gcore)" in bt.stdout and "hang_here" in bt.stdout
+    finally:
+        for core in cores:
+            core.unlink()
+
+
+def test_abort_kills_with_sigabrt_and_the_kernel_writes_the_core(crashes: Crashes) -> None:
+    script = crashes.directory / "hang.py"
+    script.write_text(HANG)
+    proc = subprocess.Popen([real_python(), str(script)], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        result = run_cli("core", "grab", str(proc.pid), "--abort")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert proc.wait(30) == -signal.SIGABRT
+        assert "aborted (SIGABRT)" in result.stdout
+        core = crashes.directory / f"core.{proc.pid}"  # ulimit -c was 0: rankscope raised it first
+        for _ in range(100):
+            if core.exists():
+                break
+            import time
+
+            time.sleep(0.05)
+        assert read_notes(str(core)).signal_name == "SIGABRT"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_grab_needs_pids_or_job_and_real_pids() -> None:
+    assert run_cli("core", "grab").returncode == 2
+    missing = run_cli("core", "grab", "999999")
+    assert missing.returncode == 8 and "no such process: 999999" in missing.stderr
+
+
+def test_space_needed_is_the_resident_memory_with_a_margin() -> None:
+    assert needed_bytes([Target(1, "a", 1000), Target(2, "b", 3000)]) == int(4000 * SPACE_MARGIN)
