@@ -95,3 +95,31 @@ def test_grab_needs_pids_or_job_and_real_pids() -> None:
 
 def test_space_needed_is_the_resident_memory_with_a_margin() -> None:
     assert needed_bytes([Target(1, "a", 1000), Target(2, "b", 3000)]) == int(4000 * SPACE_MARGIN)
+
+
+@pytest.mark.needs("gdb")
+def test_grab_job_takes_every_rank_of_a_hung_torchrun_job(tmp_path: Path) -> None:
+    pytest.importorskip("torch.distributed")
+    from rankscope.demo.launch import start_torchrun
+    from rankscope.ranks import short_hostname
+
+    job = start_torchrun(
+        nproc=2, script_args=("--scenario", "skip-barrier", "--culprit", "1"), workdir=tmp_path
+    )
+    out = tmp_path / "cores"
+    try:
+        job.wait_ready(timeout=180)
+        result = run_cli("core", "grab", "--job", "--dir", str(out), timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        host = short_hostname()
+        assert f"{host}:0 (pid" in result.stdout and f"{host}:1 (pid" in result.stdout
+        cores = sorted(map(str, out.iterdir()))
+        assert len(cores) == 2
+        bt = run_cli("core", "bt", *cores, timeout=300)
+        assert bt.returncode == 0, bt.stderr
+        assert "rank 0" in bt.stdout and "rank 1" in bt.stdout  # the culprit's stack differs from rank 0's
+        assert "load_batch" in bt.stdout  # rank 1's Python frame, via pystack
+    finally:
+        job.stop()
+        for core in out.glob("core.*"):
+            core.unlink()
