@@ -38,6 +38,18 @@ def main():
 main()
 """
 
+#: A C++ exception nobody catches, on a worker thread: std::terminate, then abort (SIGABRT).
+TERMINATE = """
+import ctypes, threading
+
+def worker():
+    ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()
+
+thread = threading.Thread(target=worker)
+thread.start()
+thread.join()
+"""
+
 #: A process that hangs in a named function (a live process to take a core of with gcore).
 HANG = """
 import sys, time
@@ -63,10 +75,16 @@ def real_python() -> str:
 class Crashes:
     directory: Path
 
-    def crash(self, rank: Optional[int] = None, name: str = "crash.py") -> Path:
-        """Run the crashing program (with RANK set when given); the path of the core it left."""
+    def crash(
+        self,
+        rank: Optional[int] = None,
+        source: str = CRASH,
+        expect: int = signal.SIGSEGV,
+        name: str = "crash.py",
+    ) -> Path:
+        """Run a crashing program (with RANK set when given); the path of the core it left."""
         script = self.directory / name
-        script.write_text(CRASH)
+        script.write_text(source)
         env = dict(os.environ)
         if rank is not None:
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="8")
@@ -74,7 +92,7 @@ class Crashes:
             [real_python(), str(script)], preexec_fn=_core_limit, env=env, stderr=subprocess.PIPE
         )
         _out, err = proc.communicate(timeout=60)
-        assert proc.returncode == -signal.SIGSEGV, err
+        assert proc.returncode == -expect, err
         core = self.directory / f"core.{proc.pid}"
         for _ in range(100):  # the kernel finishes writing after the parent sees the exit
             if core.exists():

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from tests.core.conftest import Crashes, real_python
+from tests.core.conftest import TERMINATE, Crashes, real_python
 from tests.support.cli import run_cli
 
 from rankscope.core.notes import NotACoreError, read_notes
@@ -101,3 +102,18 @@ def test_a_different_python_is_named(crashes: Crashes, tmp_path: Path) -> None:
     other.symlink_to("/bin/true")
     result = run_cli("core", "bt", str(core), "--python", str(other))
     assert f"the core was written by {real_python()}; gdb reads it with {other}" in result.stdout
+
+
+def test_std_terminate_on_a_worker_thread_is_explained(crashes: Crashes) -> None:
+    core = crashes.crash(source=TERMINATE, expect=signal.SIGABRT)
+    result = run_cli("core", "bt", str(core))
+    assert result.returncode == 0, result.stderr
+    assert "SIGABRT in thread" in result.stdout
+    assert "meaning: std::terminate: a C++ exception" in result.stdout
+    assert "worker" in result.stdout  # its Python frame
+
+
+def test_abort_called_from_python(crashes: Crashes) -> None:
+    core = crashes.crash(source="import os\nos.abort()\n", expect=signal.SIGABRT)
+    result = run_cli("core", "bt", str(core))
+    assert "meaning: the process called abort()" in result.stdout

@@ -176,7 +176,8 @@ def _libraries(native: Sequence[Frame], mixed: Sequence[Frame]) -> list[str]:
 @dataclass(frozen=True)
 class Pattern:
     """A known crash: the signals it comes with, a regular expression over the crashing thread's
-    function names (innermost first, one per line), and what it means."""
+    function names (innermost first, one per line), and what it means. The first that matches
+    wins: the specific ones (the NCCL watchdog, an allocator) come before the general ones."""
 
     name: str
     signals: tuple[str, ...]
@@ -195,17 +196,24 @@ PATTERNS = (
         "(NCCL_DEBUG=INFO, TORCH_NCCL_TRACE_BUFFER_SIZE for the flight recorder) and on the other ranks",
     ),
     Pattern(
-        "cuda-error",
+        "heap-corruption",
         ("SIGABRT",),
-        r"c10_cuda_check_implementation|c10::cuda::|cudaGetLastError|CUDAException|cuda.*Error",
-        "a CUDA error aborted the process; CUDA reports errors asynchronously, so the frame that raised it may "
-        "be later than the kernel that failed: rerun with CUDA_LAUNCH_BLOCKING=1 to raise it at the launch",
+        r"malloc_printerr|__libc_message|__fortify_fail|_int_free",
+        "glibc found its heap damaged (a double free, a write past the end of a buffer) and aborted; the "
+        "frame that aborted is only where it was noticed: run under valgrind or MALLOC_CHECK_=3 to catch it earlier",
     ),
     Pattern(
         "out-of-memory",
-        ("SIGABRT", "SIGKILL"),
-        r"OutOfMemoryError|bad_alloc|CUDACachingAllocator|raw_alloc|malloc",
+        ("SIGABRT",),
+        r"OutOfMemoryError|bad_alloc|CUDACachingAllocator",
         "an allocation failed (host or device out of memory) and the exception ended the process",
+    ),
+    Pattern(
+        "cuda-error",
+        ("SIGABRT",),
+        r"c10_cuda_check_implementation|cudaGetLastError|CUDAException|c10::cuda::.*Error",
+        "a CUDA error aborted the process; CUDA reports errors asynchronously, so the frame that raised it may "
+        "be later than the kernel that failed: rerun with CUDA_LAUNCH_BLOCKING=1 to raise it at the launch",
     ),
     Pattern(
         "terminate",
