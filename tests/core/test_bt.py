@@ -117,3 +117,14 @@ def test_abort_called_from_python(crashes: Crashes) -> None:
     core = crashes.crash(source="import os\nos.abort()\n", expect=signal.SIGABRT)
     result = run_cli("core", "bt", str(core))
     assert "meaning: the process called abort()" in result.stdout
+
+
+def test_without_gdb_one_line_and_exit_6(tmp_path: Path) -> None:
+    import os
+    import sys
+
+    core = tmp_path / "core.1"
+    core.write_bytes(b"\x7fELF")
+    result = run_cli("core", "bt", str(core), env={**os.environ, "PATH": os.path.dirname(sys.executable)})
+    assert result.returncode == 6
+    assert "gdb not found on PATH" in result.stderr and "Traceback" not in result.stderr
