@@ -93,7 +93,7 @@ def test_grab_needs_pids_or_job_and_real_pids() -> None:
     assert missing.returncode == 8 and "no such process: 999999" in missing.stderr
 
 
-def test_space_needed_is_the_resident_memory_with_a_margin() -> None:
+def test_space_needed_is_the_mapped_memory_with_a_margin() -> None:
     assert needed_bytes([Target(1, "a", 1000), Target(2, "b", 3000)]) == int(4000 * SPACE_MARGIN)
 
 
@@ -123,3 +123,22 @@ def test_grab_job_takes_every_rank_of_a_hung_torchrun_job(tmp_path: Path) -> Non
         job.stop()
         for core in out.glob("core.*"):
             core.unlink()
+
+
+@pytest.mark.needs("gdb")
+def test_too_little_space_is_refused_before_any_process_is_touched(
+    hung: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+    try:
+        result = run_cli("core", "grab", str(hung.pid), "--dir", str(small))
+        assert result.returncode == 8, result.stdout + result.stderr
+        assert "GB free, the cores need about" in result.stderr and "--no-space-check" in result.stderr
+        assert list(small.iterdir()) == []
+        assert hung.poll() is None
+    finally:
+        subprocess.run(["umount", str(small)], check=True)

@@ -193,7 +193,7 @@ def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
 
 GRAB_HELP = """Cores of live (hung) processes, for the ranks py-spy cannot explain: gcore of every
 process at once (it stops each one for the few seconds it takes, then lets it go on), with a
-deadline, after checking that the directory has room for them (their resident memory, plus 20%).
+deadline, after checking that the directory has room for them (their mapped memory, VmSize).
 Files are DIR/core.PID, private (0600). Read them with rankscope core bt.
 
 --abort sends SIGABRT instead: the processes DIE and the kernel writes their cores where
@@ -227,9 +227,11 @@ Examples:
 @click.option(
     "--parallel", type=click.IntRange(min=0), default=0, help="At most this many gcores at once (0: all)."
 )
+@click.option("--no-space-check", is_flag=True, help="Start even when --dir looks too small for the cores.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.grab/1).")
 def grab(
     pids: tuple[int, ...],
+    no_space_check: bool,
     job: bool,
     directory: Path,
     abort: bool,
@@ -271,10 +273,10 @@ def grab(
                 f"cannot create {directory}: {exc.strerror}", "pass --dir a directory of yours"
             ) from None
         free, needed = grabbing.free_bytes(str(directory)), grabbing.needed_bytes(targets)
-        if free < needed:
+        if free < needed and not no_space_check:
             raise RankscopeError(
                 f"{directory} has {free / 1e9:.1f} GB free, the cores need about {needed / 1e9:.1f} GB",
-                "pass --dir a larger file system (or fewer pids)",
+                "pass --dir a larger file system, fewer pids, or --no-space-check",
                 ExitCode.BAD_INPUT,
             )
         progress = tty_progress(min_interval=0.25)
@@ -307,13 +309,13 @@ def grab(
 
 
 def _grab_targets(pids: tuple[int, ...], job: bool) -> list[Any]:
-    from rankscope.core.grab import Target, rss_bytes
+    from rankscope.core.grab import Target, mapped_bytes
     from rankscope.procs import find_jobs
 
     if job:
         workers = [worker for found in find_jobs() for worker in found.workers]
         return [
-            Target(w.pid, w.rank.label if w.rank.rank is not None else f"pid {w.pid}", rss_bytes(w.pid))
+            Target(w.pid, w.rank.label if w.rank.rank is not None else f"pid {w.pid}", mapped_bytes(w.pid))
             for w in workers
         ]
-    return [Target(pid, f"pid {pid}", rss_bytes(pid)) for pid in pids]
+    return [Target(pid, f"pid {pid}", mapped_bytes(pid)) for pid in pids]
