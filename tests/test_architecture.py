@@ -33,6 +33,7 @@ ROOMS = (
     "rankscope.gputest",
     "rankscope.rerun",
     "rankscope.inspect",
+    "rankscope.core",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

@@ -33,6 +33,7 @@ VERBS: dict[str, str] = {
     "bench": "rankscope.cli.bench:bench",
     "fds": "rankscope.cli.fds:fds",
     "strace": "rankscope.cli.strace:strace",
+    "core": "rankscope.cli.core:core",
 }
 
 
@@ -72,6 +73,7 @@ Examples:
   rankscope doctor                    # is this node ready? each problem with its fix
   rankscope fds 4242                  # open files and sockets (peer addresses) of a rank
   rankscope strace 4242 --seconds 5   # what it is blocked on, which calls fail
+  rankscope core bt core.*            # what crashed, where, on which ranks (gdb + pystack)
   rankscope launch train.py --nodes 2 --gpus 8 --hosts n[1-2]  # torchrun/sbatch/pdsh/mpirun lines
 
 Add --debug (before the verb) for a traceback on errors.

@@ -1,0 +1,167 @@
+"""`rankscope core list`: core files on this node, newest first, each described by its own notes.
+
+Where to look: the directories given, else the working directory, the core_pattern's directory,
+/var/crash and /var/lib/apport/coredump; plus what systemd-coredump holds (`coredumpctl list
+--json=short`, with a deadline). A file is a core when it starts with the ELF magic and says it is
+of type ET_CORE (18 bytes read), whatever its name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rankscope import lifetime
+from rankscope.core.notes import CoreNotes, NotACoreError, read_notes
+from rankscope.serial import OMIT_NONE
+
+SCHEMA = "rankscope.core.list/1"
+SYSTEM_PLACES = ("/var/crash", "/var/lib/apport/coredump")
+COREDUMPCTL_TIMEOUT = 10.0
+
+
+@dataclass
+class FoundCore:
+    """One core (or a crash record of apport / systemd-coredump) found on this node."""
+
+    path: str
+    mtime: float = field(metadata={"round": 3})
+    size: int
+    pid: Optional[int] = None
+    executable: Optional[str] = None
+    signal: Optional[str] = None
+    #: The rank the launcher gave the process, when its environment says.
+    rank: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    #: Where it came from: a directory scan, apport, coredumpctl.
+    source: str = "file"
+    #: Why its notes could not be read, or how to get the core out (apport, coredumpctl).
+    note: Optional[str] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class CoreList:
+    places: list[str]
+    cores: list[FoundCore]
+
+
+def is_core(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(18)
+    except OSError:
+        return False
+    return len(head) == 18 and head[:4] == b"\x7fELF" and head[5] == 1 and head[16] == 4
+
+
+def pattern_directory(pattern: Optional[str]) -> Optional[str]:
+    if pattern and pattern.startswith("/"):
+        return pattern.rsplit("/", 1)[0] or "/"
+    return None
+
+
+def default_places(pattern: Optional[str], cwd: str) -> list[str]:
+    places = [cwd]
+    directory = pattern_directory(pattern)
+    if directory:
+        places.append(directory)
+    places.extend(SYSTEM_PLACES)
+    seen: dict[str, None] = {}
+    for place in places:
+        seen.setdefault(os.path.realpath(place))
+    return list(seen)
+
+
+def _from_notes(notes: CoreNotes) -> FoundCore:
+    rank = notes.env.get("RANK") or notes.env.get("SLURM_PROCID") or notes.env.get("OMPI_COMM_WORLD_RANK")
+    return FoundCore(
+        path=notes.path,
+        mtime=notes.mtime,
+        size=notes.size,
+        pid=notes.pid,
+        executable=notes.executable or notes.program,
+        signal="none (gcore)" if notes.written_by_gcore else notes.signal_name,
+        rank=rank,
+        note="truncated: frames in the missing memory show as ??" if notes.truncated else None,
+    )
+
+
+def scan(directory: str) -> list[FoundCore]:
+    found = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            stat = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.name.endswith(".crash") and directory.startswith("/var/crash"):
+            found.append(
+                FoundCore(
+                    entry.path,
+                    stat.st_mtime,
+                    stat.st_size,
+                    source="apport",
+                    note=f"an apport report: apport-unpack {entry.path} DIR writes DIR/CoreDump",
+                )
+            )
+            continue
+        if not is_core(entry.path):
+            continue
+        try:
+            found.append(_from_notes(read_notes(entry.path)))
+        except (NotACoreError, OSError) as exc:
+            found.append(FoundCore(entry.path, stat.st_mtime, stat.st_size, note=str(exc)))
+    return found
+
+
+def coredumpctl(timeout: float = COREDUMPCTL_TIMEOUT) -> list[FoundCore]:
+    """What systemd-coredump keeps (nothing where coredumpctl is not installed or has none)."""
+    tool = shutil.which("coredumpctl")
+    if tool is None:
+        return []
+    process, _token = lifetime.start_group(
+        [tool, "list", "--json=short", "--no-pager"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        out, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        lifetime.end_group(process)
+        return []
+    try:
+        entries = json.loads(out or b"[]")
+    except ValueError:
+        return []
+    found = []
+    for entry in entries if isinstance(entries, list) else []:
+        pid = entry.get("pid")
+        found.append(
+            FoundCore(
+                path=entry.get("exe", "?"),
+                mtime=entry.get("time", 0) / 1e6,
+                size=entry.get("size") or 0,
+                pid=pid,
+                executable=entry.get("exe"),
+                signal=entry.get("sig") if isinstance(entry.get("sig"), str) else None,
+                source="coredumpctl",
+                note=f"coredumpctl dump {pid} -o core.{pid} writes it out"
+                if entry.get("corefile") == "present"
+                else f"core {entry.get('corefile', 'missing')}",
+            )
+        )
+    return found
+
+
+def list_cores(places: list[str], with_coredumpctl: bool = True) -> CoreList:
+    cores = [core for place in places for core in scan(place)]
+    if with_coredumpctl:
+        cores.extend(coredumpctl())
+    cores.sort(key=lambda core: -core.mtime)
+    return CoreList(places, cores)

@@ -1,0 +1,84 @@
+"""`rankscope core check`: the verdict and the fix commands, on made-up nodes and on this one."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rankscope.core.setup import SUGGESTED_PATTERN, read_setup
+from rankscope.doctor.system import System
+
+UNLIMITED = resource.RLIM_INFINITY
+
+
+def _node(
+    tmp_path: Path, pattern: str, uses_pid: str = "0", limits: tuple[int, int] = (0, UNLIMITED)
+) -> System:
+    kernel = tmp_path / "proc/sys/kernel"
+    kernel.mkdir(parents=True)
+    (kernel / "core_pattern").write_text(pattern + "\n")
+    (kernel / "core_uses_pid").write_text(uses_pid + "\n")
+    limit: Callable[[int], tuple[int, int]] = lambda _resource: limits  # noqa: E731
+    return System(root=tmp_path, rlimit=limit)
+
+
+def test_no_core_with_ulimit_zero_and_the_commands_that_fix_it(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "core"))
+    assert not setup.will_dump
+    assert setup.fix_shell == ["ulimit -c unlimited"]
+    assert any("limits.d" in command for command in setup.fix_persistent)
+    assert any(command.startswith("ulimit -c unlimited; torchrun") for command in setup.fix_job)
+
+
+def test_hard_limit_zero_needs_root_or_the_runtime(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "core", limits=(0, 0)))
+    assert any("hard limit is 0" in problem for problem in setup.problems)
+    assert any("hard core unlimited" in command for command in setup.fix_persistent)
+    assert any("--ulimit core=-1" in command for command in setup.fix_job)
+
+
+def test_apport_pipe_is_a_problem_with_a_path_pattern_as_the_fix(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "|/usr/share/apport/apport -p%p -s%s", limits=(UNLIMITED, UNLIMITED)))
+    assert setup.pipe_program == "/usr/share/apport/apport"
+    assert any(SUGGESTED_PATTERN in command and "sysctl -w" in command for command in setup.fix_shell)
+    assert any("/etc/sysctl.d/" in command for command in setup.fix_persistent)
+
+
+def test_systemd_coredump_is_fine(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "|/lib/systemd/systemd-coredump %P %u", limits=(UNLIMITED, UNLIMITED)))
+    assert setup.will_dump and not setup.problems and "coredumpctl" in setup.where
+
+
+def test_a_missing_directory_drops_the_core(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "/no/such/dir/core.%p", limits=(UNLIMITED, UNLIMITED)))
+    assert setup.directory == "/no/such/dir" and setup.directory_writable is False
+    assert not setup.will_dump
+    assert "sudo mkdir -p /no/such/dir && sudo chmod 1777 /no/such/dir" in setup.fix_shell
+
+
+def _limit_core(soft: int) -> Callable[[], None]:
+    return lambda: resource.setrlimit(
+        resource.RLIMIT_CORE, (soft, resource.getrlimit(resource.RLIMIT_CORE)[1])
+    )
+
+
+def test_this_node_read_for_real() -> None:
+    for soft, expected in ((0, False), (resource.getrlimit(resource.RLIMIT_CORE)[1], True)):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rankscope", "core", "check", "--json"],
+            capture_output=True,
+            text=True,
+            preexec_fn=_limit_core(soft),
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        document = json.loads(proc.stdout)
+        assert document["schema"] == "rankscope.core.check/1"
+        assert document["soft_limit"] == soft
+        assert document["core_pattern"] == Path("/proc/sys/kernel/core_pattern").read_text().strip()
+        if document["directory_writable"] is not False and not document["pipe_program"]:
+            assert document["will_dump"] is expected
