@@ -164,7 +164,9 @@ def test_ranks_gone_before_discovery_make_a_partial_run(
 
     report = StacksReport(hosts=["n1"])
     report.processes = [ProcessInfo(100 + r, RankId("n1", r, r, 4, 0, 4)) for r in (0, 2, 3)]
-    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress, started: LocalResult(report))
+    monkeypatch.setattr(
+        stacks_report, "run_local", lambda options, progress, started, stop: LocalResult(report)
+    )
     code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), color=False))
     assert code == ExitCode.PARTIAL
     out = capsys.readouterr().out
@@ -180,7 +182,9 @@ def test_ranks_on_other_nodes_do_not_make_a_partial_run(
 
     report = StacksReport(hosts=["n2"])
     report.processes = [ProcessInfo(100 + r, RankId("n2", r, r - 4, 8, 1, 4)) for r in range(4, 8)]
-    monkeypatch.setattr(stacks_report, "run_local", lambda options, progress, started: LocalResult(report))
+    monkeypatch.setattr(
+        stacks_report, "run_local", lambda options, progress, started, stop: LocalResult(report)
+    )
     code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), color=False))
     assert code == ExitCode.OK
     assert "ranks 0-3 of world size 8 were not found" in capsys.readouterr().out
@@ -309,7 +313,7 @@ def test_nothing_found_on_this_node(
     from rankscope.stacks.local import LocalResult
 
     monkeypatch.setattr(
-        stacks_report, "run_local", lambda options, progress, started: LocalResult(StacksReport())
+        stacks_report, "run_local", lambda options, progress, started, stop: LocalResult(StacksReport())
     )
     code = stacks_report.report_local(StacksOptions(), StacksRequest(StacksOptions(), as_json=as_json))
     assert code == ExitCode.NOTHING_FOUND
