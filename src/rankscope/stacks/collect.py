@@ -182,21 +182,17 @@ class Stop(Protocol):
     @property
     def fd(self) -> int: ...
 
+    @property
+    def name(self) -> str: ...
+
 
 def _interrupted(target: Target, stop: Stop) -> Failure:
-    name = signal_name(stop.signum)
     return target.failure(
         Stage.INTERRUPTED,
-        f"not dumped: {name} stopped the run",
+        f"not dumped: {stop.name} stopped the run",
         "run again and let it finish",
         FailureKind.OTHER,
     )
-
-
-def signal_name(signum: Optional[int]) -> str:
-    import signal
-
-    return signal.Signals(signum).name if signum else "a signal"
 
 
 def collect(

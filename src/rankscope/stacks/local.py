@@ -19,7 +19,7 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
-from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect, signal_name
+from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
 from rankscope.stacks.explain import diagnose, locate
 from rankscope.stacks.gpu import query_gpus
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
@@ -255,7 +255,7 @@ def run_local(
     if stop is not None and stop.signum:
         taken = len(samples)
         report.diagnosis.notes.append(
-            f"interrupted by {signal_name(stop.signum)}"
+            f"interrupted by {stop.name}"
             + (f" after {taken} of {report.samples} samples" if report.samples > 1 else "")
             + ": this report covers what was collected until then"
         )
