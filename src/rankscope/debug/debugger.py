@@ -1,0 +1,266 @@
+"""``rankscope.breakpoint()`` and ``rankscope.ForkedPdb``: pdb on one rank of a distributed job.
+
+What plain ``pdb.set_trace()`` and ``torch.distributed.breakpoint()`` get wrong, and what this does:
+
+- The rank stops in the caller's own frame, on the line after ``rankscope.breakpoint()``: no
+  ``up`` first, and ``n`` steps through the caller's code while the other ranks keep waiting.
+  They are released when the pdb session ends (``c``, ``q``, Ctrl-D, a remote client leaving),
+  not when a helper function returns.
+- ``q`` (and Ctrl-D) detaches: breakpoints are cleared, the rank goes on and the others are
+  released. Plain pdb would raise ``BdbQuit`` in one rank and leave the others in a collective
+  until it times out.
+- The others wait by polling a flag (:mod:`rankscope.debug.rendezvous`), not in a collective
+  with a timeout, so a long session does not end the job.
+- pdb talks to the terminal device itself (:mod:`rankscope.debug.terminal`), or, with no terminal
+  (srun, pdsh, a background launcher), to a socket on 127.0.0.1 (:mod:`rankscope.debug.remote`)
+  that ``rankscope attach`` joins; the line to copy is written to file descriptor 2 directly, past
+  any Python-level log filter.
+- A failure to set any of this up never raises into the job: one line on stderr, and the rank
+  goes on (releasing the others).
+
+Imported inside training processes (lazily, on the first use of ``rankscope.breakpoint``):
+Python 3.9, standard library only; torch only when the program imported it already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pdb
+import sys
+
+from rankscope.debug import remote, rendezvous, terminal
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Callable, Optional, TextIO
+
+#: The n-th call of every rank meets the n-th call of the others.
+_calls = 0
+
+#: pdb never stops in these modules when stepping out of the caller.
+_SKIP = ["rankscope.debug", "rankscope.debug.*"]
+
+
+def say(text: str) -> None:
+    """One line to file descriptor 2, past sys.stderr and whatever wraps it (log filters, tee)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"rankscope: {text}\n".encode("utf-8", "replace"))
+
+
+def _truthy(value: Optional[str]) -> Optional[bool]:
+    if value is None or not value.strip():
+        return None
+    return value.strip().lower() not in ("0", "no", "false", "off")
+
+
+class _Terminal:
+    """pdb's streams on a terminal descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self.reader: TextIO = os.fdopen(os.dup(fd), "r", encoding="utf-8", errors="replace")
+        self.writer: TextIO = os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace")
+
+    def close(self, farewell: str = "") -> None:
+        try:
+            if farewell:
+                self.writer.write(farewell)
+            self.writer.close()
+            self.reader.close()
+        except OSError:
+            pass
+
+
+def open_session(remote_only: Optional[bool], host: Optional[str], port: Optional[int], who: str) -> Any:
+    """A terminal, else a listening socket (announced on stderr); ``None`` when neither can be had."""
+    if remote_only is None:
+        remote_only = bool(_truthy(os.environ.get("RANKSCOPE_BREAKPOINT_REMOTE")))
+    if not remote_only:
+        fd = terminal.open_terminal()
+        if fd is not None:
+            return _Terminal(fd)
+    env_host, env_port = remote.listen_address()
+    host = host or env_host
+    port = env_port if port is None else port
+    try:
+        server, token = remote.serve(host, port, f"{who} pid {os.getpid()}")
+    except (OSError, ValueError, OverflowError) as exc:
+        say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {host}:{port} ({exc})")
+        return None
+    say(
+        f"{who} (pid {os.getpid()}) is stopped in pdb with no terminal; attach with: "
+        f"rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
+    )
+    return server
+
+
+class ForkedPdb(pdb.Pdb):
+    """pdb for a process whose stdin is not the user's (a forked child, a launched worker).
+
+    It talks to the user's terminal when there is one to use, else serves itself on 127.0.0.1 for
+    ``rankscope attach`` (the line to copy goes to stderr). ``q`` and Ctrl-D detach: breakpoints
+    are cleared and the program goes on. ``on_release`` runs once, when the session ends
+    (``c``, ``q``, Ctrl-D, the remote client leaving).
+
+    Usage: ``rankscope.ForkedPdb().set_trace()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        remote: Optional[bool] = None,
+        host: Optional[str] = None,
+        port: Optional[int] = None,
+        who: str = "",
+        on_release: Optional[Callable[[], None]] = None,
+        **kwargs: Any,
+    ) -> None:
+        who = who or f"process {os.getpid()}"
+        self._session = open_session(remote, host, port, who)
+        self._on_release = on_release
+        kwargs.setdefault("nosigint", True)  # never touch the job's SIGINT handler
+        kwargs.setdefault("skip", _SKIP)
+        if self._session is not None:
+            kwargs["stdin"] = self._session.reader if isinstance(self._session, _Terminal) else self._session
+            kwargs["stdout"] = self._session.writer if isinstance(self._session, _Terminal) else self._session
+        super().__init__(**kwargs)
+        self.prompt = f"(Pdb {who}) " if who.startswith("rank") else "(Pdb) "
+
+    @property
+    def usable(self) -> bool:
+        """Whether a terminal or a socket was had (else pdb would read this process's stdin)."""
+        return self._session is not None
+
+    def release(self) -> None:
+        """Run ``on_release`` once (the other ranks go on)."""
+        callback, self._on_release = self._on_release, None
+        if callback is not None:
+            callback()
+
+    def set_continue(self) -> None:
+        super().set_continue()
+        self.release()
+        if not self.breaks:  # nothing left to stop at: the session is over
+            self._end_session("continuing\n")
+
+    def _end_session(self, farewell: str) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close(farewell)
+
+    def detach(self) -> bool:
+        """Clear every breakpoint, stop tracing, let the program go on."""
+        self.clear_all_breaks()
+        self.set_continue()
+        return True
+
+    def do_quit(self, arg: str) -> bool:
+        """q(uit) | exit
+        Detach: clear the breakpoints and let the program go on (other ranks are released)."""
+        self.message("detached; the program goes on")
+        return self.detach()
+
+    do_q = do_exit = do_quit
+
+    def do_EOF(self, arg: str) -> bool:
+        """EOF (Ctrl-D, or the remote client leaving): detach as ``q`` does."""
+        self.message("")
+        return self.detach()
+
+
+def _rank_and_world() -> tuple[Optional[int], int, bool]:
+    """(rank, world size, spans nodes) from the default group, else the launcher's environment."""
+    from rankscope.ranks import rank_from_env, spans_nodes
+
+    group = rendezvous.group_rank()
+    identity = rank_from_env(os.environ)
+    if group is not None:
+        return group[0], group[1], spans_nodes(os.environ)
+    return identity.rank, identity.world_size or 1, spans_nodes(os.environ)
+
+
+def breakpoint(
+    rank: int = 0,
+    *,
+    remote: Optional[bool] = None,
+    host: Optional[str] = None,
+    port: Optional[int] = None,
+    timeout: Optional[float] = None,
+    frame: Optional[FrameType] = None,
+) -> None:
+    """Stop rank ``rank`` in pdb, on the caller's next line; the other ranks wait until it goes on.
+
+    Every rank must call it (the n-th call of each rank meets the n-th of the others).
+    ``remote``: serve pdb on a socket even when a terminal is there (``RANKSCOPE_BREAKPOINT_REMOTE=1``).
+    ``host``/``port``: where to listen (``RANKSCOPE_BREAKPOINT_HOST``/``_PORT``; 127.0.0.1, any port).
+    ``timeout``: seconds the other ranks wait at most (default: as long as the session lasts).
+    ``RANKSCOPE_BREAKPOINT=0`` turns every call into a no-op.
+    """
+    global _calls
+    if _truthy(os.environ.get("RANKSCOPE_BREAKPOINT")) is False:
+        return
+    _calls += 1
+    caller = frame if frame is not None else sys._getframe(1)
+    try:
+        me, world, spans = _rank_and_world()
+    except Exception as exc:  # never raise into the job
+        say(f"breakpoint: cannot tell this process's rank ({exc}); stopping it alone")
+        me, world, spans = None, 1, False
+    me_is_chosen = world <= 1 or me is None or me == rank
+    flag: Optional[rendezvous.Flag] = None
+    if world > 1 and me is not None:
+        try:
+            if rendezvous.default_store() is None and spans and "RANKSCOPE_BREAKPOINT_DIR" not in os.environ:
+                if me_is_chosen:
+                    say(
+                        "breakpoint: the job spans nodes and torch.distributed is not initialised: "
+                        "ranks on other nodes will not wait (initialise the process group first, "
+                        "or set RANKSCOPE_BREAKPOINT_DIR to a directory every node shares)"
+                    )
+            else:
+                flag = rendezvous.flag_for(_calls, os.environ)
+        except Exception as exc:
+            say(
+                f"breakpoint: rank {me}: cannot share a flag with the other ranks ({exc}); they will not wait"
+            )
+            flag = None
+    if not me_is_chosen:
+        if flag is not None:
+            try:
+                if not flag.wait(timeout):
+                    say(f"breakpoint: rank {me}: gave up waiting for rank {rank} after {timeout} s")
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                say(f"breakpoint: rank {me}: stopped waiting for rank {rank} ({exc})")
+        return
+    _stop(caller, me, flag, remote, host, port)
+
+
+def _stop(
+    caller: FrameType,
+    me: Optional[int],
+    flag: Optional[rendezvous.Flag],
+    remote_only: Optional[bool],
+    host: Optional[str],
+    port: Optional[int],
+) -> None:
+    def release() -> None:
+        if flag is not None:
+            try:
+                flag.set()
+            except Exception as exc:
+                say(f"breakpoint: cannot release the other ranks ({exc}): they wait until their timeout")
+
+    who = f"rank {me}" if me is not None else f"process {os.getpid()}"
+    try:
+        debugger = ForkedPdb(remote=remote_only, host=host, port=port, who=who, on_release=release)
+    except Exception as exc:
+        say(f"breakpoint: {who}: cannot start pdb ({exc}); going on")
+        release()
+        return
+    if not debugger.usable:
+        release()
+        return
+    debugger.set_trace(caller)

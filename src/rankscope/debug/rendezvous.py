@@ -1,0 +1,182 @@
+"""Where the other ranks wait while one rank is in pdb, and how they learn it went on.
+
+The n-th ``rankscope.breakpoint()`` call of every rank meets the n-th of the others: the ranks
+that do not stop wait for a flag that the stopped rank sets when its pdb session ends (``c``,
+``q``, a detach). The waiting ranks poll the flag with no deadline of their own (or the one the
+caller gives) instead of entering a collective, so no collective timeout (gloo's and NCCL's
+30 minutes, or what ``init_process_group(timeout=...)`` set) runs out while a person reads code.
+
+The flag lives in the job's own store when ``torch.distributed`` is already imported and its
+default group initialised (any number of nodes), else in a file under a directory keyed by the
+job (one node, or a directory every node shares: ``RANKSCOPE_BREAKPOINT_DIR``). A flag file older
+than the waiting process is left over from an earlier job with the same key, and ignored.
+
+Imported inside training processes: Python 3.9, standard library only; torch only when the
+program imported it already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Optional
+
+#: Seconds between polls: fast at first (a quick ``c``), then gentle on a store shared by every rank.
+_FIRST_POLL = 0.05
+_LAST_POLL = 1.0
+
+
+class Flag:
+    """One release flag: set by the stopped rank, awaited by the others."""
+
+    where = ""
+
+    def set(self) -> None:
+        raise NotImplementedError
+
+    def is_set(self) -> bool:
+        raise NotImplementedError
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Poll until the flag is set (True) or ``timeout`` seconds have passed (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _FIRST_POLL
+        while not self.is_set():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 1.5, _LAST_POLL)
+        return True
+
+
+class StoreFlag(Flag):
+    """A key in a ``torch.distributed`` store (``check`` does not block, ``set`` is one round trip)."""
+
+    def __init__(self, store: Any, key: str) -> None:
+        self._store = store
+        self._key = key
+        self.where = f"the job's store (key {key})"
+
+    def set(self) -> None:
+        self._store.set(self._key, "released")
+
+    def is_set(self) -> bool:
+        return bool(self._store.check([self._key]))
+
+
+class FileFlag(Flag):
+    """A file, created atomically; one older than the waiting process is an earlier job's."""
+
+    def __init__(self, path: str, not_before: float) -> None:
+        self._path = path
+        self._not_before = not_before
+        self.where = path
+
+    def set(self) -> None:
+        temporary = f"{self._path}.{os.getpid()}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.replace(temporary, self._path)
+
+    def is_set(self) -> bool:
+        try:
+            return os.stat(self._path).st_mtime >= self._not_before
+        except OSError:
+            return False
+
+
+def default_store() -> Optional[Any]:
+    """The default group's store, when the program imported torch.distributed and initialised it."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # a private helper: a torch without it means the file fallback
+        return None
+
+
+def group_rank() -> Optional[tuple[int, int]]:
+    """(rank, world size) of the default group, when it is initialised."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:
+        return None
+    return None
+
+
+def _start_time(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read().decode("ascii", "replace")
+        return raw[raw.rindex(")") + 2 :].split()[19]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_start(pid: int) -> float:
+    """When process ``pid`` started, in seconds since the epoch (0.0 when unknown)."""
+    ticks = _start_time(pid)
+    try:
+        with open("/proc/stat", "rb") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith(b"btime "))
+        return boot + int(ticks or "0") / os.sysconf("SC_CLK_TCK") - 1.0  # btime is whole seconds
+    except (OSError, ValueError, StopIteration):
+        return 0.0
+
+
+def job_key(env: Mapping[str, str]) -> str:
+    """A name shared by the ranks of one job on one node, different for another job."""
+    parts: list[str]
+    if "TORCHELASTIC_RUN_ID" in env:  # torchrun: the workers of one node are children of one agent
+        ppid = os.getppid()
+        parts = [
+            "torchrun",
+            env["TORCHELASTIC_RUN_ID"],
+            env.get("TORCHELASTIC_RESTART_COUNT", ""),
+            str(ppid),
+            _start_time(ppid) or "",
+        ]
+    elif "SLURM_JOB_ID" in env:
+        parts = ["slurm", env["SLURM_JOB_ID"], env.get("SLURM_STEP_ID", "")]
+    elif "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        parts = ["master", env["MASTER_ADDR"], env["MASTER_PORT"]]
+    else:
+        ppid = os.getppid()
+        parts = ["parent", str(ppid), _start_time(ppid) or ""]
+    return "-".join(part.replace("/", "_").replace(" ", "_") for part in parts)
+
+
+def flag_directory(env: Mapping[str, str]) -> str:
+    """``RANKSCOPE_BREAKPOINT_DIR``, else a private directory of this user under the temporary directory."""
+    chosen = env.get("RANKSCOPE_BREAKPOINT_DIR", "").strip()
+    if chosen:
+        os.makedirs(chosen, mode=0o700, exist_ok=True)
+        return chosen
+    path = os.path.join(tempfile.gettempdir(), f"rankscope-breakpoint-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
+        raise OSError(f"{path} is not a directory of this user")
+    return path
+
+
+def flag_for(call: int, env: Mapping[str, str]) -> Flag:
+    """The flag of the ``call``-th breakpoint of this job. Raises ``OSError`` when no flag can be had."""
+    store = default_store()
+    if store is not None:
+        return StoreFlag(store, f"rankscope/breakpoint/{call}")
+    path = os.path.join(flag_directory(env), f"{job_key(env)}-{call}.released")
+    return FileFlag(path, process_start(os.getpid()))

@@ -1,0 +1,39 @@
+"""rankscope.breakpoint() on rank 1 of a real 2-rank torchrun job (gloo), typed at through a terminal."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tests.debug.conftest import Terminal, job_argv, job_env
+
+PROMPT = "(Pdb rank 1) "
+
+
+def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(terminal: Callable[..., Terminal]) -> None:
+    job = terminal(job_argv("--early"), job_env())
+
+    # Before the process group exists (the ranks meet through a file): stopped in the caller's
+    # frame, on the line after the call, not inside rankscope.
+    first = job.expect(PROMPT)
+    assert "bp_job.py(12)<module>()\n-> step = rank + 100" in first
+    job.send("p rank")
+    assert job.expect(PROMPT).split("\n")[1] == "1"
+    job.send("n")  # one line of the caller; the other rank still waits
+    assert "-> print(" in job.expect(PROMPT)
+    job.send("p step")
+    assert job.expect(PROMPT).split("\n")[1] == "101"
+    assert "rank 0 passed" not in job.seen
+    job.send("c")
+    job.expect("rank 0 passed the first breakpoint, step=100")
+
+    # After init_process_group(timeout=5 s): rank 0 waits in no collective, so a session longer
+    # than the group's timeout does not end the job. `q` detaches and releases rank 0.
+    second = job.expect(PROMPT)
+    assert "-> value = torch.tensor([rank + 1])" in second
+    job.send("import time; time.sleep(7)")
+    job.expect(PROMPT, timeout=30)
+    assert "done" not in job.seen
+    job.send("q")
+    job.expect("detached; the program goes on")
+    assert job.wait(60) == 0, job.seen
+    assert "rank 0 done, sum=3" in job.seen and "rank 1 done, sum=3" in job.seen
