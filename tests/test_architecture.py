@@ -34,9 +34,16 @@ ROOMS = (
     "rankscope.rerun",
     "rankscope.inspect",
     "rankscope.core",
+    "rankscope.debug",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
-IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")
+IN_PROCESS = (
+    "ranks.py",
+    "model.py",
+    "serial.py",
+    "procfs.py",
+    *(f"debug/{m}.py" for m in ("debugger", "terminal", "remote", "rendezvous")),
+)
 
 
 def imports_of(path: Path) -> set[str]:

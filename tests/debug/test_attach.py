@@ -1,0 +1,104 @@
+"""`rankscope attach` to a rank stopped with no terminal: a real 2-rank torchrun job (gloo), started
+without a terminal as srun or a background launcher would; the client typed at through a terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Callable
+
+import pytest
+from tests.debug.conftest import Terminal, job_argv, job_env
+from tests.support.cli import run_cli
+
+PROMPT = "(Pdb rank 1) "
+ATTACH_LINE = re.compile(
+    r"rank 1 \(pid (\d+)\) is stopped in pdb with no terminal; attach with: rankscope attach (\S+) --token (\S+)"
+)
+
+
+@pytest.fixture
+def job_without_terminal() -> Iterator[subprocess.Popen[bytes]]:
+    job = subprocess.Popen(
+        job_argv(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=job_env(),
+        start_new_session=True,
+    )
+    yield job
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.pid, signal.SIGKILL)
+    job.wait(timeout=10)
+
+
+def _read_until(stream: int, pattern: re.Pattern[str], timeout: float = 90) -> re.Match[str]:
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while (found := pattern.search(seen)) is None:
+        ready, _, _ = select.select([stream], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(stream, 65536) if ready else b""
+        if not chunk:
+            raise AssertionError(f"no attach line; stderr so far:\n{seen}")
+        seen += chunk.decode("utf-8", "replace")
+    return found
+
+
+def test_attach_refuses_a_wrong_token_then_drives_pdb_and_detaches(
+    job_without_terminal: subprocess.Popen[bytes], terminal: Callable[..., Terminal]
+) -> None:
+    job = job_without_terminal
+    assert job.stderr is not None and job.stdout is not None
+    pid, address, token = _read_until(job.stderr.fileno(), ATTACH_LINE).groups()
+    assert address.startswith("127.0.0.1:")
+
+    wrong = run_cli("attach", address, "--token", token[::-1], timeout=60)
+    assert wrong.returncode == 7
+    assert wrong.stderr.strip() == (
+        f"rankscope: error: {address} refused the token — copy --token from the line the rank printed; "
+        "the rank still waits for it"
+    )
+
+    # The rank runs Python 3.11 here: --pid (PEP 768) says what it needs instead.
+    too_old = run_cli("attach", "--pid", pid, timeout=60)
+    assert too_old.returncode == 6
+    assert (
+        f"process {pid} runs Python 3.11: attaching pdb to a running process needs Python 3.14"
+        in too_old.stderr
+    )
+
+    client = terminal([sys.executable, "-m", "rankscope", "attach", address, "--token", token], job_env())
+    assert "-> value = torch.tensor([rank + 1])" in client.expect(PROMPT)
+    client.send("p rank")
+    assert client.expect(PROMPT).split("\n")[1] == "1"
+    client.send("n")
+    assert "-> dist.all_reduce(value)" in client.expect(PROMPT)
+    assert select.select([job.stdout], [], [], 0)[0] == [], "rank 0 went on while rank 1 was in pdb"
+    client.send_eof()
+    assert client.wait(30) == 0, client.seen
+    assert "detached from rank 1" in client.seen
+
+    out, _ = job.communicate(timeout=60)
+    assert job.returncode == 0
+    assert sorted(out.decode().splitlines()) == ["rank 0 done, sum=3", "rank 1 done, sum=3"]
+
+
+def test_attach_to_nothing_or_a_bad_address() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # closed when the block ends: nothing listens there
+    refused = run_cli("attach", f"127.0.0.1:{port}", "--token", "t")
+    assert refused.returncode == 5
+    assert f"nothing listens on 127.0.0.1:{port}" in refused.stderr
+    assert run_cli("attach", "no-port-here", "--token", "t").returncode == 8
+    assert run_cli("attach", "--pid", "999999999").returncode == 8
+    assert run_cli("attach").returncode == 2
