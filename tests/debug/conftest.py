@@ -26,8 +26,8 @@ JOB = Path(__file__).parent / "jobs" / "bp_job.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
 
 
-def job_argv(*args: str) -> list[str]:
-    return [TORCHRUN, "--standalone", "--nproc-per-node=2", str(JOB), *args]
+def job_argv(*args: str, launcher: tuple[str, ...] = ()) -> list[str]:
+    return [TORCHRUN, "--standalone", "--nproc-per-node=2", *launcher, str(JOB), *args]
 
 
 def job_env() -> dict[str, str]:

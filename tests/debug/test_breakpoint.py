@@ -1,7 +1,12 @@
-"""rankscope.breakpoint() on rank 1 of a real 2-rank torchrun job (gloo), typed at through a terminal."""
+"""rankscope.breakpoint() on rank 1 of a real 2-rank torchrun job (gloo), typed at through a terminal.
+
+torchrun shows only rank 0's output (--local-ranks-filter=0): pdb on rank 1 talks to the terminal
+itself, so the filter that hides rank 1's prints does not hide its prompt.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 from tests.debug.conftest import Terminal, job_argv, job_env
@@ -9,8 +14,13 @@ from tests.debug.conftest import Terminal, job_argv, job_env
 PROMPT = "(Pdb rank 1) "
 
 
-def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(terminal: Callable[..., Terminal]) -> None:
-    job = terminal(job_argv("--early"), job_env())
+def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(
+    terminal: Callable[..., Terminal], tmp_path: Path
+) -> None:
+    job = terminal(
+        job_argv("--early", launcher=("--local-ranks-filter=0", "--tee=3", f"--log-dir={tmp_path}")),
+        job_env(),
+    )
 
     # Before the process group exists (the ranks meet through a file): stopped in the caller's
     # frame, on the line after the call, not inside rankscope.
@@ -36,4 +46,8 @@ def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(terminal: Callab
     job.send("q")
     job.expect("detached; the program goes on")
     assert job.wait(60) == 0, job.seen
-    assert "rank 0 done, sum=3" in job.seen and "rank 1 done, sum=3" in job.seen
+    assert "rank 0 done, sum=3" in job.seen
+    # torchrun's filter hid rank 1's own output from the console, never its pdb prompt.
+    assert "rank 1 done" not in job.seen
+    (rank_1_log,) = tmp_path.glob("*/attempt_0/1/stdout.log")
+    assert "rank 1 done, sum=3" in rank_1_log.read_text()
