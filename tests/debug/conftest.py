@@ -76,6 +76,13 @@ class Terminal:
         got, self._unread = self._unread[:end], self._unread[end:]
         return got
 
+    def shown(self, wanted: str, timeout: float = 60.0) -> None:
+        """Read until ``wanted`` has appeared anywhere (in what was expected already, too); nothing is consumed."""
+        deadline = time.monotonic() + timeout
+        while wanted not in self.seen:
+            if time.monotonic() > deadline or not self._read(0.2):
+                raise AssertionError(f"{wanted!r} never came; the terminal shows:\n{self.seen}")
+
     def send(self, line: str) -> None:
         os.write(self.master, (line + "\n").encode())
 

@@ -17,15 +17,16 @@ PROMPT = "(Pdb rank 1) "
 def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(
     terminal: Callable[..., Terminal], tmp_path: Path
 ) -> None:
+    flags = tmp_path / "flags"
     job = terminal(
-        job_argv("--early", launcher=("--local-ranks-filter=0", "--tee=3", f"--log-dir={tmp_path}")),
-        job_env(),
+        job_argv("--early", launcher=("--local-ranks-filter=0", "--tee=3", f"--log-dir={tmp_path / 'logs'}")),
+        {**job_env(), "RANKSCOPE_BREAKPOINT_DIR": str(flags)},
     )
 
-    # Before the process group exists (the ranks meet through a file): stopped in the caller's
+    # Before torch is imported (the ranks meet through a file): stopped in the caller's
     # frame, on the line after the call, not inside rankscope.
     first = job.expect(PROMPT)
-    assert "bp_job.py(12)<module>()\n-> step = rank + 100" in first
+    assert "bp_job.py(13)<module>()\n-> step = rank + 100" in first
     job.send("p rank")
     assert job.expect(PROMPT).split("\n")[1] == "1"
     job.send("n")  # one line of the caller; the other rank still waits
@@ -34,12 +35,17 @@ def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(
     assert job.expect(PROMPT).split("\n")[1] == "101"
     assert "rank 0 passed" not in job.seen
     job.send("c")
-    job.expect("rank 0 passed the first breakpoint, step=100")
+
+    # torch imported, no process group yet: the ranks meet in torchrun's store.
+    assert '-> print(f"rank {rank} passed the second breakpoint"' in job.expect(PROMPT)
+    job.shown("rank 0 passed the first breakpoint, step=100")
+    assert "rank 0 passed the second" not in job.seen
+    job.send("c")
 
     # After init_process_group(timeout=5 s): rank 0 waits in no collective, so a session longer
     # than the group's timeout does not end the job. `q` detaches and releases rank 0.
-    second = job.expect(PROMPT)
-    assert "-> value = torch.tensor([rank + 1])" in second
+    assert "-> value = torch.tensor([rank + 1])" in job.expect(PROMPT)
+    job.shown("rank 0 passed the second breakpoint")
     job.send("import time; time.sleep(7)")
     job.expect(PROMPT, timeout=30)
     assert "done" not in job.seen
@@ -49,5 +55,6 @@ def test_rank_1_stops_in_pdb_on_the_terminal_while_rank_0_waits(
     assert "rank 0 done, sum=3" in job.seen
     # torchrun's filter hid rank 1's own output from the console, never its pdb prompt.
     assert "rank 1 done" not in job.seen
-    (rank_1_log,) = tmp_path.glob("*/attempt_0/1/stdout.log")
+    (rank_1_log,) = (tmp_path / "logs").glob("*/attempt_0/1/stdout.log")
     assert "rank 1 done, sum=3" in rank_1_log.read_text()
+    assert [flag.name.rsplit("-", 1)[1] for flag in flags.iterdir()] == ["1.released"]  # the others: stores

@@ -211,15 +211,13 @@ def breakpoint(
     flag: Optional[rendezvous.Flag] = None
     if world > 1 and me is not None:
         try:
-            if rendezvous.default_store() is None and spans and "RANKSCOPE_BREAKPOINT_DIR" not in os.environ:
-                if me_is_chosen:
-                    say(
-                        "breakpoint: the job spans nodes and torch.distributed is not initialised: "
-                        "ranks on other nodes will not wait (initialise the process group first, "
-                        "or set RANKSCOPE_BREAKPOINT_DIR to a directory every node shares)"
-                    )
-            else:
-                flag = rendezvous.flag_for(_calls, os.environ)
+            flag = rendezvous.flag_for(_calls, os.environ, spans)
+            if flag is None and me_is_chosen:
+                say(
+                    "breakpoint: the job spans nodes and has no process group yet, nor torchrun's store: "
+                    "ranks on other nodes will not wait (initialise the process group first, "
+                    "or set RANKSCOPE_BREAKPOINT_DIR to a directory every node shares)"
+                )
         except Exception as exc:
             say(
                 f"breakpoint: rank {me}: cannot share a flag with the other ranks ({exc}); they will not wait"

@@ -7,8 +7,10 @@ caller gives) instead of entering a collective, so no collective timeout (gloo's
 30 minutes, or what ``init_process_group(timeout=...)`` set) runs out while a person reads code.
 
 The flag lives in the job's own store when ``torch.distributed`` is already imported and its
-default group initialised (any number of nodes), else in a file under a directory keyed by the
-job (one node, or a directory every node shares: ``RANKSCOPE_BREAKPOINT_DIR``). A flag file older
+default group initialised (any number of nodes), else in torchrun's store (``torch.distributed``
+imported, the group not yet initialised: torchrun's workers share their agent's store, any number
+of nodes), else in a file under a directory keyed by the job (one node, or a directory every node
+shares: ``RANKSCOPE_BREAKPOINT_DIR``). A flag file older
 than the waiting process is left over from an earlier job with the same key, and ignored.
 
 Imported inside training processes: Python 3.9, standard library only; torch only when the
@@ -173,10 +175,40 @@ def flag_directory(env: Mapping[str, str]) -> str:
     return path
 
 
-def flag_for(call: int, env: Mapping[str, str]) -> Flag:
-    """The flag of the ``call``-th breakpoint of this job. Raises ``OSError`` when no flag can be had."""
+_agent_store: Optional[Any] = None
+
+
+def agent_store(env: Mapping[str, str]) -> Optional[Any]:
+    """torchrun's own store (which its workers share before ``init_process_group``), when the
+    program imported torch.distributed and runs under torchrun; one connection per process."""
+    global _agent_store
+    if _agent_store is not None:
+        return _agent_store
+    dist = sys.modules.get("torch.distributed")
+    port = env.get("MASTER_PORT", "")
+    if dist is None or env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not port.isdigit():
+        return None
+    from datetime import timedelta
+
+    _agent_store = dist.TCPStore(
+        env.get("MASTER_ADDR", "127.0.0.1"), int(port), is_master=False, timeout=timedelta(seconds=60)
+    )
+    return _agent_store
+
+
+def flag_for(call: int, env: Mapping[str, str], spans_nodes: bool) -> Optional[Flag]:
+    """The flag of the ``call``-th breakpoint of this job: the default group's store, else
+    torchrun's store, else a file. ``None`` when only a file is left and the job spans nodes
+    without a directory they share. Raises (``OSError``, torch's errors) when no flag can be had.
+    """
     store = default_store()
     if store is not None:
         return StoreFlag(store, f"rankscope/breakpoint/{call}")
+    store = agent_store(env)
+    if store is not None:
+        attempt = f"{env.get('TORCHELASTIC_RUN_ID', '')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+        return StoreFlag(store, f"rankscope/breakpoint/{attempt}/{call}")
+    if spans_nodes and not env.get("RANKSCOPE_BREAKPOINT_DIR", "").strip():
+        return None
     path = os.path.join(flag_directory(env), f"{job_key(env)}-{call}.released")
     return FileFlag(path, process_start(os.getpid()))
