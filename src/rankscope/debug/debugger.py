@@ -207,6 +207,10 @@ def breakpoint(
     except Exception as exc:  # never raise into the job
         say(f"breakpoint: cannot tell this process's rank ({exc}); stopping it alone")
         me, world, spans = None, 1, False
+    if world > 1 and not 0 <= rank < world:
+        if me == 0:
+            say(f"breakpoint: rank={rank} is not a rank of this job (world size {world}); nobody stops")
+        return
     me_is_chosen = world <= 1 or me is None or me == rank
     flag: Optional[rendezvous.Flag] = None
     if world > 1 and me is not None:

@@ -1,0 +1,54 @@
+"""The pure and file-level pieces of rankscope.breakpoint and rankscope attach."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from rankscope.debug import rendezvous
+from rankscope.debug.client import parse_address
+from rankscope.errors import BadInputError
+
+
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [("127.0.0.1:41234", ("127.0.0.1", 41234)), ("[::1]:5", ("::1", 5)), ("node7:80", ("node7", 80))],
+)
+def test_parse_address(text: str, address: tuple[str, int]) -> None:
+    assert parse_address(text) == address
+
+
+@pytest.mark.parametrize("text", ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", ":80", "a:b"])
+def test_parse_address_refuses(text: str) -> None:
+    with pytest.raises(BadInputError):
+        parse_address(text)
+
+
+def test_a_flag_older_than_the_waiting_process_is_an_earlier_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "job-1.released"
+    started = time.time() - 1.0  # a file's time stamp may lag time.time() by a clock tick
+    flag = rendezvous.FileFlag(str(path), started)
+    assert not flag.is_set()
+    flag.set()
+    assert flag.is_set() and flag.wait(0)
+    os.utime(path, (started - 60, started - 60))  # left over from a job that ran before this process
+    assert not flag.is_set()
+    assert not flag.wait(0.2)
+
+
+def test_job_key_tells_jobs_apart() -> None:
+    torchrun = {"TORCHELASTIC_RUN_ID": "r1", "TORCHELASTIC_RESTART_COUNT": "0", "MASTER_PORT": "1"}
+    assert rendezvous.job_key(torchrun) != rendezvous.job_key({**torchrun, "TORCHELASTIC_RESTART_COUNT": "1"})
+    assert rendezvous.job_key({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}) == "slurm-7-0"
+    assert rendezvous.job_key({"MASTER_ADDR": "n1", "MASTER_PORT": "29500"}) == "master-n1-29500"
+    assert "/" not in rendezvous.job_key({"SLURM_JOB_ID": "../x", "SLURM_STEP_ID": "0"})
+
+
+def test_no_flag_for_a_job_across_nodes_without_a_shared_directory(tmp_path: Path) -> None:
+    assert rendezvous.flag_for(1, {"MASTER_ADDR": "n1", "MASTER_PORT": "1"}, spans_nodes=True) is None
+    shared = {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "RANKSCOPE_BREAKPOINT_DIR": str(tmp_path)}
+    flag = rendezvous.flag_for(1, shared, spans_nodes=True)
+    assert isinstance(flag, rendezvous.FileFlag) and flag.where == str(tmp_path / "master-n1-1-1.released")
