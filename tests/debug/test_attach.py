@@ -82,6 +82,9 @@ def test_attach_refuses_a_wrong_token_then_drives_pdb_and_detaches(
     assert client.expect(PROMPT).split("\n")[1] == "1"
     client.send("n")
     assert "-> dist.all_reduce(value)" in client.expect(PROMPT)
+    second = run_cli("attach", address, "--token", token, "--timeout", "1", timeout=60)
+    assert second.returncode == 5, second.stderr  # one client at a time
+    assert f"{address} did not answer within 1 s" in second.stderr
     assert select.select([job.stdout], [], [], 0)[0] == [], "rank 0 went on while rank 1 was in pdb"
     client.send_eof()
     assert client.wait(30) == 0, client.seen

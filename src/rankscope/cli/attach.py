@@ -37,6 +37,7 @@ class AttachRequest:
     address: Optional[str] = None
     token: Optional[str] = None
     pid: Optional[int] = None
+    timeout: float = client.CONNECT_TIMEOUT
 
 
 @click.command(help=HELP)
@@ -50,6 +51,15 @@ class AttachRequest:
 @click.option(
     "--pid", type=int, metavar="PID", help="Attach to a running rank with python -m pdb -p (Python >= 3.14)."
 )
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=client.CONNECT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long to wait to connect and for the rank's answer (one client at a time: "
+    "a rank that has a client already does not answer).",
+)
 def attach(**params: Any) -> int:
     request = from_params(AttachRequest, params)
     if request.pid is not None:
@@ -60,7 +70,7 @@ def attach(**params: Any) -> int:
     if request.address is None or not request.token:
         raise click.UsageError("give HOST:PORT and --token T as the stopped rank printed them (or --pid PID)")
     host, port = client.parse_address(request.address)
-    conn, greeting = client.connect(host, port, request.token)
+    conn, greeting = client.connect(host, port, request.token, request.timeout)
     click.echo(f"rankscope: attached to {greeting}; Ctrl-D or q detaches (the rank goes on)", err=True)
     return _talk(conn, greeting)
 
