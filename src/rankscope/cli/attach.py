@@ -41,7 +41,7 @@ class AttachRequest:
 
 
 @click.command(help=HELP)
-@click.argument("address", metavar="HOST:PORT", required=False)
+@click.argument("address", metavar="[HOST:PORT]", required=False)
 @click.option(
     "--token",
     metavar="T",
