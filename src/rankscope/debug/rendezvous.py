@@ -2,7 +2,7 @@
 
 The n-th ``rankscope.breakpoint()`` call of every rank meets the n-th of the others: the ranks
 that do not stop wait for a flag that the stopped rank sets when its pdb session ends (``c``,
-``q``, a detach). The waiting ranks poll the flag with no deadline of their own (or the one the
+``q``, a detach). The waiting ranks wait for the flag with no deadline of their own (or the one the
 caller gives) instead of entering a collective, so no collective timeout (gloo's and NCCL's
 30 minutes, or what ``init_process_group(timeout=...)`` set) runs out while a person reads code.
 
@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Optional
 
-#: Seconds between polls: fast at first (a quick ``c``), then gentle on a store shared by every rank.
+#: Seconds between polls of a flag file: fast at first (a quick ``c``), then every fifth of a second.
 _FIRST_POLL = 0.05
-_LAST_POLL = 1.0
+_LAST_POLL = 0.2
+#: Seconds one blocking wait in a store lasts before Ctrl-C and the timeout are looked at again.
+_STORE_WAIT = 1.0
 
 
 class Flag:
@@ -59,7 +61,8 @@ class Flag:
 
 
 class StoreFlag(Flag):
-    """A key in a ``torch.distributed`` store (``check`` does not block, ``set`` is one round trip)."""
+    """A key in a ``torch.distributed`` store. Waiting blocks in the store (woken the moment the key
+    is set), one second at a time so that Ctrl-C and ``timeout`` are still seen."""
 
     def __init__(self, store: Any, key: str) -> None:
         self._store = store
@@ -71,6 +74,24 @@ class StoreFlag(Flag):
 
     def is_set(self) -> bool:
         return bool(self._store.check([self._key]))
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        from datetime import timedelta
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            chunk = _STORE_WAIT if deadline is None else min(_STORE_WAIT, deadline - time.monotonic())
+            if chunk <= 0:
+                return self.is_set()
+            began = time.monotonic()
+            try:
+                self._store.wait([self._key], timedelta(seconds=chunk))
+                return True
+            except Exception:  # torch's timeout error (its type changed across versions), or a store gone
+                if self.is_set():  # a store gone raises here
+                    return True
+            if time.monotonic() - began < chunk / 2:  # a wait that fails at once: do not spin
+                time.sleep(_LAST_POLL)
 
 
 class FileFlag(Flag):
