@@ -9,7 +9,7 @@ What plain ``pdb.set_trace()`` and ``torch.distributed.breakpoint()`` get wrong,
 - ``q`` (and Ctrl-D) detaches: breakpoints are cleared, the rank goes on and the others are
   released. Plain pdb would raise ``BdbQuit`` in one rank and leave the others in a collective
   until it times out.
-- The others wait by polling a flag (:mod:`rankscope.debug.rendezvous`), not in a collective
+- The others wait for a flag (:mod:`rankscope.debug.rendezvous`), not in a collective
   with a timeout, so a long session does not end the job.
 - pdb talks to the terminal device itself (:mod:`rankscope.debug.terminal`), or, with no terminal
   (srun, pdsh, a background launcher), to a socket on 127.0.0.1 (:mod:`rankscope.debug.remote`)
