@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Optional
 
-#: Seconds between polls of a flag file: fast at first (a quick ``c``), then every fifth of a second.
+#: Seconds between polls of a flag file (or an older torch's store): fast at first (a quick ``c``),
+#: then every fifth of a second.
 _FIRST_POLL = 0.05
 _LAST_POLL = 0.2
 #: Seconds one blocking wait in a store lasts before Ctrl-C and the timeout are looked at again.
@@ -78,6 +79,8 @@ class StoreFlag(Flag):
     def wait(self, timeout: Optional[float] = None) -> bool:
         from datetime import timedelta
 
+        if not _cancellable_store_waits():
+            return super().wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             chunk = _STORE_WAIT if deadline is None else min(_STORE_WAIT, deadline - time.monotonic())
@@ -92,6 +95,18 @@ class StoreFlag(Flag):
                     return True
             if time.monotonic() - began < chunk / 2:  # a wait that fails at once: do not spin
                 time.sleep(_LAST_POLL)
+
+
+def _cancellable_store_waits() -> bool:
+    """Whether a store wait that times out is withdrawn from the server (TCPStore's cancel_wait,
+    present in torch 2.13; taken to hold from 2.4 on). An older TCPStore could answer a timed-out
+    wait later, in the middle of another request: those poll ``check`` instead."""
+    torch = sys.modules.get("torch")
+    try:
+        major, minor = (int(part) for part in str(torch.__version__).split(".")[:2])  # type: ignore[union-attr]
+    except (AttributeError, ValueError):
+        return False
+    return (major, minor) >= (2, 4)
 
 
 class FileFlag(Flag):
