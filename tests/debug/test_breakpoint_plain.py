@@ -95,3 +95,15 @@ def test_a_stop_that_cannot_be_set_up_says_so_once_and_releases_the_others(tmp_p
             if rank.poll() is None:
                 os.killpg(rank.pid, 9)
                 rank.wait()
+
+
+def test_forked_pdb_in_a_multiprocessing_child(terminal: Callable[..., Terminal]) -> None:
+    program = terminal(
+        [str(PYTHON_39), str(Path(__file__).parent / "jobs" / "forked_job.py")], _env(0, Path())
+    )
+    assert "-> doubled = n * 2" in program.expect("(Pdb) ")
+    program.send("p n")
+    assert program.expect("(Pdb) ").split("\n")[1] == "21"
+    program.send("q")  # detaches: the child goes on and ends well
+    assert program.wait(30) == 0, program.seen
+    assert "child doubled 42" in program.seen and "child exit 0" in program.seen
