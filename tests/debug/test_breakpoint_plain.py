@@ -1,5 +1,6 @@
 """rankscope.breakpoint() without torch, on the oldest Python it supports (3.9): two processes of a
-job that meet through a file; and a stop that cannot be set up, which must not end the job."""
+job that meet through a file; a stop that cannot be set up, which must not end the job; and
+rankscope.ForkedPdb in a forked child."""
 
 from __future__ import annotations
 

@@ -25,6 +25,7 @@ Python 3.9, standard library only; torch only when the program imported it alrea
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import pdb
 import sys
@@ -148,6 +149,9 @@ class ForkedPdb(pdb.Pdb):
         session, self._session = self._session, None
         if session is not None:
             session.close(farewell)
+            # Whatever pdb still writes or reads after this goes nowhere, never to a closed file.
+            self.stdout = io.StringIO()
+            self.stdin = io.StringIO()
 
     def detach(self) -> bool:
         """Clear every breakpoint, stop tracing, let the program go on."""
@@ -265,4 +269,8 @@ def _stop(
     if not debugger.usable:
         release()
         return
-    debugger.set_trace(caller)
+    try:
+        debugger.set_trace(caller)
+    except Exception as exc:
+        say(f"breakpoint: {who}: cannot start pdb ({exc}); going on")
+        release()
