@@ -5,7 +5,9 @@ rankscope.ForkedPdb in a forked child."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -108,3 +110,32 @@ def test_forked_pdb_in_a_multiprocessing_child(terminal: Callable[..., Terminal]
     program.send("q")  # detaches: the child goes on and ends well
     assert program.wait(30) == 0, program.seen
     assert "child doubled 42" in program.seen and "child exit 0" in program.seen
+
+
+def test_remote_pdb_on_python_39_and_q_over_attach(terminal: Callable[..., Terminal], tmp_path: Path) -> None:
+    extra = {"RANKSCOPE_BREAKPOINT_REMOTE": "1"}  # a socket although the test could give a terminal
+    ranks = [_start(0, tmp_path, **extra), _start(1, tmp_path, **extra)]
+    try:
+        assert ranks[1].stderr is not None
+        line = ranks[1].stderr.readline()
+        found = re.search(r"attach with: rankscope attach (\S+) --token (\S+)$", line)
+        assert found is not None, line
+        client = terminal(
+            [sys.executable, "-m", "rankscope", "attach", found[1], "--token", found[2]],
+            {**os.environ, "PYTHONPATH": str(SRC)},
+        )
+        client.expect("(Pdb rank 1) ")
+        client.send("p rank")
+        assert client.expect("(Pdb rank 1) ").split("\n")[1] == "1"
+        assert ranks[0].poll() is None, "rank 0 did not wait"
+        client.send("q")
+        assert client.wait(30) == 0, client.seen
+        assert "detached; the program goes on" in client.seen and "the session with rank 1" in client.seen
+        outs = [rank.communicate(timeout=30)[0] for rank in ranks]
+        assert [rank.returncode for rank in ranks] == [0, 0]
+        assert outs == ["rank 0 went on\n", "rank 1 went on\n"]
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                os.killpg(rank.pid, 9)
+                rank.wait()
