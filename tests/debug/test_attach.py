@@ -1,5 +1,6 @@
 """`rankscope attach` to a rank stopped with no terminal: a real 2-rank torchrun job (gloo), started
-without a terminal as srun or a background launcher would; the client typed at through a terminal."""
+without a terminal as srun or a background launcher would, showing rank 0's output alone
+(--local-ranks-filter=0: rank 0 repeats rank 1's attach line); the client typed at through a terminal."""
 
 from __future__ import annotations
 
@@ -20,15 +21,17 @@ from tests.debug.conftest import Terminal, job_argv, job_env
 from tests.support.cli import run_cli
 
 PROMPT = "(Pdb rank 1) "
+#: The line rank 0 repeats for rank 1, whose own output torchrun's --local-ranks-filter=0 hides.
 ATTACH_LINE = re.compile(
-    r"rank 1 \(pid (\d+)\) is stopped in pdb with no terminal; attach with: rankscope attach (\S+) --token (\S+)"
+    r"rankscope: rank 0 waits; rank 1 \(pid (\d+) on \S+\) is stopped in pdb with no terminal; "
+    r"attach with: rankscope attach (\S+) --token (\S+)"
 )
 
 
 @pytest.fixture
 def job_without_terminal() -> Iterator[subprocess.Popen[bytes]]:
     job = subprocess.Popen(
-        job_argv(),
+        job_argv(launcher=("--local-ranks-filter=0",)),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -92,7 +95,7 @@ def test_attach_refuses_a_wrong_token_then_drives_pdb_and_detaches(
 
     out, _ = job.communicate(timeout=60)
     assert job.returncode == 0
-    assert sorted(out.decode().splitlines()) == ["rank 0 done, sum=3", "rank 1 done, sum=3"]
+    assert out.decode().splitlines() == ["rank 0 done, sum=3"]  # rank 1's output: filtered
 
 
 def test_attach_to_nothing_or_a_bad_address() -> None:

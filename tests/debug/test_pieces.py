@@ -31,11 +31,16 @@ def test_a_flag_older_than_the_waiting_process_is_an_earlier_jobs(tmp_path: Path
     path = tmp_path / "job-1.released"
     started = time.time() - 1.0  # a file's time stamp may lag time.time() by a clock tick
     flag = rendezvous.FileFlag(str(path), started)
-    assert not flag.is_set()
+    assert not flag.is_set() and flag.note() is None
+    flag.post("rank 1 ... attach with: rankscope attach 127.0.0.1:1 --token t")
+    shown: list[str] = []
+    assert not flag.wait(0.1, shown.append)  # the note is handed over while the flag is not set yet
+    assert shown == ["rank 1 ... attach with: rankscope attach 127.0.0.1:1 --token t"]
     flag.set()
     assert flag.is_set() and flag.wait(0)
-    os.utime(path, (started - 60, started - 60))  # left over from a job that ran before this process
-    assert not flag.is_set()
+    for left_over in (path, Path(f"{path}.note")):  # from a job that ran before this process
+        os.utime(left_over, (started - 60, started - 60))
+    assert not flag.is_set() and flag.note() is None
     assert not flag.wait(0.2)
 
 

@@ -28,6 +28,7 @@ import contextlib
 import io
 import os
 import pdb
+import socket
 import sys
 
 from rankscope.debug import remote, rendezvous, terminal
@@ -73,8 +74,15 @@ class _Terminal:
             pass
 
 
-def open_session(remote_only: Optional[bool], host: Optional[str], port: Optional[int], who: str) -> Any:
-    """A terminal, else a listening socket (announced on stderr); ``None`` when neither can be had."""
+def open_session(
+    remote_only: Optional[bool],
+    host: Optional[str],
+    port: Optional[int],
+    who: str,
+    on_listen: Optional[Callable[[str], None]] = None,
+) -> Any:
+    """A terminal, else a listening socket (announced on stderr, and to ``on_listen``); ``None``
+    when neither can be had."""
     if remote_only is None:
         remote_only = bool(_truthy(os.environ.get("RANKSCOPE_BREAKPOINT_REMOTE")))
     if not remote_only:
@@ -89,10 +97,16 @@ def open_session(remote_only: Optional[bool], host: Optional[str], port: Optiona
     except (OSError, ValueError, OverflowError) as exc:
         say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {host}:{port} ({exc})")
         return None
-    say(
-        f"{who} (pid {os.getpid()}) is stopped in pdb with no terminal; attach with: "
-        f"rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
+    line = (
+        f"{who} (pid {os.getpid()} on {socket.gethostname()}) is stopped in pdb with no terminal; "
+        f"attach with: rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
     )
+    say(line)
+    if on_listen is not None:
+        try:
+            on_listen(line)
+        except Exception as exc:
+            say(f"{who}: cannot pass the attach line to the other ranks ({exc})")
     return server
 
 
@@ -102,7 +116,7 @@ class ForkedPdb(pdb.Pdb):
     It talks to the user's terminal when there is one to use, else serves itself on 127.0.0.1 for
     ``rankscope attach`` (the line to copy goes to stderr). ``q`` and Ctrl-D detach: breakpoints
     are cleared and the program goes on. ``on_release`` runs once, when the session ends
-    (``c``, ``q``, Ctrl-D, the remote client leaving).
+    (``c``, ``q``, Ctrl-D, the remote client leaving); ``on_listen`` gets the attach line.
 
     Usage: ``rankscope.ForkedPdb().set_trace()``.
     """
@@ -115,10 +129,11 @@ class ForkedPdb(pdb.Pdb):
         port: Optional[int] = None,
         who: str = "",
         on_release: Optional[Callable[[], None]] = None,
+        on_listen: Optional[Callable[[str], None]] = None,
         **kwargs: Any,
     ) -> None:
         who = who or f"process {os.getpid()}"
-        self._session = open_session(remote, host, port, who)
+        self._session = open_session(remote, host, port, who, on_listen)
         self._on_release = on_release
         kwargs.setdefault("nosigint", True)  # never touch the job's SIGINT handler
         kwargs.setdefault("skip", _SKIP)
@@ -234,7 +249,10 @@ def breakpoint(
     if not me_is_chosen:
         if flag is not None:
             try:
-                if not flag.wait(timeout):
+                # Rank 0 repeats the stopped rank's attach line: a launcher that shows rank 0's
+                # output alone (torchrun --local-ranks-filter=0) hides the stopped rank's own.
+                relay = (lambda note: say(f"rank 0 waits; {note}")) if me == 0 else None
+                if not flag.wait(timeout, relay):
                     say(f"breakpoint: rank {me}: gave up waiting for rank {rank} after {timeout} s")
             except KeyboardInterrupt:
                 raise
@@ -261,7 +279,14 @@ def _stop(
 
     who = f"rank {me}" if me is not None else f"process {os.getpid()}"
     try:
-        debugger = ForkedPdb(remote=remote_only, host=host, port=port, who=who, on_release=release)
+        debugger = ForkedPdb(
+            remote=remote_only,
+            host=host,
+            port=port,
+            who=who,
+            on_release=release,
+            on_listen=flag.post if flag is not None else None,
+        )
     except Exception as exc:
         say(f"breakpoint: {who}: cannot start pdb ({exc}); going on")
         release()

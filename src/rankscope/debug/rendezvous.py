@@ -28,7 +28,7 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 #: Seconds between polls of a flag file (or an older torch's store): fast at first (a quick ``c``),
 #: then every fifth of a second.
@@ -39,7 +39,9 @@ _STORE_WAIT = 1.0
 
 
 class Flag:
-    """One release flag: set by the stopped rank, awaited by the others."""
+    """One release flag: set by the stopped rank, awaited by the others. It also carries a note:
+    the stopped rank's attach line, which a waiting rank shows where the stopped rank's own
+    output is filtered away (torchrun --local-ranks-filter)."""
 
     where = ""
 
@@ -49,11 +51,28 @@ class Flag:
     def is_set(self) -> bool:
         raise NotImplementedError
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def post(self, note: str) -> None:
+        raise NotImplementedError
+
+    def note(self) -> Optional[str]:
+        raise NotImplementedError
+
+    def _deliver(self, on_note: Optional[Callable[[str], None]]) -> Optional[Callable[[str], None]]:
+        """Hand the note to ``on_note`` once it is there; the callback still owed (``None`` once given)."""
+        if on_note is None:
+            return None
+        note = self.note()
+        if note is None:
+            return on_note
+        on_note(note)
+        return None
+
+    def wait(self, timeout: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None) -> bool:
         """Poll until the flag is set (True) or ``timeout`` seconds have passed (False)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
         while not self.is_set():
+            on_note = self._deliver(on_note)
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(pause)
@@ -76,13 +95,23 @@ class StoreFlag(Flag):
     def is_set(self) -> bool:
         return bool(self._store.check([self._key]))
 
-    def wait(self, timeout: Optional[float] = None) -> bool:
+    def post(self, note: str) -> None:
+        self._store.set(f"{self._key}/note", note)
+
+    def note(self) -> Optional[str]:
+        key = f"{self._key}/note"
+        if not self._store.check([key]):
+            return None
+        return bytes(self._store.get(key)).decode("utf-8", "replace")
+
+    def wait(self, timeout: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None) -> bool:
         from datetime import timedelta
 
         if not _cancellable_store_waits():
-            return super().wait(timeout)
+            return super().wait(timeout, on_note)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            on_note = self._deliver(on_note)
             chunk = _STORE_WAIT if deadline is None else min(_STORE_WAIT, deadline - time.monotonic())
             if chunk <= 0:
                 return self.is_set()
@@ -109,6 +138,15 @@ def _cancellable_store_waits() -> bool:
     return (major, minor) >= (2, 4)
 
 
+def _write_atomically(path: str, text: str) -> None:
+    """``path`` holds ``text`` (private to this user), whole or not at all."""
+    temporary = f"{path}.{os.getpid()}"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
+
+
 class FileFlag(Flag):
     """A file, created atomically; one older than the waiting process is an earlier job's."""
 
@@ -118,16 +156,29 @@ class FileFlag(Flag):
         self.where = path
 
     def set(self) -> None:
-        temporary = f"{self._path}.{os.getpid()}"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
-        os.replace(temporary, self._path)
+        _write_atomically(self._path, "")
 
     def is_set(self) -> bool:
+        return self._fresh(self._path)
+
+    def _fresh(self, path: str) -> bool:
         try:
-            return os.stat(self._path).st_mtime >= self._not_before
+            return os.stat(path).st_mtime >= self._not_before
         except OSError:
             return False
+
+    def post(self, note: str) -> None:
+        _write_atomically(f"{self._path}.note", note)
+
+    def note(self) -> Optional[str]:
+        path = f"{self._path}.note"
+        if not self._fresh(path):
+            return None
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return None
 
 
 def default_store() -> Optional[Any]:
