@@ -1,7 +1,8 @@
 """Programs driven through a pseudo-terminal, as a person at a keyboard drives them.
 
 Each program leads a session of its own with the pseudo-terminal as its controlling terminal
-(what a shell gives a foreground command); teardown kills its process group.
+(what a shell gives a foreground command); teardown kills its process group and its
+descendants' groups.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import fcntl
 import os
 import pty
 import select
-import signal
 import subprocess
 import sys
 import termios
@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
+
+from rankscope.demo.launch import kill_tree
 
 JOB = Path(__file__).parent / "jobs" / "bp_job.py"
 TORCHRUN = str(Path(sys.executable).with_name("torchrun"))
@@ -97,17 +99,15 @@ class Terminal:
         return self.process.wait(timeout=1)
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
+        """Its process group and every descendant's (torchrun starts each worker in a session of its own)."""
+        kill_tree(self.process, grace=1.0)
         with contextlib.suppress(OSError):
             os.close(self.master)
 
 
 @pytest.fixture
 def terminal() -> Iterator[Callable[..., Terminal]]:
-    """Start programs on pseudo-terminals; each one's process group is killed in teardown."""
+    """Start programs on pseudo-terminals; each one's process tree is killed in teardown."""
     started: list[Terminal] = []
 
     def start(argv: list[str], env: Optional[dict[str, str]] = None) -> Terminal:

@@ -4,11 +4,9 @@ without a terminal as srun or a background launcher would, showing rank 0's outp
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import select
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +17,8 @@ from typing import Callable
 import pytest
 from tests.debug.conftest import Terminal, job_argv, job_env
 from tests.support.cli import run_cli
+
+from rankscope.demo.launch import kill_tree
 
 PROMPT = "(Pdb rank 1) "
 #: The line rank 0 repeats for rank 1, whose own output torchrun's --local-ranks-filter=0 hides.
@@ -39,9 +39,7 @@ def job_without_terminal() -> Iterator[subprocess.Popen[bytes]]:
         start_new_session=True,
     )
     yield job
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(job.pid, signal.SIGKILL)
-    job.wait(timeout=10)
+    kill_tree(job, grace=1.0)  # torchrun's group and each worker's session
 
 
 def _read_until(stream: int, pattern: re.Pattern[str], timeout: float = 90) -> re.Match[str]:
