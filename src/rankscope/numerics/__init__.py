@@ -1,0 +1,22 @@
+"""Numerics: the same computation on two devices or dtypes, layer by layer, and where inf/NaN start.
+
+``import rankscope.numerics`` does not import torch; each function does when called and raises
+:class:`TorchMissingError` (an ImportError) when it cannot. See docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+from rankscope.numerics.compare import compare
+from rankscope.numerics.devices import DeviceUnavailableError, available_devices
+from rankscope.numerics.result import Comparison, LeafDiff, Side
+from rankscope.numerics.torchload import TorchMissingError
+
+__all__ = [
+    "Comparison",
+    "DeviceUnavailableError",
+    "LeafDiff",
+    "Side",
+    "TorchMissingError",
+    "available_devices",
+    "compare",
+]
