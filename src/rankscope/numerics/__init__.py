@@ -8,15 +8,20 @@ from __future__ import annotations
 
 from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import DeviceUnavailableError, available_devices
-from rankscope.numerics.result import Comparison, LeafDiff, Side
+from rankscope.numerics.modules import compare_modules
+from rankscope.numerics.result import Comparison, LeafDiff, ModuleComparison, ModuleRow, Side, TensorDiff
 from rankscope.numerics.torchload import TorchMissingError
 
 __all__ = [
     "Comparison",
     "DeviceUnavailableError",
     "LeafDiff",
+    "ModuleComparison",
+    "ModuleRow",
     "Side",
+    "TensorDiff",
     "TorchMissingError",
     "available_devices",
     "compare",
+    "compare_modules",
 ]

@@ -14,6 +14,9 @@ from rankscope.numerics.result import (
     TensorStats,
 )
 
+#: Parameters listed by name before "... and N more".
+SHOWN = 4
+
 
 def _g(value: float) -> str:
     return f"{value:.3g}"
@@ -84,7 +87,7 @@ def _row(row: ModuleRow) -> str:
     name = "  " * row.depth + (row.name or "(model)")
     if row.total == 0:
         return f"  {name:<36} {row.type:<22} {'-':>10} {'-':>10}  -"
-    verdict = "ok" if row.ok else ("DIVERGES (starts here)" if row.introduced else "diverges")
+    verdict = "ok" if row.ok else ("DIVERGES (starts here)" if row.starts_here else "diverges")
     return f"  {name:<36} {row.type:<22} {_g(row.max_abs):>10} {_g(row.max_rel):>10}  {verdict}"
 
 
@@ -109,7 +112,9 @@ def render_modules(result: ModuleComparison) -> str:
         lines += [_tensor_line(item) for item in result.buffer_mismatches]
     if result.param_mismatches:
         lines.append("parameters that differ:")
-        lines += [_tensor_line(item) for item in result.param_mismatches]
+        lines += [_tensor_line(item) for item in result.param_mismatches[:SHOWN]]
+        if len(result.param_mismatches) > SHOWN:
+            lines.append(f"  ... and {len(result.param_mismatches) - SHOWN} more")
     if result.copied:
         lines.append(
             f"copied from the reference before the forward pass: {len(result.copied)} tensors of its state_dict"
@@ -121,15 +126,19 @@ def render_modules(result: ModuleComparison) -> str:
     if result.first_divergent is None:
         lines.append("every module's output is within tolerance")
     else:
-        lines.append(f"first divergent module: {result.first_divergent or '(model)'}")
-        if result.first_introduced is not None and result.first_introduced != result.first_divergent:
-            lines.append(
-                f"first module whose inputs agree but output does not: {result.first_introduced or '(model)'}"
-            )
-        elif result.first_introduced is None:
-            lines.append(
-                "no module's inputs agree while its output does not (the divergence enters with the inputs)"
-            )
+        first = result.first_divergent or "(model)"
+        if result.first_introduced == result.first_divergent:
+            lines.append(f"first divergent module: {first} (its inputs agree: the divergence starts in it)")
+        else:
+            lines.append(f"first divergent module: {first}")
+            if result.first_introduced is None:
+                lines.append(
+                    "no module has agreeing inputs and a diverging output: the inputs already differ"
+                )
+            else:
+                lines.append(
+                    f"the divergence starts in: {result.first_introduced or '(model)'} (its inputs agree)"
+                )
     lines += [f"note: {note}" for note in result.notes]
     return "\n".join(lines)
 

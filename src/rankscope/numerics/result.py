@@ -111,10 +111,11 @@ class TensorDiff:
 
 @dataclass(frozen=True)
 class ModuleRow:
-    """One call of one module in execution order (a module called twice has two rows: ``#2``).
+    """One call of one module in call order (a module called twice has two rows: ``name#2``).
 
-    ``inputs_ok`` is None when the call had no tensor input to compare; ``introduced`` when its
-    inputs agree and its output does not: the divergence starts inside this module.
+    ``inputs_ok`` is None when the call had no tensor input to compare. ``starts_here``: its
+    inputs agree, its output does not, and no module it calls is in the same case: the divergence
+    starts in this module's own code (or its own parameters and buffers).
     """
 
     name: str
@@ -126,10 +127,7 @@ class ModuleRow:
     total: int
     ok: bool
     inputs_ok: Optional[bool]
-
-    @property
-    def introduced(self) -> bool:
-        return not self.ok and self.inputs_ok is not False
+    starts_here: bool = False
 
 
 @dataclass(frozen=True)
