@@ -6,22 +6,39 @@
 
 from __future__ import annotations
 
+from rankscope.numerics.anomalies import AnomalyDetector, AnomalyError, detect_anomalies
 from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import DeviceUnavailableError, available_devices
 from rankscope.numerics.modules import compare_modules
-from rankscope.numerics.result import Comparison, LeafDiff, ModuleComparison, ModuleRow, Side, TensorDiff
+from rankscope.numerics.result import (
+    Anomaly,
+    Comparison,
+    LeafDiff,
+    ModuleComparison,
+    ModuleRow,
+    ModuleStep,
+    Side,
+    TensorDiff,
+    TensorStats,
+)
 from rankscope.numerics.torchload import TorchMissingError
 
 __all__ = [
+    "Anomaly",
+    "AnomalyDetector",
+    "AnomalyError",
     "Comparison",
     "DeviceUnavailableError",
     "LeafDiff",
     "ModuleComparison",
     "ModuleRow",
+    "ModuleStep",
     "Side",
     "TensorDiff",
+    "TensorStats",
     "TorchMissingError",
     "available_devices",
     "compare",
     "compare_modules",
+    "detect_anomalies",
 ]

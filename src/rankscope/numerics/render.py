@@ -155,16 +155,23 @@ def _stats(stats: TensorStats) -> str:
 
 
 def render_anomaly(anomaly: Anomaly) -> str:
-    where = "its output" if anomaly.phase == "forward" else "the gradient it passes back to its inputs"
+    where = "output" if anomaly.phase == "forward" else "gradient for its inputs"
+    head = f"{anomaly.kind} first in the {where} of {anomaly.name or '(model)'} ({anomaly.type}), " + (
+        f"forward pass {anomaly.pass_index}"
+        if anomaly.phase == "forward"
+        else f"backward of forward pass {anomaly.pass_index}"
+    )
+    if anomaly.entered:
+        head += "; its inputs already held inf/NaN (they entered there, not produced by a watched module)"
     lines = [
-        f"{anomaly.kind} first appears in {where} ({anomaly.phase}): {anomaly.name or '(model)'} ({anomaly.type})",
-        f"last {len(anomaly.history)} module calls ({'forward' if anomaly.phase == 'forward' else 'backward'} order; "
-        "inputs/outputs are gradients in backward):",
+        head,
+        f"the last {len(anomaly.history)} module calls ({anomaly.phase}; |x| of the finite values):",
     ]
-    for step in anomaly.history:
-        marker = ">" if step is anomaly.history[-1] else " "
-        lines.append(f" {marker} {step.name or '(model)'} ({step.type}, {step.phase})")
-        lines.append(f"      inputs:  {_stats(step.inputs)}")
-        lines.append(f"      params:  {_stats(step.params)}")
-        lines.append(f"      outputs: {_stats(step.outputs)}")
+    gradients = anomaly.phase == "backward"
+    for index, step in enumerate(anomaly.history):
+        marker = ">" if index == len(anomaly.history) - 1 else " "
+        lines.append(f" {marker} {step.name or '(model)'} ({step.type})")
+        lines.append(f"      {'grad out' if gradients else 'inputs'}:  {_stats(step.inputs)}")
+        lines.append(f"      params:    {_stats(step.params)}")
+        lines.append(f"      {'grad in' if gradients else 'outputs'}:   {_stats(step.outputs)}")
     return "\n".join(lines)

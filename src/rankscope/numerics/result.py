@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
-
-from rankscope.serial import SKIP
 
 
 @dataclass(frozen=True)
@@ -185,15 +183,22 @@ class ModuleStep:
 
 @dataclass(frozen=True)
 class Anomaly:
-    """The first module whose output (forward) or input gradient (backward) holds inf or NaN,
-    with the modules just before it (``history``, oldest first, the culprit last)."""
+    """The first module whose output (forward) or input gradient (backward) holds inf or NaN.
+
+    ``history`` holds the module calls just before it and itself, last (oldest first; backward
+    calls in backward order). ``pass_index`` is the model's forward pass it appeared in (1-based;
+    for backward, the pass whose gradients were computed). ``entered`` is True when the module's
+    own inputs already held inf/NaN: it did not produce them, they came in (the model's input,
+    or a tensor that no watched module returned).
+    """
 
     name: str
     type: str
     phase: str
     kind: str
+    pass_index: int
+    entered: bool
     history: tuple[ModuleStep, ...]
-    call: int = field(default=0, metadata=SKIP)
 
     def __str__(self) -> str:
         from rankscope.numerics.render import render_anomaly
