@@ -44,7 +44,7 @@ def test_the_first_divergent_layer_is_named() -> None:
     assert not result.output.ok
     # float64 draws other random numbers: every Linear differs after construction, then is copied
     assert {item.name for item in result.param_mismatches} >= {"blocks.0.fc.weight", "head.bias"}
-    assert any("drew different random numbers" in note for note in result.notes)
+    assert any("random initialisation is not the same on both sides" in note for note in result.notes)
     text = str(result)
     assert "first divergent module: blocks.2 (its inputs agree: the divergence starts in it)" in text
     assert [row.name for row in result.rows][:4] == ["", "rotary", "blocks.0", "blocks.0.norm"]  # call order

@@ -8,6 +8,7 @@ parameters and outputs) are computed only for the history, once an anomaly is fo
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -98,16 +99,17 @@ class AnomalyDetector:
     # -- hooks ---------------------------------------------------------------------------------
 
     def _finite(self, value: Any) -> bool:
+        """True when no floating tensor in ``value`` holds inf/NaN: a sum is finite only if every
+        element is; the element-wise test runs only when it is not (an overflowing sum)."""
         torch = self._torch
-        for _, leaf in flatten(value):
-            if (
-                isinstance(leaf, torch.Tensor)
-                and (leaf.is_floating_point() or leaf.is_complex())
-                and leaf.numel()
-            ):
-                total = leaf.detach().sum()
-                if not bool(torch.isfinite(total)) and not bool(torch.isfinite(leaf.detach()).all()):
-                    return False
+        if isinstance(value, torch.Tensor):
+            if not value.is_floating_point() or not value.numel():
+                return not value.is_complex() or bool(torch.isfinite(value.detach()).all())
+            return math.isfinite(value.detach().sum().item()) or bool(torch.isfinite(value.detach()).all())
+        if isinstance(value, (tuple, list)):
+            return all(self._finite(item) for item in value)
+        if isinstance(value, dict):
+            return all(self._finite(item) for item in value.values())
         return True
 
     def _forward_hook(self, name: str) -> Callable[[Any, Any, Any], None]:

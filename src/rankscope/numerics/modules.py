@@ -172,9 +172,10 @@ def compare_modules(
     notes = []
     if any(not d.diff.ok and d.diff.max_rel_diff > DRAWN_APART for d in param_diffs):
         notes.append(
-            "parameters differ beyond rounding: the sides drew different random numbers at initialisation "
-            "(float64 draws differently from float32, and each device has its own generator); the reference's "
-            "were loaded into the other side before the forward pass, so only the computation is compared"
+            "parameters differ beyond rounding: random initialisation is not the same on both sides "
+            "(float64 draws other numbers than float32, each device has its own generator, a low precision "
+            "can round a draw to the other end of its range); the reference's parameters were loaded into "
+            "the other side before the forward pass, so only the computation is compared"
         )
     state = models[0].state_dict()
     models[1].load_state_dict(state)

@@ -171,7 +171,10 @@ def render_anomaly(anomaly: Anomaly) -> str:
     for index, step in enumerate(anomaly.history):
         marker = ">" if index == len(anomaly.history) - 1 else " "
         lines.append(f" {marker} {step.name or '(model)'} ({step.type})")
-        lines.append(f"      {'grad out' if gradients else 'inputs'}:  {_stats(step.inputs)}")
-        lines.append(f"      params:    {_stats(step.params)}")
-        lines.append(f"      {'grad in' if gradients else 'outputs'}:   {_stats(step.outputs)}")
+        for label, stats in (
+            ("grad out" if gradients else "inputs", step.inputs),
+            ("params", step.params),
+            ("grad in" if gradients else "outputs", step.outputs),
+        ):
+            lines.append(f"      {label + ':':<10} {_stats(stats)}")
     return "\n".join(lines)
