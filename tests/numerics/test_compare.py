@@ -1,4 +1,4 @@
-"""compare() with real torch on the CPU: two dtypes of the guide's 10 ** (arange(0, 10) / 10), exact mode,
+"""compare() with real torch on the CPU: two dtypes of 10 ** (arange(0, 10) / 10), exact mode,
 nested outputs, and the refusal of a device that does not exist here (CUDA is really absent)."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ torch = pytest.importorskip("torch")
 from rankscope.numerics import DeviceUnavailableError, compare  # noqa: E402
 
 
-def guide(x: object = None) -> object:
+def powers(x: object = None) -> object:
     return 10 ** (torch.arange(0, 10) / 10)
 
 
-def test_float32_against_float64_of_the_guide_example() -> None:
-    result = compare(guide, dtypes=(torch.float32, torch.float64))
+def test_float32_against_float64_of_powers_of_ten() -> None:
+    result = compare(powers, dtypes=(torch.float32, torch.float64))
     # what a user sees: every value agrees within float32's default tolerance ...
     assert result.ok and result.mismatched == 0 and result.total == 10
     assert (result.reference.label, result.other.label) == ("cpu float32", "cpu float64")
@@ -38,7 +38,7 @@ def test_float32_against_float64_of_the_guide_example() -> None:
 
 
 def test_exact_mode_counts_every_rounded_value() -> None:
-    result = compare(guide, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
+    result = compare(powers, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
     assert not result.ok
     # 10 ** 0 == 1 is exact in both; the other nine round differently in float32
     assert result.mismatched == 9 and result.total == 10
@@ -90,20 +90,20 @@ def test_shapes_that_differ_and_nan_are_mismatches() -> None:
 
 def test_one_tolerance_alone_is_refused() -> None:
     with pytest.raises(ValueError, match="give both rtol and atol"):
-        compare(guide, dtypes=(torch.float32, torch.float64), rtol=0)
+        compare(powers, dtypes=(torch.float32, torch.float64), rtol=0)
 
 
 def test_a_device_that_does_not_exist_here_names_the_ones_that_do() -> None:
     assert not torch.cuda.is_available()  # this machine has no GPU: the message below is the real one
     with pytest.raises(DeviceUnavailableError) as caught:
-        compare(guide, devices=("cpu", "cuda"))
+        compare(powers, devices=("cpu", "cuda"))
     line = caught.value.one_line()
     assert "device 'cuda' is not available" in line
     assert "devices here: cpu" in line and "dtypes=(torch.float32, torch.float64)" in line
     with pytest.raises(DeviceUnavailableError, match="not a device torch knows"):
-        compare(guide, devices=("cpu", "gpu"))
+        compare(powers, devices=("cpu", "gpu"))
     with pytest.raises(ValueError, match="nothing to compare"):
-        compare(guide, devices="cpu")
+        compare(powers, devices="cpu")
 
 
 def test_the_package_imports_without_torch_and_says_so_once_used(tmp_path: Path) -> None:

@@ -53,7 +53,7 @@ class NumericsDemo:
 
 
 def powers_of_ten() -> Any:
-    """The guide's example: ten powers of 10 ** 0.1, computed in the side's default dtype and device."""
+    """The classic example: ten powers of 10 ** 0.1, computed in the side's default dtype and device."""
     torch = load_torch()
     return 10 ** (torch.arange(0, 10) / 10)
 
