@@ -35,6 +35,7 @@ ROOMS = (
     "rankscope.inspect",
     "rankscope.core",
     "rankscope.debug",
+    "rankscope.numerics",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = (

@@ -33,6 +33,8 @@ class ExitCode(IntEnum):
     RANKS_MISSING = 12
     #: `gpu-test`: a set-up mistake caught before the backend started (interface variable, MASTER_ADDR, device mapping).
     MISCONFIGURED = 13
+    #: `numerics demo`: a comparison at the default tolerance found values that disagree.
+    NUMERICS_MISMATCH = 20
 
 
 class RankscopeError(Exception):

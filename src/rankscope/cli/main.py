@@ -35,6 +35,7 @@ VERBS: dict[str, str] = {
     "strace": "rankscope.cli.strace:strace",
     "core": "rankscope.cli.core:core",
     "attach": "rankscope.cli.attach:attach",
+    "numerics": "rankscope.cli.numerics:numerics",
 }
 
 

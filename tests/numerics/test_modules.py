@@ -1,0 +1,59 @@
+"""compare_modules with real torch on the CPU. Only the CPU exists here, so a device difference is
+simulated with two dtypes: the sides differ the way a CUDA build would (another default dtype while
+the model is built, other rounding in the forward pass)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.numerics.models import Stack  # noqa: E402
+
+from rankscope.numerics import compare_modules  # noqa: E402
+
+
+def test_a_buffer_computed_at_construction_in_another_dtype_is_reported() -> None:
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    # bfloat16 side: inv_freq is computed in bfloat16 and kept as float32; the reference computes it in float32
+    result = compare_modules(Stack, x, dtypes=(torch.float32, torch.bfloat16))
+    assert [item.name for item in result.buffer_mismatches] == ["rotary.inv_freq"]
+    buffer = result.buffer_mismatches[0].diff
+    assert buffer.dtypes == ("float32", "float32") and buffer.max_rel_diff > 1e-4
+    assert "rotary.inv_freq: " in str(result) and "buffers that differ" in str(result)
+    assert not result.ok
+    # it is not persistent: it stays as each side built it, and the rotary is where the outputs part
+    assert "rotary.inv_freq" not in result.copied and "head.weight" in result.copied
+    assert result.first_divergent == result.first_introduced == "rotary"
+    # rounding alone (float64 rounded to float32) stays within tolerance: no buffer reported
+    assert compare_modules(Stack, x, dtypes=(torch.float32, torch.float64)).buffer_mismatches == ()
+
+
+def test_the_first_divergent_layer_is_named() -> None:
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(2))
+    result = compare_modules(lambda: Stack(cancel_in=2), x, dtypes=(torch.float32, torch.float64))
+    rows = {row.name: row for row in result.rows}
+    assert result.first_divergent == "blocks.2" and result.first_introduced == "blocks.2"
+    # its children agree: the divergence is in the block's own code; what follows inherits it
+    assert rows["blocks.2.fc"].ok and rows["blocks.2.norm"].ok and rows["blocks.1"].ok
+    assert rows["blocks.2"].starts_here and not rows["blocks.2"].ok
+    assert (
+        not rows["blocks.3"].ok and rows["blocks.3"].inputs_ok is False and not rows["blocks.3"].starts_here
+    )
+    assert not rows[""].starts_here  # the model's inputs agree too, but the start is inside blocks.2
+    assert not result.output.ok
+    # float64 draws other random numbers: every Linear differs after construction, then is copied
+    assert {item.name for item in result.param_mismatches} >= {"blocks.0.fc.weight", "head.bias"}
+    assert any("random initialisation is not the same on both sides" in note for note in result.notes)
+    text = str(result)
+    assert "first divergent module: blocks.2 (its inputs agree: the divergence starts in it)" in text
+    assert [row.name for row in result.rows][:4] == ["", "rotary", "blocks.0", "blocks.0.norm"]  # call order
+
+
+def test_without_a_planted_divergence_every_layer_agrees() -> None:
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(3))
+    result = compare_modules(Stack, x, dtypes=(torch.float32, torch.float64))
+    assert result.first_divergent is None and result.ok
+    assert "every module's output is within tolerance" in str(result)
+    exact = compare_modules(Stack, x, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
+    assert exact.first_divergent == "rotary"  # bit for bit, the first layer already differs
