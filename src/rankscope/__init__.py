@@ -1,3 +1,28 @@
 """rankscope: find out what is wrong with a multi-node, multi-GPU PyTorch job."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: Names exported lazily (PEP 562): ``import rankscope`` stays cheap inside training processes; after the
+#: first access a name is a plain module attribute (no __getattr__ on later calls).
+_LAZY = {
+    "progress": ("rankscope.inproc.progress", "progress"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module 'rankscope' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(target[0]), target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
