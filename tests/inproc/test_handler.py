@@ -119,6 +119,10 @@ def test_normal_exit_removes_the_files_and_a_crash_leaves_them(tmp_path: Path) -
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert "inproc" in runtime.files_of(str(tmp_path / "crash"), proc.pid)
+    # The next process that enables the handler there removes a dead process's handler files.
+    after = _start(tmp_path / "crash", seconds=0, RANKSCOPE_INPROC="1")
+    after.communicate(timeout=60)
+    assert runtime.files_of(str(tmp_path / "crash"), proc.pid) == {}
 
 
 def test_unsafe_directory_leaves_the_job_running(tmp_path: Path) -> None:

@@ -222,6 +222,30 @@ class _Enabled:
             os.close(self.dir_fd)
 
 
+#: Kinds of files the handler creates (the progress file is left for reading after a crash).
+HANDLER_KINDS = ("inproc", "stacks", "req")
+
+
+def _remove_stale(dir_fd: int, host: str) -> None:
+    """Remove handler files of processes of this host that are gone (killed: no atexit ran)."""
+    for name in os.listdir(dir_fd):
+        parsed = runtime.parse_name(name)
+        if parsed is None or parsed[0] != host:
+            continue
+        kind = parsed[3]
+        if kind not in HANDLER_KINDS and not kind.endswith(".reply"):
+            continue
+        try:
+            os.kill(parsed[2], 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # alive, another user's
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+
+
 def _start(signum: Optional[int]) -> _Enabled:
     import faulthandler
 
@@ -231,6 +255,8 @@ def _start(signum: Optional[int]) -> _Enabled:
     rank = rank_from_env(os.environ, host).rank
     directory = runtime.runtime_dir(os.environ, os.getuid())
     dir_fd = runtime.open_private_dir(directory)
+    with contextlib.suppress(OSError):
+        _remove_stale(dir_fd, host)
     state = _Enabled(directory, dir_fd, runtime.file_name(host, os.getpid(), "", rank)[:-1], signum or 0)
     try:
         state.signum = signum if signum is not None else default_signal()
