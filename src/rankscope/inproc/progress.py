@@ -86,15 +86,15 @@ def _encode_labels(labels: dict[str, str]) -> bytes:
 class _Writer:
     """The process's marker file; ``mark`` is what ``rankscope.progress`` is bound to."""
 
-    __slots__ = ("_mm", "_seq", "_step", "_labels", "_given", "_path", "_off", "_pid", "_pack", "_now")
+    __slots__ = ("_mm", "_seq", "_step", "_labels", "_last", "_path", "_off", "_pid", "_pack", "_now")
 
     def __init__(self) -> None:
         self._mm: Optional[mmap.mmap] = None
         self._seq = 0
         self._step = NO_STEP
         self._labels: dict[str, str] = {}
-        #: The labels as given (not cut, not str()), to skip a call that changes none cheaply.
-        self._given: dict[str, Any] = {}
+        #: The labels of the last call that gave any, as given: a call repeating them costs one comparison.
+        self._last: dict[str, Any] = {}
         self._path: Optional[str] = None
         self._off = False
         self._pid = 0
@@ -119,7 +119,7 @@ class _Writer:
                 if type(step) is not int:
                     step = int(step)
                 self._step = step
-            if labels and not labels.items() <= self._given.items():
+            if labels and labels != self._last:
                 self._set_labels(mm, labels)
             seq = self._seq + 1
             self._seq = seq
@@ -128,7 +128,7 @@ class _Writer:
             self._turn_off()
 
     def _set_labels(self, mm: mmap.mmap, labels: dict[str, Any]) -> None:
-        self._given.update(labels)
+        self._last = labels
         current = dict(self._labels)
         for key, value in labels.items():
             key = str(key)[:MAX_KEY]
@@ -188,7 +188,7 @@ class _Writer:
     def forget(self) -> None:
         """After fork: the child must not write into its parent's file; it opens its own at its next call."""
         self._mm, self._path, self._seq, self._off = None, None, 0, False
-        self._labels, self._given = {}, {}
+        self._labels, self._last = {}, {}
 
     def remove(self) -> None:
         """At a normal exit: the file is this process's to remove (a crash leaves it, readable)."""
