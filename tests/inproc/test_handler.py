@@ -134,8 +134,9 @@ def test_unsafe_directory_leaves_the_job_running(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "elsewhere") == []
 
 
-def test_wheel_ships_the_pth_file(tmp_path: Path) -> None:
-    """A non-editable install gets the bootstrap too: the .pth sits at the wheel's root (site-packages)."""
+def test_wheel_install_in_a_fresh_venv_enables_the_handler(tmp_path: Path) -> None:
+    """A non-editable install gets the bootstrap too: the wheel's .pth lands in site-packages, and a fresh
+    interpreter of that venv enables the handler when RANKSCOPE_INPROC is set (and only then)."""
     subprocess.run(
         [
             sys.executable,
@@ -155,6 +156,27 @@ def test_wheel_ships_the_pth_file(tmp_path: Path) -> None:
     )
     (wheel,) = tmp_path.glob("rankscope-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        assert "rankscope-inproc.pth" in archive.namelist()
         assert b"RANKSCOPE_INPROC" in archive.read("rankscope-inproc.pth")
-        assert "rankscope/inproc/bootstrap.py" in archive.namelist()
+        venv = tmp_path / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        python = venv / "bin" / "python"
+        site = subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        archive.extractall(site)  # what an installer does with a pure wheel (its .dist-info included)
+    code = "import sys, rankscope.inproc.handler as h; print(h.enabled(), h.__file__.startswith(sys.prefix))"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANKSCOPE_INPROC", "PYTHONPATH")}
+    env[runtime.ENV_DIR] = str(tmp_path / "rt")
+    off = subprocess.run([str(python), "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert off.stdout.split() == ["False", "True"], off.stderr
+    on = subprocess.run(
+        [str(python), "-c", code],
+        env={**env, "RANKSCOPE_INPROC": "1"},
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert on.stdout.split() == ["True", "True"], on.stderr
