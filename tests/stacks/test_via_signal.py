@@ -67,7 +67,7 @@ def stacks(*args: str, standin: Path | None = None) -> subprocess.CompletedProce
 
 def groups(document: dict[str, Any]) -> list[tuple[str, tuple[int, ...], tuple[tuple[str, int], ...]]]:
     """Each group as (thread role, ranks, frames by file and line): function names differ between
-    faulthandler (code names) and py-spy (qualified names); rankscope's own request thread is left out."""
+    faulthandler (code names) and py-spy (qualified names)."""
     return sorted(
         (
             g["thread"],
@@ -75,7 +75,6 @@ def groups(document: dict[str, Any]) -> list[tuple[str, tuple[int, ...], tuple[t
             tuple((f["filename"], f["line"]) for f in g["frames"]),
         )
         for g in document["groups"]
-        if g["thread"] != "rankscope-inproc"
     )
 
 
@@ -103,11 +102,9 @@ def test_via_signal_gives_the_groups_of_pyspy_with_each_ranks_step(
         3: 4,
     }
     assert document["diagnosis"]["findings"][0]["steps"] == {"1": "rank 0", "2": "rank 1", "3": "rank 2"}
-    roles = {g["thread"] for g in document["groups"]}
-    assert roles == {
-        "MainThread",
-        "heartbeat-N",
-    }  # named as py-spy names them; the handler's own thread left out
+    # Named as py-spy names them; rankscope's own request thread left out by both.
+    assert {g["thread"] for g in document["groups"]} == {"MainThread", "heartbeat-N"}
+    assert {g["thread"] for g in pyspy_document["groups"]} == {"MainThread", "heartbeat-N"}
     # --out keeps the dumps (py-spy's JSON form): --from reads them back into the same groups.
     again = stacks("--from", str(tmp_path / "saved"), "--json")
     assert again.returncode == 0, again.stderr

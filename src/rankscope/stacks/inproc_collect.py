@@ -34,8 +34,9 @@ ENABLE_HINT = (
     "start the job with RANKSCOPE_INPROC=1 in its environment (no code change; rankscope installed in the "
     "job's Python), or call rankscope.inproc.enable() early in the script"
 )
-#: A dump is complete when its size has not changed for this long (faulthandler writes it at once).
-SETTLE = 0.03
+#: A dump is complete when its size has not changed for this long (faulthandler writes it at once, in
+#: one signal handler; only a preemption of the rank between two of its writes pauses it).
+SETTLE = 0.05
 #: After the dump, how long to wait for the names of the threads (the request thread needs the GIL).
 NAMES_WAIT = 0.5
 POLL = 0.01
@@ -156,6 +157,8 @@ class _Pending:
     names: Optional[dict[int, tuple[str, Optional[int]]]] = None
     names_until: float = 0.0
     done_at: float = field(default=0.0)
+    #: The dump had fewer threads than the process named: it was read once more after another settle.
+    recounted: bool = False
 
 
 def _request(handler: Handler, kind: str, request_id: str) -> bool:
@@ -248,6 +251,14 @@ def _start(target: Target, host: str, timeout: float, deadline: Optional[float])
     return pending
 
 
+def _ends_line(fd: int, size: int) -> bool:
+    return os.pread(fd, 1, size - 1) == b"\n"
+
+
+def _headers(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith(("Thread 0x", "Current thread 0x")))
+
+
 def _failed(pending: _Pending, failure: Failure) -> DumpOutcome:
     pending.outcome.failure = failure
     return pending.outcome
@@ -329,7 +340,7 @@ def collect_via_signal(
                 size = os.fstat(item.stacks_fd).st_size
                 if size != item.size:
                     item.size, item.size_since = size, now
-                elif size > 0 and now - item.size_since >= SETTLE:
+                elif size > 0 and now - item.size_since >= SETTLE and _ends_line(item.stacks_fd, size):
                     item.text = os.pread(item.stacks_fd, size, 0).decode("utf-8", "replace")
                     item.done_at = now
                     item.names_until = min(now + NAMES_WAIT, item.ends)
@@ -337,6 +348,12 @@ def collect_via_signal(
                 if item.names is None:
                     item.names = _read_names(item)
                 if item.names is not None or now >= item.names_until:
+                    if item.names and not item.recounted and _headers(item.text) < len(item.names):
+                        # Fewer threads than the process has: perhaps a dump still being written (its
+                        # writer preempted). Wait for it to settle once more (a thread started since the
+                        # dump, or more than faulthandler's 100, would never match: once is enough).
+                        item.recounted, item.done_at, item.size = True, 0.0, -1
+                        continue
                     finished = _finish(item, intern)
             elif now >= item.ends:
                 target = item.outcome.target
