@@ -173,3 +173,42 @@ def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
     assert "unreadable handler description" in failures[f"pid {damaged.pid}"]["reason"]
     assert failures[f"pid {dead}"]["stage"] == "discover"
     assert plain.returncode == damaged.returncode == -signal.SIGKILL  # neither was ended by a signal of ours
+
+
+HOLDS_GIL = """
+import ctypes, threading, time
+libc = ctypes.PyDLL(None)          # PyDLL: the GIL stays held during the call
+mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex
+def beat():
+    while True:
+        time.sleep(0.1)
+threading.Thread(target=beat, name="heartbeat-0", daemon=True).start()
+def hold_gil_forever():
+    libc.pthread_mutex_lock(mutex)
+    print("up", flush=True)
+    libc.pthread_mutex_lock(mutex)  # locks itself out, GIL held: no Python code runs again
+hold_gil_forever()
+"""
+
+
+def test_a_rank_that_holds_the_gil_is_still_dumped(tmp_path: Path) -> None:
+    """faulthandler's dump is C code in the signal handler: it needs no GIL. The names of the threads
+    need the request thread, which cannot run: the main thread is still known, the others unnamed."""
+    env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(tmp_path / "rt"), "RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDS_GIL], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        out = stacks("--pid", str(proc.pid), "--via-signal", "--json")
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    main = next(g for g in document["groups"] if g["is_main"])
+    assert [f["function"] for f in main["frames"]] == ["<module>", "hold_gil_forever"]
+    others = [g for g in document["groups"] if not g["is_main"]]
+    assert [g["thread"] for g in others] == ["unnamed"]
+    assert others[0]["frames"][-1]["function"] == "beat"
