@@ -180,3 +180,17 @@ def test_wheel_install_in_a_fresh_venv_enables_the_handler(tmp_path: Path) -> No
         cwd=tmp_path,
     )
     assert on.stdout.split() == ["True", "True"], on.stderr
+
+
+def test_a_signal_the_process_already_catches_is_not_taken(tmp_path: Path) -> None:
+    code = (
+        "import signal, rankscope.inproc.handler as h\n"
+        "signal.signal(h.default_signal(), lambda *a: None)  # the job's own handler\n"
+        "print(h.enable(), h.last_error())\n"
+    )
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt")}
+    env.pop("RANKSCOPE_INPROC", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("False RuntimeError: SIGRTMIN+4 is already caught"), out.stderr
+    assert "RANKSCOPE_INPROC_SIGNAL" in out.stdout
+    assert os.listdir(tmp_path / "rt") == []  # what it had created is removed again

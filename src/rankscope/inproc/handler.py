@@ -246,6 +246,18 @@ def _remove_stale(dir_fd: int, host: str) -> None:
             os.unlink(name, dir_fd=dir_fd)
 
 
+def _caught_here(signum: int) -> bool:
+    """Whether this process already catches ``signum`` (SigCgt: C-level handlers too, not only Python's)."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"SigCgt:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def _start(signum: Optional[int]) -> _Enabled:
     import faulthandler
 
@@ -271,6 +283,11 @@ def _start(signum: Optional[int]) -> _Enabled:
         state.created.append(fifo)
         # Read and write: the FIFO then always has a writer, so a read waits for data, never sees EOF.
         state.fifo_fd = os.open(fifo, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        if _caught_here(state.signum):
+            raise RuntimeError(
+                f"{signal_name(state.signum)} is already caught in this process; "
+                f"name another signal in {ENV_SIGNAL}"
+            )
         faulthandler.register(state.signum, file=state.stacks_fd, all_threads=True, chain=False)
         thread = threading.Thread(target=state.serve, name="rankscope-inproc", daemon=True)
         thread.start()
