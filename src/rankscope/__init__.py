@@ -17,9 +17,10 @@ def __getattr__(name: str) -> Any:
     target = _LAZY.get(name)
     if target is None:
         raise AttributeError(f"module 'rankscope' has no attribute {name!r}")
-    import importlib
+    import sys
 
-    value = getattr(importlib.import_module(target[0]), target[1])
+    __import__(target[0])  # not importlib: a process that dropped its privileges may not read it
+    value = getattr(sys.modules[target[0]], target[1])
     globals()[name] = value
     return value
 

@@ -29,8 +29,9 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'rankscope.inproc' has no attribute {name!r}")
-    import importlib
+    import sys
 
-    value = getattr(importlib.import_module(module), name)
+    __import__(module)  # not importlib: a process that dropped its privileges may not read it
+    value = getattr(sys.modules[module], name)
     globals()[name] = value
     return value
