@@ -150,16 +150,23 @@ def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
     base[runtime.ENV_DIR] = str(tmp_path / "rt")
     plain = _sleeper(base)
     damaged = _sleeper({**base, "RANKSCOPE_INPROC": "1"})
-    procs = [plain, damaged]
+    planted = _sleeper({**base, "RANKSCOPE_INPROC": "1"})
+    procs = [plain, damaged, planted]
+    victim = tmp_path / "victim"
+    victim.write_text("not rankscope's to truncate\n")
     try:
         description = runtime.files_of(str(tmp_path / "rt"), damaged.pid)["inproc"]
         Path(description).write_text("{cut sh")
+        # A hard link to another file where the stack file was: rankscope would empty it.
+        stacks_file = Path(runtime.files_of(str(tmp_path / "rt"), planted.pid)["stacks"])
+        stacks_file.unlink()
+        os.link(victim, stacks_file)
         gone = subprocess.run(
             [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
         )
         dead = int(gone.stdout)
         out = stacks(
-            "--via-signal", "--json", "--pid", str(plain.pid), "--pid", str(damaged.pid), "--pid", str(dead)
+            "--via-signal", "--json", *(f"--pid={p}" for p in (plain.pid, damaged.pid, planted.pid, dead))
         )
     finally:
         for proc in procs:
@@ -172,7 +179,9 @@ def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
     assert "RANKSCOPE_INPROC=1" in no_handler["hint"]
     assert "unreadable handler description" in failures[f"pid {damaged.pid}"]["reason"]
     assert failures[f"pid {dead}"]["stage"] == "discover"
-    assert plain.returncode == damaged.returncode == -signal.SIGKILL  # neither was ended by a signal of ours
+    assert "not a regular file with a single link" in failures[f"pid {planted.pid}"]["reason"]
+    assert victim.read_text() == "not rankscope's to truncate\n"
+    assert {p.returncode for p in procs} == {-signal.SIGKILL}  # none was ended by a signal of ours
 
 
 HOLDS_GIL = """

@@ -97,3 +97,37 @@ def files_of(directory: str, pid: int, host: Optional[str] = None) -> dict[str, 
             continue
         found[parsed[3]] = os.path.join(directory, name)
     return found
+
+
+class NotOwned(OSError):
+    """A file in a runtime directory that is not the process's own (another owner, a link, another type)."""
+
+
+def open_owned(path: str, flags: int, uid: int, fifo: bool = False) -> int:
+    """Open ``path`` for a reader from the outside (often root): only a file of ``uid`` itself.
+
+    Never through a symbolic link; a regular file with one link (a hard link planted to a file of
+    another user, root's say, is refused: rankscope truncates and writes these files), or a FIFO.
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0))
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != uid:
+            raise NotOwned(f"{path} is owned by uid {st.st_uid}, not the process's uid {uid}")
+        if fifo and not stat.S_ISFIFO(st.st_mode):
+            raise NotOwned(f"{path} is not a FIFO")
+        if not fifo and (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1):
+            raise NotOwned(f"{path} is not a regular file with a single link")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_owned(path: str, uid: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of a file of ``uid`` (see :func:`open_owned`)."""
+    fd = open_owned(path, os.O_RDONLY, uid)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)

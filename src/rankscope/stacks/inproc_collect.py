@@ -40,6 +40,10 @@ SETTLE = 0.05
 #: After the dump, how long to wait for the names of the threads (the request thread needs the GIL).
 NAMES_WAIT = 0.5
 POLL = 0.01
+#: The most read of a reply and of a dump (faulthandler's own limits, 100 threads of 100 frames, stay
+#: well below): a file another process grew without bound is not read whole.
+REPLY_MAX = 1 << 20
+STACKS_MAX = 16 << 20
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Handler:
     """A target's handler, from its description file."""
 
     directory: str
+    #: The process's uid: every file read or written must be its own.
+    uid: int
     base: str
     signum: int
     signal_name: str
@@ -57,14 +63,23 @@ class Handler:
         return os.path.join(self.directory, f"{self.base}.{kind}")
 
 
-def locate(pid: int, host: Optional[str] = None) -> tuple[str, dict[str, str]]:
-    """(runtime directory, {kind: path}) of ``pid``'s rankscope files; OSError when its environment is unreadable."""
+def locate(pid: int, host: Optional[str] = None) -> tuple[str, int, dict[str, str]]:
+    """(runtime directory, uid, {kind: path}) of ``pid``'s rankscope files.
+
+    OSError when its environment is unreadable; :class:`runtime.UnsafeDirectory` when the directory
+    is not private to the process's user (a link, another owner, open to others).
+    """
     environ = procfs.environ(pid)
     uid = procfs.uid(pid)
     if uid is None:
         raise ProcessLookupError(pid)
     directory = runtime.runtime_dir(environ, uid)
-    return directory, runtime.files_of(directory, pid, host)
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return directory, uid, {}
+    runtime.check_private(st, uid)
+    return directory, uid, runtime.files_of(directory, pid, host)
 
 
 def caught_signals(pid: int) -> int:
@@ -75,7 +90,14 @@ def caught_signals(pid: int) -> int:
 def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional[Failure]]:
     """The target's handler, or the failure that says why it has none (with the fix)."""
     try:
-        directory, files = locate(target.pid, host)
+        directory, uid, files = locate(target.pid, host)
+    except runtime.UnsafeDirectory as exc:
+        return None, target.failure(
+            Stage.ATTACH,
+            f"its rankscope directory is not private to its user ({exc}): not used",
+            "remove it; the job's next start creates it 0700",
+            FailureKind.PERMISSION,
+        )
     except PermissionError:
         return None, target.failure(
             Stage.ATTACH,
@@ -96,15 +118,12 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
             FailureKind.NO_HANDLER,
         )
     try:
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            info: Any = json.loads(os.read(fd, 1 << 16))
-        finally:
-            os.close(fd)
+        info: Any = json.loads(runtime.read_owned(where, uid, 1 << 16))
         if not isinstance(info, dict):
             raise ValueError("not a JSON object")
         handler = Handler(
             directory=directory,
+            uid=uid,
             base=str(info["base"]),
             signum=int(info["signal"]),
             signal_name=str(info.get("signal_name") or info["signal"]),
@@ -115,7 +134,7 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
     except PermissionError as exc:
         return None, target.failure(
             Stage.ATTACH,
-            f"cannot read {where}: {exc.strerror}",
+            f"cannot read {where}: {exc.strerror or exc}",
             "run rankscope stacks as the job's user, or as root",
             FailureKind.PERMISSION,
         )
@@ -165,7 +184,7 @@ def _request(handler: Handler, kind: str, request_id: str) -> bool:
     """Write one request line into the handler's FIFO; False when no thread reads it."""
     line = json.dumps({"v": 1, "id": request_id, "kind": kind, "args": {}}).encode() + b"\n"
     try:
-        fd = os.open(handler.path("req"), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = runtime.open_owned(handler.path("req"), os.O_WRONLY, handler.uid, fifo=True)
     except OSError:
         return False
     try:
@@ -179,8 +198,7 @@ def _request(handler: Handler, kind: str, request_id: str) -> bool:
 def _read_names(pending: _Pending) -> Optional[dict[int, tuple[str, Optional[int]]]]:
     path = pending.handler.path(f"{pending.request_id}.reply")
     try:
-        with open(path, "rb") as handle:
-            reply = json.loads(handle.read())
+        reply = json.loads(runtime.read_owned(path, pending.handler.uid, REPLY_MAX))
     except (OSError, ValueError):
         return None
     with contextlib.suppress(OSError):
@@ -207,11 +225,15 @@ def _start(target: Target, host: str, timeout: float, deadline: Optional[float])
     assert handler is not None
     stacks = handler.path("stacks")
     try:
-        fd = os.open(stacks, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = runtime.open_owned(stacks, os.O_RDWR, handler.uid)
     except OSError as exc:
-        kind = FailureKind.PERMISSION if isinstance(exc, PermissionError) else FailureKind.NO_HANDLER
+        refused = isinstance(exc, (PermissionError, runtime.NotOwned))
+        kind = FailureKind.PERMISSION if refused else FailureKind.NO_HANDLER
         outcome.failure = target.failure(
-            Stage.ATTACH, f"cannot open {stacks}: {exc.strerror}", "run as the job's user, or as root", kind
+            Stage.ATTACH,
+            f"cannot open {stacks}: {exc.strerror or exc}",
+            "run as the job's user, or as root",
+            kind,
         )
         return outcome
     now = time.monotonic()
@@ -341,7 +363,8 @@ def collect_via_signal(
                 if size != item.size:
                     item.size, item.size_since = size, now
                 elif size > 0 and now - item.size_since >= SETTLE and _ends_line(item.stacks_fd, size):
-                    item.text = os.pread(item.stacks_fd, size, 0).decode("utf-8", "replace")
+                    raw = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0)
+                    item.text = raw.decode("utf-8", "replace")
                     item.done_at = now
                     item.names_until = min(now + NAMES_WAIT, item.ends)
             if item.done_at:
