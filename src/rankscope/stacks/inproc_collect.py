@@ -359,14 +359,26 @@ def collect_via_signal(
         for item in list(pending):
             finished: Optional[DumpOutcome] = None
             if not item.done_at:
+                if item.names is None:
+                    item.names = _read_names(item)
                 size = os.fstat(item.stacks_fd).st_size
                 if size != item.size:
                     item.size, item.size_since = size, now
-                elif size > 0 and now - item.size_since >= SETTLE and _ends_line(item.stacks_fd, size):
-                    raw = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0)
-                    item.text = raw.decode("utf-8", "replace")
-                    item.done_at = now
-                    item.names_until = min(now + NAMES_WAIT, item.ends)
+                elif size > 0 and _ends_line(item.stacks_fd, size):
+                    # Complete when it settled, or sooner: unchanged for one poll and holding as many
+                    # threads as the process named.
+                    settled = now - item.size_since >= SETTLE
+                    text = ""
+                    if not settled and item.names:
+                        text = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0).decode("utf-8", "replace")
+                    if settled or (text and _headers(text) >= len(item.names or ())):
+                        if not text:
+                            text = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0).decode(
+                                "utf-8", "replace"
+                            )
+                        item.text = text
+                        item.done_at = now
+                        item.names_until = min(now + NAMES_WAIT, item.ends)
             if item.done_at:
                 if item.names is None:
                     item.names = _read_names(item)
