@@ -151,6 +151,7 @@ class _Enabled:
             "requests": self.name("req"),
             "kinds": request_kinds(),
             "python": sys.version.split()[0],
+            "pid_namespace": _pid_namespace(),
         }
         self.write_atomic(self.name("inproc"), json.dumps(info).encode())
 
@@ -226,14 +227,25 @@ class _Enabled:
 HANDLER_KINDS = ("inproc", "stacks", "req")
 
 
+def _pid_namespace() -> int:
+    """The inode of this process's pid namespace (0 when unknown): pids mean something only inside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def _remove_stale(dir_fd: int, host: str) -> None:
-    """Remove handler files of processes of this host that are gone (killed: no atexit ran)."""
-    for name in os.listdir(dir_fd):
+    """Remove handler files of processes of this host that are gone (killed: no atexit ran).
+
+    Only where the description says the process lived in this pid namespace (containers sharing a
+    /tmp see other pids); files without a readable description are left alone.
+    """
+    names = os.listdir(dir_fd)
+    namespace = _pid_namespace()
+    for name in names:
         parsed = runtime.parse_name(name)
-        if parsed is None or parsed[0] != host:
-            continue
-        kind = parsed[3]
-        if kind not in HANDLER_KINDS and not kind.endswith(".reply"):
+        if parsed is None or parsed[0] != host or parsed[3] != "inproc":
             continue
         try:
             os.kill(parsed[2], 0)
@@ -242,8 +254,22 @@ def _remove_stale(dir_fd: int, host: str) -> None:
             pass
         except OSError:
             continue  # alive, another user's
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dir_fd)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            try:
+                info = json.loads(os.read(fd, 1 << 16))
+            finally:
+                os.close(fd)
+            if not namespace or info.get("pid_namespace") != namespace:
+                continue
+        except (OSError, ValueError, AttributeError):
+            continue
+        base = name[: -len(".inproc")]
+        for other in names:
+            kind = other[len(base) + 1 :] if other.startswith(base + ".") else ""
+            if kind in HANDLER_KINDS or kind.endswith(".reply"):
+                with contextlib.suppress(OSError):
+                    os.unlink(other, dir_fd=dir_fd)
 
 
 def _caught_here(signum: int) -> bool:
