@@ -38,6 +38,7 @@ EVERYTHING = StacksOptions(
     deadline=12.125,
     parallelism=7,
     slurm_job="2180718",
+    via_signal=True,
 )
 
 

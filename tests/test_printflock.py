@@ -33,7 +33,7 @@ def _stdlib_used() -> str:
     is readable by everyone this preloading changes nothing. rankscope itself is imported after.
     """
     code = (
-        "import sys; before = set(sys.modules); import rankscope.inproc; "
+        "import sys; before = set(sys.modules); from rankscope.inproc import printflock, prefix_output, Tee; "
         "print(' '.join(sorted(m for m in set(sys.modules) - before if not m.startswith('rankscope'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

@@ -1,18 +1,31 @@
 """rankscope: find out what is wrong with a multi-node, multi-GPU PyTorch job."""
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
 
-#: Names imported on first use (PEP 562): ``import rankscope`` stays cheap inside a training process.
+#: Names exported lazily (PEP 562): ``import rankscope`` stays cheap inside training processes; after the
+#: first access a name is a plain module attribute (no __getattr__ on later calls).
 _LAZY = {
-    "breakpoint": "rankscope.debug.debugger",
-    "ForkedPdb": "rankscope.debug.debugger",
+    "progress": ("rankscope.inproc.progress", "progress"),
+    "breakpoint": ("rankscope.debug.debugger", "breakpoint"),
+    "ForkedPdb": ("rankscope.debug.debugger", "ForkedPdb"),
 }
 
 
-def __getattr__(name: str) -> object:
-    module_name = _LAZY.get(name)
-    if module_name is None:
+def __getattr__(name: str) -> Any:
+    target = _LAZY.get(name)
+    if target is None:
         raise AttributeError(f"module 'rankscope' has no attribute {name!r}")
-    import importlib
+    import sys
 
-    return getattr(importlib.import_module(module_name), name)
+    __import__(target[0])  # not importlib: a process that dropped its privileges may not read it
+    value = getattr(sys.modules[target[0]], target[1])
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

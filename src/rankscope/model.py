@@ -188,6 +188,8 @@ class FailureKind(Words):
     MISSING_TOOL = "missing-tool"
     BAD_OUTPUT = "bad-output"
     NOTHING_THERE = "nothing-there"
+    #: Stacks without ptrace were asked for, but the process has no in-process handler (RANKSCOPE_INPROC=1).
+    NO_HANDLER = "no-handler"
     OTHER = "other"
 
 

@@ -12,9 +12,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from tests.support.sshd import free_port
 
@@ -55,7 +56,12 @@ class MultiNodeJob:
 
 
 def start_multinode_job(
-    workdir: Path, nodes: Sequence[str], nproc_per_node: int = 2, scenario: str = "lock", culprit: int = 2
+    workdir: Path,
+    nodes: Sequence[str],
+    nproc_per_node: int = 2,
+    scenario: str = "lock",
+    culprit: int = 2,
+    extra_env: Optional[Mapping[str, str]] = None,
 ) -> MultiNodeJob:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -65,6 +71,7 @@ def start_multinode_job(
             env = dict(
                 os.environ, SLURMD_NODENAME=node, RANKSCOPE_READY_DIR=str(workdir), OMP_NUM_THREADS="1"
             )
+            env.update(extra_env or {})
             log_path = workdir / f"{node}.log"
             argv = [
                 sys.executable, "-m", "torch.distributed.run",

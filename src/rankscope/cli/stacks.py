@@ -78,6 +78,7 @@ Examples:
   rankscope stacks --out dumps/             # also keep every raw dump (private files)
   rankscope stacks --from dumps/            # re-analyse a saved --out directory, anywhere
   rankscope stacks --all-python             # every Python process of yours
+  rankscope stacks --via-signal             # no ptrace: ranks started with RANKSCOPE_INPROC=1
 
 If several jobs run on this node, each gets its own section (and jobs[] in --json).
 """
@@ -92,6 +93,7 @@ COLLECTING = {
     "with_locals": "--locals",
     "slurm_job": "--slurm-job",
     "out_dir": "--out",
+    "via_signal": "--via-signal",
 }
 
 
@@ -117,6 +119,12 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 )
 @click.option(
     "--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out)."
+)
+@click.option(
+    "--via-signal",
+    is_flag=True,
+    help="Take the stacks through each rank's in-process handler (a signal; no ptrace, no py-spy): for "
+    "jobs started with RANKSCOPE_INPROC=1. Used by itself for ranks py-spy may not attach to. Python frames only.",
 )
 @click.option(
     "--samples",
@@ -182,6 +190,16 @@ def stacks(**params: Any) -> int:
         from rankscope.cli.stacks_report import report_saved
 
         return report_saved(request)
+    if request.options.via_signal:
+        unusable = [
+            flag
+            for name, flag in COLLECTING.items()
+            if name in ("native", "native_all", "with_locals") and params.get(name)
+        ]
+        if unusable:
+            raise click.UsageError(
+                f"--via-signal takes Python frames only; {', '.join(unusable)} cannot be used with it"
+            )
     check_out_dir(request.out_dir, request.force)
     if request.cluster is not None:
         # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.

@@ -13,6 +13,8 @@ Scenarios (``--scenario``):
                 tears them down
   exit          the culprit returns early (exit code 0) without joining the barrier: with
                 NCCL the others hang; gloo notices the closed connection and fails them
+  steps         rank r marks step r+1 with rankscope.progress(); the culprit loops in its data
+                loader, the others wait in one barrier at different steps (same line, other iterations)
 """
 
 from __future__ import annotations
@@ -100,6 +102,10 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
         if rank == culprit:
             raise RuntimeError(f"CUDA out of memory (simulated) on rank {rank} at step {step}")
         wait_for_peers()
+    elif scenario == "steps":
+        if rank == culprit:
+            load_batch(step)
+        wait_for_peers()
     elif scenario == "exit":
         if rank == culprit:
             os._exit(0)
@@ -126,7 +132,13 @@ def main() -> None:
 
     warmup = torch.ones(4)
     dist.all_reduce(warmup)  # every rank is connected before anything goes wrong
-    train_step(args.scenario, rank, args.culprit, step=1)
+    step = 1
+    if args.scenario == "steps":
+        import rankscope
+
+        step = rank + 1
+        rankscope.progress(step=step, phase="train")
+    train_step(args.scenario, rank, args.culprit, step=step)
     dist.destroy_process_group()
 
 

@@ -362,6 +362,12 @@ def _diagnose(report: StacksReport) -> Diagnosis:
                 f"{who([proc.member])} (pid {proc.pid}) was dumped after {proc.retries} {tries}: "
                 f"{proc.held_by or 'another tracer'} held it at first"
             )
+    by_signal = [p.member for p in report.processes if p.via == "signal"]
+    if by_signal:
+        notes.append(
+            f"{who(by_signal)} {'were' if len(by_signal) > 1 else 'was'} dumped through the in-process handler "
+            "(a signal, no ptrace): Python frames only, function names without their class"
+        )
     missing = _missing(report)
     if missing:
         notes.append(
@@ -395,6 +401,7 @@ def _diagnose(report: StacksReport) -> Diagnosis:
         if missing:
             text += f"; missing: {_ranks(missing)}"
         notes.extend(gpu_notes(report, [finding], who))
+        notes.extend(step_notes(report, [finding], who))
         return Diagnosis(text, [finding], [], missing, notes)
 
     waiting = [(p, m) for p, m in places if p.collective]
@@ -425,7 +432,43 @@ def _diagnose(report: StacksReport) -> Diagnosis:
             notes.append("the ranks are in different collectives or call sites: a mismatched collective call")
     headline = "; ".join(f.text for f in findings)
     notes.extend(gpu_notes(report, findings, who))
+    notes.extend(step_notes(report, findings, who))
     return Diagnosis(headline, findings, divergent, missing, notes)
+
+
+def steps_of(members: Sequence[Member], report: StacksReport) -> dict[int, list[Member]]:
+    """The members that record a step (rankscope.progress), by step, lowest first."""
+    step = {p.member: p.progress.step for p in report.processes if p.progress is not None}
+    by_step: dict[int, list[Member]] = {}
+    for member in members:
+        value = step.get(member)
+        if value is not None:
+            by_step.setdefault(value, []).append(member)
+    return dict(sorted(by_step.items()))
+
+
+def step_notes(
+    report: StacksReport, findings: Sequence[Finding], who: Callable[[Sequence[Member]], str]
+) -> list[str]:
+    """Ranks at one place but at different steps: the same line in different iterations of the loop.
+
+    Sets ``finding.steps`` of each such finding.
+    """
+    notes = []
+    for finding in findings:
+        by_step = steps_of(finding.members, report)
+        if len(by_step) < 2:
+            continue
+        finding.steps = {str(step): who(members) for step, members in by_step.items()}
+        parts = "; ".join(f"step {step}: {who(members)}" for step, members in by_step.items())
+        behind = next(iter(by_step.values()))
+        verb = "are" if _plural(behind) else "is"
+        notes.append(
+            f"{who(finding.members)} are at the same place but at different steps ({parts}): the same line in "
+            f"different iterations of the loop; {who(behind)} {verb} behind. In a collective, that is a "
+            "desync: the ranks behind skipped a collective the others made (or the others made an extra one)"
+        )
+    return notes
 
 
 #: GPU notes printed at most; more ranks waiting for their GPUs are counted.

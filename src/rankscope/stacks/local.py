@@ -22,6 +22,7 @@ from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
 from rankscope.stacks.explain import diagnose, locate
 from rankscope.stacks.gpu import query_gpus
+from rankscope.stacks.inproc_collect import collect_via_signal, read_steps
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.permissions import unreadable_job
@@ -118,6 +119,41 @@ def process_started() -> Optional[float]:
     return time.monotonic() - age if age >= 0 else None
 
 
+def _signal_where_refused(
+    outcomes: list[DumpOutcome], deadline: float, stop: Optional[Stop], host: str, via_signal: set[int]
+) -> list[DumpOutcome]:
+    """py-spy was refused by the ptrace rules: dump those processes through their in-process handler.
+
+    A process without a handler keeps py-spy's failure, its hint extended with the way around ptrace.
+    """
+    refused = [
+        o
+        for o in outcomes
+        if o.failure is not None
+        and o.failure.kind == FailureKind.PERMISSION
+        and o.failure.stage == Stage.ATTACH
+    ]
+    if not refused:
+        return outcomes
+    remaining = max(0.1, deadline - time.monotonic())
+    again = collect_via_signal(
+        [o.target for o in refused], timeout=min(remaining, 10.0), deadline=deadline, stop=stop, host=host
+    )
+    replaced = {}
+    for before, after in zip(refused, again):
+        if after.snapshot is not None:
+            replaced[id(before)] = after
+            via_signal.add(after.target.pid)
+        elif (
+            before.failure is not None
+            and after.failure is not None
+            and after.failure.kind == FailureKind.NO_HANDLER
+        ):
+            hint = f"{before.failure.hint}; or, with no ptrace at all: {after.failure.hint}"
+            before.failure = replace(before.failure, hint=hint)
+    return [replaced.get(id(o), o) for o in outcomes]
+
+
 def run_local(
     options: StacksOptions,
     progress: Optional[Progress] = None,
@@ -133,7 +169,7 @@ def run_local(
     now = time.monotonic()
     started = now if started is None else min(started, now)
     host = short_hostname()
-    pyspy = find_pyspy()
+    pyspy = "" if options.via_signal else find_pyspy()
     table = ProcessTable()
     jobs, failures = resolve_jobs(options, table, host)
     targets: list[Target] = []
@@ -173,13 +209,19 @@ def run_local(
     )
     result = LocalResult(report)
     deadline = now + options.deadline
+    via_signal: set[int] = set()
 
     def dump(chosen: list[Target], native: bool, what: str) -> list[DumpOutcome]:
         def tick(done: int, total: int) -> None:
             if progress is not None:
                 progress(f"dumping {done}/{total} {what}")
 
-        return collect(
+        if options.via_signal:
+            via_signal.update(t.pid for t in chosen)
+            return collect_via_signal(
+                chosen, timeout=options.timeout, deadline=deadline, progress=tick, stop=stop, host=host
+            )
+        outcomes = collect(
             chosen,
             pyspy,
             native=native,
@@ -190,6 +232,7 @@ def run_local(
             progress=tick,
             stop=stop,
         )
+        return outcomes if native else _signal_where_refused(outcomes, deadline, stop, host, via_signal)
 
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
@@ -230,6 +273,7 @@ def run_local(
         if outcome.retries:
             retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
             held_by[outcome.target.pid] = outcome.held_by
+    steps = read_steps(targets, host)
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
@@ -244,6 +288,8 @@ def run_local(
                 native=target.pid in native_pids,
                 retries=retries.get(target.pid),
                 held_by=held_by.get(target.pid),
+                via="signal" if target.pid in via_signal and outcome.snapshot is not None else None,
+                progress=steps.get(target.pid),
             )
         )
         if outcome.failure is not None:

@@ -23,13 +23,31 @@ def _sort_groups(groups: Iterable[StackGroup]) -> list[StackGroup]:
     return sorted(groups, key=order)
 
 
+#: rankscope's own request thread in a rank with the in-process handler (docs/inproc.md): not the job's,
+#: left out of the groups whichever way the stacks were taken.
+HANDLER_THREAD = "rankscope-inproc"
+
+
+def _is_handler_thread(thread: ThreadStack) -> bool:
+    return (
+        thread.name == HANDLER_THREAD
+        and not thread.is_main
+        and any(f.filename.endswith("rankscope/inproc/handler.py") for f in thread.frames)
+    )
+
+
 def group_snapshots(snapshots: Iterable[ProcessSnapshot]) -> list[StackGroup]:
-    """One group per distinct (thread role, frames); a process appears once per group."""
+    """One group per distinct (thread role, frames); a process appears once per group.
+
+    rankscope's own handler thread (:data:`HANDLER_THREAD`) is left out.
+    """
     groups: dict[GroupKey, StackGroup] = {}
     roles: dict[tuple[str, bool], str] = {}
     for snap in snapshots:
         member = Member(snap.rank.host, snap.pid, snap.rank.rank)
         for thread in snap.threads:
+            if thread.name == HANDLER_THREAD and _is_handler_thread(thread):
+                continue
             role_key = (thread.name, thread.is_main)
             role = roles.get(role_key)
             if role is None:

@@ -37,6 +37,8 @@ class StacksOptions:
     timeout: float = _flag("--timeout", DEFAULT_TIMEOUT)
     deadline: float = _flag("--deadline", DEFAULT_DEADLINE)
     parallelism: Optional[int] = _flag("--jobs", None)
+    #: Stacks through each process's in-process handler (a signal, no ptrace) instead of py-spy.
+    via_signal: bool = _flag("--via-signal", False)
     #: Only the processes of this SLURM job (a multi-node --jobid run sets it on every node).
     slurm_job: Optional[str] = _flag("--slurm-job", None)
 

@@ -17,7 +17,7 @@ from rankscope.stacks.explain import (
     locate,
 )
 from rankscope.stacks.merge import REPRESENTATIVES, TreeNode, build_tree, job_reports
-from rankscope.stacks.report import MOVING, STUCK, Diagnosis, JobInfo, StackGroup, StacksReport
+from rankscope.stacks.report import MOVING, STUCK, Diagnosis, JobInfo, StackGroup, StacksReport, StepInfo
 
 Style = Callable[..., str]
 
@@ -86,6 +86,30 @@ def _state_tag(members: Sequence[Member], states: dict[Member, Optional[str]]) -
     return f" [{stuck} stuck, {moving} moving]"
 
 
+def _step_tag(members: Sequence[Member], steps: dict[Member, StepInfo], multi_host: bool) -> str:
+    """`` · step 5 phase=train``, or `` · at different steps: step 1: rank 0; step 2: ranks 1-2``."""
+    marked = {m: steps[m] for m in members if m in steps}
+    if not marked:
+        return ""
+    texts: dict[str, list[Member]] = {}
+    for member, info in marked.items():
+        texts.setdefault(info.text() or "no step", []).append(member)
+    unmarked = [m for m in members if m not in steps]
+    if len(texts) == 1 and not unmarked:
+        return f" · {next(iter(texts))}"
+    by_step: dict[Optional[int], list[Member]] = {}
+    for member, info in marked.items():
+        by_step.setdefault(info.step, []).append(member)
+    parts = [
+        f"{'step ' + str(step) if step is not None else 'no step'}: {describe_members(group, with_hosts=multi_host)}"
+        for step, group in sorted(by_step.items(), key=lambda item: (item[0] is None, item[0] or 0))
+    ]
+    if unmarked:
+        parts.append(f"no marker: {describe_members(unmarked, with_hosts=multi_host)}")
+    lead = "at different steps" if len(by_step) > 1 else "steps"
+    return f" · {lead}: " + "; ".join(parts)
+
+
 def _render_tree(
     nodes: Sequence[TreeNode],
     full: bool,
@@ -94,6 +118,7 @@ def _render_tree(
     multi_host: bool,
     prefix: str = "  ",
     top: bool = True,
+    steps: Optional[dict[Member, StepInfo]] = None,
 ) -> list[str]:
     lines: list[str] = []
     for position, node in enumerate(nodes):
@@ -105,11 +130,15 @@ def _render_tree(
             body = prefix + ("   " if last else "│  ")
         who = describe_members(node.members, with_hosts=multi_host)
         tag = _state_tag(node.members, states) if not node.children else ""
+        if steps and not node.children:
+            tag += style(_step_tag(node.members, steps, multi_host), fg="magenta")
         lines.append(head + style(who, fg="cyan", bold=True) + tag)
         for text in _frame_lines(node.frames, full, style):
             lines.append(body + "  " + text)
         if node.children:
-            lines.extend(_render_tree(node.children, full, style, states, multi_host, body, top=False))
+            lines.extend(
+                _render_tree(node.children, full, style, states, multi_host, body, top=False, steps=steps)
+            )
     return lines
 
 
@@ -182,7 +211,8 @@ def _body(
                 underline=True,
             )
         )
-        lines.extend(_render_tree(build_tree(main), full, style, states, multi_host))
+        steps = {p.member: p.progress for p in report.processes if p.progress is not None}
+        lines.extend(_render_tree(build_tree(main), full, style, states, multi_host, steps=steps))
 
     others = report.other_groups()
     if others:

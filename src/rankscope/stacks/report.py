@@ -35,6 +35,23 @@ class StackGroup:
 
 
 @dataclass
+class StepInfo:
+    """A rank's progress marker (``rankscope.progress``) as read beside its stack."""
+
+    #: The last step given; absent when only labels were.
+    step: Optional[int] = field(default=None, metadata=OMIT_NONE)
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Seconds from its last marker to the collection.
+    age: float = field(default=0.0, metadata={"round": 1})
+
+    def text(self) -> str:
+        """``step 5 phase=backward`` (labels sorted)."""
+        words = [f"step {self.step}"] if self.step is not None else []
+        words += [f"{key}={value}" for key, value in sorted(self.labels.items())]
+        return " ".join(words)
+
+
+@dataclass
 class ProcessInfo:
     """A process rankscope looked at, whether or not its dump succeeded."""
 
@@ -54,6 +71,10 @@ class ProcessInfo:
     retries: Optional[int] = field(default=None, metadata=OMIT_NONE)
     #: Who held it when it was refused (``py-spy (pid 1240) of another rankscope (pid 1236)``).
     held_by: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    #: How its stacks were taken when not by py-spy: ``signal`` (its in-process handler, docs/inproc.md).
+    via: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    #: Its progress marker (rankscope.progress), when it records one.
+    progress: Optional[StepInfo] = field(default=None, metadata=OMIT_NONE)
 
     @property
     def member(self) -> Member:
@@ -94,6 +115,9 @@ class Finding:
     text: str
     #: The call the members wait for the GPU in (``cudaDeviceSynchronize``), when they do.
     gpu_wait: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    #: When the members are at different steps (rankscope.progress): each step and who is at it
+    #: (``{"1": "rank 0", "2": "ranks 1-2"}``); absent when they agree or record none.
+    steps: Optional[dict[str, str]] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass

@@ -1,0 +1,133 @@
+"""Where a process's rankscope files live: one private directory per user, files named by pid.
+
+The convention (written by the training process, read from the outside by ``rankscope stacks``):
+
+- the directory is ``$RANKSCOPE_RUNTIME_DIR`` when set, else ``${TMPDIR:-/tmp}/rankscope-<uid>``;
+  an outside reader computes it from the target's own environment (``/proc/PID/environ``) and uid;
+- it is created 0700 by its user; an existing one is used only when it is a real directory (not a
+  symbolic link), owned by that user and not open to group or others: otherwise nothing is written;
+- files are ``<host>.pid-<pid>.<kind>`` or, when the rank is known at creation,
+  ``<host>.rank-<rank>.pid-<pid>.<kind>``; they are created 0600 relative to the directory's
+  descriptor, never through a symbolic link (``O_NOFOLLOW``).
+
+Kinds: ``progress`` (rankscope.progress), ``inproc`` (the handler's description, JSON), ``stacks``
+(faulthandler's dumps), ``req`` (the request FIFO), ``<id>.reply`` (answers to requests).
+
+Python 3.9 compatible, standard library only: imported inside training processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from typing import Mapping, Optional
+
+#: Overrides the directory (a shared file system for nodes without a private /tmp, say).
+ENV_DIR = "RANKSCOPE_RUNTIME_DIR"
+
+_NAME = re.compile(r"^(?P<host>.+?)\.(?:rank-(?P<rank>\d+)\.)?pid-(?P<pid>\d+)\.(?P<kind>[A-Za-z0-9_.-]+)$")
+
+
+class UnsafeDirectory(OSError):
+    """The runtime directory exists but is not private to this user (or is a symbolic link)."""
+
+
+def runtime_dir(environ: Mapping[str, str], uid: int) -> str:
+    """The directory of a process with this environment and uid."""
+    explicit = environ.get(ENV_DIR)
+    if explicit:
+        return explicit
+    return os.path.join(environ.get("TMPDIR") or "/tmp", f"rankscope-{uid}")
+
+
+def file_name(host: str, pid: int, kind: str, rank: Optional[int] = None) -> str:
+    where = f"rank-{rank}.pid-{pid}" if rank is not None else f"pid-{pid}"
+    return f"{host}.{where}.{kind}"
+
+
+def parse_name(name: str) -> Optional[tuple[str, Optional[int], int, str]]:
+    """(host, rank, pid, kind) of a file name of the convention; ``None`` for any other name."""
+    match = _NAME.match(name)
+    if match is None:
+        return None
+    rank = match.group("rank")
+    return match.group("host"), int(rank) if rank else None, int(match.group("pid")), match.group("kind")
+
+
+def check_private(st: os.stat_result, uid: int) -> None:
+    """Raise UnsafeDirectory unless ``st`` is a directory of ``uid`` closed to group and others."""
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectory("not a directory (or a symbolic link)")
+    if st.st_uid != uid:
+        raise UnsafeDirectory(f"owned by uid {st.st_uid}, not {uid}")
+    if st.st_mode & 0o077:
+        raise UnsafeDirectory(f"mode {stat.S_IMODE(st.st_mode):o} is open to group or others")
+
+
+def open_private_dir(path: str) -> int:
+    """A descriptor of ``path``, created 0700 if missing, checked private; raises OSError otherwise."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        check_private(os.fstat(fd), os.getuid())
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_file(dir_fd: int, name: str, flags: int = os.O_RDWR) -> int:
+    """Open (creating 0600) ``name`` inside the directory ``dir_fd``, never through a symbolic link."""
+    return os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+
+
+def files_of(directory: str, pid: int, host: Optional[str] = None) -> dict[str, str]:
+    """{kind: path} of the files of ``pid`` (on ``host`` when given) in ``directory``; {} if none or unreadable."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for name in names:
+        parsed = parse_name(name)
+        if parsed is None or parsed[2] != pid or (host is not None and parsed[0] != host):
+            continue
+        found[parsed[3]] = os.path.join(directory, name)
+    return found
+
+
+class NotOwned(OSError):
+    """A file in a runtime directory that is not the process's own (another owner, a link, another type)."""
+
+
+def open_owned(path: str, flags: int, uid: int, fifo: bool = False) -> int:
+    """Open ``path`` for a reader from the outside (often root): only a file of ``uid`` itself.
+
+    Never through a symbolic link; a regular file with one link (a hard link planted to a file of
+    another user, root's say, is refused: rankscope truncates and writes these files), or a FIFO.
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0))
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != uid:
+            raise NotOwned(f"{path} is owned by uid {st.st_uid}, not the process's uid {uid}")
+        if fifo and not stat.S_ISFIFO(st.st_mode):
+            raise NotOwned(f"{path} is not a FIFO")
+        if not fifo and (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1):
+            raise NotOwned(f"{path} is not a regular file with a single link")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_owned(path: str, uid: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of a file of ``uid`` (see :func:`open_owned`)."""
+    fd = open_owned(path, os.O_RDONLY, uid)
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)

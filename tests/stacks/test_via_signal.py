@@ -1,0 +1,223 @@
+"""`rankscope stacks --via-signal` and the automatic fallback, on a real hung 4-rank torchrun job (gloo)
+started with RANKSCOPE_INPROC=1 and no code change for the handler (the .pth bootstrap enables it).
+
+The job (hang_job.py, scenario "steps"): rank r marks step r+1 with rankscope.progress(); ranks 0-2
+wait in one barrier at different steps, rank 3 loops in its data loader.
+
+py-spy is made to fail with a stand-in: an executable that prints py-spy's own ptrace refusal and
+exits 1, put where rankscope looks for py-spy (this machine has no yama and the tests run as root,
+so the real py-spy is never refused here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.inproc import runtime
+
+pytestmark = pytest.mark.slow
+
+REFUSAL = (
+    "Permission Denied: Try running again with elevated permissions by going 'sudo env \"PATH=$PATH\" !!'\n"
+)
+
+
+@pytest.fixture(scope="module")
+def steps_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, Path]]:
+    pytest.importorskip("torch.distributed")
+    workdir = tmp_path_factory.mktemp("steps")
+    directory = workdir / "rt"
+    env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(directory)}
+    job = start_torchrun(
+        nproc=4, script_args=("--scenario", "steps", "--culprit", "3"), workdir=workdir, env=env
+    )
+    try:
+        job.wait_ready(timeout=180)
+        yield job, directory
+    finally:
+        job.stop()
+
+
+def stacks(*args: str, standin: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`rankscope stacks ARGS`; with ``standin``, that file runs where py-spy would."""
+    if standin is None:
+        argv = [sys.executable, "-m", "rankscope", "stacks", *args]
+    else:
+        code = (
+            "import sys, rankscope.stacks.local as local\n"
+            f"local.find_pyspy = lambda: {str(standin)!r}\n"
+            "from rankscope.cli.main import main\n"
+            "sys.argv = ['rankscope', *sys.argv[1:]]\n"
+            "main()\n"
+        )
+        argv = [sys.executable, "-c", code, "stacks", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def groups(document: dict[str, Any]) -> list[tuple[str, tuple[int, ...], tuple[tuple[str, int], ...]]]:
+    """Each group as (thread role, ranks, frames by file and line): function names differ between
+    faulthandler (code names) and py-spy (qualified names)."""
+    return sorted(
+        (
+            g["thread"],
+            tuple(sorted(m["rank"] for m in g["members"])),
+            tuple((f["filename"], f["line"]) for f in g["frames"]),
+        )
+        for g in document["groups"]
+    )
+
+
+@pytest.fixture(scope="module")
+def pyspy_document(steps_job: tuple[LaunchedJob, Path]) -> dict[str, Any]:
+    out = stacks("--pid", str(steps_job[0].pid), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_via_signal_gives_the_groups_of_pyspy_with_each_ranks_step(
+    steps_job: tuple[LaunchedJob, Path], pyspy_document: dict[str, Any], tmp_path: Path
+) -> None:
+    job, _ = steps_job
+    out = stacks("--pid", str(job.pid), "--via-signal", "--json", "--out", str(tmp_path / "saved"))
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert groups(document) == groups(pyspy_document)
+    assert document["diagnosis"]["divergent_ranks"] == pyspy_document["diagnosis"]["divergent_ranks"] == [3]
+    assert all(p["via"] == "signal" for p in document["processes"])
+    assert {p["rank"]["rank"]: p["progress"]["step"] for p in document["processes"]} == {
+        0: 1,
+        1: 2,
+        2: 3,
+        3: 4,
+    }
+    assert document["diagnosis"]["findings"][0]["steps"] == {"1": "rank 0", "2": "rank 1", "3": "rank 2"}
+    # Named as py-spy names them; rankscope's own request thread left out by both.
+    assert {g["thread"] for g in document["groups"]} == {"MainThread", "heartbeat-N"}
+    assert {g["thread"] for g in pyspy_document["groups"]} == {"MainThread", "heartbeat-N"}
+    # --out keeps the dumps (py-spy's JSON form): --from reads them back into the same groups.
+    again = stacks("--from", str(tmp_path / "saved"), "--json")
+    assert again.returncode == 0, again.stderr
+    assert groups(json.loads(again.stdout)) == groups(document)
+
+
+def test_text_tells_ranks_on_one_line_at_different_steps_apart(steps_job: tuple[LaunchedJob, Path]) -> None:
+    out = stacks("--pid", str(steps_job[0].pid), "--via-signal", "--no-color")
+    assert out.returncode == 0, out.stderr
+    assert "ranks 0-2 · at different steps: step 1: rank 0; step 2: rank 1; step 3: rank 2" in out.stdout
+    assert "rank 3 · step 4 phase=train" in out.stdout
+    assert "ranks 0-2 are at the same place but at different steps" in out.stdout
+    assert "rank 0 is behind" in out.stdout
+
+
+def test_refused_pyspy_falls_back_to_the_handler(
+    steps_job: tuple[LaunchedJob, Path], pyspy_document: dict[str, Any], tmp_path: Path
+) -> None:
+    standin = tmp_path / "py-spy"
+    standin.write_text(f"#!/bin/sh\nprintf '%s' {json.dumps(REFUSAL)} >&2\nexit 1\n")
+    standin.chmod(stat.S_IRWXU)
+    out = stacks("--pid", str(steps_job[0].pid), "--json", standin=standin)
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    assert groups(document) == groups(pyspy_document)
+    assert all(p["via"] == "signal" for p in document["processes"])
+    assert any("dumped through the in-process handler" in n for n in document["diagnosis"]["notes"])
+
+
+SLEEPER = "import sys, time; print('up', flush=True); time.sleep(120)"
+
+
+def _sleeper(env: dict[str, str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+    return proc
+
+
+def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
+    base = {k: v for k, v in os.environ.items() if k != "RANKSCOPE_INPROC"}
+    base[runtime.ENV_DIR] = str(tmp_path / "rt")
+    plain = _sleeper(base)
+    damaged = _sleeper({**base, "RANKSCOPE_INPROC": "1"})
+    planted = _sleeper({**base, "RANKSCOPE_INPROC": "1"})
+    procs = [plain, damaged, planted]
+    victim = tmp_path / "victim"
+    victim.write_text("not rankscope's to truncate\n")
+    try:
+        description = runtime.files_of(str(tmp_path / "rt"), damaged.pid)["inproc"]
+        Path(description).write_text("{cut sh")
+        # A hard link to another file where the stack file was: rankscope would empty it.
+        stacks_file = Path(runtime.files_of(str(tmp_path / "rt"), planted.pid)["stacks"])
+        stacks_file.unlink()
+        os.link(victim, stacks_file)
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        )
+        dead = int(gone.stdout)
+        out = stacks(
+            "--via-signal", "--json", *(f"--pid={p}" for p in (plain.pid, damaged.pid, planted.pid, dead))
+        )
+    finally:
+        for proc in procs:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert out.returncode == 5, out.stderr  # every target failed
+    failures = {f["target"]: f for f in json.loads(out.stdout)["failures"]}
+    no_handler = failures[f"pid {plain.pid}"]
+    assert no_handler["kind"] == "no-handler" and "no in-process handler" in no_handler["reason"]
+    assert "RANKSCOPE_INPROC=1" in no_handler["hint"]
+    assert "unreadable handler description" in failures[f"pid {damaged.pid}"]["reason"]
+    assert failures[f"pid {dead}"]["stage"] == "discover"
+    assert "not a regular file with a single link" in failures[f"pid {planted.pid}"]["reason"]
+    assert victim.read_text() == "not rankscope's to truncate\n"
+    assert {p.returncode for p in procs} == {-signal.SIGKILL}  # none was ended by a signal of ours
+
+
+HOLDS_GIL = """
+import ctypes, threading, time
+libc = ctypes.PyDLL(None)          # PyDLL: the GIL stays held during the call
+mutex = ctypes.create_string_buffer(64)  # zeroed: a default pthread mutex
+def beat():
+    while True:
+        time.sleep(0.1)
+threading.Thread(target=beat, name="heartbeat-0", daemon=True).start()
+def hold_gil_forever():
+    libc.pthread_mutex_lock(mutex)
+    print("up", flush=True)
+    libc.pthread_mutex_lock(mutex)  # locks itself out, GIL held: no Python code runs again
+hold_gil_forever()
+"""
+
+
+def test_a_rank_that_holds_the_gil_is_still_dumped(tmp_path: Path) -> None:
+    """faulthandler's dump is C code in the signal handler: it needs no GIL. The names of the threads
+    need the request thread, which cannot run: the main thread is still known, the others unnamed."""
+    env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(tmp_path / "rt"), "RANK": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDS_GIL], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        out = stacks("--pid", str(proc.pid), "--via-signal", "--json")
+        assert proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert out.returncode == 0, out.stderr
+    document = json.loads(out.stdout)
+    main = next(g for g in document["groups"] if g["is_main"])
+    assert [f["function"] for f in main["frames"]] == ["<module>", "hold_gil_forever"]
+    others = [g for g in document["groups"] if not g["is_main"]]
+    assert [g["thread"] for g in others] == ["unnamed"]
+    assert others[0]["frames"][-1]["function"] == "beat"
