@@ -34,6 +34,7 @@ ROOMS = (
     "rankscope.rerun",
     "rankscope.inspect",
     "rankscope.core",
+    "rankscope.fr",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py")

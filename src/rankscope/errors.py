@@ -33,6 +33,8 @@ class ExitCode(IntEnum):
     RANKS_MISSING = 12
     #: `gpu-test`: a set-up mistake caught before the backend started (interface variable, MASTER_ADDR, device mapping).
     MISCONFIGURED = 13
+    #: `fr`: the flight recorders show ranks that disagree on their collectives (a desync).
+    DESYNC = 14
 
 
 class RankscopeError(Exception):

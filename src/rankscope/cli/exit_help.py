@@ -24,6 +24,7 @@ MEANING: dict[int, str] = {
     ExitCode.RANKS_FAILED: "gpu-test: a rank failed its test (or --isolate found a bad device/link)",
     ExitCode.RANKS_MISSING: "gpu-test: some ranks never joined or never reported",
     ExitCode.MISCONFIGURED: "gpu-test: a set-up mistake caught before the backend started",
+    ExitCode.DESYNC: "fr: ranks disagree on their collectives (the report names the first divergence)",
     130: "interrupted by Ctrl-C (what was collected so far is printed)",
     143: "ended by SIGTERM (what was collected so far is printed)",
 }
@@ -43,6 +44,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "fds": (0, 2, 3, 4, 5, 7, 8),
     "strace": (0, 2, 3, 4, 5, 6, 7, 8, 130, 143),
     "core": (0, 2, 3, 4, 5, 6, 8),
+    "fr": (0, 2, 3, 4, 8, 14),
 }
 
 #: Verbs whose code is not one of the table's.
