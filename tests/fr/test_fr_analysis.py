@@ -239,3 +239,34 @@ def test_ncclras_recording() -> None:
     assert ras.healthy() and ras.errors == []
     with pytest.raises(ValueError):
         parse_ras("hello\n")
+
+
+def _calls(rank: int, ops: list[tuple[str, str, int]]) -> dict:
+    return {
+        "entries": [
+            {
+                "process_group": ["0", "default_pg"],
+                "collective_seq_id": i + 1,
+                "profiling_name": f"gloo:{op}",
+                "frames": [{"name": function, "filename": "/job/t.py", "line": line}],
+            }
+            for i, (op, function, line) in enumerate(ops)
+        ]
+    }
+
+
+@pytest.mark.parametrize("extra_rank", [0, 1])
+def test_two_ranks_the_extra_call_is_the_one_whose_next_call_the_other_issued(extra_rank: int) -> None:
+    extra = [("all_reduce", "step", 5), ("all_reduce", "log_global_loss", 9), ("all_reduce", "step", 5)]
+    plain = [("all_reduce", "step", 5), ("all_reduce", "step", 5), ("barrier", "main", 20)]
+    other = 1 - extra_rank
+    report = analyse(
+        [
+            dump_from_raw(_calls(extra_rank, extra), extra_rank, "a"),
+            dump_from_raw(_calls(other, plain), other, "b"),
+        ]
+    )
+    assert report.headline == (
+        f"rank {extra_rank} issued an extra all_reduce #2 from log_global_loss (t.py:9) in the default group; "
+        f"rank {other} issued all_reduce #2 from step (t.py:5)"
+    )
