@@ -4,8 +4,9 @@
         python fr_job.py SCENARIO OUT_PREFIX DELAY [exit]
 
 Test scaffolding, standing in for the in-process handler: a background thread writes this rank's
-flight recorder (pickle, with frames) to OUT_PREFIX<rank> and OUT_PREFIX<rank>.json after DELAY
-seconds, while the main thread is blocked in a collective; with ``exit`` the rank then ends itself.
+flight recorder with rankscope.inproc.frdump.dump_flight_recorder (what the handler calls: pickle
+with frames to OUT_PREFIX<rank>, JSON to OUT_PREFIX<rank>.json) after DELAY seconds, while the main
+thread is blocked in a collective; with ``exit`` the rank then ends itself once every rank dumped.
 """
 
 import os
@@ -15,7 +16,8 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _dump_fr_trace, _dump_fr_trace_json
+
+from rankscope.inproc.frdump import dump_flight_recorder
 
 SCENARIO, PREFIX, DELAY = sys.argv[1], sys.argv[2], float(sys.argv[3])
 EXIT = sys.argv[4:] == ["exit"]
@@ -24,13 +26,10 @@ RANK = int(os.environ["RANK"])
 
 def dump_later():
     time.sleep(DELAY)
-    for path, data in (
-        (f"{PREFIX}{RANK}.tmp", _dump_fr_trace(True, True, False)),
-        (f"{PREFIX}{RANK}.json.tmp", _dump_fr_trace_json(True, False)),
-    ):
-        with open(path, "wb") as out:
-            out.write(data)
-        os.rename(path, path[: -len(".tmp")])
+    for path in (f"{PREFIX}{RANK}.json", f"{PREFIX}{RANK}"):  # the pickle last: its name says "done"
+        problem = dump_flight_recorder(path)
+        if problem:
+            print(f"rank {RANK}: {problem}", file=sys.stderr, flush=True)
     if EXIT:  # once every rank has written its dump (a rank that ends first kills the others' gloo pairs)
         world = int(os.environ["WORLD_SIZE"])
         deadline = time.monotonic() + 30

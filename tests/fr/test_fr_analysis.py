@@ -270,3 +270,25 @@ def test_two_ranks_the_extra_call_is_the_one_whose_next_call_the_other_issued(ex
         f"rank {extra_rank} issued an extra all_reduce #2 from log_global_loss (t.py:9) in the default group; "
         f"rank {other} issued all_reduce #2 from step (t.py:5)"
     )
+
+
+def test_the_in_process_dump_never_raises_on_python_3_9(tmp_path: Path) -> None:
+    python39 = Path("/root/.pyenv/versions/3.9.18/bin/python")
+    if not python39.exists():
+        pytest.skip("no Python 3.9 here")
+    src = Path(__file__).parent.parent.parent / "src"
+    code = (
+        "import sys; from rankscope.inproc.frdump import dump_flight_recorder as d; "
+        f"print(d({str(tmp_path / 'rank_0')!r})); sys.modules['torch'] = object(); print(d('/nonexistent/dir/rank_0'))"
+    )
+    import subprocess
+
+    proc = subprocess.run(
+        [str(python39), "-c", code], capture_output=True, text=True, env={"PYTHONPATH": str(src)}, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first == "torch is not imported in this process: no flight recorder"
+    assert second.startswith(
+        ("ModuleNotFoundError", "this torch has no flight recorder", "FileNotFoundError")
+    )

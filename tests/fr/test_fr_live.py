@@ -7,6 +7,7 @@ blocked in a collective: test scaffolding standing in for rankscope's in-process
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from tests.support.cli import run_cli
 from tests.support.sshd import free_port
 
@@ -66,10 +66,8 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
         yield Job([p.pid for p in procs], out)
     finally:
         if group:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for proc in procs:
             proc.wait(timeout=30)
 
