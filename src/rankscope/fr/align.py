@@ -205,11 +205,11 @@ def _judge_seq(
         tie = counts[majority] == counts[ordered[1]]
         kind = _mismatch_kind(odd_entry, rest_entry)
         shape = _lookahead(odd, rest, seq, by_rank, majority, keys[odd[0]]) if len(ordered) == 2 else None
-        if tie and len(ordered) == 2 and shape != EXTRA:
-            # Two equal camps: the one whose next collective is the other's current one issued the extra.
-            if _lookahead(rest, odd, seq, by_rank, keys[odd[0]], majority) == EXTRA:
-                odd, rest, shape = rest, odd, EXTRA
-                rest_entry, odd_entry = present[rest[0]], present[odd[0]]
+        # Two equal camps: the one whose next collective is the other's current one issued the extra.
+        swap = tie and len(ordered) == 2 and shape != EXTRA
+        if swap and _lookahead(rest, odd, seq, by_rank, keys[odd[0]], majority) == EXTRA:
+            odd, rest, shape = rest, odd, EXTRA
+            rest_entry, odd_entry = present[rest[0]], present[odd[0]]
         if shape == EXTRA:
             text = (
                 f"{_ranks_word(odd)} issued an extra {_describe(odd_entry)} in {where}; "

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 #: The variables that turn the recorder on: torch >= 2.5, then the older NCCL-only names.
 BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
-def recorder_enabled(environ: Optional[dict] = None) -> bool:
+def recorder_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     """True when a buffer size above 0 is set (the recorder records nothing without one)."""
     env = os.environ if environ is None else environ
     for name in BUFFER_VARIABLES:
@@ -42,7 +43,7 @@ def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any
     module = sys.modules.get("torch._C._distributed_c10d")
     if module is None:
         try:
-            import torch._C._distributed_c10d as module  # type: ignore[no-redef]  # torch is already imported
+            import torch._C._distributed_c10d as module  # torch is already imported
         except Exception:
             return None, None
     pickled = getattr(module, "_dump_fr_trace", None) or getattr(module, "_dump_nccl_trace", None)
