@@ -37,11 +37,12 @@ from rankscope.model import Frame
 
 DEFAULT_PG = "default_pg"
 
-#: The variables that turn the recorder on (torch >= 2.5 names; older releases read the NCCL ones).
+#: The variables that turn the recorder on (torch 2.13 records by default; TORCH_FR_BUFFER_SIZE=0 turns it off;
+#: older releases record only with a size, and before 2.5 under the NCCL names).
 ENABLE_HINT = (
     "set TORCH_FR_BUFFER_SIZE=2000 (torch < 2.5: TORCH_NCCL_TRACE_BUFFER_SIZE=2000) in every rank's "
-    "environment; TORCH_FR_DUMP_TEMP_FILE=/some/dir/fr_rank_ names the files torch writes on a watchdog "
-    "timeout (NCCL; older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE), TORCH_INCLUDE_STACK_TRACE=1 keeps call sites"
+    "environment; TORCH_FR_DUMP_TEMP_FILE=/some/dir/rank_ names the files torch writes on an NCCL watchdog "
+    "timeout (older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE)"
 )
 
 Key = tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...], Optional[tuple[str, str, int]]]

@@ -28,14 +28,11 @@ from typing import Any, Callable, Optional
 BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 
 
-def recorder_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
-    """True when a buffer size above 0 is set (the recorder records nothing without one)."""
+def recorder_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """True when a buffer variable is set to 0 (torch 2.13 records by default; older releases need a size)."""
     env = os.environ if environ is None else environ
-    for name in BUFFER_VARIABLES:
-        value = str(env.get(name, "")).strip()
-        if value.isdigit() and int(value) > 0:
-            return True
-    return False
+    values = [str(env.get(name, "")).strip() for name in BUFFER_VARIABLES]
+    return any(v == "0" for v in values) and not any(v.isdigit() and int(v) > 0 for v in values)
 
 
 def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:
@@ -81,8 +78,8 @@ def dump_flight_recorder(path: str, only_active: bool = False) -> Optional[str]:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        if not recorder_enabled():
-            return "written, but the recorder was not enabled (set TORCH_FR_BUFFER_SIZE=2000): it holds no entries"
+        if recorder_disabled():
+            return "written, but TORCH_FR_BUFFER_SIZE=0 turned the recorder off: it holds no entries"
         return None
     except BaseException as err:  # noqa: BLE001 - never into the training process
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
