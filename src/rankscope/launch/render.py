@@ -6,7 +6,6 @@ import json
 
 from rankscope.launch.plan import LaunchFile, LaunchReport, Recipe
 
-
 #: How to keep every rank's collectives for `rankscope fr` (docs/fr.md); a comment, changing no command.
 FR_NOTE = (
     "# collective desync: export TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=$PWD/fr/rank_ before launching "
