@@ -296,6 +296,7 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             )
         )
     windows = {r: (min(s), max(s)) for r, s in by_rank.items() if s}
+    latest: dict[int, Entry] = {}
     if windows:
         start = max(lo for lo, _ in windows.values())  # below it, some ring buffer has wrapped
         end = max(hi for _, hi in windows.values())
@@ -304,7 +305,9 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             behind = [r for r in dumped if r not in present and windows.get(r, (0, 0))[1] < seq]
             if not present:
                 continue
-            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest_entries(dumps))
+            if behind and not latest:  # where each rank is now: only needed to word a missing collective
+                latest = latest_entries({r: dumps[r] for r in dumped})
+            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest)
             if found is not None:
                 view.divergence = found
                 break

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rankscope.errors import BadInputError, NothingFoundError
-from rankscope.fr.records import RankDump, dump_from_raw
+from rankscope.fr.records import Cache, RankDump, dump_from_raw
 
 #: A dump larger than this is not read (a 2000-entry dump with frames is a few MB).
 MAX_BYTES = 1 << 30
@@ -102,11 +102,12 @@ def read_dumps(path: Path) -> Collected:
     for rank, file in sorted(candidates, key=lambda c: (c[0], c[1].suffix == ".json", str(c[1]))):
         by_rank.setdefault(rank, []).append(file)
     collected = Collected()
+    cache = Cache()  # stacks, names and shapes repeat across ranks too
     for rank, files in sorted(by_rank.items()):
         reasons = []
         for file in files:
             try:
-                dump = _read_one(file, rank)
+                dump = _read_one(file, rank, cache)
             except (OSError, ValueError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as err:
                 reasons.append((str(file), str(err) or type(err).__name__))
                 continue
@@ -123,11 +124,11 @@ def read_dumps(path: Path) -> Collected:
     return collected
 
 
-def _read_one(file: Path, rank: int) -> RankDump:
+def _read_one(file: Path, rank: int, cache: Cache) -> RankDump:
     with open(file, "rb") as handle:
         data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
         raise ValueError(f"larger than {MAX_BYTES} bytes")
     if not data:
         raise ValueError("empty file")
-    return dump_from_raw(load_bytes(data), rank, str(file))
+    return dump_from_raw(load_bytes(data), rank, str(file), cache)

@@ -22,9 +22,10 @@ from rankscope.model import Frame
 _LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ")
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Entry:
-    """One collective or point-to-point operation one rank issued."""
+    """One collective or point-to-point operation one rank issued (not frozen: a million of them are
+    made for 512 ranks x 2000 entries, and a frozen dataclass costs twice as much to build)."""
 
     pg: str
     seq: int
@@ -45,16 +46,33 @@ class Entry:
     time_ns: int = 0
     #: Innermost first, as torch records them.
     frames: tuple[Frame, ...] = ()
+    #: The user's call (see :func:`user_frame`), found once when the entry is read.
+    site: Optional[Frame] = None
 
     def call_site(self) -> Optional[Frame]:
         """The innermost frame outside torch and installed packages: the user's call."""
-        for frame in self.frames:
-            if not any(part in frame.filename for part in _LIBRARY_PARTS):
-                return frame
-        return None
+        return self.site if self.site is not None or not self.frames else user_frame(self.frames)
 
     def signature(self) -> tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...]]:
         return (self.op, self.sizes, self.dtypes)
+
+
+def user_frame(frames: Sequence[Frame]) -> Optional[Frame]:
+    for frame in frames:
+        if not any(part in frame.filename for part in _LIBRARY_PARTS):
+            return frame
+    return None
+
+
+class Cache:
+    """What many entries share, built once per reading: frames (a stack repeats thousands of times),
+    profiling names, process groups, sizes."""
+
+    def __init__(self) -> None:
+        self.stacks: dict[Any, tuple[tuple[Frame, ...], Optional[Frame]]] = {}
+        self.names: dict[Any, tuple[str, str, Optional[int], Optional[int]]] = {}
+        self.groups: dict[Any, tuple[str, str]] = {}
+        self.shapes: dict[Any, tuple[tuple[int, ...], ...]] = {}
 
 
 @dataclass(frozen=True)
@@ -135,34 +153,90 @@ def split_name(profiling_name: str) -> tuple[str, str, Optional[int], Optional[i
     return backend, op, src, dst
 
 
-def entry_from_raw(raw: Mapping[str, Any]) -> Entry:
-    backend, op, src, dst = split_name(_str(raw.get("profiling_name")))
-    pg = raw.get("process_group")
-    if isinstance(pg, (list, tuple)) and pg:
-        pg_name, pg_desc = _str(pg[0]), _str(pg[1]) if len(pg) > 1 else ""
+def _stack(value: Any, cache: Cache) -> tuple[tuple[Frame, ...], Optional[Frame]]:
+    if not value:
+        return (), None
+    try:
+        key: Any = tuple((f["name"], f["filename"], f["line"]) for f in value)
+        hash(key)
+    except (TypeError, KeyError, AttributeError):
+        key = None
+    if key is not None:
+        found = cache.stacks.get(key)
+        if found is None:
+            frames = _frames(value)
+            found = cache.stacks[key] = (frames, user_frame(frames))
+        return found
+    frames = _frames(value)
+    return frames, user_frame(frames)
+
+
+def _group(value: Any, raw: Mapping[str, Any], cache: Cache) -> tuple[str, str]:
+    try:
+        found = cache.groups.get(value)
+    except TypeError:  # a list (JSON)
+        value = tuple(value) if isinstance(value, list) else value
+        found = cache.groups.get(value) if isinstance(value, tuple) else None
+    if found is not None:
+        return found
+    if isinstance(value, (list, tuple)) and value:
+        found = (_str(value[0]), _str(value[1]) if len(value) > 1 else "")
     else:
-        pg_name, pg_desc = _str(raw.get("pg_id", "")), ""
-    is_p2p = bool(raw.get("is_p2p")) or op in ("send", "recv")
-    peer = dst if op == "send" else src if op == "recv" else None
+        found = (_str(raw.get("pg_id", "")), "")
+    if isinstance(value, tuple):
+        cache.groups[value] = found
+    return found
+
+
+def _shape(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
+    try:
+        key = tuple(tuple(s) for s in value)
+        found = cache.shapes.get(key)
+    except TypeError:
+        return _sizes(value)
+    if found is None:
+        found = cache.shapes[key] = _sizes(value)
+    return found
+
+
+def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Entry:
+    cache = cache if cache is not None else Cache()
+    get = raw.get
+    name = get("profiling_name")
+    parsed = cache.names.get(name) if isinstance(name, str) else None
+    if parsed is None:
+        parsed = split_name(_str(name))
+        if isinstance(name, str):
+            cache.names[name] = parsed
+    backend, op, src, dst = parsed
+    pg_name, pg_desc = _group(get("process_group"), raw, cache)
+    frames, site = _stack(get("frames"), cache)
+    seq, p2p_seq, record_id, op_id, time_ns = (
+        get("collective_seq_id"),
+        get("p2p_seq_id"),
+        get("record_id"),
+        get("op_id"),
+        get("time_created_ns"),
+    )
+    dtypes = get("input_dtypes")
     return Entry(
         pg=pg_name,
         pg_desc=pg_desc,
-        seq=_int(raw.get("collective_seq_id")),
-        p2p_seq=_int(raw.get("p2p_seq_id")),
+        seq=seq if type(seq) is int else _int(seq),
+        p2p_seq=p2p_seq if type(p2p_seq) is int else _int(p2p_seq),
         op=op,
         backend=backend,
-        sizes=_sizes(raw.get("input_sizes")),
-        dtypes=tuple(
-            _str(d) for d in raw.get("input_dtypes") or () if isinstance(raw.get("input_dtypes"), list)
-        ),
-        state=_str(raw.get("state")),
-        retired=bool(raw.get("retired")),
-        is_p2p=is_p2p,
-        peer=peer,
-        record_id=_int(raw.get("record_id")),
-        op_id=_int(raw.get("op_id")),
-        time_ns=_int(raw.get("time_created_ns")),
-        frames=_frames(raw.get("frames")),
+        sizes=_shape(get("input_sizes") or (), cache),
+        dtypes=tuple(_str(d) for d in dtypes) if isinstance(dtypes, list) else (),
+        state=_str(get("state")),
+        retired=bool(get("retired")),
+        is_p2p=bool(get("is_p2p")) or op in ("send", "recv"),
+        peer=dst if op == "send" else src if op == "recv" else None,
+        record_id=record_id if type(record_id) is int else _int(record_id),
+        op_id=op_id if type(op_id) is int else _int(op_id),
+        time_ns=time_ns if type(time_ns) is int else _int(time_ns),
+        frames=frames,
+        site=site,
     )
 
 
@@ -177,14 +251,15 @@ def _ranks(value: Any) -> list[int]:
     return []
 
 
-def dump_from_raw(data: Any, rank: int, path: str) -> RankDump:
+def dump_from_raw(data: Any, rank: int, path: str, cache: Optional[Cache] = None) -> RankDump:
     """A decoded dump as records; ValueError when it is not a flight-recorder dump."""
     if not isinstance(data, Mapping) or "entries" not in data:
         raise ValueError("not a flight-recorder dump (no 'entries')")
     raw_entries = data.get("entries")
     if not isinstance(raw_entries, Sequence) or isinstance(raw_entries, (str, bytes)):
         raise ValueError("not a flight-recorder dump ('entries' is not a list)")
-    entries = [entry_from_raw(e) for e in raw_entries if isinstance(e, Mapping)]
+    cache = cache if cache is not None else Cache()
+    entries = [entry_from_raw(e, cache) for e in raw_entries if isinstance(e, Mapping)]
     status = []
     pg_status = data.get("pg_status")
     if isinstance(pg_status, Mapping):
