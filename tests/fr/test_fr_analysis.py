@@ -14,7 +14,7 @@ from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
 from rankscope.fr.join import group_note, verdict_lines
-from rankscope.fr.ras import parse_ras
+from rankscope.fr.ras import parse_ras, ras_notes
 from rankscope.fr.records import dump_from_raw
 from rankscope.fr.report import EXTRA, MISSING, OP, P2P, SIZE, FrReport, load_report, report_document
 from rankscope.model import Member
@@ -292,3 +292,14 @@ def test_the_in_process_dump_never_raises_on_python_3_9(tmp_path: Path) -> None:
     assert second.startswith(
         ("ModuleNotFoundError", "this torch has no flight recorder", "FileNotFoundError")
     )
+
+
+def test_ras_counts_beside_the_recorder() -> None:
+    ras = parse_ras((DATA / "gpu-h100" / "ncclras_1rank.txt").read_text())
+    assert ras_notes(ras, 1, 0) == []
+    ras.processes = 4
+    ras.communicators[0].status, ras.communicators[0].errors = "RUNNING", "MISMATCH"
+    assert ras_notes(ras, 2, 2) == [
+        "NCCL RAS counts 4 process(es); 2 left a flight-recorder dump (2 known to be missing)",
+        "NCCL RAS: communicator group 0 (1 ranks per communicator) is RUNNING with errors MISMATCH",
+    ]

@@ -13,7 +13,7 @@ from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode
 from rankscope.fr.align import ENABLE_HINT, analyse
 from rankscope.fr.collect import read_dumps
-from rankscope.fr.ras import parse_ras
+from rankscope.fr.ras import parse_ras, ras_notes
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
 
@@ -60,6 +60,7 @@ def analyse_path(path: Path, ras: Optional[Path] = None, world_size: Optional[in
             report.ras = parse_ras(text)
         except ValueError as err:
             raise BadInputError(f"{ras}: {err}") from None
+        report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
     return report
 
 

@@ -98,3 +98,22 @@ def parse_ras(text: str) -> RasReport:
     if not seen:
         raise ValueError("not ncclras output (no 'NCCL version' line, no sections)")
     return report
+
+
+def ras_notes(ras: RasReport, dumped_ranks: int, absent: int) -> list[str]:
+    """RAS's counts beside the recorder's: ranks RAS sees that left no dump, and its errors (pure)."""
+    notes = []
+    total = ras.processes
+    if total is not None and total > dumped_ranks:
+        notes.append(
+            f"NCCL RAS counts {total} process(es); {dumped_ranks} left a flight-recorder dump"
+            + (f" ({absent} known to be missing)" if absent else "")
+        )
+    for comm in ras.communicators:
+        if comm.status != "RUNNING" or comm.errors != "OK":
+            notes.append(
+                f"NCCL RAS: communicator group {comm.group} ({comm.ranks_per_comm} ranks per communicator) is "
+                f"{comm.status} with errors {comm.errors}"
+            )
+    notes.extend(f"NCCL RAS error: {line}" for line in ras.errors)
+    return notes
