@@ -36,7 +36,6 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     out = tmp_path_factory.mktemp("fr")
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
-    group = 0
     try:
         for rank in range(2):
             env = dict(
@@ -54,10 +53,9 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
                     env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
-                    process_group=group,
+                    start_new_session=True,  # each rank its own group, killed whole in teardown
                 )
             )
-            group = procs[0].pid
         deadline = time.monotonic() + 240  # torch's import on a loaded machine
         while not all((out / f"rank_{r}").exists() for r in range(2)):
             assert all(p.poll() is None for p in procs), "a rank of the job ended"
@@ -65,9 +63,9 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
             time.sleep(0.2)
         yield Job([p.pid for p in procs], out)
     finally:
-        if group:
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
         for proc in procs:
             proc.wait(timeout=30)
 
