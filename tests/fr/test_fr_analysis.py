@@ -303,3 +303,32 @@ def test_ras_counts_beside_the_recorder() -> None:
         "NCCL RAS counts 4 process(es); 2 left a flight-recorder dump (2 known to be missing)",
         "NCCL RAS: communicator group 0 (1 ranks per communicator) is RUNNING with errors MISMATCH",
     ]
+
+
+def test_an_older_layout_with_seq_id_and_no_process_group() -> None:
+    # torch 2.2's NCCL dumps: "seq_id" and "pg_id", no "process_group", no pg_status.
+    def old(rank: int, ops: list[str]) -> dict:
+        entries = [
+            {
+                "record_id": i,
+                "pg_id": 0,
+                "seq_id": i + 1,
+                "profiling_name": f"nccl:{op}",
+                "input_sizes": [[4]],
+                "state": "scheduled",
+            }
+            for i, op in enumerate(ops)
+        ]
+        return {
+            "version": "1.1",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "entries": entries,
+        }
+
+    report = analyse(
+        [
+            dump_from_raw(old(0, ["all_reduce", "all_reduce"]), 0, "a"),
+            dump_from_raw(old(1, ["all_reduce", "broadcast"]), 1, "b"),
+        ]
+    )
+    assert [(d.pg, d.kind, d.seq) for d in report.divergences] == [("0", OP, 2)]

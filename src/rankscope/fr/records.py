@@ -212,7 +212,7 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
     pg_name, pg_desc = _group(get("process_group"), raw, cache)
     frames, site = _stack(get("frames"), cache)
     seq, p2p_seq, record_id, op_id, time_ns = (
-        get("collective_seq_id"),
+        get("collective_seq_id", get("seq_id")),  # torch 2.2's dumps (version 1.x) name it seq_id
         get("p2p_seq_id"),
         get("record_id"),
         get("op_id"),
