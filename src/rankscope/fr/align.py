@@ -234,8 +234,8 @@ def _judge_seq(
             parts = []
             for side in in_order:
                 entry = present[side.rank_list[0]]
-                shape = f" with {_shape(entry)}" if kind in (SIZE, DTYPE) else ""
-                parts.append(f"{_ranks_word(side.rank_list)} issued {_describe(entry)}{shape}")
+                tensors = f" with {_shape(entry)}" if kind in (SIZE, DTYPE) else ""
+                parts.append(f"{_ranks_word(side.rank_list)} issued {_describe(entry)}{tensors}")
             text = f"collective #{seq} of {where}: {what}: " + "; ".join(parts)
             if tie:
                 odd = sorted(present)

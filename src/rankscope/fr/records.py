@@ -53,9 +53,6 @@ class Entry:
         """The innermost frame outside torch and installed packages: the user's call."""
         return self.site if self.site is not None or not self.frames else user_frame(self.frames)
 
-    def signature(self) -> tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...]]:
-        return (self.op, self.sizes, self.dtypes)
-
 
 def user_frame(frames: Sequence[Frame]) -> Optional[Frame]:
     for frame in frames:
