@@ -36,6 +36,7 @@ ROOMS = (
     "rankscope.core",
     "rankscope.debug",
     "rankscope.numerics",
+    "rankscope.fr",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = (

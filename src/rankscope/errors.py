@@ -35,6 +35,8 @@ class ExitCode(IntEnum):
     MISCONFIGURED = 13
     #: `numerics demo`: a comparison at the default tolerance found values that disagree.
     NUMERICS_MISMATCH = 20
+    #: `fr`: the flight recorders show ranks that disagree on their collectives (a desync).
+    DESYNC = 14
 
 
 class RankscopeError(Exception):

@@ -320,3 +320,23 @@ def test_amd_iommu(amd: int, kfd: bool, cmdline: str, status: Status) -> None:
     assert check.status == status
     if status == Status.WARN:
         assert check.fix and "iommu=pt" in check.fix and "GRUB_CMDLINE_LINUX" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("env", "status", "words"),
+    [
+        ({}, Status.PASS, "torch 2.13 records by default"),
+        (
+            {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": "/d/fr_"},
+            Status.PASS,
+            "on (TORCH_FR_BUFFER_SIZE=2000); TORCH_FR_DUMP_TEMP_FILE=/d/fr_",
+        ),
+        ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "500"}, Status.PASS, "on (TORCH_NCCL_TRACE_BUFFER_SIZE=500)"),
+        ({"TORCH_FR_BUFFER_SIZE": "0"}, Status.WARN, "the flight recorder is off (TORCH_FR_BUFFER_SIZE=0)"),
+    ],
+)
+def test_flight_recorder(env: dict[str, str], status: Status, words: str) -> None:
+    found = checks.flight_recorder(healthy(env=env))
+    assert found.status == status and words in found.summary
+    if status == Status.WARN:
+        assert "TORCH_FR_BUFFER_SIZE=2000" in (found.fix or "")

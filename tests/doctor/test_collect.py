@@ -92,6 +92,7 @@ def test_everything_wrong_on_a_crafted_node(tmp_path: Path) -> None:
         "CUDA_VISIBLE_DEVICES": Status.PASS,
         "torch": status["torch"],  # this Python's own torch: whatever is installed
         "known-hangs": Status.PASS,
+        "flight-recorder": Status.PASS,
         "nvidia-gpus": Status.PASS,
         "gpu-ecc": Status.PASS,
         "gpu-clocks": Status.PASS,

@@ -25,6 +25,7 @@ MEANING: dict[int, str] = {
     ExitCode.RANKS_MISSING: "gpu-test: some ranks never joined or never reported",
     ExitCode.MISCONFIGURED: "gpu-test: a set-up mistake caught before the backend started",
     ExitCode.NUMERICS_MISMATCH: "numerics: a comparison at the default tolerance disagrees",
+    ExitCode.DESYNC: "fr: ranks disagree on their collectives (the report names the first divergence)",
     130: "interrupted by Ctrl-C (what was collected so far is printed)",
     143: "ended by SIGTERM (what was collected so far is printed)",
 }
@@ -46,6 +47,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "core": (0, 2, 3, 4, 5, 6, 8),
     "attach": (0, 2, 5, 6, 7, 8, 130),
     "numerics": (0, 2, 6, 20),
+    "fr": (0, 2, 3, 4, 8, 14),
 }
 
 #: Verbs whose code is not one of the table's.

@@ -36,6 +36,7 @@ VERBS: dict[str, str] = {
     "core": "rankscope.cli.core:core",
     "attach": "rankscope.cli.attach:attach",
     "numerics": "rankscope.cli.numerics:numerics",
+    "fr": "rankscope.cli.fr:fr",
 }
 
 

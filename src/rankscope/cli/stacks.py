@@ -44,6 +44,8 @@ class StacksRequest:
     remote_rankscope: str = "rankscope"
     #: --from DIR: re-analyse a directory `stacks --out` wrote instead of collecting.
     from_dir: Optional[Path] = None
+    #: --fr DUMPS: flight-recorder dumps whose desync verdict goes above the stack groups.
+    fr: Optional[Path] = None
 
     def node_argv(self) -> list[str]:
         """The command line every node of a multi-node run gets, derived from :attr:`options`."""
@@ -79,6 +81,7 @@ Examples:
   rankscope stacks --from dumps/            # re-analyse a saved --out directory, anywhere
   rankscope stacks --all-python             # every Python process of yours
   rankscope stacks --via-signal             # no ptrace: ranks started with RANKSCOPE_INPROC=1
+  rankscope stacks --fr /tmp/fr/            # + the flight recorders' desync verdict
 
 If several jobs run on this node, each gets its own section (and jobs[] in --json).
 """
@@ -171,6 +174,14 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
     metavar="DIR",
     default=None,
     help="Re-analyse a directory `stacks --out` wrote (here or on another machine) instead of collecting.",
+)
+@click.option(
+    "--fr",
+    type=click.Path(path_type=Path),
+    metavar="DUMPS",
+    default=None,
+    help="Flight-recorder dumps (a directory or PREFIX, see `rankscope fr`): the desync verdict goes above "
+    "the stack groups, and each group shows its last enqueued/completed collective.",
 )
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")

@@ -40,7 +40,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.nodefiles import write_node_files
     from rankscope.cli.outcome import exit_code, stopped_exit_code
     from rankscope.cli.progress import tty_progress
-    from rankscope.cli.stacks_report import nodes_title, render_for
+    from rankscope.cli.stacks_report import nodes_title, render_for, with_fr
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.lifetime import StopSignals
     from rankscope.stacks.explain import diagnose, not_found_here
@@ -65,7 +65,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     # slowest node's own time.
     report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
-    document = report_document(report)
+    document = with_fr(request, report_document(report))
     title = nodes_title(report.nodes)
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"

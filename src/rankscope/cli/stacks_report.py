@@ -57,6 +57,7 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         sys.stderr.write(f"rankscope: error: {first.reason} — {first.hint}\n")
         return int(code)
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
+    with_fr(request, document)
     kept, shown = render_for(request, report, diagnosis)
     if request.out_dir is not None:
         save_outputs(request.out_dir, result, document, kept or "", request.force)
@@ -95,7 +96,7 @@ def report_saved(request: StacksRequest) -> int:
     )
     _, shown = render_for(request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source)
     if shown is None:
-        sys.stdout.write(json.dumps(report_document(report), indent=2) + "\n")
+        sys.stdout.write(json.dumps(with_fr(request, report_document(report)), indent=2) + "\n")
     else:
         sys.stdout.write(shown)
     sys.stdout.flush()
@@ -112,6 +113,30 @@ def nodes_title(nodes: Sequence[NodeStatus]) -> str:
     return f"none of {len(nodes)} nodes answered ({fold_hosts(n.node for n in nodes)})"
 
 
+_FR_CACHE: dict[Path, Any] = {}
+
+
+def fr_verdict(request: StacksRequest) -> Any:
+    """The `--fr` dumps analysed once (a rankscope.fr FrReport), or None without --fr."""
+    if request.fr is None:
+        return None
+    if request.fr not in _FR_CACHE:
+        from rankscope.cli.fr import analyse_path
+
+        _FR_CACHE[request.fr] = analyse_path(request.fr)
+    return _FR_CACHE[request.fr]
+
+
+def with_fr(request: StacksRequest, document: dict[str, Any]) -> dict[str, Any]:
+    """The stacks document with the `--fr` verdict under ``fr`` (the rankscope.fr document)."""
+    verdict = fr_verdict(request)
+    if verdict is not None and document:
+        from rankscope.fr.report import report_document as fr_document
+
+        document["fr"] = fr_document(verdict)
+    return document
+
+
 def render_for(
     request: StacksRequest, report: StacksReport, diagnosis: Diagnosis, title: str = "", subtitle: str = ""
 ) -> tuple[Optional[str], Optional[str]]:
@@ -120,14 +145,22 @@ def render_for(
     Nothing is rendered that is not used: a --json run renders no text unless --out keeps it.
     """
     use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
+    verdict = fr_verdict(request)
+    joined: dict[str, Any] = {}
+    if verdict is not None:
+        from rankscope.fr.join import group_note, verdict_lines
+
+        joined = {"above": verdict_lines(verdict), "group_note": group_note(verdict)}
     kept = None
     if request.out_dir is not None or not (request.as_json or use_color):
-        kept = render_text(report, diagnosis, full=request.full, color=False, title=title, subtitle=subtitle)
+        kept = render_text(
+            report, diagnosis, full=request.full, color=False, title=title, subtitle=subtitle, **joined
+        )
     if request.as_json:
         return kept, None
     if use_color:
         return kept, render_text(
-            report, diagnosis, full=request.full, color=True, title=title, subtitle=subtitle
+            report, diagnosis, full=request.full, color=True, title=title, subtitle=subtitle, **joined
         )
     return kept, kept
 

@@ -581,6 +581,40 @@ def known_issues(facts: Facts) -> Check:
     return Check("known-hangs", status, "; ".join(t for _, t, _ in found), "; ".join(f for _, _, f in found))
 
 
+#: The recorder's size variables: torch >= 2.5, then the NCCL-only name of 2.2-2.4.
+FR_SIZE_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FR_DUMP_VARIABLES = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
+def flight_recorder(facts: Facts) -> Check:
+    """Will torch's flight recorder keep every rank's collectives for `rankscope fr` (docs/fr.md)?"""
+    sizes = {name: facts.env[name].strip() for name in FR_SIZE_VARIABLES if name in facts.env}
+    dumps = [f"{name}={facts.env[name]}" for name in FR_DUMP_VARIABLES if name in facts.env]
+    where = (
+        dumps[0]
+        if dumps
+        else "TORCH_FR_DUMP_TEMP_FILE unset: NCCL timeout dumps go to /tmp/nccl_trace_rank_<rank>"
+    )
+    on = [f"{name}={value}" for name, value in sizes.items() if value.isdigit() and int(value) > 0]
+    if on:
+        return Check("flight-recorder", Status.PASS, f"flight recorder on ({on[0]}); {where}")
+    if sizes:
+        setting = ", ".join(f"{name}={value}" for name, value in sizes.items())
+        return Check(
+            "flight-recorder",
+            Status.WARN,
+            f"the flight recorder is off ({setting}): a collective desync cannot be traced to its call",
+            "export TORCH_FR_BUFFER_SIZE=2000 (torch < 2.5: TORCH_NCCL_TRACE_BUFFER_SIZE=2000); rankscope fr reads the dumps",
+        )
+    return Check(
+        "flight-recorder",
+        Status.PASS,
+        "TORCH_FR_BUFFER_SIZE unset: torch 2.13 records by default, older releases record nothing "
+        "(export TORCH_FR_BUFFER_SIZE=2000 to be sure)",
+        detail=(where,),
+    )
+
+
 # --- AMD ------------------------------------------------------------------------------------
 
 
@@ -623,6 +657,7 @@ CHECKS: tuple[Callable[[Facts], object], ...] = (
     visible_devices,
     versions,
     known_issues,
+    flight_recorder,
     nvidia,
     amd_iommu,
 )

@@ -6,6 +6,12 @@ import json
 
 from rankscope.launch.plan import LaunchFile, LaunchReport, Recipe
 
+#: How to keep every rank's collectives for `rankscope fr` (docs/fr.md); a comment, changing no command.
+FR_NOTE = (
+    "# collective desync: export TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=$PWD/fr/rank_ before launching "
+    "(torch < 2.5: TORCH_NCCL_TRACE_BUFFER_SIZE, TORCH_NCCL_DEBUG_INFO_TEMP_FILE); rankscope fr fr/ reads the dumps"
+)
+
 
 def _heredoc(file: LaunchFile) -> list[str]:
     # A quoted delimiter: the shell writes the text as it is ($SLURM_PROCID stays for the job to read).
@@ -37,7 +43,8 @@ def render_report(report: LaunchReport) -> str:
     lines = [
         # json.dumps: a newline in a script name must not end the comment and become a command.
         f"# rankscope launch: {json.dumps(plan.script)} on {plan.nodes} node(s) x {plan.gpus} process(es), "
-        f"world size {plan.world_size}, rendezvous {plan.rendezvous_host}:{plan.port}"
+        f"world size {plan.world_size}, rendezvous {plan.rendezvous_host}:{plan.port}",
+        FR_NOTE,
     ]
     for recipe in report.recipes:
         lines.append("")

@@ -21,6 +21,9 @@ from rankscope.stacks.report import MOVING, STUCK, Diagnosis, JobInfo, StackGrou
 
 Style = Callable[..., str]
 
+#: Says something more about the ranks of one stack group (``rankscope stacks --fr``: their last collective).
+GroupNote = Callable[[Sequence[Member]], str]
+
 
 def _plain(text: str, **_: object) -> str:
     return text
@@ -119,6 +122,7 @@ def _render_tree(
     prefix: str = "  ",
     top: bool = True,
     steps: Optional[dict[Member, StepInfo]] = None,
+    group_note: Optional[GroupNote] = None,
 ) -> list[str]:
     lines: list[str] = []
     for position, node in enumerate(nodes):
@@ -132,12 +136,25 @@ def _render_tree(
         tag = _state_tag(node.members, states) if not node.children else ""
         if steps and not node.children:
             tag += style(_step_tag(node.members, steps, multi_host), fg="magenta")
-        lines.append(head + style(who, fg="cyan", bold=True) + tag)
+        extra = group_note(node.members) if group_note is not None and not node.children else ""
+        lines.append(
+            head + style(who, fg="cyan", bold=True) + tag + (style(f" — {extra}", dim=True) if extra else "")
+        )
         for text in _frame_lines(node.frames, full, style):
             lines.append(body + "  " + text)
         if node.children:
             lines.extend(
-                _render_tree(node.children, full, style, states, multi_host, body, top=False, steps=steps)
+                _render_tree(
+                    node.children,
+                    full,
+                    style,
+                    states,
+                    multi_host,
+                    body,
+                    top=False,
+                    steps=steps,
+                    group_note=group_note,
+                )
             )
     return lines
 
@@ -186,6 +203,7 @@ def _body(
     full: bool,
     style: Style,
     states: dict[Member, Optional[str]],
+    group_note: Optional[GroupNote] = None,
 ) -> list[str]:
     """The diagnosis, the main-thread tree and the other threads of one report (or one job of it)."""
     multi_host = len(report.hosts) > 1
@@ -212,7 +230,9 @@ def _body(
             )
         )
         steps = {p.member: p.progress for p in report.processes if p.progress is not None}
-        lines.extend(_render_tree(build_tree(main), full, style, states, multi_host, steps=steps))
+        lines.extend(
+            _render_tree(build_tree(main), full, style, states, multi_host, steps=steps, group_note=group_note)
+        )
 
     others = report.other_groups()
     if others:
@@ -243,7 +263,10 @@ def render_text(
     color: bool = False,
     title: str = "",
     subtitle: str = "",
+    above: Sequence[str] = (),
+    group_note: Optional[GroupNote] = None,
 ) -> str:
+    """``above``: lines put before the diagnosis (a desync verdict); ``group_note``: words after each main-thread group."""
     style: Style = _plain
     if color:  # only for a terminal: `--json` and piped reports never pay for importing click
         import click
@@ -273,14 +296,17 @@ def render_text(
         lines.append(subtitle)
     if report.native:
         lines.append(_native_line(report))
+    if above:
+        lines.append("")
+        lines.extend(style(line, bold=True) if index == 0 else line for index, line in enumerate(above))
     if report.several_jobs():
         for job, part in job_reports(report):
             lines.append("")
             lines.append(style(f"── {_job_title(job, part)} ──", bold=True))
             job_diagnosis = job.diagnosis if job is not None and job.diagnosis else diagnose(part)
-            lines.extend(_body(part, job_diagnosis, full, style, states))
+            lines.extend(_body(part, job_diagnosis, full, style, states, group_note))
     else:
-        lines.extend(_body(report, diagnosis, full, style, states))
+        lines.extend(_body(report, diagnosis, full, style, states, group_note))
 
     if report.failures:
         lines.append("")

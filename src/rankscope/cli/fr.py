@@ -1,0 +1,103 @@
+"""`rankscope fr`: every rank's flight recorder, aligned across ranks: the first collective they disagree on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from rankscope.cli.params import from_params
+from rankscope.errors import BadInputError, ExitCode
+from rankscope.fr.align import ENABLE_HINT, analyse
+from rankscope.fr.collect import read_dumps
+from rankscope.fr.ras import parse_ras, ras_notes
+from rankscope.fr.render import render_text
+from rankscope.fr.report import FrReport, report_document
+
+HELP = """Read every rank's PyTorch flight-recorder dump and name the first collective the
+ranks disagree on: an extra or skipped collective, all_reduce against barrier, other sizes or
+dtypes, the same collective issued from different lines, sends and receives that do not pair,
+ranks that never issued what the others wait in. Each side is named with the call that issued it.
+Ranks whose dump is missing are named first.
+
+DUMPS is a directory of dumps or the prefix torch writes them under (TORCH_FR_DUMP_TEMP_FILE):
+files PREFIX<rank>, pickle (with frames) or JSON, any torch version's layout.
+
+\b
+Examples:
+  rankscope fr /tmp/fr/                       # every dump in a directory
+  rankscope fr /tmp/nccl_trace_rank_          # the files of a prefix
+  rankscope fr /tmp/fr/ --json                # machine-readable (schema rankscope.fr/1)
+  rankscope fr /tmp/fr/ --ras ncclras.txt     # and NCCL's RAS report beside it
+  rankscope stacks --fr /tmp/fr/              # the verdict above the live stacks
+
+\b
+Record with (every rank's environment):
+  TORCH_FR_BUFFER_SIZE=2000 TORCH_FR_DUMP_TEMP_FILE=/tmp/fr/rank_
+"""
+
+
+@dataclass(frozen=True)
+class FrRequest:
+    dumps: Path
+    as_json: bool = False
+    ras: Optional[Path] = None
+    world_size: Optional[int] = None
+
+
+def analyse_path(path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None) -> FrReport:
+    collected = read_dumps(path)
+    report = analyse(collected.dumps, collected.unreadable, world_size)
+    if ras is not None:
+        try:
+            text = ras.read_text(errors="replace")
+        except OSError as err:
+            raise BadInputError(f"{ras}: {err.strerror or err}") from None
+        try:
+            report.ras = parse_ras(text)
+        except ValueError as err:
+            raise BadInputError(f"{ras}: {err}") from None
+        report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
+    return report
+
+
+def exit_code_of(report: FrReport) -> int:
+    if report.empty:
+        return int(ExitCode.NOTHING_FOUND)
+    if report.desync:
+        return int(ExitCode.DESYNC)
+    if report.absent or report.unreadable:
+        return int(ExitCode.PARTIAL)
+    return int(ExitCode.OK)
+
+
+@click.command(help=HELP)
+@click.argument("dumps", type=click.Path(path_type=Path), metavar="DUMPS")
+@click.option("--json", "as_json", is_flag=True, help="Print the rankscope.fr document.")
+@click.option(
+    "--ras",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="NCCL RAS output (`ncclras` > FILE) to join with the records.",
+)
+@click.option(
+    "--world-size",
+    type=click.IntRange(1),
+    default=None,
+    metavar="N",
+    help="The job's world size, when the last ranks left no dump (else told from the dumps).",
+)
+def fr(**params: Any) -> int:
+    request = from_params(FrRequest, params)
+    report = analyse_path(request.dumps, request.ras, request.world_size)
+    if request.as_json:
+        click.echo(json.dumps(report_document(report), indent=2))
+    else:
+        click.echo(render_text(report, str(request.dumps)), nl=False)
+        if report.empty:
+            click.echo(f"rankscope: the flight recorder was not enabled — {ENABLE_HINT}", err=True)
+    return exit_code_of(report)

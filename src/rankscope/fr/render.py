@@ -1,0 +1,58 @@
+"""`rankscope fr` as text a person reads top-down (formatting only)."""
+
+from __future__ import annotations
+
+from rankscope.folding import fold_ints
+from rankscope.fr.align import _group_name, place
+from rankscope.fr.report import FrReport, GroupView
+
+
+def progress_lines(group: GroupView) -> list[str]:
+    """Ranks folded by where they are: ``ranks 1-2: enqueued #3 barrier from main (x.py:79), completed #2``."""
+    by_place: dict[tuple[int, int, str, str], list[int]] = {}
+    for p in group.progress:
+        by_place.setdefault((p.last_enqueued, p.last_completed, p.op, place(p.call_site)), []).append(p.rank)
+    lines = []
+    for (enqueued, completed, op, site), ranks in sorted(by_place.items(), key=lambda kv: min(kv[1])):
+        who = f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+        what = f"enqueued #{enqueued}" + (f" {op}" if op else "") + (f" from {site}" if site else "")
+        done = f"completed #{completed}" if completed >= 0 else "completed none"
+        lines.append(f"{who}: {what}, {done}")
+    if group.absent:
+        lines.append(f"{'ranks' if len(group.absent) > 1 else 'rank'} {fold_ints(group.absent)}: no dump")
+    return lines
+
+
+def render_text(report: FrReport, source: str = "") -> str:
+    lines = []
+    versions = f", recorder version {'/'.join(report.versions)}" if report.versions else ""
+    count = len(report.rank_list)
+    lines.append(
+        f"rankscope fr: {count} dump{'s' if count != 1 else ''} (ranks {report.ranks})"
+        + (f" from {source}" if source else "")
+        + versions
+    )
+    lines.append("")
+    lines.append("Verdict")
+    lines.append(f"  {report.headline}")
+    if len(report.divergences) > 1:
+        lines.append("")
+        lines.append("Every group's first divergence (the first in time first)")
+        lines.extend(f"  {d.text}" for d in report.divergences)
+    if report.groups:
+        lines.append("")
+        lines.append("Where every rank is (last collective enqueued / completed, per group)")
+        for group in report.groups:
+            lines.append(f"  {_group_name(group.pg, group.desc)}, ranks {group.members}")
+            lines.extend(f"    {line}" for line in progress_lines(group))
+    if report.ras is not None:
+        lines.append("")
+        lines.append("NCCL RAS")
+        lines.extend(f"  {line}" for line in report.ras.lines())
+    for note in report.notes:
+        lines.append(f"note: {note}")
+    if report.unreadable:
+        lines.append("")
+        lines.append(f"Unreadable ({len(report.unreadable)})")
+        lines.extend(f"  {u.path}: {u.reason}" for u in report.unreadable)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,114 @@
+"""The `rankscope fr` document (schema ``rankscope.fr/1``): groups, divergences, the verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from rankscope.fr.ras import RasReport
+from rankscope.model import SCHEMA_VERSION, Frame
+from rankscope.serial import OMIT_NONE, dump_document, load_document
+
+SCHEMA = f"rankscope.fr/{SCHEMA_VERSION}"
+
+#: Divergence kinds, first of a group's collectives where ranks disagree.
+EXTRA = "extra"  # the odd ranks issued a collective the others did not (their next one is the others' one)
+SKIPPED = "skipped"  # the odd ranks skipped the others' collective (their one is the others' next)
+OP = "op"  # a different collective at the same sequence number
+SIZE = "size"  # same collective, different tensor sizes
+DTYPE = "dtype"  # same collective, different dtypes
+CALL_SITE = "call site"  # same collective and sizes, issued from different lines (silently paired)
+MISSING = "missing"  # some ranks never issued a collective the others did
+P2P = "p2p"  # sends and receives between two ranks that do not pair up
+NO_DUMP = "no dump"  # a member rank left no records at all
+
+
+@dataclass
+class Side:
+    """Ranks that did the same thing at a divergence (or did nothing: ``op`` is "")."""
+
+    ranks: str
+    rank_list: list[int]
+    op: str = ""
+    seq: int = 0
+    sizes: list[list[int]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
+    #: The call stack that issued it, innermost first (user frames and torch's).
+    frames: list[Frame] = field(default_factory=list)
+    #: The op completed on these ranks (retired); None when the ranks do not agree.
+    completed: Optional[bool] = field(default=None, metadata=OMIT_NONE)
+    #: For ``missing``: the last collective these ranks issued in the group.
+    last_seq: Optional[int] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class Divergence:
+    pg: str
+    pg_desc: str
+    kind: str
+    seq: int
+    #: The ranks to look at first (the odd ones out, or those that left no records).
+    suspects: list[int]
+    text: str
+    sides: list[Side] = field(default_factory=list)
+
+
+@dataclass
+class RankProgress:
+    """Where one rank is in one group: its last enqueued and completed collective (-1: none)."""
+
+    rank: int
+    last_enqueued: int
+    last_completed: int
+    #: The op of the last enqueued collective and who issued it.
+    op: str = ""
+    call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class GroupView:
+    pg: str
+    desc: str
+    members: str
+    member_list: list[int]
+    progress: list[RankProgress] = field(default_factory=list)
+    #: Members that left no dump.
+    absent: list[int] = field(default_factory=list)
+    divergence: Optional[Divergence] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
+class Unreadable:
+    path: str
+    reason: str
+
+
+@dataclass
+class FrReport:
+    """The verdict over every rank's flight recorder."""
+
+    headline: str
+    ranks: str
+    rank_list: list[int]
+    #: Ranks of the job (0 .. world size - 1, as far as the dumps tell) that left no readable dump.
+    absent: list[int] = field(default_factory=list)
+    desync: bool = False
+    #: True when every dump is empty (the recorder was not enabled).
+    empty: bool = False
+    groups: list[GroupView] = field(default_factory=list)
+    #: The first divergence of every group that has one, the first in time first.
+    divergences: list[Divergence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    #: NCCL RAS findings joined in (``--ras``), when given.
+    ras: Optional[RasReport] = field(default=None, metadata=OMIT_NONE)
+
+
+def report_document(report: FrReport) -> dict[str, Any]:
+    return dump_document(SCHEMA, report)
+
+
+def load_report(data: Any) -> FrReport:
+    return load_document(FrReport, data, SCHEMA)

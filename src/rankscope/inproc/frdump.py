@@ -1,0 +1,87 @@
+"""Write this rank's PyTorch flight recorder to a file, from inside the training process.
+
+What rankscope's in-process handler calls when asked for the recorder (and what a user may call
+from their own signal handler or timeout path)::
+
+    from rankscope.inproc.frdump import dump_flight_recorder
+    problem = dump_flight_recorder("/tmp/fr/rank_3")   # None when written
+
+The file is the pickle torch's own ``_dump_fr_trace(True, True, False)`` returns (every entry,
+with Python frames), or its JSON (``_dump_fr_trace_json(True, False)``: no frames) when the path
+ends in ``.json``; `rankscope fr` and torch's analyzer read both. It is written to a temporary
+name beside the path and renamed, mode 0600, so a reader never sees half a dump. It may run in a
+thread other than the one blocked in a collective (torch's dump takes its own lock and the GIL is
+released by a blocked collective).
+
+Python 3.9, standard library only; never imports torch into a process that has not imported it,
+and never raises: every problem is returned as one line of text.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
+
+#: The variables that turn the recorder on: torch >= 2.5, then the older NCCL-only names.
+BUFFER_VARIABLES = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+
+
+def recorder_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+    """True when a buffer variable is set to 0 (torch 2.13 records by default; older releases need a size)."""
+    env = os.environ if environ is None else environ
+    values = [str(env.get(name, "")).strip() for name in BUFFER_VARIABLES]
+    return any(v == "0" for v in values) and not any(v.isdigit() and int(v) > 0 for v in values)
+
+
+def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:
+    """torch's pickle and JSON dump functions, under their current or older (2.2-2.4) names."""
+    module = sys.modules.get("torch._C._distributed_c10d")
+    if module is None:
+        try:
+            import torch._C._distributed_c10d as module  # torch is already imported
+        except Exception:
+            return None, None
+    pickled = getattr(module, "_dump_fr_trace", None) or getattr(module, "_dump_nccl_trace", None)
+    as_json = getattr(module, "_dump_fr_trace_json", None) or getattr(module, "_dump_nccl_trace_json", None)
+    return pickled, as_json
+
+
+def dump_flight_recorder(path: str, only_active: bool = False) -> Optional[str]:
+    """Write the recorder to ``path``; None when written, else why not (one line). Never raises."""
+    try:
+        if "torch" not in sys.modules:
+            return "torch is not imported in this process: no flight recorder"
+        pickled, as_json = _dumpers()
+        want_json = str(path).endswith(".json")
+        if want_json and as_json is not None:
+            data = as_json(True, only_active)
+        elif pickled is not None:
+            try:
+                data = pickled(True, True, only_active)
+            except TypeError:  # an older signature without the stack-trace flag
+                data = pickled()
+        else:
+            return "this torch has no flight recorder (torch >= 2.2 has one)"
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, (bytes, bytearray)):
+            return f"torch returned {type(data).__name__}, not bytes"
+        tmp = f"{path}.tmp{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if recorder_disabled():
+            return "written, but TORCH_FR_BUFFER_SIZE=0 turned the recorder off: it holds no entries"
+        return None
+    except BaseException as err:  # noqa: BLE001 - never into the training process
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            return f"interrupted: {type(err).__name__}"
+        return f"{type(err).__name__}: {err}"

@@ -1,0 +1,96 @@
+"""A real hung gloo job (torch 2.13, 2 ranks, TORCH_FR_BUFFER_SIZE=2000): `rankscope fr` on its
+dumps, and `rankscope stacks --fr` joining them with the live stacks.
+
+The dumps are written by a thread inside each rank (tests/fr/fr_job.py) while its main thread is
+blocked in a collective: test scaffolding standing in for rankscope's in-process handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+from tests.support.sshd import free_port
+
+JOB = Path(__file__).with_name("fr_job.py")
+
+
+@dataclass
+class Job:
+    pids: list[int]
+    dumps: Path
+
+
+@pytest.fixture(scope="module")
+def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("fr")
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(2):
+            env = dict(
+                os.environ,
+                RANK=str(rank),
+                WORLD_SIZE="2",
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                TORCH_FR_BUFFER_SIZE="2000",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(JOB), "extra", str(out / "rank_"), "2"],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,  # each rank its own group, killed whole in teardown
+                )
+            )
+        deadline = time.monotonic() + 240  # torch's import on a loaded machine
+        while not all((out / f"rank_{r}").exists() for r in range(2)):
+            assert all(p.poll() is None for p in procs), "a rank of the job ended"
+            assert time.monotonic() < deadline, "the ranks never wrote their dumps"
+            time.sleep(0.2)
+        yield Job([p.pid for p in procs], out)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in procs:
+            proc.wait(timeout=30)
+
+
+def test_fr_names_the_extra_all_reduce_of_a_live_job(hung_extra: Job) -> None:
+    result = run_cli("fr", str(hung_extra.dumps), "--json")
+    assert result.returncode == 14, result.stderr
+    first = result.json()["divergences"][0]
+    assert (first["kind"], first["seq"], first["suspects"]) == ("extra", 3, [0])
+    assert first["sides"][0]["call_site"]["function"] == "log_global_loss"
+    text = run_cli("fr", str(hung_extra.dumps))
+    assert "rank 0 issued an extra all_reduce #3 from log_global_loss (fr_job.py:" in text.stdout
+
+
+def test_stacks_puts_the_verdict_above_the_live_stacks(hung_extra: Job) -> None:
+    pids = [arg for pid in hung_extra.pids for arg in ("--pid", str(pid))]
+    result = run_cli("stacks", *pids, "--fr", str(hung_extra.dumps))
+    assert result.returncode == 0, result.stderr + result.stdout
+    out = result.stdout
+    verdict = out.index("Collective desync (flight recorder)")
+    assert verdict < out.index("Diagnosis") < out.index("Main thread")
+    assert "rank 0 issued an extra all_reduce #3 from log_global_loss" in out
+    # Where each rank is now, beside its stack group: both enqueued #4 (all_reduce / barrier), completed #3.
+    assert "rank 0 — fr: enqueued #4 all_reduce from step (fr_job.py:" in out
+    assert "rank 1 — fr: enqueued #4 barrier from main (fr_job.py:" in out
+    document = run_cli("stacks", *pids, "--fr", str(hung_extra.dumps), "--json").json()
+    assert document["fr"]["divergences"][0]["kind"] == "extra"
+    assert document["schema"] == "rankscope.stacks/1"
