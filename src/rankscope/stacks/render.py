@@ -231,7 +231,9 @@ def _body(
         )
         steps = {p.member: p.progress for p in report.processes if p.progress is not None}
         lines.extend(
-            _render_tree(build_tree(main), full, style, states, multi_host, steps=steps, group_note=group_note)
+            _render_tree(
+                build_tree(main), full, style, states, multi_host, steps=steps, group_note=group_note
+            )
         )
 
     others = report.other_groups()
