@@ -45,6 +45,7 @@ def test_top_level_help_lists_every_exit_code() -> None:
         ["fds"],
         ["strace"],
         ["core", "bt"],
+        ["trace", "tail"],
     ],
 )
 def test_each_verb_lists_the_codes_it_uses(verb: list[str]) -> None:

@@ -43,6 +43,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "fds": (0, 2, 3, 4, 5, 7, 8),
     "strace": (0, 2, 3, 4, 5, 6, 7, 8, 130, 143),
     "core": (0, 2, 3, 4, 5, 6, 8),
+    "trace": (0, 2, 3, 4, 8),
 }
 
 #: Verbs whose code is not one of the table's.

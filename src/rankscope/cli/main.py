@@ -34,6 +34,7 @@ VERBS: dict[str, str] = {
     "fds": "rankscope.cli.fds:fds",
     "strace": "rankscope.cli.strace:strace",
     "core": "rankscope.cli.core:core",
+    "trace": "rankscope.cli.trace:trace",
 }
 
 

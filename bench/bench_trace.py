@@ -1,0 +1,199 @@
+"""`rankscope trace` against the untraced program, a no-op hook, the standard `trace` module and viztracer.
+
+    python bench/bench_trace.py [--python PY ...] [--repeat 3] [--fib 23] [--steps 200]
+
+Workloads (each in a fresh interpreter per mode):
+- fib: recursive fib(--fib), pure-Python calls (the worst case for a call tracer);
+- mlp: a small torch CPU MLP, --steps training steps after 20 warm-up steps (skipped where torch
+  does not import).
+
+Modes:
+- untraced;
+- floor: a no-op hook of the cheapest kind, ``sys.settrace`` on Python < 3.12 (a global function
+  returning None: call events only), ``sys.monitoring`` PY_START on >= 3.12;
+- rankscope calls: ``rankscope.trace.start()`` ring mode, call/return of the user's code;
+- rankscope sample: ``start(calls=False, sample_ms=10)``, a thread writing every thread's stack;
+- rankscope full: calls, ``full=True`` (every event kept; its file size is reported);
+- stdlib trace: ``trace.Trace(ignoredirs=[sys.prefix, sys.exec_prefix], trace=1, count=1,
+  timing=True)`` with its output to a file, as the guide configures it (the file size is reported);
+- viztracer: ``VizTracer()`` around the workload, where it imports (its buffer is not saved).
+
+The time is the workload's own, measured inside the child, minimum of --repeat runs
+(1 run for the stdlib module). Ratios are to the untraced time of the same Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, sys, time
+mode, workload, repeat, fib_n, steps, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+if workload == "mlp":
+    import torch
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    def work():
+        for _ in range(steps):
+            step()
+
+    for _ in range(20):
+        step()
+else:
+    def work():
+        fib(fib_n)
+
+def timed():
+    t = time.perf_counter()
+    work()
+    return time.perf_counter() - t
+
+size = 0
+if mode == "untraced":
+    best = min(timed() for _ in range(repeat))
+elif mode == "floor":
+    if sys.version_info >= (3, 12):
+        mon = sys.monitoring
+        mon.use_tool_id(mon.PROFILER_ID, "floor")
+        mon.register_callback(mon.PROFILER_ID, mon.events.PY_START, lambda code, offset: None)
+        mon.set_events(mon.PROFILER_ID, mon.events.PY_START)
+    else:
+        sys.settrace(lambda frame, event, arg: None)
+    best = min(timed() for _ in range(repeat))
+    sys.settrace(None)
+elif mode.startswith("rankscope"):
+    import rankscope.trace as rt
+    kind = mode.split("-", 1)[1]
+    if kind == "sample":
+        rt.start(out=out, calls=False, sample_ms=10)
+    else:
+        rt.start(out=out, full=(kind == "full"))
+    best = min(timed() for _ in range(repeat))
+    path = rt.active_path()
+    rt.stop()
+    size = os.path.getsize(path)
+elif mode == "stdlib":
+    import trace
+    tracer = trace.Trace(ignoredirs=[sys.prefix, sys.exec_prefix], trace=1, count=1, timing=True)
+    path = os.path.join(out, "stdlib-trace.txt")
+    saved = sys.stdout
+    sys.stdout = open(path, "w")
+    try:
+        t = time.perf_counter()
+        tracer.runfunc(work)
+        best = time.perf_counter() - t
+    finally:
+        sys.stdout.close()
+        sys.stdout = saved
+    size = os.path.getsize(path)
+elif mode == "viztracer":
+    from viztracer import VizTracer
+    times = []
+    for _ in range(repeat):
+        tracer = VizTracer(verbose=0, max_stack_depth=-1)
+        tracer.start()
+        times.append(timed())
+        tracer.stop()
+        tracer.clear()
+    best = min(times)
+print(json.dumps({"seconds": best, "bytes": size}))
+"""
+
+MODES = ("untraced", "floor", "rankscope-calls", "rankscope-sample", "rankscope-full", "stdlib", "viztracer")
+
+
+def run_child(python: str, mode: str, workload: str, args: argparse.Namespace) -> dict | None:
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        repeat = 1 if mode == "stdlib" else args.repeat
+        script = Path(out) / "workload.py"  # a real file: the user's own code, which every tracer traces
+        script.write_text(CHILD)
+        argv = [python, str(script), mode, workload, str(repeat), str(args.fib), str(args.steps), out]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"  {mode}/{workload}: skipped ({last})", file=sys.stderr)
+            return None
+        result: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+        return result
+
+
+def has_module(python: str, name: str) -> bool:
+    return subprocess.run([python, "-c", f"import {name}"], capture_output=True).returncode == 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--python", action="append", help="interpreters to measure (default: this one)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--fib", type=int, default=23)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--workload", action="append", choices=("fib", "mlp"))
+    parser.add_argument("--mode", action="append", choices=MODES)
+    args = parser.parse_args()
+    pythons = args.python or [sys.executable]
+    workloads = args.workload or ["fib", "mlp"]
+    modes = args.mode or list(MODES)
+    if "untraced" not in modes:
+        modes.insert(0, "untraced")
+    print("| python | workload | mode | seconds | x untraced | x floor | file bytes |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for python in pythons:
+        version = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        for workload in workloads:
+            if workload == "mlp" and not has_module(python, "torch"):
+                print(f"  {version}: no torch, mlp skipped", file=sys.stderr)
+                continue
+            base = floor = None
+            for mode in modes:
+                if mode == "viztracer" and not has_module(python, "viztracer"):
+                    continue
+                if mode == "stdlib" and workload == "mlp" and args.steps > 50:
+                    pass  # measured all the same: the guide's setting traces only the user's files
+                result = run_child(python, mode, workload, args)
+                if result is None:
+                    continue
+                seconds = result["seconds"]
+                if mode == "untraced":
+                    base = seconds
+                if mode == "floor":
+                    floor = seconds
+                ratio = f"{seconds / base:.2f}" if base else "-"
+                to_floor = f"{seconds / floor:.2f}" if floor and mode != "untraced" else "-"
+                size = f"{result['bytes']:,}" if result["bytes"] else ""
+                print(
+                    f"| {version} | {workload} | {mode} | {seconds:.4f} | {ratio} | {to_floor} | {size} |",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
