@@ -141,7 +141,7 @@ class Tracer:
         rank = current_rank()
         os.makedirs(out, mode=0o700, exist_ok=True)
         pid = os.getpid()
-        self.path = os.path.join(out, trace_name(rank.host, rank.rank, pid))
+        self.path = os.path.join(os.path.abspath(out), trace_name(rank.host, rank.rank, pid))
         flags = (
             (0 if full else fmt.FLAG_RING)
             | (fmt.FLAG_LINES if lines else 0)
@@ -162,9 +162,20 @@ class Tracer:
             "wall_ns": time_ns(),
             "clock_ns": perf_counter_ns(),
         }
-        self.file = TraceFile(
-            self.path, ring=not full, capacity=ring_records, names_bytes=names_bytes, flags=flags, meta=meta
-        )
+        base = self.path
+        for session in range(2, 1000):  # a later session of the same process: trace-...-PID.2, .3, ...
+            try:
+                self.file = TraceFile(
+                    self.path,
+                    ring=not full,
+                    capacity=ring_records,
+                    names_bytes=names_bytes,
+                    flags=flags,
+                    meta=meta,
+                )
+                break
+            except FileExistsError:
+                self.path = f"{base}.{session}"
         self._codes: list[Any] = []  # keeps every interned code object alive: ids are never reused
         self._ids: dict[int, int] = {}  # id(code) -> key for call events (< 0: filtered out)
         self._sample_ids: dict[int, int] = {}  # id(code) -> key for samples (every code)
