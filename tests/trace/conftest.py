@@ -36,8 +36,18 @@ if sys.version_info < (3, 12):
 
 
 @pytest.fixture(params=PYTHONS)
-def python(request: pytest.FixtureRequest) -> str:
+def python(request: pytest.FixtureRequest, hot_path: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """An interpreter that runs a traced program from the source tree (the tracer is stdlib only)."""
+    if hot_path == "pure":
+        monkeypatch.setenv("RANKSCOPE_TRACE_PURE", "1")
+    else:
+        monkeypatch.delenv("RANKSCOPE_TRACE_PURE", raising=False)
+    return str(request.param)
+
+
+@pytest.fixture(params=["c", "pure"])
+def hot_path(request: pytest.FixtureRequest) -> str:
+    """The C extension where it is built for that interpreter, and the pure-Python fallback."""
     return str(request.param)
 
 

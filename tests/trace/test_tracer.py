@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -69,7 +71,14 @@ def test_filters_threads_and_regions(python: str, tmp_path: Path) -> None:
     assert second.meta["include"] == ["json"]
     assert second.events[0].kind == "start" and second.events[-1].kind == "stop"
     version = tuple(int(v) for v in first.meta["python"].split(".")[:2])
-    assert first.meta["hook"] == ("monitoring" if version >= (3, 12) else "settrace")
+    assert first.meta["hook"].split()[0] == (
+        "monitoring" if version >= (3, 12) else first.meta["hook"].split()[0]
+    )
+    assert first.meta["hook"] in ("monitoring", "monitoring (C)", "settrace", "setprofile (C)")
+    if os.environ.get("RANKSCOPE_TRACE_PURE") == "1":
+        assert "(C)" not in first.meta["hook"]
+    elif python == sys.executable and importlib.util.find_spec("rankscope.trace._ctrace"):
+        assert "(C)" in first.meta["hook"]  # built by the install: used
 
 
 NESTED = """

@@ -138,6 +138,7 @@ class Tracer:
         self.lines = lines
         self.calls = calls
         self.sample_ms = sample_ms
+        self._c = _load_c(lines)
         rank = current_rank()
         os.makedirs(out, mode=0o700, exist_ok=True)
         pid = os.getpid()
@@ -156,7 +157,7 @@ class Tracer:
             "pid": pid,
             "argv": sys.argv[:16],
             "python": ".".join(str(v) for v in sys.version_info[:3]),
-            "hook": ("monitoring" if _MONITORING else "settrace") if calls else "none",
+            "hook": _hook_name(self._c) if calls else "none",
             "include": list(self.filter.include),
             "sample_ms": sample_ms,
             "wall_ns": time_ns(),
@@ -183,7 +184,9 @@ class Tracer:
         self._sampler: Optional[threading.Thread] = None
         self._stop_sampler = threading.Event()
         self._tool: Optional[int] = None
-        self._hooks = _make_hooks(self)
+        self._ring: Any = None  # the C hot path, where it is built
+        self._hooks = _make_c_hooks(self) or _make_hooks(self)
+        self.hot_path = "c" if self._ring is not None else "python"
         self.running = False
 
     # -- code ids ---------------------------------------------------------------------------------
@@ -241,6 +244,10 @@ class Tracer:
         if self.calls:
             if _MONITORING:
                 self._stop_monitoring()
+            elif self._ring is not None:
+                self._ring.halt()
+                threading.setprofile(None)  # type: ignore[arg-type,unused-ignore]
+                self._ring.uninstall()
             else:
                 self._hooks["halt"]()
                 threading.settrace(None)  # type: ignore[arg-type,unused-ignore]
@@ -280,6 +287,15 @@ class Tracer:
         self._tool = None
 
     def _start_settrace(self) -> None:
+        ring = self._ring
+        if ring is not None:  # the C profile function: calls and returns of Python frames
+
+            def install(frame: Any, event: str, arg: Any) -> None:
+                ring.install()
+
+            threading.setprofile(install)
+            ring.install()
+            return
         for_thread = self._hooks["for_thread"]
 
         def bootstrap(frame: Any, event: str, arg: Any) -> Any:
@@ -324,6 +340,58 @@ class Tracer:
         for tid in list(previous):
             if tid not in frames:
                 del previous[tid]
+
+
+def _load_c(lines: bool) -> Any:
+    if os.environ.get("RANKSCOPE_TRACE_PURE") == "1" or (lines and not _MONITORING):
+        return None
+    try:
+        from rankscope.trace import _ctrace  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _ctrace
+
+
+def _hook_name(c: Any) -> str:
+    if _MONITORING:
+        return "monitoring" + (" (C)" if c else "")
+    return "setprofile (C)" if c else "settrace"
+
+
+def _make_c_hooks(tracer: Tracer) -> Optional[dict[str, Any]]:
+    """The same hooks from the C extension (``_ctrace``), or None where it is not built or not usable.
+
+    Not used for ``lines`` before 3.12 (a C trace function would see every line of every frame,
+    excluded ones included), nor with ``RANKSCOPE_TRACE_PURE=1``.
+    """
+    _ctrace = tracer._c
+    if _ctrace is None:
+        return None
+    tf = tracer.file
+    disable = sys.monitoring.DISABLE if _MONITORING else None  # type: ignore[attr-defined]
+    source = tf.mm if tf.ring else tf._chunk
+    offset = fmt.HEADER_SIZE + tf.names_bytes if tf.ring else 0
+    ring = _ctrace.Ring(
+        source, offset, tf.end, tracer.intern, tf.wrapped if tf.ring else tf.flush_chunk, disable
+    )
+    tracer._ring = ring
+    get = tracer._ids.get
+    emit = ring.emit
+
+    def on_unwind(code: Any, offset: int, exc: Any) -> None:
+        k = get(id(code))
+        if k is not None and k >= 0:
+            emit(k | fmt.UNWIND)
+
+    return {
+        "emit": emit,
+        "position": ring.position,
+        "halt": ring.halt,
+        "start": _ctrace.Hook(ring, fmt.CALL),
+        "return": _ctrace.Hook(ring, fmt.RETURN),
+        "line": _ctrace.Hook(ring, fmt.LINE),
+        "unwind": on_unwind,
+    }
 
 
 def _make_hooks(tracer: Tracer) -> dict[str, Any]:
