@@ -11,7 +11,9 @@ Modes:
 - untraced;
 - floor: a no-op hook of the cheapest kind, ``sys.settrace`` on Python < 3.12 (a global function
   returning None: call events only), ``sys.monitoring`` PY_START on >= 3.12;
-- rankscope calls: ``rankscope.trace.start()`` ring mode, call/return of the user's code;
+- rankscope calls: ``rankscope.trace.start()`` ring mode, call/return of the user's code, with the
+  C extension where it is built for that Python (``src/rankscope/trace/_ctrace*.so``);
+- rankscope pure: the same with ``RANKSCOPE_TRACE_PURE=1`` (the pure-Python hooks);
 - rankscope sample: ``start(calls=False, sample_ms=10)``, a thread writing every thread's stack;
 - rankscope full: calls, ``full=True`` (every event kept; its file size is reported);
 - stdlib trace: ``trace.Trace(ignoredirs=[sys.prefix, sys.exec_prefix], trace=1, count=1,
@@ -19,7 +21,8 @@ Modes:
 - viztracer: ``VizTracer()`` around the workload, where it imports (its buffer is not saved).
 
 The time is the workload's own, measured inside the child, minimum of --repeat runs
-(1 run for the stdlib module). Ratios are to the untraced time of the same Python.
+(1 run for the stdlib module); every mode runs --rounds times,
+interleaved with the others, and the minimum is kept (a shared machine's noise only adds time). Ratios are to the untraced time of the same Python.
 """
 
 from __future__ import annotations
@@ -121,12 +124,24 @@ elif mode == "viztracer":
 print(json.dumps({"seconds": best, "bytes": size}))
 """
 
-MODES = ("untraced", "floor", "rankscope-calls", "rankscope-sample", "rankscope-full", "stdlib", "viztracer")
+MODES = (
+    "untraced",
+    "floor",
+    "rankscope-calls",
+    "rankscope-pure",
+    "rankscope-sample",
+    "rankscope-full",
+    "stdlib",
+    "viztracer",
+)
 
 
 def run_child(python: str, mode: str, workload: str, args: argparse.Namespace) -> dict | None:
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("RANKSCOPE_TRACE_PURE", None)
+        if mode == "rankscope-pure":  # the pure-Python hooks, without the C extension
+            env["RANKSCOPE_TRACE_PURE"] = "1"
         repeat = 1 if mode == "stdlib" else args.repeat
         script = Path(out) / "workload.py"  # a real file: the user's own code, which every tracer traces
         script.write_text(CHILD)
@@ -149,7 +164,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--python", action="append", help="interpreters to measure (default: this one)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="runs of the workload in each child (minimum kept)"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="children per mode, interleaved (minimum kept)")
     parser.add_argument("--fib", type=int, default=23)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workload", action="append", choices=("fib", "mlp"))
@@ -172,23 +190,25 @@ def main() -> None:
             if workload == "mlp" and not has_module(python, "torch"):
                 print(f"  {version}: no torch, mlp skipped", file=sys.stderr)
                 continue
-            base = floor = None
+            best: dict[str, dict] = {}
+            for round_no in range(args.rounds):  # modes interleaved, the minimum over rounds kept
+                for mode in modes:
+                    if mode == "viztracer" and not has_module(python, "viztracer"):
+                        continue
+                    if mode == "stdlib" and round_no:
+                        continue  # one run: it is 100x slower and its ratio does not need precision
+                    result = run_child(python, mode, workload, args)
+                    if result is not None and (mode not in best or result["seconds"] < best[mode]["seconds"]):
+                        best[mode] = result
+            base = best.get("untraced", {}).get("seconds")
+            floor = best.get("floor", {}).get("seconds")
             for mode in modes:
-                if mode == "viztracer" and not has_module(python, "viztracer"):
+                if mode not in best:
                     continue
-                if mode == "stdlib" and workload == "mlp" and args.steps > 50:
-                    pass  # measured all the same: the guide's setting traces only the user's files
-                result = run_child(python, mode, workload, args)
-                if result is None:
-                    continue
-                seconds = result["seconds"]
-                if mode == "untraced":
-                    base = seconds
-                if mode == "floor":
-                    floor = seconds
+                seconds = best[mode]["seconds"]
                 ratio = f"{seconds / base:.2f}" if base else "-"
                 to_floor = f"{seconds / floor:.2f}" if floor and mode != "untraced" else "-"
-                size = f"{result['bytes']:,}" if result["bytes"] else ""
+                size = f"{best[mode]['bytes']:,}" if best[mode]["bytes"] else ""
                 print(
                     f"| {version} | {workload} | {mode} | {seconds:.4f} | {ratio} | {to_floor} | {size} |",
                     flush=True,
