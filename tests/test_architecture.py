@@ -37,7 +37,16 @@ ROOMS = (
     "rankscope.trace",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
-IN_PROCESS = ("ranks.py", "model.py", "serial.py", "procfs.py", "trace/__init__.py", "trace/tracer.py", "trace/writer.py", "trace/format.py")
+IN_PROCESS = (
+    "ranks.py",
+    "model.py",
+    "serial.py",
+    "procfs.py",
+    "trace/__init__.py",
+    "trace/tracer.py",
+    "trace/writer.py",
+    "trace/format.py",
+)
 
 
 def imports_of(path: Path) -> set[str]:

@@ -215,3 +215,39 @@ def test_sigkill_leaves_a_readable_ring_ending_where_the_process_was(
     if mode == "sample":
         assert last.stack[-1][2] == "spin" and last.stack[0][2] == "<module>"
         assert "warm" not in _names(trace)  # sampling alone: no call events
+
+
+LINES = """
+import rankscope.trace as rt
+
+def fails():
+    raise ValueError("x")
+
+def body():
+    a = 1
+    try:
+        fails()
+    except ValueError:
+        a = 2
+    return a
+
+path = rt.start(out="traces", lines=True)
+body()
+rt.stop()
+print(path)
+"""
+
+
+def test_line_events_and_a_frame_left_by_an_exception(python: str, tmp_path: Path) -> None:
+    proc = run_program(python, LINES, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    trace = _read(proc.stdout.strip())
+    lines = [e.line for e in trace.events if e.kind == "line" and e.name == "body"]
+    assert lines[:3] == [8, 9, 10] and 12 in lines and lines[-1] == 13
+    # the frame that raised is left (a return event before 3.12, an unwind event after)
+    left = [e.kind for e in trace.events if e.name == "fails" and e.kind in ("return", "unwind")]
+    assert len(left) == 1
+    assert [e.kind for e in trace.events if e.name == "body" and e.kind in ("call", "return")] == [
+        "call",
+        "return",
+    ]

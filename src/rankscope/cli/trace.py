@@ -184,7 +184,13 @@ def _read_all(target: str) -> tuple[list[Any], tuple[Any, ...]]:
 @trace.command("tail")
 @click.argument("target", metavar="DIR")
 @click.option(
-    "-n", "n", default=5, show_default=True, type=click.IntRange(min=0), help="Events shown per group."
+    "-n",
+    "n",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Events shown per group.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.tail document.")
 def tail_cmd(target: str, n: int, as_json: bool) -> int:
@@ -202,7 +208,13 @@ def tail_cmd(target: str, n: int, as_json: bool) -> int:
 @click.argument("pattern")
 @click.argument("target", metavar="DIR")
 @click.option(
-    "-n", "n", default=3, show_default=True, type=click.IntRange(min=0), help="Last matches shown per file."
+    "-n",
+    "n",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Last matches shown per file.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.grep document.")
 def grep_cmd(pattern: str, target: str, n: int, as_json: bool) -> int:
