@@ -165,3 +165,22 @@ def test_damaged_files_give_one_line_and_their_exit_code(tmp_path: Path) -> None
     nothing = run_cli("trace", "tail", str(empty))
     assert nothing.returncode == 3 and "no trace-* files" in nothing.stderr
     assert run_cli("trace", "grep", "(", str(damaged)).returncode == 2
+
+
+def test_trace_run_passes_the_program_s_exit_code_and_traceback_through(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import sys\ndef f():\n    raise RuntimeError('boom')\nif sys.argv[1:] == ['--exit']:\n    sys.exit(3)\nf()\n"
+    )
+    out = str(tmp_path / "traces")
+    assert run_cli("trace", "run", "--out", out, "--", str(script), "--exit").returncode == 3
+    failed = run_cli("trace", "run", "--out", out, "--", str(script))
+    assert failed.returncode == 1 and failed.stderr.strip().endswith("RuntimeError: boom")
+    assert 'prog.py", line 6, in <module>' in failed.stderr and "rankscope" not in failed.stderr
+    traces = sorted((tmp_path / "traces").iterdir())
+    assert len(traces) == 2
+    calls = sorted(
+        [e.name for e in decode(str(p), p.read_bytes()).events if e.kind == "call"] for p in traces
+    )
+    assert calls == [["<module>"], ["<module>", "f"]]
+    assert run_cli("trace", "run", "--", str(tmp_path / "missing.py")).returncode == 8

@@ -149,10 +149,13 @@ def run_script(request: RunRequest) -> int:
         return code if isinstance(code, int) else (0 if code is None else _print_exit(code))
     except KeyboardInterrupt:
         return 130
-    except BaseException:  # the program's own error: its traceback, as python prints it
+    except BaseException as exc:  # the program's own error: its traceback, as python prints it
         import traceback
 
-        traceback.print_exc()
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next  # rankscope's and runpy's frames are not the program's
+        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
         return 1
     finally:
         rt.stop()
