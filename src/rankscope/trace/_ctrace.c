@@ -9,7 +9,8 @@
  *  - Python >= 3.12: Hook objects (vectorcall) registered with sys.monitoring for PY_START,
  *    PY_RETURN and LINE; a filtered-out code returns sys.monitoring.DISABLE.
  *  - Python < 3.12: Ring.install() sets a C profile function (PyEval_SetProfile) for the calling
- *    thread: call and return events of Python frames only (C calls are ignored in C, cheaply).
+ *    thread: calls and returns of Python frames; C calls are rejected in C. With line events a
+ *    TraceHook object is given to sys.settrace instead (a profile function gets no lines).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -278,16 +279,88 @@ static PyTypeObject HookType = {
     .tp_call = PyVectorcall_Call,
 };
 
+/* ---- TraceHook: a sys.settrace function in C (Python < 3.12) ---------------------------------
+ * Set with sys.settrace / threading.settrace. As the global function it sees only calls, and a
+ * filtered-out frame gets None (no local function: its returns, lines and C calls cost nothing);
+ * a traced frame gets this object back as its local function, with f_trace_lines off unless lines.
+ */
+typedef struct {
+    PyObject_HEAD
+    Ring *ring;
+    int lines;
+    vectorcallfunc vectorcall;
+} TraceHook;
+
+static PyObject *TraceHook_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    TraceHook *h = (TraceHook *)self;
+    Ring *r = h->ring;
+    if (PyVectorcall_NARGS(nargsf) < 2 || !PyUnicode_Check(args[1])) Py_RETURN_NONE;
+    PyObject *frame = args[0];
+    if (!PyFrame_Check(frame)) Py_RETURN_NONE;
+    Py_UCS4 first = PyUnicode_READ_CHAR(args[1], 0);
+    if (first != 'c' && first != 'r' && first != 'l') {  /* exception, opcode */
+        Py_INCREF(self);
+        return self;
+    }
+    if (r->halted) Py_RETURN_NONE;
+    PyCodeObject *code = PyFrame_GetCode((PyFrameObject *)frame);
+    int64_t key = key_of(r, (PyObject *)code);
+    Py_DECREF(code);
+    if (key < 0) Py_RETURN_NONE;
+    if (first == 'c') {
+        write_record(r, (uint64_t)key | 1);
+        if (!h->lines && PyObject_SetAttrString(frame, "f_trace_lines", Py_False) < 0) PyErr_Clear();
+    } else if (first == 'r') {
+        write_record(r, (uint64_t)key | 2);
+    } else {
+        int line = PyFrame_GetLineNumber((PyFrameObject *)frame);
+        write_record(r, ((uint64_t)key & 0xFFFFFFFF00000000ull) | (((uint64_t)line & 0xFFFFFF) << 8) | 3);
+    }
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *TraceHook_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    PyObject *ring;
+    int lines = 0;
+    if (!PyArg_ParseTuple(args, "O!|p", &RingType, &ring, &lines)) return NULL;
+    TraceHook *h = (TraceHook *)type->tp_alloc(type, 0);
+    if (!h) return NULL;
+    Py_INCREF(ring);
+    h->ring = (Ring *)ring;
+    h->lines = lines;
+    h->vectorcall = TraceHook_call;
+    return (PyObject *)h;
+}
+
+static void TraceHook_dealloc(TraceHook *h) {
+    Py_XDECREF(h->ring);
+    Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyTypeObject TraceHookType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "rankscope.trace._ctrace.TraceHook",
+    .tp_basicsize = sizeof(TraceHook),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = TraceHook_new,
+    .tp_dealloc = (destructor)TraceHook_dealloc,
+    .tp_vectorcall_offset = offsetof(TraceHook, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ctrace", "rankscope's tracer hot path", -1, NULL};
 
 PyMODINIT_FUNC PyInit__ctrace(void) {
-    if (PyType_Ready(&RingType) < 0 || PyType_Ready(&HookType) < 0) return NULL;
+    if (PyType_Ready(&RingType) < 0 || PyType_Ready(&HookType) < 0 || PyType_Ready(&TraceHookType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&RingType);
     Py_INCREF(&HookType);
+    Py_INCREF(&TraceHookType);
     if (PyModule_AddObject(m, "Ring", (PyObject *)&RingType) < 0 ||
-        PyModule_AddObject(m, "Hook", (PyObject *)&HookType) < 0) {
+        PyModule_AddObject(m, "Hook", (PyObject *)&HookType) < 0 ||
+        PyModule_AddObject(m, "TraceHook", (PyObject *)&TraceHookType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
