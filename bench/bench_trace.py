@@ -157,6 +157,106 @@ MODES = (
     "ab-sample",
 )
 
+ALTERNATE = r"""
+import json, os, sys, time
+workload, rounds, fib_n, steps, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+if workload == "mlp":
+    import torch
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+
+    def work():
+        for _ in range(steps):
+            step()
+
+    for _ in range(20):
+        step()
+else:
+    def work():
+        fib(fib_n)
+
+def timed():
+    t = time.perf_counter()
+    work()
+    return time.perf_counter() - t
+
+def floor_on():
+    if sys.version_info >= (3, 12):
+        mon = sys.monitoring
+        mon.use_tool_id(mon.PROFILER_ID, "floor")
+        mon.register_callback(mon.PROFILER_ID, mon.events.PY_START, lambda code, offset: None)
+        mon.set_events(mon.PROFILER_ID, mon.events.PY_START)
+    else:
+        sys.settrace(lambda frame, event, arg: None)
+
+def floor_off():
+    if sys.version_info >= (3, 12):
+        mon = sys.monitoring
+        mon.set_events(mon.PROFILER_ID, 0)
+        mon.free_tool_id(mon.PROFILER_ID)
+    else:
+        sys.settrace(None)
+
+import rankscope.trace as rt
+from rankscope.trace import tracer
+times = {"untraced": [], "floor": [], "rankscope calls (C)": [], "rankscope calls (pure Python)": [], "rankscope sample 10 ms": []}
+for _ in range(rounds):
+    times["untraced"].append(timed())
+    floor_on()
+    times["floor"].append(timed())
+    floor_off()
+    for name, env, options in (
+        ("rankscope calls (C)", "0", {}),
+        ("rankscope calls (pure Python)", "1", {}),
+        ("rankscope sample 10 ms", "0", {"calls": False, "sample_ms": 10}),
+    ):
+        os.environ["RANKSCOPE_TRACE_PURE"] = env
+        path = rt.start(out=out, **options)
+        times[name].append(timed())
+        rt.stop()
+        os.unlink(path)
+print(json.dumps({k: min(v) for k, v in times.items()}))
+"""
+
+
+def alternate(python: str, workload: str, args: argparse.Namespace) -> None:
+    """Untraced, floor and the rankscope modes alternated in one process: small ratios are comparable."""
+    with tempfile.TemporaryDirectory() as out:
+        script = Path(out) / "workload.py"
+        script.write_text(ALTERNATE)
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        argv = [python, str(script), workload, str(args.rounds * 5), str(args.fib), str(args.steps), out]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+        if proc.returncode != 0:
+            print(f"  alternate {workload}: failed: {proc.stderr.strip()[-300:]}", file=sys.stderr)
+            return
+        times = json.loads(proc.stdout.strip().splitlines()[-1])
+        version = subprocess.run(
+            [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        base, floor = times["untraced"], times["floor"]
+        for name, seconds in times.items():
+            to_floor = f"{seconds / floor:.2f}" if name != "untraced" else "-"
+            print(
+                f"| {version} | {workload} | {name} | {seconds:.4f} | {seconds / base:.2f} | {to_floor} |",
+                flush=True,
+            )
+
 
 def run_child(python: str, mode: str, workload: str, args: argparse.Namespace) -> dict | None:
     with tempfile.TemporaryDirectory() as out:
@@ -194,10 +294,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--workload", action="append", choices=("fib", "mlp"))
     parser.add_argument("--mode", action="append", choices=MODES)
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="one process per workload alternating untraced, floor, C, pure and sample runs (--rounds x 5)",
+    )
     args = parser.parse_args()
     pythons = args.python or [sys.executable]
     workloads = args.workload or ["fib", "mlp"]
     modes = args.mode or list(MODES)
+    if args.alternate:
+        print("| python | workload | mode | seconds | x untraced | x floor |")
+        print("|---|---|---|---:|---:|---:|")
+        for python in pythons:
+            for workload in workloads:
+                if workload != "mlp" or has_module(python, "torch"):
+                    alternate(python, workload, args)
+        return
     if "untraced" not in modes:
         modes.insert(0, "untraced")
     print("| python | workload | mode | seconds | x untraced | x floor | file bytes |")
