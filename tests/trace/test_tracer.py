@@ -147,6 +147,9 @@ def test_a_full_ring_keeps_the_last_records_in_order(python: str, tmp_path: Path
     start = order.index(calls[0])
     assert calls == [order[(start + i) % 5] for i in range(len(calls))]
     assert len(calls) >= 30
+    # trace tail decodes only the newest records: the same last events
+    newest = decode(path, Path(path).read_bytes(), last=3).events
+    assert newest == trace.events[-len(newest) :] and 3 <= len(newest) < len(trace.events)
 
 
 FULL = """

@@ -167,14 +167,14 @@ def _print_exit(code: object) -> int:
     return 1
 
 
-def _read_all(target: str) -> tuple[list[Any], tuple[Any, ...]]:
+def _read_all(target: str, last: Optional[int] = None) -> tuple[list[Any], tuple[Any, ...]]:
     from rankscope.trace.analyse import Unreadable
     from rankscope.trace.collect import read_trace, trace_files
 
     traces, bad = [], []
     for path in trace_files(target):
         try:
-            traces.append(read_trace(path))
+            traces.append(read_trace(path, last))
         except RankscopeError as exc:
             bad.append(Unreadable(os.fspath(path), exc.message))
     if not traces and bad:
@@ -202,7 +202,7 @@ def tail_cmd(target: str, n: int, as_json: bool) -> int:
     from rankscope.trace.analyse import tail
     from rankscope.trace.render import render_tail
 
-    traces, bad = _read_all(target)
+    traces, bad = _read_all(target, max(n, 1))
     _print(tail(traces, n, bad), TAIL_SCHEMA, render_tail, as_json)
     return ExitCode.PARTIAL if bad else ExitCode.OK
 

@@ -62,7 +62,10 @@ class GrepReport:
 
 
 def main_thread(trace: TraceData) -> Optional[int]:
-    """The thread that started tracing (its start mark), usually the program's main thread."""
+    """The thread that started tracing (recorded in the header), usually the program's main thread."""
+    thread = trace.meta.get("thread")
+    if isinstance(thread, int):
+        return thread
     for event in trace.events:
         if event.kind == "start":
             return event.thread

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.trace.decode import TraceData, decode
@@ -26,11 +27,12 @@ def trace_files(target: str) -> list[Path]:
     return found
 
 
-def read_trace(path: Path) -> TraceData:
-    """One file decoded; an unreadable or damaged file raises BadInputError (one line)."""
+def read_trace(path: Path, last: Optional[int] = None) -> TraceData:
+    """One file decoded (``last``: its newest events only, see decode); an unreadable or damaged
+    file raises BadInputError (one line)."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
         raise BadInputError(f"{path}: {exc.strerror or exc}", "check the path and its permissions") from None
-    return decode(os.fspath(path), data)
+    return decode(os.fspath(path), data, last)

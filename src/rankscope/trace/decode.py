@@ -87,8 +87,10 @@ def parse_names(region: bytes) -> dict[int, CodeName]:
     return names
 
 
-def decode(path: str, data: bytes) -> TraceData:
-    """Every event of one trace file, oldest first."""
+def decode(path: str, data: bytes, last: Optional[int] = None) -> TraceData:
+    """Every event of one trace file, oldest first; with ``last``, only the newest records that
+    hold the last ``last`` events of the thread that started tracing (``trace tail``: a full ring
+    is 262,144 records, and a job has many files)."""
     if len(data) < fmt.HEADER_SIZE:
         raise _bad(path, f"{len(data)} bytes, shorter than its {fmt.HEADER_SIZE}-byte header")
     magic, version, flags, words, capacity, names_bytes, names_used, wraps, meta_len = fmt.HEADER.unpack_from(
@@ -128,21 +130,32 @@ def decode(path: str, data: bytes) -> TraceData:
     count = len(table) // 3
     order = _ring_order(table, count) if ring else [i for i in range(count) if table[3 * i]]
     trace = TraceData(path, version, ring, flags, capacity, wraps, meta, records=len(order))
+    if last is not None:
+        order = _tail_of(table, order, meta.get("thread"), last)
     trace.events = _events(table, order, names, int(meta.get("clock_ns") or 0))
     return trace
 
 
+def _tail_of(table: array[int], order: list[int], thread: Any, last: int) -> list[int]:
+    """The suffix of ``order`` holding ``last`` events of ``thread`` (sample frames do not count)."""
+    wanted = max(last, 1)
+    seen = 0
+    for back in range(len(order) - 1, -1, -1):
+        i = order[back]
+        if table[3 * i + 1] & 0xFF != fmt.SAMPLE_FRAME and (thread is None or table[3 * i + 2] == thread):
+            seen += 1
+            if seen >= wanted:
+                return order[back:]
+    return order
+
+
 def _ring_order(table: array[int], count: int) -> list[int]:
     """Slot indexes oldest first: the newest record has the largest time, the oldest follows it."""
-    newest, best = -1, 0
-    for i in range(count):
-        t = table[3 * i]
-        if t >= best and t:
-            newest, best = i, t
-    if newest < 0:
+    times = table[0::3]  # C-speed slices and max: a full ring is 262,144 records
+    if not count or not max(times):
         return []
-    order = list(range(newest + 1, count)) + list(range(newest + 1))
-    return [i for i in order if table[3 * i]]
+    newest = times.index(max(times))
+    return [i for i in (*range(newest + 1, count), *range(newest + 1)) if times[i]]
 
 
 def _events(table: array[int], order: list[int], names: dict[int, CodeName], clock0: int) -> list[Event]:

@@ -160,6 +160,7 @@ class Tracer:
             "local_rank": rank.local_rank,
             "world_size": rank.world_size,
             "pid": pid,
+            "thread": get_ident(),
             "argv": sys.argv[:16],
             "python": ".".join(str(v) for v in sys.version_info[:3]),
             "hook": _hook_name(self._c, lines) if calls else "none",
