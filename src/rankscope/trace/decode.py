@@ -132,8 +132,19 @@ def decode(path: str, data: bytes, last: Optional[int] = None) -> TraceData:
     trace = TraceData(path, version, ring, flags, capacity, wraps, meta, records=len(order))
     if last is not None:
         order = _tail_of(table, order, meta.get("thread"), last)
-    trace.events = _events(table, order, names, int(meta.get("clock_ns") or 0))
+    to_ns = _converter(data, flags)
+    trace.events = _events(table, order, names, int(meta.get("clock_ns") or 0), to_ns)
     return trace
+
+
+def _converter(data: bytes, flags: int) -> Optional[tuple[int, int, float]]:
+    """(ticks0, ns0, ns per tick) when records carry CPU counter ticks, else None (they are ns)."""
+    if not flags & fmt.FLAG_TICKS:
+        return None
+    ticks0, ns0, ticks1, ns1 = fmt.CALIBRATION.unpack_from(data, fmt.CALIBRATION_OFFSET)
+    if ticks1 <= ticks0:
+        return (ticks0, ns0, 0.0)
+    return (ticks0, ns0, (ns1 - ns0) / (ticks1 - ticks0))
 
 
 def _tail_of(table: array[int], order: list[int], thread: Any, last: int) -> list[int]:
@@ -158,7 +169,13 @@ def _ring_order(table: array[int], count: int) -> list[int]:
     return [i for i in (*range(newest + 1, count), *range(newest + 1)) if times[i]]
 
 
-def _events(table: array[int], order: list[int], names: dict[int, CodeName], clock0: int) -> list[Event]:
+def _events(
+    table: array[int],
+    order: list[int],
+    names: dict[int, CodeName],
+    clock0: int,
+    to_ns: Optional[tuple[int, int, float]] = None,
+) -> list[Event]:
     unknown = CodeName("", 0, "?")
     out: list[Event] = []
     stacks: dict[int, list[tuple[str, int, str]]] = {}
@@ -168,6 +185,8 @@ def _events(table: array[int], order: list[int], names: dict[int, CodeName], clo
         kind = word & 0xFF
         code_id = word >> 32
         line = (word >> 8) & 0xFFFFFF
+        if to_ns is not None:
+            t_ns = int(to_ns[1] + (t_ns - to_ns[0]) * to_ns[2])
         t = (t_ns - clock0) / 1e9 if clock0 else 0.0
         if kind == fmt.MARK:
             out.append(

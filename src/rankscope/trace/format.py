@@ -8,7 +8,9 @@ One file per process, ``trace-{host}-{rank}-{pid}``::
                   ring mode: exactly ``capacity`` records, overwritten in a circle (the file never grows)
                   full mode: records appended until the trace stops
 
-A record is three words: ``[monotonic ns, code_id << 32 | line << 8 | kind, thread ident]``.
+A record is three words: ``[monotonic ns, code_id << 32 | line << 8 | kind, thread ident]``
+(with FLAG_TICKS the first word is the CPU's constant-rate counter, converted to nanoseconds
+through two (counter, ns) pairs at CALIBRATION_OFFSET).
 A slot whose first word is 0 was never written. In a ring the newest record is the one with the
 largest time (the clock is monotonic); the oldest follows it.
 
@@ -27,6 +29,9 @@ HEADER = struct.Struct("<8sIIIQQQQI")
 #: byte offset of the fields the writer updates while it runs
 NAMES_USED_OFFSET = 8 + 4 + 4 + 4 + 8 + 8
 WRAPS_OFFSET = NAMES_USED_OFFSET + 8
+#: (stamp, monotonic ns) at start and the latest such pair, 4 words: set when FLAG_TICKS
+CALIBRATION_OFFSET = 64
+CALIBRATION = struct.Struct("<QQQQ")
 META_OFFSET = 256
 META_MAX = HEADER_SIZE - META_OFFSET
 RECORD_WORDS = 3
@@ -36,6 +41,7 @@ FLAG_RING = 1
 FLAG_LINES = 2
 FLAG_SAMPLE = 4
 FLAG_CALLS = 8
+FLAG_TICKS = 16  # record times are CPU counter ticks, converted with the calibration pairs
 
 # event kinds (the low byte of a record's second word)
 CALL = 1

@@ -25,6 +25,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from _thread import get_ident
 from time import perf_counter_ns, time_ns
 
@@ -344,12 +345,12 @@ class Tracer:
                 f = f.f_back
             last = previous.get(tid)
             if last is not None and last[0] == words and now - last[1] < SAMPLE_REFRESH_NS:
-                emit(fmt.SAMPLE_SAME, tid, now)
+                emit(fmt.SAMPLE_SAME, tid)
                 continue
             previous[tid] = (words, now)
             for word in reversed(words[1:]):
-                emit(word | fmt.SAMPLE_FRAME, tid, now)
-            emit(words[0] | fmt.SAMPLE_LEAF, tid, now)
+                emit(word | fmt.SAMPLE_FRAME, tid)
+            emit(words[0] | fmt.SAMPLE_LEAF, tid)
         for tid in list(previous):
             if tid not in frames:
                 del previous[tid]
@@ -385,10 +386,14 @@ def _make_c_hooks(tracer: Tracer) -> Optional[dict[str, Any]]:
     disable = sys.monitoring.DISABLE if _MONITORING else None  # type: ignore[attr-defined]
     source = tf.mm if tf.ring else tf._chunk
     offset = fmt.HEADER_SIZE + tf.names_bytes if tf.ring else 0
-    ring = _ctrace.Ring(
-        source, offset, tf.end, tracer.intern, tf.wrapped if tf.ring else tf.flush_chunk, disable
-    )
+    ticks = os.environ.get("RANKSCOPE_TRACE_CLOCK") != "monotonic"
+    wrap = tf.wrapped if tf.ring else tf.flush_chunk
+    ring = _ctrace.Ring(source, offset, tf.end, tracer.intern, wrap, disable, ticks)
     tracer._ring = ring
+    if ring.uses_ticks():  # two calibration pairs 5 ms apart, so a ring killed at once still converts
+        tf.use_ticks(ring.calibration)
+        time.sleep(0.005)
+        tf.recalibrate()
     get = tracer._ids.get
     emit = ring.emit
 

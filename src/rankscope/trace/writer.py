@@ -17,7 +17,7 @@ from rankscope.trace import format as fmt
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Optional
+    from typing import Any, Callable, Optional
 
 #: Records buffered in memory by ``--full`` before one write (1.5 MiB).
 FULL_CHUNK_RECORDS = 1 << 16
@@ -98,7 +98,25 @@ class TraceFile:
         """The ring is full: count the wrap and go back to its start. Returns the next write index."""
         self.wraps += 1
         struct.pack_into("<Q", self.mm, fmt.WRAPS_OFFSET, self.wraps)
+        self.recalibrate()
         return 0
+
+    #: () -> (stamp, ns) when records carry CPU counter stamps (set by the tracer), else None
+    calibrate: Optional[Callable[[], tuple[int, int]]] = None
+    _first: Optional[tuple[int, int]] = None
+
+    def use_ticks(self, calibrate: Callable[[], tuple[int, int]]) -> None:
+        """Records are stamped with CPU counter ticks: flag it and keep the calibration pairs."""
+        self.calibrate = calibrate
+        flags = struct.unpack_from("<I", self.mm, 12)[0] | fmt.FLAG_TICKS
+        struct.pack_into("<I", self.mm, 12, flags)
+        self._first = calibrate()
+        self.recalibrate()
+
+    def recalibrate(self) -> None:
+        if self.calibrate is not None and self._first is not None:
+            latest = self.calibrate()
+            fmt.CALIBRATION.pack_into(self.mm, fmt.CALIBRATION_OFFSET, *self._first, *latest)
 
     def flush_chunk(self, used: Optional[int] = None) -> int:
         """Full mode: append the buffered records (``used`` words of them) to the file."""
@@ -116,4 +134,5 @@ class TraceFile:
         """
         if not self.ring and used:
             self.flush_chunk(used)
+        self.recalibrate()
         self.mm.flush()
