@@ -225,6 +225,7 @@ for _ in range(rounds):
     ):
         os.environ["RANKSCOPE_TRACE_PURE"] = env
         path = rt.start(out=out, **options)
+        time.sleep(0.02)  # the steady state: the sampler thread started and waiting
         times[name].append(timed())
         rt.stop()
         os.unlink(path)
