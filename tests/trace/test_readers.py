@@ -173,7 +173,12 @@ def test_trace_run_passes_the_program_s_exit_code_and_traceback_through(tmp_path
         "import sys\ndef f():\n    raise RuntimeError('boom')\nif sys.argv[1:] == ['--exit']:\n    sys.exit(3)\nf()\n"
     )
     out = str(tmp_path / "traces")
-    assert run_cli("trace", "run", "--out", out, "--", str(script), "--exit").returncode == 3
+    srun = {**os.environ, "SLURM_PROCID": "5", "SLURM_STEP_ID": "0", "SLURMD_NODENAME": "node7"}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        srun.pop(name, None)
+    assert run_cli("trace", "run", "--out", out, "--", str(script), "--exit", env=srun).returncode == 3
+    (named,) = (tmp_path / "traces").iterdir()
+    assert named.name.startswith("trace-node7-5-")  # the rank an srun task gets
     failed = run_cli("trace", "run", "--out", out, "--", str(script))
     assert failed.returncode == 1 and failed.stderr.strip().endswith("RuntimeError: boom")
     assert 'prog.py", line 6, in <module>' in failed.stderr and "rankscope" not in failed.stderr

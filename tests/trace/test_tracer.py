@@ -254,3 +254,30 @@ def test_line_events_and_a_frame_left_by_an_exception(python: str, tmp_path: Pat
         "call",
         "return",
     ]
+
+
+FORK = """
+import os
+import rankscope.trace as rt
+
+def in_child(): pass
+def in_parent(): pass
+
+path = rt.start(out="traces")
+pid = os.fork()
+if pid == 0:
+    in_child()
+    os._exit(0)
+os.waitpid(pid, 0)
+in_parent()
+rt.stop()
+print(path)
+"""
+
+
+def test_a_forked_child_does_not_write_into_its_parent_s_ring(python: str, tmp_path: Path) -> None:
+    proc = run_program(python, FORK, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    calls = _names(_read(proc.stdout.strip()))
+    assert "in_parent" in calls and "in_child" not in calls
+    assert len(list((tmp_path / "traces").iterdir())) == 1
