@@ -16,9 +16,12 @@ PYENV = Path("/root/.pyenv/versions")
 
 
 def _newer_python() -> Optional[str]:
-    """A Python >= 3.12 (sys.monitoring) besides the one running the tests, where one is installed."""
+    """A Python >= 3.12 (sys.monitoring) besides the one running the tests, where one is installed
+    (``RANKSCOPE_TEST_NEWER_PYTHON="3.13*"`` picks another pyenv version)."""
     found = [
-        str(p / "bin" / "python") for p in sorted(PYENV.glob("3.1[2-9]*")) if (p / "bin" / "python").exists()
+        str(p / "bin" / "python")
+        for p in sorted(PYENV.glob(os.environ.get("RANKSCOPE_TEST_NEWER_PYTHON", "3.1[2-9]*")))
+        if (p / "bin" / "python").exists()
     ]
     return found[0] if found else None
 
