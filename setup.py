@@ -1,5 +1,8 @@
 """Build hooks (the rest of the metadata is in pyproject.toml).
 
+The optional C hot path of the tracer (``rankscope.trace._ctrace``) is built when a compiler is there;
+without one the install still succeeds and the tracer runs in pure Python (docs/trace.md).
+
 rankscope installs ``rankscope-inproc.pth`` beside its package: at interpreter start it imports
 ``rankscope.inproc.bootstrap`` only when ``RANKSCOPE_INPROC`` is set (one dictionary lookup otherwise),
 which enables the in-process handler with no change to the training script (docs/inproc.md). A wheel
@@ -12,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 PTH = Path(__file__).resolve().parent / "src" / "rankscope-inproc.pth"
@@ -55,4 +58,14 @@ try:
 except ImportError:  # setuptools older than PEP 660 support: `pip install -e` uses setup.py develop
     pass
 
-setup(cmdclass=cmdclass)
+setup(
+    cmdclass=cmdclass,
+    ext_modules=[
+        Extension(
+            "rankscope.trace._ctrace",
+            ["src/rankscope/trace/_ctrace.c"],
+            optional=True,  # no compiler: the install still succeeds, the tracer runs in pure Python
+            extra_compile_args=["-O2"],
+        )
+    ],
+)

@@ -37,6 +37,7 @@ ROOMS = (
     "rankscope.debug",
     "rankscope.numerics",
     "rankscope.fr",
+    "rankscope.trace",
 )
 #: Modules imported inside training processes: standard library and these only (Python 3.9, no deps).
 IN_PROCESS = (
@@ -45,6 +46,10 @@ IN_PROCESS = (
     "serial.py",
     "procfs.py",
     *(f"debug/{m}.py" for m in ("debugger", "terminal", "remote", "rendezvous")),
+    "trace/__init__.py",
+    "trace/tracer.py",
+    "trace/writer.py",
+    "trace/format.py",
 )
 
 

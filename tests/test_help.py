@@ -48,6 +48,7 @@ def test_top_level_help_lists_every_exit_code() -> None:
         ["attach"],
         ["numerics", "demo"],
         ["fr"],
+        ["trace", "tail"],
     ],
 )
 def test_each_verb_lists_the_codes_it_uses(verb: list[str]) -> None:

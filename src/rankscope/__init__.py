@@ -12,6 +12,7 @@ _LAZY = {
     "progress": ("rankscope.inproc.progress", "progress"),
     "breakpoint": ("rankscope.debug.debugger", "breakpoint"),
     "ForkedPdb": ("rankscope.debug.debugger", "ForkedPdb"),
+    "trace": ("rankscope.trace", ""),  # the module itself: rankscope.trace.start(), .stop(), .region()
 }
 
 
@@ -22,7 +23,8 @@ def __getattr__(name: str) -> Any:
     import sys
 
     __import__(target[0])  # not importlib: a process that dropped its privileges may not read it
-    value = getattr(sys.modules[target[0]], target[1])
+    module = sys.modules[target[0]]
+    value = getattr(module, target[1]) if target[1] else module
     globals()[name] = value
     return value
 

@@ -48,6 +48,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "attach": (0, 2, 5, 6, 7, 8, 130),
     "numerics": (0, 2, 6, 20),
     "fr": (0, 2, 3, 4, 8, 14),
+    "trace": (0, 2, 3, 4, 8),
 }
 
 #: Verbs whose code is not one of the table's.

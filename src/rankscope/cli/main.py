@@ -37,6 +37,7 @@ VERBS: dict[str, str] = {
     "attach": "rankscope.cli.attach:attach",
     "numerics": "rankscope.cli.numerics:numerics",
     "fr": "rankscope.cli.fr:fr",
+    "trace": "rankscope.cli.trace:trace",
 }
 
 

@@ -1,0 +1,257 @@
+"""`rankscope trace`: run a program traced into per-process ring files, and read those files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from rankscope.errors import ExitCode, RankscopeError
+from rankscope.serial import dump_document
+
+TAIL_SCHEMA = "rankscope.trace.tail/1"
+GREP_SCHEMA = "rankscope.trace.grep/1"
+SHOW_SCHEMA = "rankscope.trace.show/1"
+
+HELP = """Trace where each rank is: calls and returns of your own code (or periodic stack samples)
+into one fixed-size, memory-mapped ring file per process, so the last events survive a hang,
+SIGKILL or a crash. Then read every rank's file at once.
+
+\b
+Examples:
+  torchrun --nproc-per-node 8 --no-python rankscope trace run --out traces -- train.py --lr 3e-4
+  srun rankscope trace run --out traces --include torch.distributed -- train.py
+  rankscope trace run --sample 10 --out traces -- train.py   # stacks every 10 ms, ~no overhead
+  rankscope trace tail traces -n 5            # where each rank stopped, ranks grouped
+  rankscope trace grep all_reduce traces      # matches per file, with counts
+  rankscope trace show traces/trace-node1-3-4242
+"""
+
+RUN_HELP = """Run SCRIPT (with its ARGS) traced, as `python SCRIPT ARGS` would run it.
+
+Writes trace-{host}-{rank}-{pid} into --out. By default the calls and returns of your own code
+(not the standard library, site-packages or rankscope), the last --ring-size of them.
+
+\b
+Examples:
+  torchrun --nproc-per-node 4 --no-python rankscope trace run --out traces -- train.py
+  rankscope trace run --include torch.distributed --lines -- train.py
+  rankscope trace run --full --out traces -- train.py      # every event (the file grows)
+  rankscope trace run --sample 10 -- train.py             # stack samples only
+  rankscope trace run --sample 50 --calls -- train.py     # both
+"""
+
+
+def _size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().rstrip("B")
+    scale = units.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in units else text
+    if not digits.isdigit() or int(digits) <= 0:
+        raise click.BadParameter(f"{text!r}: a size like 6M, 512K or 1G")
+    return int(digits) * scale
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    script: str
+    args: tuple[str, ...] = ()
+    include: tuple[str, ...] = ()
+    lines: bool = False
+    full: bool = False
+    sample: Optional[float] = None
+    calls: bool = False
+    out: str = "."
+    ring_size: str = "6M"
+
+
+@click.group(help=HELP)
+def trace() -> None:
+    pass
+
+
+@trace.command("run", help=RUN_HELP, context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--include", multiple=True, metavar="PKG", help="Also trace this package (repeatable): torch.distributed."
+)
+@click.option("--lines", is_flag=True, help="Line events too (slower).")
+@click.option(
+    "--full", is_flag=True, help="Keep every event (the file grows) instead of the last --ring-size."
+)
+@click.option(
+    "--sample", type=click.FloatRange(min=0.1), metavar="MS", help="Record every thread's stack every MS ms."
+)
+@click.option("--calls", is_flag=True, help="With --sample: trace calls as well.")
+@click.option(
+    "--out",
+    default=".",
+    metavar="DIR",
+    show_default=True,
+    help="Directory for the trace files (created 0700).",
+)
+@click.option(
+    "--ring-size",
+    default="6M",
+    metavar="SIZE",
+    show_default=True,
+    help="Ring bytes per process (24 B a record).",
+)
+@click.argument("script", metavar="SCRIPT")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def run(**params: Any) -> int:
+    from rankscope.cli.params import from_params
+
+    request = from_params(RunRequest, params)
+    return run_script(request)
+
+
+def run_script(request: RunRequest) -> int:
+    """Trace the script in this process (torchrun --no-python starts rankscope as the worker)."""
+    import runpy
+
+    import rankscope.trace as rt
+    from rankscope.trace import format as fmt
+
+    script = os.path.abspath(request.script)
+    if not os.path.isfile(script):
+        raise RankscopeError(
+            f"{request.script}: no such file", "name the training script", ExitCode.BAD_INPUT
+        )
+    records = _size(request.ring_size) // fmt.RECORD_BYTES
+    sampling = request.sample is not None
+    path = rt.start(
+        out=request.out,
+        include=request.include,
+        lines=request.lines,
+        full=request.full,
+        sample_ms=request.sample,
+        calls=request.calls or not sampling,
+        ring_records=max(records, 16),
+    )
+    if path is None:
+        raise RankscopeError(
+            f"cannot trace into {request.out}",
+            "check the directory (see the warning above)",
+            ExitCode.BAD_INPUT,
+        )
+    sys.argv = [script, *request.args]
+    sys.path[0] = os.path.dirname(script)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else _print_exit(code))
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as exc:  # the program's own error: its traceback, as python prints it
+        import traceback
+
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != script:
+            tb = tb.tb_next  # rankscope's and runpy's frames are not the program's
+        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+        return 1
+    finally:
+        rt.stop()
+    return 0
+
+
+def _print_exit(code: object) -> int:
+    click.echo(str(code), err=True)
+    return 1
+
+
+def _read_all(target: str, last: Optional[int] = None) -> tuple[list[Any], tuple[Any, ...]]:
+    from rankscope.trace.analyse import Unreadable
+    from rankscope.trace.collect import read_trace, trace_files
+
+    traces, bad = [], []
+    for path in trace_files(target):
+        try:
+            traces.append(read_trace(path, last))
+        except RankscopeError as exc:
+            bad.append(Unreadable(os.fspath(path), exc.message))
+    if not traces and bad:
+        raise RankscopeError(
+            bad[0].reason, "pass trace-* files written by rankscope trace", ExitCode.BAD_INPUT
+        )
+    return traces, tuple(bad)
+
+
+@trace.command("tail")
+@click.argument("target", metavar="DIR")
+@click.option(
+    "-n",
+    "n",
+    default=5,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Events shown per group.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.tail document.")
+def tail_cmd(target: str, n: int, as_json: bool) -> int:
+    """Where every process stopped: the last events of each trace file, files that stopped at
+    the same place grouped with their ranks folded ([0-6] train.py:88 step)."""
+    from rankscope.trace.analyse import tail
+    from rankscope.trace.render import render_tail
+
+    traces, bad = _read_all(target, max(n, 1))
+    _print(tail(traces, n, bad), TAIL_SCHEMA, render_tail, as_json)
+    return ExitCode.PARTIAL if bad else ExitCode.OK
+
+
+@trace.command("grep")
+@click.argument("pattern")
+@click.argument("target", metavar="DIR")
+@click.option(
+    "-n",
+    "n",
+    default=3,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Last matches shown per file.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.grep document.")
+def grep_cmd(pattern: str, target: str, n: int, as_json: bool) -> int:
+    """Events matching PATTERN (a regular expression over `KIND file:line function`), counted per file."""
+    import re
+
+    from rankscope.trace.analyse import grep
+    from rankscope.trace.render import render_grep
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise click.BadParameter(f"{pattern!r}: {exc}", param_hint="PATTERN") from None
+    traces, bad = _read_all(target)
+    _print(grep(pattern, traces, n, bad), GREP_SCHEMA, render_grep, as_json)
+    return ExitCode.PARTIAL if bad else ExitCode.OK
+
+
+@trace.command("show")
+@click.argument("path", metavar="FILE")
+@click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.show document.")
+def show_cmd(path: str, as_json: bool) -> int:
+    """Decode one trace file: every event, oldest first, indented by call depth."""
+    from rankscope.trace.collect import read_trace
+    from rankscope.trace.render import render_show
+
+    if not os.path.isfile(path):
+        raise RankscopeError(f"{path}: no such file", "pass one trace-* file", ExitCode.BAD_INPUT)
+    _print(read_trace(Path(path)), SHOW_SCHEMA, render_show, as_json)
+    return ExitCode.OK
+
+
+def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(dump_document(schema, report), indent=2))
+    else:
+        click.echo(render(report), nl=False)

@@ -1,0 +1,61 @@
+"""Text for a person (pure)."""
+
+from __future__ import annotations
+
+import os
+
+from rankscope.trace.analyse import GrepReport, TailReport, depths, event_text
+from rankscope.trace.decode import Event, TraceData
+
+
+def _event_line(event: Event, indent: int = 0) -> str:
+    return f"{event.t:+12.6f}s  [{event.thread & 0xFFFFFF:06x}]  {'  ' * indent}{event_text(event)}"
+
+
+def render_tail(report: TailReport) -> str:
+    lines = []
+    for group in report.groups:
+        lines.append(
+            f"{group.ranks} {group.where}  ({len(group.files)} process{'es' if len(group.files) != 1 else ''})"
+        )
+        first = group.files[0]
+        for event in first.events:
+            lines.append("    " + _event_line(event))
+        if first.events:
+            lines.append(f"    (last events of {os.path.basename(first.path)})")
+    for bad in report.unreadable:
+        lines.append(f"unreadable: {bad.path}: {bad.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def render_grep(report: GrepReport) -> str:
+    lines = []
+    for item in report.files:
+        lines.append(f"{os.path.basename(item.path)}: {item.count}")
+        for event in item.matches:
+            lines.append("    " + _event_line(event))
+    lines.append(
+        f"{report.total} matches of {report.pattern!r} in {sum(1 for f in report.files if f.count)} of {len(report.files)} files"
+    )
+    for bad in report.unreadable:
+        lines.append(f"unreadable: {bad.path}: {bad.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def render_show(trace: TraceData) -> str:
+    meta = trace.meta
+    mode = "ring" if trace.ring else "full"
+    head = (
+        f"# {os.path.basename(trace.path)}: host {trace.host} rank {trace.rank} pid {trace.pid}, "
+        f"python {meta.get('python')}, hook {meta.get('hook')}, {mode}"
+        + (f" of {trace.capacity} records (wrapped {trace.wraps}x)" if trace.ring else "")
+        + f", {trace.records} records"
+    )
+    lines = [head]
+    levels = depths(trace.events)
+    for event, level in zip(trace.events, levels):
+        lines.append(_event_line(event, level))
+        if event.kind == "sample":
+            for file, line, name in event.stack[:-1]:
+                lines.append(f"{'':32}{os.path.basename(file)}:{line} {name}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,191 @@
+"""`rankscope trace tail/grep/show` on real trace files: a 4-rank torchrun job, damaged files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli
+from tests.trace.conftest import run_program
+
+from rankscope.trace import format as fmt
+from rankscope.trace.decode import decode
+
+JOB = """
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+def step(t):
+    dist.all_reduce(t)
+
+def checkpoint():
+    time.sleep(120)
+
+def wait_for_others():
+    dist.barrier()
+
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for _ in range(5):
+    step(t)
+if dist.get_rank() == 3:
+    checkpoint()          # rank 3 is slow: the others wait in the barrier
+else:
+    wait_for_others()
+"""
+
+
+def _stuck_where(directory: Path) -> dict[int, str]:
+    found = {}
+    for path in directory.glob("trace-*"):
+        try:
+            trace = decode(str(path), path.read_bytes())
+        except Exception:
+            continue
+        names = [e.name for e in trace.events if e.kind == "call"]
+        if names and names[-1] in ("checkpoint", "wait_for_others") and trace.rank is not None:
+            found[trace.rank] = names[-1]
+    return found
+
+
+def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    rankscope = shutil.which("rankscope", path=os.path.dirname(sys.executable))
+    if not torchrun or not rankscope:
+        pytest.skip("torchrun or the rankscope entry point is not installed beside this Python")
+    (tmp_path / "train.py").write_text(JOB)
+    out = tmp_path / "traces"
+    argv = [
+        torchrun,
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "--no-python",
+        rankscope,
+        "trace",
+        "run",
+        "--out",
+        str(out),
+        "--",
+        "train.py",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    job = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 300  # four torch imports on a loaded 2-core machine take minutes
+        while time.monotonic() < deadline and len(_stuck_where(out)) < 4 and job.poll() is None:
+            time.sleep(0.5)
+        assert len(_stuck_where(out)) == 4, job.stderr.read() if job.poll() is not None and job.stderr else ""
+        files = sorted(p.name for p in out.glob("trace-*"))
+        assert len(files) == 4 and all(name.startswith("trace-") for name in files)
+        assert sorted(int(name.split("-")[-2]) for name in files) == [0, 1, 2, 3]
+
+        result = run_cli("trace", "tail", str(out), "-n", "2")
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[0].startswith("[0-2] train.py:") and "wait_for_others (call)" in lines[0]
+        assert any(line.startswith("[3] train.py:") and "checkpoint (call)" in line for line in lines)
+
+        doc = run_cli("trace", "tail", str(out), "--json").json()
+        assert doc["schema"] == "rankscope.trace.tail/1"
+        assert [(g["ranks"], len(g["files"])) for g in doc["groups"]] == [("[0-2]", 3), ("[3]", 1)]
+
+        grep = run_cli("trace", "grep", "call .*step", str(out), "--json").json()
+        assert sorted(f["count"] for f in grep["files"]) == [5, 5, 5, 5]
+    finally:
+        # the workers first (their pids are in the file names): torchrun starts each in its own session
+        for path in out.glob("trace-*"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.name.split("-")[-1].split(".")[0]), signal.SIGKILL)
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=30)
+
+
+SMALL = """
+import rankscope.trace as rt
+
+def work(): pass
+
+path = rt.start(out="traces", ring_records=32)
+work()
+rt.stop()
+print(path)
+"""
+
+
+def test_damaged_files_give_one_line_and_their_exit_code(tmp_path: Path) -> None:
+    proc = run_program(sys.executable, SMALL, tmp_path)
+    good = Path(proc.stdout.strip())
+    show = run_cli("trace", "show", str(good))
+    assert show.returncode == 0 and "call prog.py:4 work" in show.stdout
+    assert run_cli("trace", "show", str(good), "--json").json()["schema"] == "rankscope.trace.show/1"
+
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "trace-n1-0-1").write_bytes(good.read_bytes()[: fmt.HEADER_SIZE + 100])  # cut short
+    (damaged / "trace-n1-1-2").write_bytes(os.urandom(8192))  # not a trace
+    newer = bytearray(good.read_bytes())
+    newer[8:12] = (fmt.VERSION + 1).to_bytes(4, "little")
+    (damaged / "trace-n1-2-3").write_bytes(bytes(newer))
+    for name, words in (
+        ("trace-n1-0-1", "truncated"),
+        ("trace-n1-1-2", "no trace header"),
+        ("trace-n1-2-3", "newer"),
+    ):
+        result = run_cli("trace", "show", str(damaged / name))
+        assert result.returncode == 8, result.stderr
+        assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in result.stderr
+
+    only_bad = run_cli("trace", "tail", str(damaged))
+    assert only_bad.returncode == 8 and len(only_bad.stderr.strip().splitlines()) == 1
+    shutil.copy(good, damaged / good.name)
+    some_bad = run_cli("trace", "tail", str(damaged))
+    assert some_bad.returncode == 4 and some_bad.stdout.count("unreadable:") == 3
+    assert "trace stopped" in some_bad.stdout
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nothing = run_cli("trace", "tail", str(empty))
+    assert nothing.returncode == 3 and "no trace-* files" in nothing.stderr
+    assert run_cli("trace", "grep", "(", str(damaged)).returncode == 2
+
+
+def test_trace_run_passes_the_program_s_exit_code_and_traceback_through(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import sys\ndef f():\n    raise RuntimeError('boom')\nif sys.argv[1:] == ['--exit']:\n    sys.exit(3)\nf()\n"
+    )
+    out = str(tmp_path / "traces")
+    srun = {**os.environ, "SLURM_PROCID": "5", "SLURM_STEP_ID": "0", "SLURMD_NODENAME": "node7"}
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        srun.pop(name, None)
+    assert run_cli("trace", "run", "--out", out, "--", str(script), "--exit", env=srun).returncode == 3
+    (named,) = (tmp_path / "traces").iterdir()
+    assert named.name.startswith("trace-node7-5-")  # the rank an srun task gets
+    failed = run_cli("trace", "run", "--out", out, "--", str(script))
+    assert failed.returncode == 1 and failed.stderr.strip().endswith("RuntimeError: boom")
+    assert 'prog.py", line 6, in <module>' in failed.stderr and "rankscope" not in failed.stderr
+    traces = sorted((tmp_path / "traces").iterdir())
+    assert len(traces) == 2
+    calls = sorted(
+        [e.name for e in decode(str(p), p.read_bytes()).events if e.kind == "call"] for p in traces
+    )
+    assert calls == [["<module>"], ["<module>", "f"]]
+    assert run_cli("trace", "run", "--", str(tmp_path / "missing.py")).returncode == 8
