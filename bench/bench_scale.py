@@ -95,11 +95,10 @@ def login_spread(fabric: Fabric, nodes: list[str]) -> dict[str, Any]:
             "last_s": round(stamps[-1], 2)}  # fmt: skip
 
 
-def run_rankscope(fabric: Fabric, nodes: list[str], window: float) -> dict[str, Any]:
+def run_rankscope(fabric: Fabric, nodes: list[str], window: float, node_timeout: float) -> dict[str, Any]:
     assert fabric.ssh_config is not None
-    argv = fabric.netns_argv(
-        "router", [RANKSCOPE, *fabric.check_argv(nodes, CHECK_PORT, window, RANKSCOPE), "--json"]
-    )
+    check = fabric.check_argv(nodes, CHECK_PORT, window, RANKSCOPE)
+    argv = fabric.netns_argv("router", [RANKSCOPE, *check, "--json", "--node-timeout", f"{node_timeout:g}"])
     began = time.perf_counter()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - began
@@ -163,7 +162,9 @@ def kill_namespace_processes(fabric: Fabric) -> None:
                     os.kill(int(pid), signal.SIGKILL)
 
 
-def one_size(count: int, window: float, timeout: float, manual: bool, light: bool) -> dict[str, Any]:
+def one_size(
+    count: int, window: float, timeout: float, manual: bool, light: bool, node_timeout: float
+) -> dict[str, Any]:
     nodes = [f"n{i}" for i in range(1, count + 1)]
     bad, link = faulty(count)
     listeners: list[subprocess.Popen[bytes]] = []
@@ -177,10 +178,11 @@ def one_size(count: int, window: float, timeout: float, manual: bool, light: boo
             if light:
                 light_ssh(fabric)
             row: dict[str, Any] = {"nodes": count, "bad_node": bad, "bad_link": list(link),
-                                   "build_s": round(built, 1), "window_s": window, "nc_timeout_s": timeout}  # fmt: skip
+                                   "build_s": round(built, 1), "window_s": window, "nc_timeout_s": timeout,
+                                   "node_timeout_s": node_timeout}  # fmt: skip
             row["logins"] = login_spread(fabric, nodes)
             print(f"{count} nodes: logins {row['logins']}", file=sys.stderr)
-            ours = run_rankscope(fabric, nodes, window)
+            ours = run_rankscope(fabric, nodes, window, node_timeout)
             ours["exact"] = ours["problems"] == expected_problems(bad, link)
             row["rankscope"] = ours
             print(
@@ -296,6 +298,8 @@ def main() -> None:
                         help=f"logins with KexAlgorithms {LIGHT_KEX} (both sides; less CPU per login)")  # fmt: skip
     parser.add_argument("--manual-max", type=int, default=64,
                         help="run the manual loop only up to this many nodes (it grows with N^2)")  # fmt: skip
+    parser.add_argument("--node-timeout", type=float, default=30.0,
+                        help="net check's --node-timeout (it raises it to the window + 76 s itself)")  # fmt: skip
     parser.add_argument("--gpu-test", type=int, metavar="K", default=0,
                         help="instead: a gloo gpu-test job over K namespace nodes, one rank each, with a node "
                              "whose link is down, then one with a pair that cannot talk")  # fmt: skip
@@ -315,7 +319,7 @@ def main() -> None:
     ensure_nc()
     windows = args.window if len(args.window) == len(args.nodes) else [args.window[0]] * len(args.nodes)
     rows = [
-        one_size(n, w, args.timeout, n <= args.manual_max, args.light_ssh)
+        one_size(n, w, args.timeout, n <= args.manual_max, args.light_ssh, args.node_timeout)
         for n, w in zip(args.nodes, windows)
     ]
     out = ROOT / "bench" / "out"
