@@ -282,6 +282,40 @@ def one_gputest(count: int, fault: str, timeout: float) -> dict[str, Any]:
                 fabric.delete()
 
 
+def isolate_everywhere(count: int, broken: int) -> dict[str, Any]:
+    """`gpu-test --isolate --devices 0,1` on one node, then on every node at once through
+    `rankscope exec`; on n2 the test hook breaks slot ``broken`` (a corrupting device)."""
+    nodes = [f"n{i}" for i in range(1, count + 1)]
+    fabric = None
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            fabric = build_fabric(nodes, Path(scratch))
+            assert fabric.ssh_config is not None
+            hook = f"export RANKSCOPE_GPUTEST_FAIL_DEVICE={broken}"
+            command = (f"if ip -4 -o addr | grep -q ' {fabric.addresses['n2']}/'; then {hook}; fi; "
+                       f"exec {RANKSCOPE} gpu-test --isolate --devices 0,1 --timeout 30")  # fmt: skip
+            rows: dict[str, Any] = {}
+            for label, hosts in (("one node", "n1"), (f"{count} nodes at once", ",".join(nodes))):
+                argv = fabric.netns_argv("router", [
+                    RANKSCOPE, "exec", "--hosts", hosts, "--via", "ssh", "--ssh-config", str(fabric.ssh_config),
+                    "--fanout", str(count), "--node-timeout", "400", "--", command,
+                ])  # fmt: skip
+                began = time.perf_counter()
+                proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+                seconds = time.perf_counter() - began
+                verdicts = [
+                    line for line in proc.stdout.splitlines() if "gpu-test:" in line or line.startswith("==")
+                ]
+                rows[label] = {"seconds": round(seconds, 1), "exit": proc.returncode, "lines": verdicts}
+                print(f"isolate, {label}: {seconds:.1f} s, exit {proc.returncode}", file=sys.stderr)
+                print(proc.stdout[-3000:], file=sys.stderr)
+            return rows
+        finally:
+            if fabric is not None:
+                kill_namespace_processes(fabric)
+                fabric.delete()
+
+
 def _stop(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -304,8 +338,15 @@ def main() -> None:
                         help="instead: a gloo gpu-test job over K namespace nodes, one rank each, with a node "
                              "whose link is down, then one with a pair that cannot talk")  # fmt: skip
     parser.add_argument("--gpu-test-timeout", type=float, default=20.0)
+    parser.add_argument("--isolate", type=int, metavar="K", default=0,
+                        help="instead: gpu-test --isolate (2 CPU slots) on one node, then on K nodes at once")  # fmt: skip
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, _stop)
+    if args.isolate:
+        rows = isolate_everywhere(args.isolate, broken=1)
+        (ROOT / "bench" / "out").mkdir(parents=True, exist_ok=True)
+        (ROOT / "bench" / "out" / "scale-isolate.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return
     if args.gpu_test:
         runs = [one_gputest(args.gpu_test, fault, args.gpu_test_timeout) for fault in ("node", "link")]
         out = ROOT / "bench" / "out"
