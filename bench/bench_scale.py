@@ -15,8 +15,16 @@ Manual: what users do, one node after the other: a listener (`nc -lk`) on every 
 each node `ssh NODE 'for peer in ...; do nc -z -w T peer PORT && echo ok || echo FAIL; done'`;
 the bad node and link are read from the collected lines once the loop is over.
 
-    sudo flock /tmp/rankscope-system.lock .venv/bin/python bench/bench_scale.py [--nodes 32 64]
-        [--window 3] [--timeout 2] [--manual-max 64]
+    sudo flock /tmp/rankscope-system.lock .venv/bin/python bench/bench_scale.py [--nodes 32 64 128]
+        [--window 5] [--timeout 2] [--manual-max 64] [--light-ssh] [--node-timeout 240]
+    sudo flock /tmp/rankscope-system.lock .venv/bin/python bench/bench_scale.py --gpu-test 4
+    sudo flock /tmp/rankscope-system.lock .venv/bin/python bench/bench_scale.py --isolate 4
+
+`--gpu-test K` instead runs a gloo `gpu-test` job with one rank per namespace node (the `SLURM_*`
+variables srun gives its tasks), once with the last node's link down and once with n2 and the last
+node dropping each other's packets, and prints rank 0's summary (bench/out/scale-gputest.json).
+`--isolate K` runs `gpu-test --isolate --devices 0,1` on one node, then on K nodes at once through
+`rankscope exec`, with slot 1 broken on n2 by the test hook (bench/out/scale-isolate.json).
 
 Every namespace, sshd and process made here is removed in a `finally`, also on Ctrl-C or SIGTERM.
 Prints a Markdown table (docs/benchmarks.md) and writes bench/out/scale.json.
