@@ -201,6 +201,8 @@ def probe(
         # net check (retry_refused with a listener): stay for the whole window, which peers may stretch
         while waiting or deadlines or (listener is not None and window_end is not None):
             now = time.monotonic()
+            if window_end is not None and now >= window_end:
+                break
             ready = sorted(w for w in waiting if w[0] <= now)
             for item in ready[: max(0, MAX_PARALLEL - len(deadlines))]:
                 waiting.remove(item)
@@ -221,7 +223,10 @@ def probe(
                     selector.unregister(sock)
                     sock.close()
                     del deadlines[sock]
-                    finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
+                    if index in refused_before:  # a retry cut short by the window's end: still refused
+                        waiting.append((now + RETRY_INTERVAL, index))
+                    else:
+                        finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
             if window_end is not None and now >= window_end:
                 break
             wakes = [deadline for deadline, _ in deadlines.values()]
