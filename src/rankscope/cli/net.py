@@ -299,7 +299,8 @@ Examples:
 Across nodes: every node listens on PORT (all addresses, for --window + 1 seconds) and probes
 every node at once, so the whole matrix costs about one window plus the login, whatever
 the number of nodes. Logins spread over more than a window stretch it: each peer that shows
-up gives the missing ones another window (up to a minute more). Cells: open, refused (reset), FILTERED (no answer), NO-NAME, NO-ROUTE.
+up gives the missing ones another window (up to a minute more).
+Cells: open, refused (reset), FILTERED (no answer), NO-NAME, NO-ROUTE.
 --master: MASTER_ADDR resolves, is not loopback on a multi-node job, and its port is free
 (on the master) or reachable (elsewhere).
 Exit code: 0 every link open / every check passed, 4 some links bad, 5 none open / a check failed.
