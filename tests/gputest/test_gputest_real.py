@@ -96,15 +96,17 @@ def test_an_unreachable_master_is_a_clear_failure_within_the_timeout() -> None:
     assert "connection refused" in result.stdout and "rank 0 is not listening" in result.stdout
 
 
-def test_ranks_that_never_join_are_named_by_rank_0() -> None:
+def test_ranks_that_never_join_are_named_by_rank_0_with_their_hosts() -> None:
+    # task 0 of an `srun --ntasks-per-node 1` step on n[1-3] (its variables), alone: tasks 1-2 never come
     port = free_port()
+    srun = dict(SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_NTASKS="3", SLURM_STEP_ID="0",
+                SLURM_STEP_NODELIST="n[1-3]", SLURM_STEP_TASKS_PER_NODE="1(x3)", SLURMD_NODENAME="n1")  # fmt: skip
     result = run_cli(
         "gpu-test", "--timeout", "5", "--backend", "gloo",
-        env=env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="3"),
-        timeout=120,
+        env=env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), **srun), timeout=120,
     )  # fmt: skip
     assert result.returncode == 12, result.stdout + result.stderr
-    assert "ranks 1-2 never joined within 5 s" in result.stdout
+    assert "ranks 1-2 (on n[2-3]) never joined within 5 s" in result.stdout
     assert "ranks 0 waited for them at the store" in result.stdout
 
 

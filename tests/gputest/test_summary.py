@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from rankscope.gputest.report import SCHEMA, RankResult, Step, Summary, summarise, summary_lines
+from rankscope.gputest.report import (
+    SCHEMA,
+    RankResult,
+    Step,
+    Summary,
+    slurm_task_hosts,
+    summarise,
+    summary_lines,
+)
 from rankscope.serial import dump_document, load_document
 
 
@@ -63,3 +71,36 @@ def test_the_summary_document_reads_back() -> None:
     again = load_document(Summary, dump_document(SCHEMA, summary), SCHEMA)
     assert again.never_joined == [1] and again.results[0].device_name == "NVIDIA H100 80GB HBM3"
     assert not again.passed
+
+
+def test_missing_ranks_are_named_with_their_hosts_where_known() -> None:
+    # rank 3 arrived (its host is in the store), ranks 4-5 never did (hosts from the launcher's layout)
+    summary = summarise(
+        6, "gloo", [ok(0), ok(1), ok(2)], joined=[0, 1, 2, 3], hosts={3: "n4", 4: "n5", 5: "n6"}
+    )
+    assert summary.hosts == {"3": "n4", "4": "n5", "5": "n6"}
+    text = "\n".join(summary_lines(summary, 5))
+    assert "ranks 4-5 (on n[5-6]) never joined within 5 s" in text
+    assert "ranks 3 (on n4) joined but gave no result" in text
+    partly = summarise(3, "gloo", [ok(0)], joined=[0], hosts={2: "n3"})
+    assert "ranks 1-2 (on n3, and hosts not known) never joined" in "\n".join(summary_lines(partly, 5))
+    assert "(on" not in "\n".join(summary_lines(summarise(2, "gloo", [ok(0)], joined=[0]), 5))
+
+
+def expand(nodelist: str) -> list[str]:
+    return {"n[1-3]": ["n1", "n2", "n3"], "a,b": ["a", "b"]}[nodelist]
+
+
+def test_slurm_task_layout_gives_the_host_of_every_rank() -> None:
+    srun = {"SLURM_PROCID": "0", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[1-3]",
+            "SLURM_STEP_TASKS_PER_NODE": "2(x2),1"}  # fmt: skip
+    assert slurm_task_hosts(srun, expand) == {0: "n1", 1: "n1", 2: "n2", 3: "n2", 4: "n3"}
+    assert slurm_task_hosts({**srun, "SLURM_DISTRIBUTION": "block:cyclic"}, expand)[4] == "n3"
+    # no guess: cyclic placement, torchrun's ranks under srun, counts that do not match the nodes
+    assert slurm_task_hosts({**srun, "SLURM_DISTRIBUTION": "cyclic"}, expand) == {}
+    assert slurm_task_hosts({**srun, "RANK": "0", "TORCHELASTIC_RUN_ID": "x"}, expand) == {}
+    assert slurm_task_hosts({**srun, "SLURM_STEP_TASKS_PER_NODE": "1(x2)"}, expand) == {}
+    assert slurm_task_hosts({**srun, "SLURM_STEP_TASKS_PER_NODE": "two"}, expand) == {}
+    assert slurm_task_hosts(
+        {**srun, "SLURM_STEP_NODELIST": "a,b", "SLURM_STEP_TASKS_PER_NODE": "1,1"}, expand
+    ) == {0: "a", 1: "b"}

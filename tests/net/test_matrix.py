@@ -95,4 +95,4 @@ def test_the_node_command_line_reads_back_to_the_same_options(options: ProbeOpti
     assert argv[:2] == ["net", "probe"]
     with probe_cmd.make_context("probe", argv[2:]) as ctx:
         assert read_probe_options(ctx.params) == options
-    assert node_options(6000, ["a"], 5).hold == 6.0  # the window plus a second
+    assert node_options(6000, ["a"], 5).hold == 66.0  # the window, a second, and a minute for late peers

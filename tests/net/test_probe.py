@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from tests.support.cli import run_cli
@@ -57,6 +58,32 @@ def test_retry_refused_finds_a_listener_that_starts_late() -> None:
         assert retried.verdict is Verdict.OPEN
     finally:
         late.wait(timeout=10)
+
+
+def test_peers_that_keep_showing_up_stretch_the_window(listener: socket.socket) -> None:
+    """net check's nodes when logins are slow: each new peer (a connection from a new address) gives
+    the missing ones another window, so a listener that starts after the first window is found."""
+    ours, port = listener.getsockname()[1], closed_port()
+    peers = subprocess.Popen(
+        [sys.executable, "-c", "import socket, time\nstart = time.monotonic()\n"
+         f"for at, source in ((1.5, '127.0.0.2'), (3.5, '127.0.0.3')):\n"
+         "    time.sleep(max(0, start + at - time.monotonic()))\n"
+         f"    socket.create_connection(('127.0.0.1', {ours}), source_address=(source, 0)).close()\n"
+         "time.sleep(max(0, start + 5.5 - time.monotonic()))\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         f"s.bind(('127.0.0.1', {port})); s.listen(); s.settimeout(10)\n"
+         "try:\n    s.accept()[0].close()\nexcept OSError:\n    pass\n"],
+    )  # fmt: skip
+    accepted: list[str] = []
+    try:
+        [late] = probe(
+            [Target("127.0.0.1", port)], timeout=3, retry_refused=True, listener=listener,
+            on_accept=accepted.append, latest=time.monotonic() + 60,
+        )  # fmt: skip
+    finally:
+        peers.wait(timeout=30)
+    assert late.verdict is Verdict.OPEN  # without the stretch: refused at the end of the 3 s window
+    assert sorted(peer.rpartition(":")[0] for peer in accepted) == ["127.0.0.2", "127.0.0.3"]
 
 
 def test_refused_until_the_end_stays_refused() -> None:

@@ -53,10 +53,24 @@ class Fabric:
             text=True,
         )
 
+    def check_argv(
+        self, nodes: Sequence[str], port: int, window: float, remote_rankscope: str, via: str = "ssh"
+    ) -> list[str]:
+        """``net check`` arguments over ``nodes`` by their fabric addresses (run it from the router)."""
+        assert self.ssh_config is not None
+        return ["net", "check", "--hosts", ",".join(nodes), "--via", via, "--ssh-config", str(self.ssh_config),
+                "--remote-rankscope", remote_rankscope, "--port", str(port), "--window", f"{window:g}",
+                *[f"--address={node}={self.addresses[node]}" for node in nodes]]  # fmt: skip
+
     def iptables(self, node: str, *rule: str) -> None:
         subprocess.run(
             self.netns_argv(node, ["iptables", *rule]), check=True, capture_output=True, timeout=20
         )
+
+    def drop(self, node: str, ports: str, source: Optional[str] = None) -> None:
+        """``node``'s firewall drops TCP to ``ports`` (``"6123"``, ``"7000:7100"``), from ``source`` only if given."""
+        origin = ["-s", self.addresses[source]] if source else []
+        self.iptables(node, "-A", "INPUT", *origin, "-p", "tcp", "--dport", ports, "-j", "DROP")
 
     def delete(self) -> None:
         stop_all(self.servers)

@@ -217,9 +217,13 @@ Exit code: 0 all open, 4 some open, 5 none.
     type=click.FloatRange(0),
     metavar="SECONDS",
     default=0.0,
-    help="Keep --serve listening this long from the start.",
+    help="Keep --serve listening this long from the start (with --retry-refused: at most this long).",
 )
-@click.option("--retry-refused", is_flag=True, help="Retry a refused probe until --timeout (peers starting).")
+@click.option(
+    "--retry-refused",
+    is_flag=True,
+    help="Retry a refused probe until --timeout (peers starting); each peer that shows up restarts it.",
+)
 def probe_cmd(**params: Any) -> int:
     from rankscope.net.probe import open_listener, parse_target, probe, serve
     from rankscope.net.render import render_probes
@@ -238,11 +242,14 @@ def probe_cmd(**params: Any) -> int:
         except OSError as exc:
             report.listen_error = exc.strerror or str(exc)
     try:
+        latest = started + request.hold
         report.results = probe(
-            targets, request.timeout, request.retry_refused, listener, report.accepted.append
+            targets, request.timeout, request.retry_refused, listener, report.accepted.append, latest
         )
         if listener is not None:
-            serve(listener, started + request.hold, on_accept=report.accepted.append)
+            # net check: a second past the window (which late peers may have stretched), never past --hold
+            until = min(latest, time.monotonic() + 1.0) if request.retry_refused else latest
+            serve(listener, until, on_accept=report.accepted.append)
     finally:
         if listener is not None:
             listener.close()
@@ -291,7 +298,9 @@ Examples:
 
 Across nodes: every node listens on PORT (all addresses, for --window + 1 seconds) and probes
 every node at once, so the whole matrix costs about one window plus the login, whatever
-the number of nodes. Cells: open, refused (reset), FILTERED (no answer), NO-NAME, NO-ROUTE.
+the number of nodes. Logins spread over more than a window stretch it: each peer that shows
+up gives the missing ones another window (up to a minute more).
+Cells: open, refused (reset), FILTERED (no answer), NO-NAME, NO-ROUTE.
 --master: MASTER_ADDR resolves, is not loopback on a multi-node job, and its port is free
 (on the master) or reachable (elsewhere).
 Exit code: 0 every link open / every check passed, 4 some links bad, 5 none open / a check failed.

@@ -31,7 +31,7 @@ from rankscope.gputest.checks import (
     check_master_address,
     duplicate_devices,
 )
-from rankscope.gputest.report import RankResult, Step, Summary, summarise
+from rankscope.gputest.report import RankResult, Step, Summary, slurm_task_hosts, summarise
 from rankscope.ranks import current_rank
 from rankscope.serial import from_json, to_json
 
@@ -455,6 +455,25 @@ def run_rank(
     return run
 
 
+def _expand(nodelist: str) -> list[str]:
+    from rankscope.cluster.targets import expand_nodeset
+
+    return expand_nodeset(nodelist)
+
+
+def _hosts(store: Any, world: int, results: Mapping[int, RankResult], joined: list[int]) -> dict[int, str]:
+    """Where the ranks without a result run: their arrival record, else the launcher's layout."""
+    missing = [r for r in range(world) if r not in results]
+    if not missing:
+        return {}
+    hosts = slurm_task_hosts(os.environ, _expand)
+    for rank in missing:
+        if rank in joined:
+            with contextlib.suppress(Exception):
+                hosts[rank] = from_json(DeviceSlot, json.loads(store.get(f"arrived/{rank}"))).host
+    return hosts
+
+
 RESULT_GRACE = 3.0  # rank 0 waits this long past the deadline for ranks that report their own timeout
 
 
@@ -485,6 +504,6 @@ def _finish(
             break
         time.sleep(0.05)
     joined = [r for r in range(world) if store.check([f"arrived/{r}"])]
-    summary = summarise(world, backend, list(results.values()), joined)
+    summary = summarise(world, backend, list(results.values()), joined, _hosts(store, world, results, joined))
     store.set("done", "1")
     return RankRun(result, summary)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import fold_hosts, fold_ints
 from rankscope.model import Words, rank_label
+from rankscope.ranks import launcher_of
 from rankscope.serial import OMIT_NONE
 
 SCHEMA = "rankscope.gputest/1"
@@ -85,6 +86,9 @@ class Summary:
     no_result: list[int] = field(default_factory=list)
     #: ranks that only waited for the missing ones to arrive (victims, not culprits)
     waited: list[int] = field(default_factory=list)
+    #: rank (as text) -> host, for the never_joined and no_result ranks whose host is known
+    #: (from their arrival in the store, else from the launcher's task layout)
+    hosts: dict[str, str] = field(default_factory=dict)
     results: list[RankResult] = field(default_factory=list)
 
     @property
@@ -92,8 +96,15 @@ class Summary:
         return not (self.failed or self.never_joined or self.no_result or self.waited)
 
 
-def summarise(world_size: int, backend: str, results: Sequence[RankResult], joined: Sequence[int]) -> Summary:
-    """Rank 0's view: ``results`` the ranks posted, ``joined`` the ranks the store saw arrive."""
+def summarise(
+    world_size: int,
+    backend: str,
+    results: Sequence[RankResult],
+    joined: Sequence[int],
+    hosts: Optional[Mapping[int, str]] = None,
+) -> Summary:
+    """Rank 0's view: ``results`` the ranks posted, ``joined`` the ranks the store saw arrive,
+    ``hosts`` where ranks run as far as rank 0 knows (kept for the ranks without a result)."""
     by_rank = {r.rank: r for r in results}
     summary = Summary(world_size=world_size, backend=backend, results=sorted(results, key=lambda r: r.rank))
     for rank in range(world_size):
@@ -106,7 +117,48 @@ def summarise(world_size: int, backend: str, results: Sequence[RankResult], join
             summary.waited.append(rank)
         else:
             summary.failed.append(result)
+    hosts = hosts or {}
+    summary.hosts = {str(r): hosts[r] for r in (*summary.never_joined, *summary.no_result) if r in hosts}
     return summary
+
+
+def _on(summary: Summary, ranks: Sequence[int]) -> str:
+    """`` (on n[5,9])``: the hosts of ``ranks`` where known, saying so when some are not."""
+    known = [summary.hosts[str(r)] for r in ranks if str(r) in summary.hosts]
+    if not known:
+        return ""
+    return f" (on {fold_hosts(known)}{'' if len(known) == len(ranks) else ', and hosts not known'})"
+
+
+def _tasks_per_node(text: str) -> list[int]:
+    """SLURM's ``2(x3),1`` -> ``[2, 2, 2, 1]``; ValueError when it reads otherwise."""
+    counts: list[int] = []
+    for part in text.split(","):
+        count, _, repeat = part.strip().partition("(x")
+        counts += [int(count)] * (int(repeat.rstrip(")")) if repeat else 1)
+    return counts
+
+
+def slurm_task_hosts(env: Mapping[str, str], expand: Callable[[str], list[str]]) -> dict[int, str]:
+    """Rank -> node of an ``srun`` step with the block distribution (SLURM's default), from the
+    step's node list and tasks per node, as every task of the step sees them; empty when the
+    ranks are not SLURM's task ids (torchrun under srun), the distribution is another, or the
+    variables do not read. ``expand`` turns ``n[1-4]`` into names."""
+    if launcher_of(env) != "srun":
+        return {}
+    distribution = env.get("SLURM_DISTRIBUTION", "block")
+    if not distribution.startswith("block"):
+        return {}
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST", "")
+    tasks = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", "")
+    try:
+        nodes, counts = expand(nodelist), _tasks_per_node(tasks)
+    except Exception:  # a node list or count that does not read: no guess
+        return {}
+    if not nodes or len(nodes) != len(counts):
+        return {}
+    hosts = [node for node, count in zip(nodes, counts) for _ in range(count)]
+    return dict(enumerate(hosts))
 
 
 def summary_lines(summary: Summary, timeout: float) -> list[str]:
@@ -121,7 +173,8 @@ def summary_lines(summary: Summary, timeout: float) -> list[str]:
             lines.append(f"    fix: {result.fix}")
     if summary.never_joined:
         lines.append(
-            f"  ranks {fold_ints(summary.never_joined)} never joined within {timeout:g} s: they did not start,"
+            f"  ranks {fold_ints(summary.never_joined)}{_on(summary, summary.never_joined)} never joined"
+            f" within {timeout:g} s: they did not start,"
             " or cannot reach MASTER_ADDR:MASTER_PORT (check the launcher's log on their nodes,"
             " and `rankscope net check`)"
         )
@@ -129,7 +182,8 @@ def summary_lines(summary: Summary, timeout: float) -> list[str]:
             lines.append(f"  ranks {fold_ints(summary.waited)} waited for them at the store")
     if summary.no_result:
         lines.append(
-            f"  ranks {fold_ints(summary.no_result)} joined but gave no result within {timeout:g} s: they hang in"
+            f"  ranks {fold_ints(summary.no_result)}{_on(summary, summary.no_result)} joined but gave no result"
+            f" within {timeout:g} s: they hang in"
             " the backend or died (run `rankscope stacks` on their nodes)"
         )
     return lines

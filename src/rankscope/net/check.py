@@ -28,13 +28,21 @@ _NO_RANKSCOPE = {
 }
 
 
+#: How much longer than one window a node waits for peers that keep showing up (slow logins).
+LATE_PEERS = 60.0
+
+
 def hold_for(window: float) -> float:
-    """How long each node keeps its listener, from its start.
+    """The longest each node keeps its listener (and retries refused probes), from its start.
 
     A peer that starts later than this node by up to the window still finds the listener (and one
     that starts earlier retries its refused probes until it is up); a second more covers the connect.
+    Each peer that shows up (its first connection, or a refused probe to it that opens) gives the
+    missing ones another window, so logins spread over more than a window stretch it, up to
+    :data:`LATE_PEERS` seconds more. When every peer is up, a node ends one window after the last
+    one came (plus the second), not at this bound.
     """
-    return window + 1.0
+    return window + 1.0 + LATE_PEERS
 
 
 def node_options(port: int, addresses: Sequence[str], window: float) -> ProbeOptions:

@@ -25,8 +25,11 @@ from rankscope.net.verdicts import ProbeResult, Verdict
 
 #: Sockets open at once; the rest wait for a slot (the open-files limit is often 1024).
 MAX_PARALLEL = 256
-#: How soon a refused probe is tried again in ``retry_refused`` mode (the peer's listener may not be up yet).
+#: How soon a refused probe is tried again in ``retry_refused`` mode (the peer's listener may not be up
+#: yet): doubling from RETRY_INTERVAL up to RETRY_MAX, so that 128 nodes waiting for late peers do not
+#: flood each other with connects (16,256 targets retried every 0.2 s are 80,000 connects a second).
 RETRY_INTERVAL = 0.2
+RETRY_MAX = 1.6
 
 #: connect() errors that mean "no way there": no route, an ICMP unreachable, a `prohibit` route or a
 #: local firewall rule (EACCES/EPERM), a `blackhole` route (EINVAL).
@@ -120,6 +123,7 @@ def probe(
     retry_refused: bool = False,
     listener: Optional[socket.socket] = None,
     on_accept: Optional[Callable[[str], None]] = None,
+    latest: Optional[float] = None,
 ) -> list[ProbeResult]:
     """One result per target, in order; each connect gets ``timeout`` seconds, all of them at once.
 
@@ -127,15 +131,36 @@ def probe(
     in flight at a time; the others start as slots free up, each with its own ``timeout``.
     ``retry_refused``: ``timeout`` is one window for everything instead, and a refused probe is
     tried again until the window ends (net check starts every node's listener at about the same
-    time; a peer may not listen yet). ``listener``: a listening socket served in the same loop
-    meanwhile (accepted and closed; ``on_accept`` gets the peer).
+    time; a peer may not listen yet). The window starts again whenever a peer shows up, by its first
+    connection to ``listener`` or a refused probe that opens, up to ``latest`` (a time.monotonic()
+    value): nodes whose start is spread over more than one window (many logins on a busy head
+    node) still find each other, and when every peer is up the window runs out as before.
+    ``listener``: a listening socket served in the same loop meanwhile (accepted and closed;
+    ``on_accept`` gets the peer).
     """
     started = time.monotonic()
     window_end = started + timeout if retry_refused else None
+    seen: set[str] = set()
+
+    def news() -> None:
+        """A peer showed up: give the ones still missing another window (never past ``latest``)."""
+        nonlocal window_end
+        if window_end is not None:
+            window_end = max(window_end, min(time.monotonic() + timeout, latest or window_end))
+
+    def accepted(peer: str) -> None:
+        host = peer.rpartition(":")[0]
+        if host not in seen:
+            seen.add(host)
+            news()
+        if on_accept is not None:
+            on_accept(peer)
+
     resolved = resolve_all([t.host for t in targets], timeout)
     results: list[Optional[ProbeResult]] = [None] * len(targets)
     waiting: list[tuple[float, int]] = []  # (start at, target index)
     refused_before: set[int] = set()
+    tries: dict[int, int] = {}  # refused probes: how often, for the back-off
     deadlines: dict[socket.socket, tuple[float, int]] = {}  # in flight: (deadline, target index)
 
     def finish(index: int, verdict: Verdict, detail: str) -> None:
@@ -148,11 +173,16 @@ def probe(
 
     def conclude(index: int, code: int) -> None:
         verdict = _verdict_of(code)
+        if verdict is Verdict.OPEN and index in refused_before:
+            news()
         if verdict is Verdict.REFUSED and window_end is not None:
             refused_before.add(index)
-            if time.monotonic() + RETRY_INTERVAL < window_end:
-                waiting.append((time.monotonic() + RETRY_INTERVAL, index))
-                return
+            tries[index] = tries.get(index, 0) + 1
+            # queued even past the window's end: peers may stretch it; if not, the loop ends first
+            waiting.append(
+                (time.monotonic() + min(RETRY_MAX, RETRY_INTERVAL * 2 ** (tries[index] - 1)), index)
+            )
+            return
         detail = "" if code == 0 else os.strerror(code)
         if code == errno.EINVAL:
             detail += " (a blackhole route)"
@@ -168,8 +198,11 @@ def probe(
     if listener is not None:
         selector.register(listener, selectors.EVENT_READ, None)
     try:
-        while waiting or deadlines:
+        # net check (retry_refused with a listener): stay for the whole window, which peers may stretch
+        while waiting or deadlines or (listener is not None and window_end is not None):
             now = time.monotonic()
+            if window_end is not None and now >= window_end:
+                break
             ready = sorted(w for w in waiting if w[0] <= now)
             for item in ready[: max(0, MAX_PARALLEL - len(deadlines))]:
                 waiting.remove(item)
@@ -190,17 +223,22 @@ def probe(
                     selector.unregister(sock)
                     sock.close()
                     del deadlines[sock]
-                    finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
+                    if index in refused_before:  # a retry cut short by the window's end: still refused
+                        waiting.append((now + RETRY_INTERVAL, index))
+                    else:
+                        finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
             if window_end is not None and now >= window_end:
                 break
             wakes = [deadline for deadline, _ in deadlines.values()]
+            if window_end is not None:
+                wakes.append(window_end)
             if waiting and len(deadlines) < MAX_PARALLEL:
                 wakes.append(min(w[0] for w in waiting))
             if not wakes:
                 continue
             for key, _events in selector.select(max(0.0, min(wakes) - time.monotonic())):
                 if key.data is None:
-                    _accept(key.fileobj, on_accept)  # type: ignore[arg-type]
+                    _accept(key.fileobj, accepted)  # type: ignore[arg-type]
                     continue
                 sock = key.fileobj  # type: ignore[assignment]
                 assert isinstance(sock, socket.socket)
