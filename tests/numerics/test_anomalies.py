@@ -83,3 +83,13 @@ def test_nothing_is_reported_for_a_clean_model_and_inputs_that_already_hold_nan(
         model(x)
     assert detector.anomaly is not None
     assert detector.anomaly.name == "rotary" and detector.anomaly.entered  # it came in with the input
+
+
+def test_a_detector_that_cannot_be_set_up_leaves_no_hook_behind() -> None:
+    model = overflowing_stack()
+    model.head.register_backward_hook(lambda *args: None)  # torch refuses a full backward hook beside it
+    with pytest.raises(RuntimeError, match="regular backward hooks and full backward hooks"):
+        detect_anomalies(model)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))
+    model(x)  # the overflow in blocks.2 raises nothing: no hook of the failed detector is left
+    assert not any(module._forward_hooks for module in model.modules())

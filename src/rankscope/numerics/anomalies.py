@@ -71,10 +71,14 @@ class AnomalyDetector:
         # fires early; that is expected here, and the hook handles it (no input gradient to check).
         warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
         self._handles: list[Any] = []
-        for name, module in model.named_modules():
-            self._handles.append(module.register_forward_hook(self._forward_hook(name)))
-            if backward:
-                self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
+        try:
+            for name, module in model.named_modules():
+                self._handles.append(module.register_forward_hook(self._forward_hook(name)))
+                if backward:
+                    self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
+        except BaseException:  # e.g. a module with an old-style register_backward_hook: leave no hook behind
+            self.close()
+            raise
 
     @property
     def anomaly(self) -> Optional[Anomaly]:
