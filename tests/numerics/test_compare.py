@@ -122,3 +122,26 @@ def test_the_package_imports_without_torch_and_says_so_once_used(tmp_path: Path)
     assert (
         code_value == "6" and line.startswith("torch cannot be imported in") and "pip install torch" in line
     )
+
+
+def test_python_numbers_and_integers_are_judged_as_assert_close_judges_them() -> None:
+    f32, f64 = torch.float32, torch.float64
+
+    def item(x: torch.Tensor) -> float:  # a Python float: float32's 1 + eps against float64's 1 + eps
+        return (x + torch.finfo(x.dtype).eps).item()
+
+    one = torch.ones(())
+    torch.testing.assert_close(item(one), item(one.double()))  # within float64's tolerance: it passes
+    floats = compare(item, one, dtypes=(f32, f64))
+    assert floats.ok and floats.leaves[0].dtypes == ("float64", "float64"), floats
+    assert floats.max_abs_diff == pytest.approx(torch.finfo(f32).eps - torch.finfo(f64).eps, rel=1e-9)
+    far = compare(lambda x: float(x.sum()) + (1e-3 if x.dtype == f64 else 0.0), one, dtypes=(f32, f64))
+    assert not far.ok and far.max_abs_diff == pytest.approx(1e-3)
+
+    counts = torch.tensor([10, 20])
+    torch.testing.assert_close(counts, counts + 1, rtol=0, atol=1)
+    off_by_one = compare(lambda x, n: n + (x.dtype == f64), one, counts, dtypes=(f32, f64), rtol=0, atol=1)
+    assert off_by_one.ok and off_by_one.max_abs_diff == 1
+    assert not compare(lambda x, n: n + (x.dtype == f64), one, counts, dtypes=(f32, f64)).ok  # exact
+    huge = compare(lambda x: 2**70, one, dtypes=(f32, f64))  # beyond int64: a plain value, no error
+    assert huge.ok

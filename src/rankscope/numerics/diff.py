@@ -13,19 +13,26 @@ from rankscope.numerics.result import LeafDiff
 from rankscope.numerics.tolerance import default_tolerances
 from rankscope.numerics.tree import flatten
 
+#: Python numbers are judged as assert_close judges them: as these dtypes, with their tolerances.
+_NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
+
 
 def _name(torch: Any, value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return str(value.dtype).replace("torch.", "")
-    return type(value).__name__
+    return _NUMBER_DTYPES.get(type(value), type(value).__name__)
 
 
 def _as_tensor(torch: Any, value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
-    if isinstance(value, (bool, int, float, complex)):
-        return torch.tensor(value)
-    return None
+    dtype = _NUMBER_DTYPES.get(type(value))
+    if dtype is None:
+        return None
+    try:
+        return torch.tensor(value, dtype=getattr(torch, dtype))
+    except (OverflowError, RuntimeError, ValueError):  # an int beyond int64: compared as a plain value
+        return None
 
 
 def _wide(torch: Any, tensor: Any) -> Any:
@@ -74,8 +81,8 @@ def diff_leaf(
         abs_diff = (oth - ref).abs().to(torch.float64)
         undefined = torch.isnan(abs_diff)
         abs_diff = torch.where(undefined, torch.where(close, 0.0, math.inf), abs_diff)
-    else:
-        close = oth == ref
+    else:  # integers and booleans: exact by default; the caller's tolerances apply, as in assert_close
+        close = torch.isclose(oth, ref, rtol=rtol, atol=atol)
         abs_diff = (oth - ref).abs().to(torch.float64)
     scale = ref.abs().to(torch.float64)
     rel_diff = torch.where(abs_diff == 0, 0.0, abs_diff / scale)
