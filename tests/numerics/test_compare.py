@@ -82,6 +82,13 @@ def test_shapes_that_differ_and_nan_are_mismatches() -> None:
     )
     assert not shapes.ok and shapes.leaves[0].problem == "shape (4,) vs (3,)"
     nan = torch.tensor([1.0, float("nan"), float("inf")])
+    against_a_number = compare(
+        lambda x: x if x.dtype == torch.float32 else torch.where(x.isnan(), 0.0, x),
+        nan,
+        dtypes=(torch.float32, torch.float64),
+    )
+    assert against_a_number.max_abs_diff == against_a_number.max_rel_diff == float("inf")  # not NaN
+    assert against_a_number.worst_index == (1,) and against_a_number.mismatched == 1
     assert not compare(
         lambda x: x, nan, dtypes=(torch.float32, torch.float64)
     ).ok  # NaN != NaN, as assert_close

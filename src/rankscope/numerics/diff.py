@@ -86,6 +86,7 @@ def diff_leaf(
         abs_diff = (oth - ref).abs().to(torch.float64)
     scale = ref.abs().to(torch.float64)
     rel_diff = torch.where(abs_diff == 0, 0.0, abs_diff / scale)
+    rel_diff = torch.where(torch.isnan(rel_diff), math.inf, rel_diff)  # a NaN reference: infinitely far
     total = ref.numel()
     mismatched = int(total - int(close.sum()))
     if total == 0:
