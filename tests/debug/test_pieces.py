@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from rankscope.debug import rendezvous
-from rankscope.debug.client import parse_address
+from rankscope.debug.client import parse_address, pdb_attach_argv
 from rankscope.errors import BadInputError
 
 
@@ -57,3 +58,22 @@ def test_no_flag_for_a_job_across_nodes_without_a_shared_directory(tmp_path: Pat
     shared = {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "RANKSCOPE_BREAKPOINT_DIR": str(tmp_path)}
     flag = rendezvous.flag_for(1, shared, spans_nodes=True)
     assert isinstance(flag, rendezvous.FileFlag) and flag.where == str(tmp_path / "master-n1-1-1.released")
+
+
+def test_attach_pid_never_runs_a_program_that_is_not_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `yes -c CODE` would print forever into attach's memory until its 10 s timeout; other programs
+    # could do worse: only an executable named python* is asked for its version.
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda argv, **kwargs: ran.append(argv) or subprocess.CompletedProcess(argv, 1, "", ""),
+    )
+    worker = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with pytest.raises(BadInputError, match=f"process {worker.pid} does not look like a Python process"):
+            pdb_attach_argv(worker.pid)
+        assert ran == []
+    finally:
+        os.killpg(worker.pid, 9)
+        worker.wait()

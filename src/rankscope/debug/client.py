@@ -130,7 +130,9 @@ def python_version_of(pid: int) -> Optional[tuple[int, int]]:
             found = None
     if found is not None:
         return int(found.group(1)), int(found.group(2))
-    try:  # a binary named plain "python" and linked statically: ask it
+    if not os.path.basename(exe).startswith("python"):  # never run a program that is not a Python
+        return None
+    try:  # a binary named plain "python" or "python3" and linked statically: ask it
         out = subprocess.run(
             [exe, "-c", "import sys; print(*sys.version_info[:2])"],
             capture_output=True,
