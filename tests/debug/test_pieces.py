@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -77,3 +79,27 @@ def test_attach_pid_never_runs_a_program_that_is_not_python(monkeypatch: pytest.
     finally:
         os.killpg(worker.pid, 9)
         worker.wait()
+
+
+def test_a_process_without_a_terminal_names_itself_once_in_its_attach_line() -> None:
+    code = "import rankscope\nrankscope.ForkedPdb().set_trace()\nx = 1\n"
+    program = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert program.stderr is not None
+        line = program.stderr.readline().rstrip("\n")
+        found = re.fullmatch(
+            r"rankscope: process (\d+) on \S+ is stopped in pdb with no terminal; "
+            r"attach with: rankscope attach 127\.0\.0\.1:\d+ --token \S+",
+            line,
+        )
+        assert found is not None and found[1] == str(program.pid), line
+    finally:
+        os.killpg(program.pid, 9)
+        program.wait()

@@ -97,8 +97,12 @@ def open_session(
     except (OSError, ValueError, OverflowError) as exc:
         say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {host}:{port} ({exc})")
         return None
+    node = socket.gethostname()
+    subject = (
+        f"{who} on {node}" if who == f"process {os.getpid()}" else f"{who} (pid {os.getpid()} on {node})"
+    )
     line = (
-        f"{who} (pid {os.getpid()} on {socket.gethostname()}) is stopped in pdb with no terminal; "
+        f"{subject} is stopped in pdb with no terminal; "
         f"attach with: rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
     )
     say(line)
