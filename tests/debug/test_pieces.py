@@ -103,3 +103,24 @@ def test_a_process_without_a_terminal_names_itself_once_in_its_attach_line() -> 
     finally:
         os.killpg(program.pid, 9)
         program.wait()
+
+
+def test_a_rank_that_is_not_a_number_says_so_once_and_never_raises(tmp_path: Path) -> None:
+    code = "import rankscope\nrankscope.breakpoint(rank='one')\nprint('went on')\n"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TORCHELASTIC_", "SLURM_"))}
+    env.update(
+        PYTHONPATH=str(Path(__file__).parents[2] / "src"),
+        RANK="0",
+        WORLD_SIZE="2",
+        RANKSCOPE_BREAKPOINT_DIR=str(tmp_path),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stdout) == (0, "went on\n"), out.stderr
+    assert out.stderr == "rankscope: breakpoint: rank='one' is not a rank number; nobody stops\n"

@@ -226,6 +226,11 @@ def breakpoint(
     _calls += 1
     caller = frame if frame is not None else sys._getframe(1)
     try:
+        rank = int(rank)  # a rank read from the environment ("1") is meant as that number
+    except (TypeError, ValueError):
+        say(f"breakpoint: rank={rank!r} is not a rank number; nobody stops")
+        return
+    try:
         me, world, spans = _rank_and_world()
     except Exception as exc:  # never raise into the job
         say(f"breakpoint: cannot tell this process's rank ({exc}); stopping it alone")
