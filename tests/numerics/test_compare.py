@@ -152,3 +152,15 @@ def test_python_numbers_and_integers_are_judged_as_assert_close_judges_them() ->
     assert not compare(lambda x, n: n + (x.dtype == f64), one, counts, dtypes=(f32, f64)).ok  # exact
     huge = compare(lambda x: 2**70, one, dtypes=(f32, f64))  # beyond int64: a plain value, no error
     assert huge.ok
+
+
+def test_numpy_outputs_are_compared_as_tensors() -> None:
+    def as_numpy(x: torch.Tensor) -> object:
+        return {"array": (x * 3).numpy(), "scalar": (x * 3).numpy()[1]}
+
+    x = torch.tensor([1.0, 1 / 3, 7.0])
+    result = compare(as_numpy, x, dtypes=(torch.float32, torch.float64))
+    assert result.ok and [leaf.dtypes for leaf in result.leaves] == [("float32", "float64")] * 2
+    assert result.leaves[0].shape == (3,) and result.max_abs_diff > 0
+    exact = compare(as_numpy, x, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
+    assert exact.mismatched == 2 and exact.worst_path == "['array']" and exact.worst_index == (1,)

@@ -17,8 +17,12 @@ from rankscope.numerics.tree import flatten
 _NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
 
 
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype")
+
+
 def _name(torch: Any, value: Any) -> str:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or _is_numpy(value):
         return str(value.dtype).replace("torch.", "")
     return _NUMBER_DTYPES.get(type(value), type(value).__name__)
 
@@ -26,6 +30,11 @@ def _name(torch: Any, value: Any) -> str:
 def _as_tensor(torch: Any, value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
+    if _is_numpy(value):  # an array or a NumPy scalar, as assert_close takes them
+        try:
+            return torch.as_tensor(value)
+        except (TypeError, RuntimeError, ValueError):  # an object array, strings
+            return None
     dtype = _NUMBER_DTYPES.get(type(value))
     if dtype is None:
         return None
@@ -48,6 +57,14 @@ def _number(value: Any) -> Optional[float]:
     return float(abs(number)) if isinstance(number, complex) else float(number)
 
 
+def _equal(reference: Any, other: Any) -> bool:
+    """``==`` for plain values; one whose ``==`` is not a plain truth value is not equal."""
+    try:
+        return bool(reference == other)
+    except Exception:
+        return False
+
+
 def _problem(path: str, names: tuple[str, str], problem: str, total: int) -> LeafDiff:
     """Leaves that cannot be compared element-wise: every element counts as mismatched."""
     return LeafDiff(path, (), names, 0.0, 0.0, total, total, math.inf, math.inf, problem=problem)
@@ -65,7 +82,7 @@ def diff_leaf(
     names = (_name(torch, reference), _name(torch, other))
     ref, oth = _as_tensor(torch, reference), _as_tensor(torch, other)
     if ref is None or oth is None:
-        if type(reference) is type(other) and reference == other:
+        if type(reference) is type(other) and _equal(reference, other):
             return LeafDiff(path, (), names, 0.0, 0.0, 0, 1, 0.0, 0.0)
         return _problem(path, names, f"{reference!r} vs {other!r}", 1)
     if ref.shape != oth.shape:
