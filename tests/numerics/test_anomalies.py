@@ -93,3 +93,21 @@ def test_a_detector_that_cannot_be_set_up_leaves_no_hook_behind() -> None:
     x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))
     model(x)  # the overflow in blocks.2 raises nothing: no hook of the failed detector is left
     assert not any(module._forward_hooks for module in model.modules())
+
+
+class Boost(nn.Module):
+    """Scales its input in place: the inf it makes is in its input tensor too, afterwards."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(1e30)
+
+
+def test_an_inf_made_in_place_is_produced_by_that_module_not_entered() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Boost(), nn.Linear(4, 4))
+    with torch.no_grad():
+        model[0].weight.fill_(1e10)
+        with detect_anomalies(model, on_anomaly="record", backward=False) as detector:
+            model(torch.ones(2, 4))
+    assert detector.anomaly is not None and detector.anomaly.name == "1"
+    assert not detector.anomaly.entered
+    assert "its inputs already held" not in str(detector.anomaly)

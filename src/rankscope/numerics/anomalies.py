@@ -149,7 +149,7 @@ class AnomalyDetector:
             phase=phase,
             kind=self._kind(culprit.outputs),
             pass_index=self.passes + (1 if phase == "forward" and culprit.module is not self._root else 0),
-            entered=steps[-1].inputs.nonfinite > 0 and last.nonfinite > 0,
+            entered=last.nonfinite > 0 and self._entered(culprit),
             history=steps,
         )
         if phase == "forward":
@@ -192,6 +192,25 @@ class AnomalyDetector:
             inputs=self._stats(self._tensors(call.inputs)),
             params=self._stats([p.detach() for p in call.module.parameters()]),
             outputs=self._stats(self._tensors(call.outputs)),
+        )
+
+    @staticmethod
+    def _storage(tensor: Any) -> int:
+        try:
+            return int(tensor.untyped_storage().data_ptr())
+        except (AttributeError, RuntimeError):
+            return int(tensor.data_ptr())
+
+    def _entered(self, call: _Call) -> bool:
+        """Whether an input of ``call`` holds inf/NaN that the call did not put there: an input sharing
+        memory with an output may have been changed in place by the call itself (``x.mul_(...)``,
+        ``Dropout(inplace=True)``), so its values now say nothing about what came in."""
+        torch = self._torch
+        written = {self._storage(tensor) for tensor in self._tensors(call.outputs)}
+        return any(
+            not bool(torch.isfinite(tensor).all())
+            for tensor in self._tensors(call.inputs)
+            if self._storage(tensor) not in written
         )
 
     def _kind(self, value: Any) -> str:
