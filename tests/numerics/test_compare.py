@@ -164,3 +164,11 @@ def test_numpy_outputs_are_compared_as_tensors() -> None:
     assert result.leaves[0].shape == (3,) and result.max_abs_diff > 0
     exact = compare(as_numpy, x, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
     assert exact.mismatched == 2 and exact.worst_path == "['array']" and exact.worst_index == (1,)
+
+
+def test_a_comparison_leaves_the_callers_random_stream_where_it_was() -> None:
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    compare(lambda: torch.rand(2), dtypes=(torch.float32, torch.float64))  # seeds its sides with seed=0
+    assert torch.equal(torch.rand(3), expected)
