@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.support.cli import run_cli
 
 from rankscope.debug import rendezvous
 from rankscope.debug.client import parse_address, pdb_attach_argv
@@ -124,3 +126,20 @@ def test_a_rank_that_is_not_a_number_says_so_once_and_never_raises(tmp_path: Pat
     )
     assert (out.returncode, out.stdout) == (0, "went on\n"), out.stderr
     assert out.stderr == "rankscope: breakpoint: rank='one' is not a rank number; nobody stops\n"
+
+
+def test_attach_pid_of_a_python_removed_since_it_started_is_one_line(tmp_path: Path) -> None:
+    program = tmp_path / "python3.14"  # stands in for a rank whose Python was upgraded under it
+    shutil.copy("/bin/sleep", program)
+    worker = subprocess.Popen([str(program), "60"], start_new_session=True)
+    try:
+        program.unlink()
+        out = run_cli("attach", "--pid", str(worker.pid), timeout=60)
+        assert out.returncode == 6, out.stderr
+        assert out.stderr.startswith(
+            f"rankscope: error: process {worker.pid} runs {program} (deleted): its Python was removed"
+        )
+        assert out.stderr.count("\n") == 1
+    finally:
+        os.killpg(worker.pid, 9)
+        worker.wait()

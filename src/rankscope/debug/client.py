@@ -156,4 +156,11 @@ def pdb_attach_argv(pid: int) -> list[str]:
             "put rankscope.breakpoint(rank=N) in the code and attach to the line it prints (docs/debug.md)",
             ExitCode.MISSING_TOOL,
         )
-    return [os.readlink(f"/proc/{pid}/exe"), "-m", "pdb", "-p", str(pid)]
+    exe = os.readlink(f"/proc/{pid}/exe")
+    if exe.endswith(" (deleted)"):
+        raise RankscopeError(
+            f"process {pid} runs {exe}: its Python was removed or replaced since it started",
+            "run pdb -p with the same Python version by hand: PYTHON -m pdb -p PID",
+            ExitCode.MISSING_TOOL,
+        )
+    return [exe, "-m", "pdb", "-p", str(pid)]
