@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -112,3 +114,11 @@ def test_an_inf_made_in_place_is_produced_by_that_module_not_entered() -> None:
     assert detector.anomaly is not None and detector.anomaly.name == "1"
     assert not detector.anomaly.entered
     assert "its inputs already held" not in str(detector.anomaly)
+
+
+def test_the_detector_leaves_the_processs_warning_filters_as_it_found_them() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    before = list(warnings.filters)
+    with detect_anomalies(model):
+        model(torch.randn(2, 4)).sum().backward()  # its input needs no gradient: torch's warning, silenced
+    assert warnings.filters == before

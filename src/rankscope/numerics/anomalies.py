@@ -69,7 +69,13 @@ class AnomalyDetector:
         self._root = model
         # A model whose input needs no gradient makes torch warn at every backward that the root's hook
         # fires early; that is expected here, and the hook handles it (no input gradient to check).
-        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+        # The filter is removed again by close(): the process's warnings are its own afterwards.
+        self._filter: Optional[Any] = None
+        if backward:
+            warnings.filterwarnings(
+                "ignore", message="Full backward hook is firing when gradients are computed"
+            )
+            self._filter = warnings.filters[0]
         self._handles: list[Any] = []
         try:
             for name, module in model.named_modules():
@@ -89,6 +95,10 @@ class AnomalyDetector:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        entry, self._filter = self._filter, None
+        filters = warnings.filters
+        if entry is not None and isinstance(filters, list) and entry in filters:
+            filters.remove(entry)
         self._forward.clear()
         self._backward.clear()
 
