@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.support.cli import run_cli
 
 from rankscope.debug import rendezvous
-from rankscope.debug.client import parse_address
+from rankscope.debug.client import parse_address, pdb_attach_argv
 from rankscope.errors import BadInputError
 
 
@@ -57,3 +62,84 @@ def test_no_flag_for_a_job_across_nodes_without_a_shared_directory(tmp_path: Pat
     shared = {"MASTER_ADDR": "n1", "MASTER_PORT": "1", "RANKSCOPE_BREAKPOINT_DIR": str(tmp_path)}
     flag = rendezvous.flag_for(1, shared, spans_nodes=True)
     assert isinstance(flag, rendezvous.FileFlag) and flag.where == str(tmp_path / "master-n1-1-1.released")
+
+
+def test_attach_pid_never_runs_a_program_that_is_not_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `yes -c CODE` would print forever into attach's memory until its 10 s timeout; other programs
+    # could do worse: only an executable named python* is asked for its version.
+    ran: list[list[str]] = []
+    monkeypatch.setattr(
+        subprocess,
+        "run",
+        lambda argv, **kwargs: ran.append(argv) or subprocess.CompletedProcess(argv, 1, "", ""),
+    )
+    worker = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        with pytest.raises(BadInputError, match=f"process {worker.pid} does not look like a Python process"):
+            pdb_attach_argv(worker.pid)
+        assert ran == []
+    finally:
+        os.killpg(worker.pid, 9)
+        worker.wait()
+
+
+def test_a_process_without_a_terminal_names_itself_once_in_its_attach_line() -> None:
+    code = "import rankscope\nrankscope.ForkedPdb().set_trace()\nx = 1\n"
+    program = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")},
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert program.stderr is not None
+        line = program.stderr.readline().rstrip("\n")
+        found = re.fullmatch(
+            r"rankscope: process (\d+) on \S+ is stopped in pdb with no terminal; "
+            r"attach with: rankscope attach 127\.0\.0\.1:\d+ --token \S+",
+            line,
+        )
+        assert found is not None and found[1] == str(program.pid), line
+    finally:
+        os.killpg(program.pid, 9)
+        program.wait()
+
+
+def test_a_rank_that_is_not_a_number_says_so_once_and_never_raises(tmp_path: Path) -> None:
+    code = "import rankscope\nrankscope.breakpoint(rank='one')\nprint('went on')\n"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TORCHELASTIC_", "SLURM_"))}
+    env.update(
+        PYTHONPATH=str(Path(__file__).parents[2] / "src"),
+        RANK="0",
+        WORLD_SIZE="2",
+        RANKSCOPE_BREAKPOINT_DIR=str(tmp_path),
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stdout) == (0, "went on\n"), out.stderr
+    assert out.stderr == "rankscope: breakpoint: rank='one' is not a rank number; nobody stops\n"
+
+
+def test_attach_pid_of_a_python_removed_since_it_started_is_one_line(tmp_path: Path) -> None:
+    program = tmp_path / "python3.14"  # stands in for a rank whose Python was upgraded under it
+    shutil.copy("/bin/sleep", program)
+    worker = subprocess.Popen([str(program), "60"], start_new_session=True)
+    try:
+        program.unlink()
+        out = run_cli("attach", "--pid", str(worker.pid), timeout=60)
+        assert out.returncode == 6, out.stderr
+        assert out.stderr.startswith(
+            f"rankscope: error: process {worker.pid} runs {program} (deleted): its Python was removed"
+        )
+        assert out.stderr.count("\n") == 1
+    finally:
+        os.killpg(worker.pid, 9)
+        worker.wait()

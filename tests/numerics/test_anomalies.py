@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -83,3 +85,40 @@ def test_nothing_is_reported_for_a_clean_model_and_inputs_that_already_hold_nan(
         model(x)
     assert detector.anomaly is not None
     assert detector.anomaly.name == "rotary" and detector.anomaly.entered  # it came in with the input
+
+
+def test_a_detector_that_cannot_be_set_up_leaves_no_hook_behind() -> None:
+    model = overflowing_stack()
+    model.head.register_backward_hook(lambda *args: None)  # torch refuses a full backward hook beside it
+    with pytest.raises(RuntimeError, match="regular backward hooks and full backward hooks"):
+        detect_anomalies(model)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # (torch warns about the old-style hook when a forward records gradients)
+        model(x)  # the overflow in blocks.2 raises nothing: no hook of the failed detector is left
+    assert not any(module._forward_hooks for module in model.modules())
+
+
+class Boost(nn.Module):
+    """Scales its input in place: the inf it makes is in its input tensor too, afterwards."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(1e30)
+
+
+def test_an_inf_made_in_place_is_produced_by_that_module_not_entered() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), Boost(), nn.Linear(4, 4))
+    with torch.no_grad():
+        model[0].weight.fill_(1e10)
+        with detect_anomalies(model, on_anomaly="record", backward=False) as detector:
+            model(torch.ones(2, 4))
+    assert detector.anomaly is not None and detector.anomaly.name == "1"
+    assert not detector.anomaly.entered
+    assert "its inputs already held" not in str(detector.anomaly)
+
+
+def test_the_detector_leaves_the_processs_warning_filters_as_it_found_them() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 1))
+    before = list(warnings.filters)
+    with detect_anomalies(model):
+        model(torch.randn(2, 4)).sum().backward()  # its input needs no gradient: torch's warning, silenced
+    assert warnings.filters == before

@@ -82,6 +82,13 @@ def test_shapes_that_differ_and_nan_are_mismatches() -> None:
     )
     assert not shapes.ok and shapes.leaves[0].problem == "shape (4,) vs (3,)"
     nan = torch.tensor([1.0, float("nan"), float("inf")])
+    against_a_number = compare(
+        lambda x: x if x.dtype == torch.float32 else torch.where(x.isnan(), 0.0, x),
+        nan,
+        dtypes=(torch.float32, torch.float64),
+    )
+    assert against_a_number.max_abs_diff == against_a_number.max_rel_diff == float("inf")  # not NaN
+    assert against_a_number.worst_index == (1,) and against_a_number.mismatched == 1
     assert not compare(
         lambda x: x, nan, dtypes=(torch.float32, torch.float64)
     ).ok  # NaN != NaN, as assert_close
@@ -122,3 +129,46 @@ def test_the_package_imports_without_torch_and_says_so_once_used(tmp_path: Path)
     assert (
         code_value == "6" and line.startswith("torch cannot be imported in") and "pip install torch" in line
     )
+
+
+def test_python_numbers_and_integers_are_judged_as_assert_close_judges_them() -> None:
+    f32, f64 = torch.float32, torch.float64
+
+    def item(x: torch.Tensor) -> float:  # a Python float: float32's 1 + eps against float64's 1 + eps
+        return (x + torch.finfo(x.dtype).eps).item()
+
+    one = torch.ones(())
+    torch.testing.assert_close(item(one), item(one.double()))  # within float64's tolerance: it passes
+    floats = compare(item, one, dtypes=(f32, f64))
+    assert floats.ok and floats.leaves[0].dtypes == ("float64", "float64"), floats
+    assert floats.max_abs_diff == pytest.approx(torch.finfo(f32).eps - torch.finfo(f64).eps, rel=1e-9)
+    far = compare(lambda x: float(x.sum()) + (1e-3 if x.dtype == f64 else 0.0), one, dtypes=(f32, f64))
+    assert not far.ok and far.max_abs_diff == pytest.approx(1e-3)
+
+    counts = torch.tensor([10, 20])
+    torch.testing.assert_close(counts, counts + 1, rtol=0, atol=1)
+    off_by_one = compare(lambda x, n: n + (x.dtype == f64), one, counts, dtypes=(f32, f64), rtol=0, atol=1)
+    assert off_by_one.ok and off_by_one.max_abs_diff == 1
+    assert not compare(lambda x, n: n + (x.dtype == f64), one, counts, dtypes=(f32, f64)).ok  # exact
+    huge = compare(lambda x: 2**70, one, dtypes=(f32, f64))  # beyond int64: a plain value, no error
+    assert huge.ok
+
+
+def test_numpy_outputs_are_compared_as_tensors() -> None:
+    def as_numpy(x: torch.Tensor) -> object:
+        return {"array": (x * 3).numpy(), "scalar": (x * 3).numpy()[1]}
+
+    x = torch.tensor([1.0, 1 / 3, 7.0])
+    result = compare(as_numpy, x, dtypes=(torch.float32, torch.float64))
+    assert result.ok and [leaf.dtypes for leaf in result.leaves] == [("float32", "float64")] * 2
+    assert result.leaves[0].shape == (3,) and result.max_abs_diff > 0
+    exact = compare(as_numpy, x, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
+    assert exact.mismatched == 2 and exact.worst_path == "['array']" and exact.worst_index == (1,)
+
+
+def test_a_comparison_leaves_the_callers_random_stream_where_it_was() -> None:
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    compare(lambda: torch.rand(2), dtypes=(torch.float32, torch.float64))  # seeds its sides with seed=0
+    assert torch.equal(torch.rand(3), expected)

@@ -13,7 +13,7 @@ import click
 
 from rankscope.cli.params import from_params
 from rankscope.debug import client, remote
-from rankscope.errors import ExitCode
+from rankscope.errors import ExitCode, RankscopeError
 
 HELP = """Attach to the pdb of a rank that rankscope.breakpoint() stopped without a terminal
 (srun, pdsh, a background torchrun): the rank prints the line to copy on its stderr.
@@ -66,7 +66,14 @@ def attach(**params: Any) -> int:
         if request.address is not None:
             raise click.UsageError("give HOST:PORT or --pid, not both")
         argv = client.pdb_attach_argv(request.pid)
-        os.execv(argv[0], argv)
+        try:
+            os.execv(argv[0], argv)
+        except OSError as exc:
+            raise RankscopeError(
+                f"cannot run {argv[0]}: {exc.strerror or exc}",
+                "run pdb -p with the process's Python by hand: PYTHON -m pdb -p PID",
+                ExitCode.MISSING_TOOL,
+            ) from None
     if request.address is None or not request.token:
         raise click.UsageError("give HOST:PORT and --token T as the stopped rank printed them (or --pid PID)")
     host, port = client.parse_address(request.address)

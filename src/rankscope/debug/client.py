@@ -130,7 +130,9 @@ def python_version_of(pid: int) -> Optional[tuple[int, int]]:
             found = None
     if found is not None:
         return int(found.group(1)), int(found.group(2))
-    try:  # a binary named plain "python" and linked statically: ask it
+    if not os.path.basename(exe).startswith("python"):  # never run a program that is not a Python
+        return None
+    try:  # a binary named plain "python" or "python3" and linked statically: ask it
         out = subprocess.run(
             [exe, "-c", "import sys; print(*sys.version_info[:2])"],
             capture_output=True,
@@ -154,4 +156,11 @@ def pdb_attach_argv(pid: int) -> list[str]:
             "put rankscope.breakpoint(rank=N) in the code and attach to the line it prints (docs/debug.md)",
             ExitCode.MISSING_TOOL,
         )
-    return [os.readlink(f"/proc/{pid}/exe"), "-m", "pdb", "-p", str(pid)]
+    exe = os.readlink(f"/proc/{pid}/exe")
+    if exe.endswith(" (deleted)"):
+        raise RankscopeError(
+            f"process {pid} runs {exe}: its Python was removed or replaced since it started",
+            "run pdb -p with the same Python version by hand: PYTHON -m pdb -p PID",
+            ExitCode.MISSING_TOOL,
+        )
+    return [exe, "-m", "pdb", "-p", str(pid)]

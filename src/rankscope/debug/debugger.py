@@ -97,8 +97,12 @@ def open_session(
     except (OSError, ValueError, OverflowError) as exc:
         say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {host}:{port} ({exc})")
         return None
+    node = socket.gethostname()
+    subject = (
+        f"{who} on {node}" if who == f"process {os.getpid()}" else f"{who} (pid {os.getpid()} on {node})"
+    )
     line = (
-        f"{who} (pid {os.getpid()} on {socket.gethostname()}) is stopped in pdb with no terminal; "
+        f"{subject} is stopped in pdb with no terminal; "
         f"attach with: rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
     )
     say(line)
@@ -221,6 +225,11 @@ def breakpoint(
         return
     _calls += 1
     caller = frame if frame is not None else sys._getframe(1)
+    try:
+        rank = int(rank)  # a rank read from the environment ("1") is meant as that number
+    except (TypeError, ValueError):
+        say(f"breakpoint: rank={rank!r} is not a rank number; nobody stops")
+        return
     try:
         me, world, spans = _rank_and_world()
     except Exception as exc:  # never raise into the job

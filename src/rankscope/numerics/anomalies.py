@@ -69,12 +69,22 @@ class AnomalyDetector:
         self._root = model
         # A model whose input needs no gradient makes torch warn at every backward that the root's hook
         # fires early; that is expected here, and the hook handles it (no input gradient to check).
-        warnings.filterwarnings("ignore", message="Full backward hook is firing when gradients are computed")
+        # The filter is removed again by close(): the process's warnings are its own afterwards.
+        self._filter: Optional[Any] = None
+        if backward:
+            warnings.filterwarnings(
+                "ignore", message="Full backward hook is firing when gradients are computed"
+            )
+            self._filter = warnings.filters[0]
         self._handles: list[Any] = []
-        for name, module in model.named_modules():
-            self._handles.append(module.register_forward_hook(self._forward_hook(name)))
-            if backward:
-                self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
+        try:
+            for name, module in model.named_modules():
+                self._handles.append(module.register_forward_hook(self._forward_hook(name)))
+                if backward:
+                    self._handles.append(module.register_full_backward_hook(self._backward_hook(name)))
+        except BaseException:  # e.g. a module with an old-style register_backward_hook: leave no hook behind
+            self.close()
+            raise
 
     @property
     def anomaly(self) -> Optional[Anomaly]:
@@ -85,6 +95,10 @@ class AnomalyDetector:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        entry, self._filter = self._filter, None
+        filters = warnings.filters
+        if entry is not None and isinstance(filters, list) and entry in filters:
+            filters.remove(entry)
         self._forward.clear()
         self._backward.clear()
 
@@ -145,7 +159,7 @@ class AnomalyDetector:
             phase=phase,
             kind=self._kind(culprit.outputs),
             pass_index=self.passes + (1 if phase == "forward" and culprit.module is not self._root else 0),
-            entered=steps[-1].inputs.nonfinite > 0 and last.nonfinite > 0,
+            entered=last.nonfinite > 0 and self._entered(culprit),
             history=steps,
         )
         if phase == "forward":
@@ -188,6 +202,25 @@ class AnomalyDetector:
             inputs=self._stats(self._tensors(call.inputs)),
             params=self._stats([p.detach() for p in call.module.parameters()]),
             outputs=self._stats(self._tensors(call.outputs)),
+        )
+
+    @staticmethod
+    def _storage(tensor: Any) -> int:
+        try:
+            return int(tensor.untyped_storage().data_ptr())
+        except (AttributeError, RuntimeError):
+            return int(tensor.data_ptr())
+
+    def _entered(self, call: _Call) -> bool:
+        """Whether an input of ``call`` holds inf/NaN that the call did not put there: an input sharing
+        memory with an output may have been changed in place by the call itself (``x.mul_(...)``,
+        ``Dropout(inplace=True)``), so its values now say nothing about what came in."""
+        torch = self._torch
+        written = {self._storage(tensor) for tensor in self._tensors(call.outputs)}
+        return any(
+            not bool(torch.isfinite(tensor).all())
+            for tensor in self._tensors(call.inputs)
+            if self._storage(tensor) not in written
         )
 
     def _kind(self, value: Any) -> str:

@@ -135,8 +135,27 @@ def move(torch: Any, value: Any, side: Side) -> Any:
 
 @contextlib.contextmanager
 def on_side(torch: Any, side: Side, seed: int) -> Iterator[None]:
-    """Run the body on ``side``: default device and (floating) default dtype, the RNGs seeded."""
-    torch.manual_seed(seed)
+    """Run the body on ``side``: default device and (floating) default dtype, the RNGs seeded; the
+    caller's RNG states are put back afterwards (a comparison inside a training loop leaves its
+    random stream where it was)."""
+    with _caller_rng_kept(torch, torch.device(side.device)):
+        torch.manual_seed(seed)
+        with _as_default(torch, side):
+            yield
+
+
+def _caller_rng_kept(torch: Any, device: Any) -> Any:
+    """``fork_rng`` over the CPU and the accelerators whose state ``manual_seed`` changes."""
+    if device.type == "cuda" or (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return torch.random.fork_rng(devices=list(range(torch.cuda.device_count())))
+    if device.type != "cpu":
+        index = device.index if device.index is not None else 0
+        return torch.random.fork_rng(devices=[index], device_type=device.type)
+    return torch.random.fork_rng(devices=[])
+
+
+@contextlib.contextmanager
+def _as_default(torch: Any, side: Side) -> Iterator[None]:
     dtype = dtype_of(torch, side)
     previous = torch.get_default_dtype()
     with torch.device(side.device):

@@ -13,19 +13,35 @@ from rankscope.numerics.result import LeafDiff
 from rankscope.numerics.tolerance import default_tolerances
 from rankscope.numerics.tree import flatten
 
+#: Python numbers are judged as assert_close judges them: as these dtypes, with their tolerances.
+_NUMBER_DTYPES = {bool: "bool", int: "int64", float: "float64", complex: "complex128"}
+
+
+def _is_numpy(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype")
+
 
 def _name(torch: Any, value: Any) -> str:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or _is_numpy(value):
         return str(value.dtype).replace("torch.", "")
-    return type(value).__name__
+    return _NUMBER_DTYPES.get(type(value), type(value).__name__)
 
 
 def _as_tensor(torch: Any, value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
-    if isinstance(value, (bool, int, float, complex)):
-        return torch.tensor(value)
-    return None
+    if _is_numpy(value):  # an array or a NumPy scalar, as assert_close takes them
+        try:
+            return torch.as_tensor(value)
+        except (TypeError, RuntimeError, ValueError):  # an object array, strings
+            return None
+    dtype = _NUMBER_DTYPES.get(type(value))
+    if dtype is None:
+        return None
+    try:
+        return torch.tensor(value, dtype=getattr(torch, dtype))
+    except (OverflowError, RuntimeError, ValueError):  # an int beyond int64: compared as a plain value
+        return None
 
 
 def _wide(torch: Any, tensor: Any) -> Any:
@@ -39,6 +55,14 @@ def _wide(torch: Any, tensor: Any) -> Any:
 def _number(value: Any) -> Optional[float]:
     number = value.item()
     return float(abs(number)) if isinstance(number, complex) else float(number)
+
+
+def _equal(reference: Any, other: Any) -> bool:
+    """``==`` for plain values; one whose ``==`` is not a plain truth value is not equal."""
+    try:
+        return bool(reference == other)
+    except Exception:
+        return False
 
 
 def _problem(path: str, names: tuple[str, str], problem: str, total: int) -> LeafDiff:
@@ -58,7 +82,7 @@ def diff_leaf(
     names = (_name(torch, reference), _name(torch, other))
     ref, oth = _as_tensor(torch, reference), _as_tensor(torch, other)
     if ref is None or oth is None:
-        if type(reference) is type(other) and reference == other:
+        if type(reference) is type(other) and _equal(reference, other):
             return LeafDiff(path, (), names, 0.0, 0.0, 0, 1, 0.0, 0.0)
         return _problem(path, names, f"{reference!r} vs {other!r}", 1)
     if ref.shape != oth.shape:
@@ -74,11 +98,12 @@ def diff_leaf(
         abs_diff = (oth - ref).abs().to(torch.float64)
         undefined = torch.isnan(abs_diff)
         abs_diff = torch.where(undefined, torch.where(close, 0.0, math.inf), abs_diff)
-    else:
-        close = oth == ref
+    else:  # integers and booleans: exact by default; the caller's tolerances apply, as in assert_close
+        close = torch.isclose(oth, ref, rtol=rtol, atol=atol)
         abs_diff = (oth - ref).abs().to(torch.float64)
     scale = ref.abs().to(torch.float64)
     rel_diff = torch.where(abs_diff == 0, 0.0, abs_diff / scale)
+    rel_diff = torch.where(torch.isnan(rel_diff), math.inf, rel_diff)  # a NaN reference: infinitely far
     total = ref.numel()
     mismatched = int(total - int(close.sum()))
     if total == 0:

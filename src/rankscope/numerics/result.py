@@ -189,7 +189,8 @@ class Anomaly:
     calls in backward order). ``pass_index`` is the model's forward pass it appeared in (1-based;
     for backward, the pass whose gradients were computed). ``entered`` is True when the module's
     own inputs already held inf/NaN: it did not produce them, they came in (the model's input,
-    or a tensor that no watched module returned).
+    or a tensor that no watched module returned); an input sharing memory with the module's output
+    (changed in place by it) does not count.
     """
 
     name: str
