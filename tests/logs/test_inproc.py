@@ -70,6 +70,34 @@ def test_tee_copies_stdout_to_private_per_rank_file(tmp_path: Path) -> None:
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_tee_never_writes_through_a_symbolic_link_and_the_job_goes_on(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "rank5.log").symlink_to(victim)
+    code = f"""
+        from rankscope.inproc import Tee
+        with Tee({str(tmp_path)!r} + "/rank{{rank}}.log"):
+            print("step 1")
+        print("training finished")
+    """
+    result = _python(code, {"RANK": "5"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["step 1", "training finished"]
+    assert victim.read_text() == "precious\n"
+    assert "not copying output to" in result.stderr and "symbolic link" in result.stderr
+
+
+def test_tee_creates_missing_directories_private(tmp_path: Path) -> None:
+    code = f"""
+        from rankscope.inproc import Tee
+        with Tee({str(tmp_path)!r} + "/a/b/rank.log"):
+            print("x")
+    """
+    result = _python(code, {"RANK": "0"})
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "a" / "b").stat().st_mode & 0o777 == 0o700
+
+
 def test_tee_on_a_full_disk_never_raises_into_the_job() -> None:
     """/dev/full: every write fails with ENOSPC, as a real full disk does."""
     code = """

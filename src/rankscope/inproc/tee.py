@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -57,16 +58,27 @@ class Tee:
             local_rank="" if rank.local_rank is None else rank.local_rank,
             host=rank.host,
         )
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        self._fd: Optional[int] = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         self._lock = threading.Lock()
         self._broken = False  # a write failed: stop copying, never raise into the job
+        self._saved = (sys.stdout, sys.stderr)
+        self._fd: Optional[int] = None
+        try:
+            directory = os.path.dirname(self.path)
+            if directory:
+                os.makedirs(directory, mode=0o700, exist_ok=True)  # new directories private
+            # Never through a symbolic link: a link planted where the log goes must not redirect it.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            self._fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            # The job goes on without the copy; one line says why.
+            why = "it is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+            with contextlib.suppress(Exception):
+                sys.stderr.write(f"rankscope Tee: not copying output to {self.path}: {why}\n")
+                sys.stderr.flush()
+            return
         if hasattr(os, "register_at_fork"):
             # A thread of the parent may hold the lock at fork time; the child's copy would stay held.
             os.register_at_fork(after_in_child=self._new_lock)
-        self._saved = (sys.stdout, sys.stderr)
         sys.stdout = _TeeStream(sys.stdout, self)
         if stderr:
             sys.stderr = _TeeStream(sys.stderr, self)
