@@ -20,7 +20,9 @@ PYENV = Path("/root/.pyenv/versions")
 
 def pyenv_python(pattern: str) -> Optional[str]:
     """The first pyenv interpreter whose version matches the glob ``pattern``; ``None`` where none is."""
-    found = [str(p / "bin" / "python") for p in sorted(PYENV.glob(pattern)) if (p / "bin" / "python").exists()]
+    found = [
+        str(p / "bin" / "python") for p in sorted(PYENV.glob(pattern)) if (p / "bin" / "python").exists()
+    ]
     return found[0] if found else None
 
 
