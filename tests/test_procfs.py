@@ -16,7 +16,7 @@ import pytest
 from tests.support.cli import run_cli
 
 from rankscope import procfs
-from rankscope.procs import ProcessTable, all_python
+from rankscope.procs import ProcessTable, all_python, is_rankscope
 from rankscope.ranks import rank_of_pid
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -280,3 +280,23 @@ def test_descriptors_of_this_process() -> None:
     assert procfs.fdinfo(999999999, 0) == [] and procfs.net_table(999999999, "tcp") == ""
     with pytest.raises(FileNotFoundError):
         procfs.fd_links(999999999)
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["rankscope", "stacks"], True),
+        (["/venv/bin/python", "/venv/bin/rankscope", "stacks", "--pid", "7"], True),
+        (["python3.12", "-m", "rankscope", "trace", "tail", "traces"], True),
+        # `trace run` runs the program in its own process: the worker torchrun --no-python starts
+        (["/venv/bin/python", "/venv/bin/rankscope", "trace", "run", "--", "train.py"], False),
+        (["python3.12", "-m", "rankscope", "trace", "run", "--out", "t", "--", "train.py"], False),
+        (["python", "train.py", "rankscope"], False),
+    ],
+)
+def test_a_traced_program_is_a_target_and_other_rankscope_commands_are_not(
+    argv: list[str], command: bool
+) -> None:
+    entry = procfs.ProcfsEntry(1, "python", "S", 0)
+    entry._cmdline = argv
+    assert is_rankscope(entry) is command

@@ -77,13 +77,22 @@ def launcher_kind(proc: ProcfsEntry) -> Optional[str]:
 
 
 def is_rankscope(proc: ProcfsEntry) -> bool:
-    """Whether a process is a rankscope command (never a target)."""
+    """Whether a process is a rankscope command (never a target).
+
+    `rankscope trace run -- train.py` is not one: it runs the program in its own process (the
+    worker `torchrun --no-python rankscope trace run` starts), so it is a target like `python train.py`.
+    """
     argv = proc.cmdline
+    at: Optional[int] = None
     if argv and _basename(argv[0]) == "rankscope":
-        return True
-    return any(argv[i] == "-m" and argv[i + 1] == "rankscope" for i in range(len(argv) - 1)) or any(
-        _basename(a) == "rankscope" for a in argv[1:2]
-    )
+        at = 0
+    elif len(argv) > 1 and _basename(argv[1]) == "rankscope":
+        at = 1
+    else:
+        at = next(
+            (i + 1 for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == "rankscope"), None
+        )
+    return at is not None and argv[at + 1 : at + 3] != ["trace", "run"]
 
 
 class ProcessTable:

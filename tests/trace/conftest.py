@@ -7,35 +7,14 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Optional
 
 import pytest
+from tests.support.pythons import SRC, newer_python_param
 
-SRC = Path(__file__).resolve().parents[2] / "src"
-PYENV = Path("/root/.pyenv/versions")
-
-
-def _newer_python() -> Optional[str]:
-    """A Python >= 3.12 (sys.monitoring) besides the one running the tests, where one is installed
-    (``RANKSCOPE_TEST_NEWER_PYTHON="3.13*"`` picks another pyenv version)."""
-    found = [
-        str(p / "bin" / "python")
-        for p in sorted(PYENV.glob(os.environ.get("RANKSCOPE_TEST_NEWER_PYTHON", "3.1[2-9]*")))
-        if (p / "bin" / "python").exists()
-    ]
-    return found[0] if found else None
-
-
-PYTHONS = [pytest.param(sys.executable, id=f"py{sys.version_info[0]}{sys.version_info[1]}")]
-if sys.version_info < (3, 12):
-    _NEWER = _newer_python()
-    PYTHONS.append(
-        pytest.param(
-            _NEWER or "missing",
-            id="py3.12+",
-            marks=pytest.mark.skipif(_NEWER is None, reason="no Python >= 3.12 installed here"),
-        )
-    )
+PYTHONS = [
+    pytest.param(sys.executable, id=f"py{sys.version_info[0]}{sys.version_info[1]}"),
+    *newer_python_param(),
+]
 
 
 @pytest.fixture(params=PYTHONS)
