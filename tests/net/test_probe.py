@@ -214,3 +214,27 @@ def test_more_targets_than_sockets_at_once_all_get_their_verdict(
     # The listener is bound to 127.0.0.1 only: the odd addresses other than .1 are refused too.
     expected = [Verdict.OPEN] + [Verdict.REFUSED] * 6
     assert [r.verdict for r in probe(targets, timeout=3)] == expected
+
+
+def test_a_port_that_never_answers_is_filtered_when_the_window_ends(listener: socket.socket) -> None:
+    """net check's mode (one window, a listener served meanwhile): a probe still unanswered when the
+    window ends is `filtered` (it once came out as `error`: "not probed")."""
+    full = socket.socket()
+    full.bind(("127.0.0.1", 0))
+    full.listen(0)  # never accepted: once its queue is full, further SYNs are dropped (no answer)
+    fillers = []
+    try:
+        for _ in range(3):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(full.getsockname())
+            fillers.append(filler)
+        time.sleep(0.2)
+        [result] = probe(
+            [Target("127.0.0.1", full.getsockname()[1])], timeout=1, retry_refused=True, listener=listener,
+        )  # fmt: skip
+    finally:
+        for filler in fillers:
+            filler.close()
+        full.close()
+    assert result.verdict is Verdict.FILTERED, result

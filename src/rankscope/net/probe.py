@@ -248,12 +248,15 @@ def probe(
                 del deadlines[sock]
                 conclude(key.data, code)
     finally:
+        in_flight = {index for _deadline, index in deadlines.values()}
         for sock in deadlines:
             sock.close()
         selector.close()
     for index, result in enumerate(results):
         if result is None and index in refused_before:
             finish(index, Verdict.REFUSED, f"refused until the end of the {timeout:g}s window")
+        elif result is None and index in in_flight:  # still unanswered when the window ended
+            finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
         elif result is None:  # more targets than sockets at once, and the window ran out first
             finish(index, Verdict.ERROR, f"not probed: the {timeout:g}s window ran out first")
     return [r for r in results if r is not None]
