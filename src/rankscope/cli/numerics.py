@@ -21,6 +21,11 @@ HELP = """Compare numerics across devices and dtypes. The library does the work 
   compare_modules(make_model, x, dtypes=(torch.float32, torch.float64))  # first diverging layer
   with detect_anomalies(model): loss.backward()           # first module producing inf/NaN
 
+\b
+Examples:
+  rankscope numerics demo            # float32 vs float64 here; CPU vs CUDA where a GPU exists
+  rankscope numerics demo --json
+
 See docs/numerics.md.
 """
 
