@@ -56,6 +56,12 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         first = report.failures[0]
         sys.stderr.write(f"rankscope: error: {first.reason} — {first.hint}\n")
         return int(code)
+    if request.local and request.as_json and result.recorders is not None:
+        # `--local --json` is what every node of a multi-node run answers: the head aligns all ranks.
+        from rankscope.serial import to_json
+        from rankscope.stacks.fr_live import compact
+
+        report.fr_records = to_json(compact(result.recorders))
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
     live = live_verdict(result)
     with_fr(request, document, live)
@@ -120,11 +126,16 @@ _FR_CACHE: dict[Path, Any] = {}
 def live_verdict(result: LocalResult) -> Any:
     """The verdict over the flight recorders the ranks' handlers gave in this run (a rankscope.fr
     FrReport); None when no rank's handler answers, or when the recorders hold no entries."""
-    if result.recorders is None:
+    return verdict_of(result.recorders)
+
+
+def verdict_of(recorders: Any) -> Any:
+    """rankscope.fr's verdict over live recorders (LiveRecorders); None without any, or when empty."""
+    if recorders is None:
         return None
     from rankscope.stacks.fr_live import verdict
 
-    report = verdict(result.recorders)
+    report = verdict(recorders)
     return None if report.empty else report
 
 

@@ -13,14 +13,15 @@ import contextlib
 import os
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
 from rankscope.folding import fold_ints
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_live_dump
 from rankscope.fr.records import Cache, RankDump
 from rankscope.fr.report import FrReport
+from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
 from rankscope.stacks.inproc_collect import request_all
 
@@ -75,6 +76,32 @@ def gather(
             with contextlib.suppress(OSError):
                 os.unlink(path)
     return live
+
+
+def compact(live: LiveRecorders) -> LiveRecorders:
+    """What one node of a multi-node run sends the head: each entry's call site, not its whole stack."""
+    dumps = [
+        replace(d, entries=[replace(e, frames=(), site=e.call_site()) for e in d.entries]) for d in live.dumps
+    ]
+    return replace(live, dumps=dumps)
+
+
+def combine(documents: Sequence[Any]) -> LiveRecorders:
+    """Every node's :func:`compact` recorders (as JSON) as one; an unreadable node's are skipped."""
+    combined = LiveRecorders()
+    sizes = []
+    for document in documents:
+        try:
+            live = from_json(LiveRecorders, document)
+        except ValueError:
+            continue
+        combined.dumps.extend(live.dumps)
+        # JSON keys are strings.
+        combined.missing.update({int(rank): str(why) for rank, why in live.missing.items()})
+        if live.world_size:
+            sizes.append(live.world_size)
+    combined.world_size = max(sizes) if sizes else None
+    return combined
 
 
 def verdict(live: LiveRecorders) -> FrReport:
