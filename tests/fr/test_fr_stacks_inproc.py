@@ -8,10 +8,12 @@ hangs in its next collective. Rank 2 runs without the handler: it is named, not 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +21,11 @@ from tests.fr.ranks import start_rank, stop_ranks
 from tests.support.cli import run_cli
 from tests.support.sshd import free_port
 
+from rankscope.fr.align import analyse
+from rankscope.fr.collect import read_dumps
 from rankscope.inproc.runtime import ENV_DIR
+from rankscope.serial import to_json
+from rankscope.stacks.fr_live import LiveRecorders, combine, compact, verdict
 from rankscope.stacks.inproc_collect import locate
 
 WORLD = 3
@@ -95,3 +101,22 @@ def test_one_stacks_run_explains_the_hang_with_no_code_change(hung_job: list[int
     plain = run_cli("stacks", *pids, "--no-fr")
     assert plain.returncode == 0, plain.stderr + plain.stdout
     assert "Collective desync" not in plain.stdout and "Main thread" in plain.stdout
+
+
+def test_nodes_compact_recorders_align_as_the_files_do() -> None:
+    """What each node of a multi-node run sends (call sites, not whole stacks), combined on the head,
+    gives the verdict of the dump files themselves; a rank without a recorder is named with its reason."""
+    dumps = read_dumps(Path(__file__).parent.parent / "data/fr/gloo-torch2.13/extra").dumps[:2]
+    assert [d.rank for d in dumps] == [0, 1]
+    nodes = [
+        LiveRecorders(dumps=[dumps[0]], world_size=3),
+        LiveRecorders(dumps=[dumps[1]], missing={2: "no in-process handler"}, world_size=3),
+    ]
+    sent = [json.loads(json.dumps(to_json(compact(node)))) for node in nodes]
+    assert all(not e["frames"] and e["site"] for s in sent for d in s["dumps"] for e in d["entries"])
+    combined = verdict(combine(sent))
+    files = analyse(dumps, world_size=3)
+    assert combined.headline == files.headline
+    assert "rank 0 issued an extra all_reduce #3 from log_global_loss" in combined.headline
+    assert combined.absent == [2]
+    assert combined.notes[0] == "no flight recorder from rank 2: no in-process handler"
