@@ -69,7 +69,7 @@ def _hung_document(pids: list[str]) -> dict[str, Any]:
         time.sleep(1)
 
 
-def test_one_stacks_run_explains_the_hang_with_no_code_change(hung_job: list[int]) -> None:
+def test_one_stacks_run_explains_the_hang_with_no_code_change(hung_job: list[int], tmp_path: Path) -> None:
     pids = [arg for pid in hung_job for arg in ("--pid", str(pid))]
     document = _hung_document(pids)
     assert document["fr"]["desync"] is True
@@ -96,6 +96,16 @@ def test_one_stacks_run_explains_the_hang_with_no_code_change(hung_job: list[int
     assert "rank 0 issued an extra all_reduce #3 from log_global_loss (fr_job.py:" in out
     assert f"note: no flight recorder from rank {NO_HANDLER}: no in-process handler" in out
     assert "rank 0 — fr: enqueued #4 all_reduce from step (fr_job.py:" in out
+
+    # --out keeps the verdict; --from shows it again, in text and JSON.
+    out_dir = tmp_path / "saved"
+    assert run_cli("stacks", *pids, "--out", str(out_dir)).returncode == 0
+    again = run_cli("stacks", "--from", str(out_dir)).stdout
+    assert again.index("Collective desync (flight recorder)") < again.index("Diagnosis")
+    assert "rank 0 issued an extra all_reduce #3 from log_global_loss (fr_job.py:" in again
+    assert run_cli("stacks", "--from", str(out_dir), "--json").json()["fr"]["divergences"][0]["suspects"] == [
+        0
+    ]
 
     # --no-fr: the stacks alone.
     plain = run_cli("stacks", *pids, "--no-fr")

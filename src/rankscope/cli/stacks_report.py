@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -91,6 +92,12 @@ def report_saved(request: StacksRequest) -> int:
     assert request.from_dir is not None
     saved = read_saved(request.from_dir)
     report = saved.report
+    live = None  # the verdict the run showed (--fr DUMPS, or its ranks' own recorders)
+    if saved.fr is not None:
+        from rankscope.fr.report import load_report as load_fr
+
+        with contextlib.suppress(ValueError):
+            live = load_fr(saved.fr)
     diagnosis = report.diagnosis or diagnose(report)
     dumped = sum(1 for p in report.processes if p.dumped)
     targets = len(report.nodes) if report.nodes else len(report.processes)
@@ -101,9 +108,11 @@ def report_saved(request: StacksRequest) -> int:
         if saved.source == "raw dumps"
         else "no raw/ there: groups as stacks.json has them, diagnosis derived again)"
     )
-    _, shown = render_for(request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source)
+    _, shown = render_for(
+        request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source, live=live
+    )
     if shown is None:
-        sys.stdout.write(json.dumps(with_fr(request, report_document(report)), indent=2) + "\n")
+        sys.stdout.write(json.dumps(with_fr(request, report_document(report), live), indent=2) + "\n")
     else:
         sys.stdout.write(shown)
     sys.stdout.flush()
