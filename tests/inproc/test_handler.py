@@ -121,7 +121,11 @@ def test_signal_dumps_every_thread_and_requests_are_answered(
 
 
 def test_normal_exit_removes_the_files_and_a_crash_leaves_them(tmp_path: Path) -> None:
-    proc = _start(tmp_path / "rt", seconds=0, RANKSCOPE_INPROC="1")
+    proc = _start(tmp_path / "rt", seconds=1, RANKSCOPE_INPROC="1")
+    assert proc.stdout is not None and proc.stdout.readline().startswith("up")
+    # A recorder dump its requester never removed (the requester was killed) goes at exit too.
+    base = json.loads(Path(runtime.files_of(str(tmp_path / "rt"), proc.pid)["inproc"]).read_text())["base"]
+    (tmp_path / "rt" / f"{base}.ab12.fr").write_bytes(b"dump")
     proc.communicate(timeout=60)
     assert proc.returncode == 0 and os.listdir(tmp_path / "rt") == []
     proc = _start(tmp_path / "crash", seconds=60, RANKSCOPE_INPROC="1")

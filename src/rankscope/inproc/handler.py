@@ -242,7 +242,10 @@ class _Enabled:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        for name in self.created:
+        leftovers: list[str] = []
+        with contextlib.suppress(OSError):  # recorder dumps a requester did not remove
+            leftovers = [n for n in os.listdir(self.dir_fd) if n.startswith(self.base + ".") and ".fr" in n]
+        for name in [*self.created, *leftovers]:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self.dir_fd)
         with contextlib.suppress(OSError):
