@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
+from rankscope import procfs
 from rankscope.folding import fold_ints
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_live_dump
@@ -24,6 +25,9 @@ from rankscope.fr.report import FrReport
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
 from rankscope.stacks.inproc_collect import request_all
+
+#: In /proc/PID/maps: torch's own library, loaded by ``import torch``.
+TORCH_LIBRARIES = (b"libtorch",)
 
 
 @dataclass
@@ -43,10 +47,19 @@ def gather(
     """Every ranked target's recorder; None when no target's handler answers ``fr`` requests (then
     rankscope says nothing about recorders)."""
     ranked = [t for t in targets if t.rank.rank is not None]
-    answers = request_all(ranked, "fr", deadline, host, stop)
+    # Only a process that loaded torch has a recorder: the others are not asked (a process whose
+    # request thread cannot run, one that holds the GIL say, would keep rankscope waiting for nothing).
+    loaded = {t.pid: procfs.maps_any(t.pid, TORCH_LIBRARIES) for t in ranked}
+    if not any(loaded.values()):
+        return None
+    answers = request_all([t for t in ranked if loaded[t.pid] is not False], "fr", deadline, host, stop)
     if not any(a.handler is not None and "fr" in a.handler.kinds for a in answers):
         return None
     live = LiveRecorders()
+    for target in ranked:
+        if loaded[target.pid] is False:
+            assert target.rank.rank is not None
+            live.missing[target.rank.rank] = "torch is not loaded in it: no flight recorder"
     sizes = [t.rank.world_size for t in ranked if t.rank.world_size]
     live.world_size = max(sizes) if sizes else None
     cache = Cache()

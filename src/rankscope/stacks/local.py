@@ -280,7 +280,9 @@ def run_local(
     steps = read_steps(targets, host)
     if not options.no_fr and not (stop is not None and stop.signum):
         # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
-        result.recorders = gather_recorders(targets, deadline, host, stop)
+        # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
+        wait = min(deadline, time.monotonic() + options.timeout)
+        result.recorders = gather_recorders(targets, wait, host, stop)
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
