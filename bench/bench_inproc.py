@@ -114,19 +114,29 @@ def bench_stacks(runs: int, nproc: int, directory: Path) -> None:
     try:
         job.wait_ready(timeout=180)
         base = [sys.executable, "-m", "rankscope", "stacks", "--pid", str(job.pid), "--json"]
-        results: dict[str, list[float]] = {"py-spy": [], "--via-signal": []}
+        # Both paths also gather the ranks' flight recorders (on by default, torch 2.13 records by
+        # default); --no-fr shows what that adds.
+        variants = (
+            ("py-spy", base),
+            ("--via-signal", [*base, "--via-signal"]),
+            ("py-spy --no-fr", [*base, "--no-fr"]),
+            ("--via-signal --no-fr", [*base, "--via-signal", "--no-fr"]),
+        )
+        results: dict[str, list[float]] = {name: [] for name, _ in variants}
         for _ in range(runs):
-            for name, argv in (("py-spy", base), ("--via-signal", [*base, "--via-signal"])):
+            for name, argv in variants:
                 seconds, code, err = timed(argv)
                 assert code == 0, f"{name} exited {code}: {err}"
                 results[name].append(seconds)
         print(f"\nrankscope stacks on a hung {nproc}-rank torchrun job, wall seconds, median of {runs}:")
         for name, values in results.items():
             print(
-                f"  {name:<14} {statistics.median(values):6.3f} s   (min {min(values):.3f}, max {max(values):.3f})"
+                f"  {name:<22} {statistics.median(values):6.3f} s   (min {min(values):.3f}, max {max(values):.3f})"
             )
         ratio = statistics.median(results["--via-signal"]) / statistics.median(results["py-spy"])
         print(f"  --via-signal / py-spy: {ratio:.2f}x")
+        recorders = statistics.median(results["py-spy"]) / statistics.median(results["py-spy --no-fr"])
+        print(f"  py-spy with recorders / --no-fr: {recorders:.2f}x")
     finally:
         job.stop()
 

@@ -39,6 +39,7 @@ EVERYTHING = StacksOptions(
     parallelism=7,
     slurm_job="2180718",
     via_signal=True,
+    no_fr=True,
 )
 
 

@@ -345,11 +345,17 @@ def yama_ptrace_scope() -> Optional[int]:
 
 def maps_python(pid: int) -> Optional[bool]:
     """Whether a Python interpreter library is mapped into the process; ``None`` when maps is unreadable."""
+    return maps_any(pid, _PYTHON_MAPPINGS)
+
+
+def maps_any(pid: int, marks: tuple[bytes, ...]) -> Optional[bool]:
+    """Whether any of ``marks`` is in the process's /proc/PID/maps (a library's name, say); ``None`` when
+    maps is unreadable."""
     try:
         maps = _read(pid, "maps")
     except OSError:
         return None
-    return any(mark in maps for mark in _PYTHON_MAPPINGS)
+    return any(mark in maps for mark in marks)
 
 
 def started_after_boot(pid: Pid = "self") -> Optional[float]:

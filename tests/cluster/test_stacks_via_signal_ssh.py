@@ -1,6 +1,8 @@
 """`rankscope stacks --hosts ... --via-signal` over real sshd nodes against a real hung 2-node torchrun job
-started with RANKSCOPE_INPROC=1: each node takes its ranks' stacks through their in-process handlers
-(the flag travels in the node's command line), and each rank's step comes back with it."""
+started with RANKSCOPE_INPROC=1 TORCH_FR_BUFFER_SIZE=2000: each node takes its ranks' stacks through their
+in-process handlers (the flag travels in the node's command line), each rank's step comes back with it,
+and so do the ranks' flight-recorder entries, which this side aligns across nodes (one node alone cannot
+tell which of the other node's ranks never arrived)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,11 @@ def inproc_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mu
         ["node01", "node02"],
         scenario="steps",
         culprit=3,
-        extra_env={"RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(workdir / "rt")},
+        extra_env={
+            "RANKSCOPE_INPROC": "1",
+            "TORCH_FR_BUFFER_SIZE": "2000",
+            runtime.ENV_DIR: str(workdir / "rt"),
+        },
     )
     try:
         job.wait_ready()
@@ -37,10 +43,11 @@ def inproc_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mu
 @pytest.mark.slow
 def test_via_signal_across_nodes(sshd_nodes: Sshd, inproc_two_node_job: MultiNodeJob, tmp_path: Path) -> None:
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", inproc_two_node_job.workdir)
-    result = run_cli(
-        "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json", "--via-signal",
-        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), env=client_env(), timeout=180,
-    )  # fmt: skip
+    cluster = [
+        "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]",
+        "--remote-rankscope", str(dispatch),
+    ]  # fmt: skip
+    result = run_cli("stacks", *cluster, "--json", "--via-signal", env=client_env(), timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     document = result.json()
     processes = {(p["rank"]["host"], p["rank"]["rank"]): p for p in document["processes"]}
@@ -50,3 +57,13 @@ def test_via_signal_across_nodes(sshd_nodes: Sshd, inproc_two_node_job: MultiNod
     assert document["diagnosis"]["divergent_ranks"] == [3]
     waiting = document["diagnosis"]["findings"][0]
     assert waiting["steps"] == {"1": "rank 0 on node01", "2": "rank 1 on node01", "3": "rank 2 on node02"}
+
+    # The recorders of both nodes, aligned here: rank 3 (node02) never issued the barrier; rank 2 beside it did.
+    assert "fr_records" not in document  # the nodes' entries stay between the nodes and this side
+    fr = document["fr"]
+    assert fr["rank_list"] == [0, 1, 2, 3] and fr["absent"] == []
+    assert fr["divergences"][0]["suspects"] == [3], fr["headline"]
+    assert "rank 3 never issued barrier #2 from wait_for_peers (hang_job.py:" in fr["headline"]
+    out = run_cli("stacks", *cluster, env=client_env(), timeout=180).stdout  # py-spy on every node
+    assert out.index("Collective desync (flight recorder)") < out.index("Diagnosis"), out
+    assert fr["headline"] in out

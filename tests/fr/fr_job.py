@@ -7,6 +7,8 @@ Test scaffolding, standing in for the in-process handler: a background thread wr
 flight recorder with rankscope.inproc.frdump.dump_flight_recorder (what the handler calls: pickle
 with frames to OUT_PREFIX<rank>, JSON to OUT_PREFIX<rank>.json) after DELAY seconds, while the main
 thread is blocked in a collective; with ``exit`` the rank then ends itself once every rank dumped.
+With OUT_PREFIX ``-`` nothing is dumped: the job as it would run with no code added (the in-process
+handler, RANKSCOPE_INPROC=1, gives its recorder to `rankscope stacks`).
 """
 
 import os
@@ -52,7 +54,8 @@ def evaluate():
 
 def main():
     dist.init_process_group("gloo")
-    threading.Thread(target=dump_later, daemon=True).start()
+    if PREFIX != "-":
+        threading.Thread(target=dump_later, daemon=True).start()
     t = torch.ones(4)
     for i in range(3):
         if SCENARIO == "skip" and RANK == 1 and i == 2:

@@ -7,21 +7,16 @@ blocked in a collective: test scaffolding standing in for rankscope's in-process
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tests.fr.ranks import start_rank, stop_ranks
 from tests.support.cli import run_cli
 from tests.support.sshd import free_port
-
-JOB = Path(__file__).with_name("fr_job.py")
 
 
 @dataclass
@@ -38,24 +33,8 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for rank in range(2):
-            env = dict(
-                os.environ,
-                RANK=str(rank),
-                WORLD_SIZE="2",
-                LOCAL_RANK=str(rank),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                TORCH_FR_BUFFER_SIZE="2000",
-            )
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(JOB), "extra", str(out / "rank_"), "2"],
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    start_new_session=True,  # each rank its own group, killed whole in teardown
-                )
-            )
+            args = ["extra", str(out / "rank_"), "2"]
+            procs.append(start_rank(rank, 2, port, args, {"TORCH_FR_BUFFER_SIZE": "2000"}))
         deadline = time.monotonic() + 240  # torch's import on a loaded machine
         while not all((out / f"rank_{r}").exists() for r in range(2)):
             assert all(p.poll() is None for p in procs), "a rank of the job ended"
@@ -63,11 +42,7 @@ def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
             time.sleep(0.2)
         yield Job([p.pid for p in procs], out)
     finally:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        for proc in procs:
-            proc.wait(timeout=30)
+        stop_ranks(procs)
 
 
 def test_fr_names_the_extra_all_reduce_of_a_live_job(hung_extra: Job) -> None:

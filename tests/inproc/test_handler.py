@@ -81,7 +81,7 @@ def test_signal_dumps_every_thread_and_requests_are_answered(
     assert {"inproc", "stacks", "req"} <= set(files)
     info = json.loads(Path(files["inproc"]).read_text())
     assert info["pid"] == proc.pid and info["signal_name"].startswith("SIGRTMIN+")
-    assert {"ping", "threads"} <= set(info["kinds"])
+    assert {"ping", "threads", "fr"} <= set(info["kinds"])
     caught = int(Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0], 16)
     assert caught & (1 << (info["signal"] - 1))
 
@@ -95,12 +95,16 @@ def test_signal_dumps_every_thread_and_requests_are_answered(
     assert proc.poll() is None  # the signal did not end it
 
     fd = os.open(files["req"], os.O_WRONLY | os.O_NONBLOCK)
-    os.write(fd, b'{"v": 1, "id": "ab12", "kind": "threads"}\n{"v": 1, "id": "cd34", "kind": "nope"}\n')
+    os.write(
+        fd,
+        b'{"v": 1, "id": "ab12", "kind": "threads"}\n{"v": 1, "id": "cd34", "kind": "nope"}\n'
+        b'{"v": 1, "id": "ef56", "kind": "fr", "args": {"id": "ef56"}}\n',
+    )
     os.close(fd)
     replies = {}
     deadline = time.monotonic() + 10
-    while len(replies) < 2 and time.monotonic() < deadline:
-        for ident in ("ab12", "cd34"):
+    while len(replies) < 3 and time.monotonic() < deadline:
+        for ident in ("ab12", "cd34", "ef56"):
             path = directory / f"{info['base']}.{ident}.reply"
             if path.exists():
                 replies[ident] = json.loads(path.read_text())
@@ -108,10 +112,20 @@ def test_signal_dumps_every_thread_and_requests_are_answered(
     names = {name for name, _native, _daemon in replies["ab12"]["result"].values()}
     assert {"MainThread", "heartbeat-0", "rankscope-inproc"} <= names
     assert replies["cd34"]["ok"] is False and "unknown request kind 'nope'" in replies["cd34"]["error"]
+    # A process without torch has no recorder: said, and torch is not imported to find out.
+    assert replies["ef56"]["result"] == {
+        "name": None,
+        "problem": "torch is not imported in this process: no flight recorder",
+    }
+    assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
 
 
 def test_normal_exit_removes_the_files_and_a_crash_leaves_them(tmp_path: Path) -> None:
-    proc = _start(tmp_path / "rt", seconds=0, RANKSCOPE_INPROC="1")
+    proc = _start(tmp_path / "rt", seconds=1, RANKSCOPE_INPROC="1")
+    assert proc.stdout is not None and proc.stdout.readline().startswith("up")
+    # A recorder dump its requester never removed (the requester was killed) goes at exit too.
+    base = json.loads(Path(runtime.files_of(str(tmp_path / "rt"), proc.pid)["inproc"]).read_text())["base"]
+    (tmp_path / "rt" / f"{base}.ab12.fr").write_bytes(b"dump")
     proc.communicate(timeout=60)
     assert proc.returncode == 0 and os.listdir(tmp_path / "rt") == []
     proc = _start(tmp_path / "crash", seconds=60, RANKSCOPE_INPROC="1")

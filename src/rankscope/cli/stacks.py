@@ -82,6 +82,12 @@ Examples:
   rankscope stacks --all-python             # every Python process of yours
   rankscope stacks --via-signal             # no ptrace: ranks started with RANKSCOPE_INPROC=1
   rankscope stacks --fr /tmp/fr/            # + the flight recorders' desync verdict
+  rankscope stacks --no-fr                  # skip the live flight recorders (see below)
+
+Ranks started with RANKSCOPE_INPROC=1 are also asked for their PyTorch flight
+recorders in the same pass (no code change in the job): the desync verdict
+("rank 0 issued an extra all_reduce ... from f (train.py:22)") goes above the
+stack groups, as with --fr.
 
 If several jobs run on this node, each gets its own section (and jobs[] in --json).
 """
@@ -182,6 +188,12 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
     default=None,
     help="Flight-recorder dumps (a directory or PREFIX, see `rankscope fr`): the desync verdict goes above "
     "the stack groups, and each group shows its last enqueued/completed collective.",
+)
+@click.option(
+    "--no-fr",
+    is_flag=True,
+    help="Do not ask the ranks' in-process handlers (RANKSCOPE_INPROC=1) for their flight recorders. By "
+    "default they are asked in the same pass as the stacks, and the desync verdict goes above the groups.",
 )
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")

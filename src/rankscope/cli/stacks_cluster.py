@@ -40,7 +40,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.nodefiles import write_node_files
     from rankscope.cli.outcome import exit_code, stopped_exit_code
     from rankscope.cli.progress import tty_progress
-    from rankscope.cli.stacks_report import nodes_title, render_for, with_fr
+    from rankscope.cli.stacks_report import nodes_title, render_for, verdict_of, with_fr
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.lifetime import StopSignals
     from rankscope.stacks.explain import diagnose, not_found_here
@@ -65,11 +65,16 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     # slowest node's own time.
     report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
-    document = with_fr(request, report_document(report))
+    live = None
+    if result.fr_records:
+        from rankscope.stacks.fr_live import combine
+
+        live = verdict_of(combine(result.fr_records))
+    document = with_fr(request, report_document(report), live)
     title = nodes_title(report.nodes)
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"
-    kept, shown = render_for(request, report, diagnosis, title)
+    kept, shown = render_for(request, report, diagnosis, title, live=live)
     if request.out_dir is not None:
         write_node_files(
             request.out_dir,

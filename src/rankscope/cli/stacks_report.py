@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -56,9 +57,16 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         first = report.failures[0]
         sys.stderr.write(f"rankscope: error: {first.reason} — {first.hint}\n")
         return int(code)
+    if request.local and request.as_json and result.recorders is not None:
+        # `--local --json` is what every node of a multi-node run answers: the head aligns all ranks.
+        from rankscope.serial import to_json
+        from rankscope.stacks.fr_live import compact
+
+        report.fr_records = to_json(compact(result.recorders))
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
-    with_fr(request, document)
-    kept, shown = render_for(request, report, diagnosis)
+    live = live_verdict(result)
+    with_fr(request, document, live)
+    kept, shown = render_for(request, report, diagnosis, live=live)
     if request.out_dir is not None:
         save_outputs(request.out_dir, result, document, kept or "", request.force)
     # One place for a failure: the report (text or JSON) on stdout lists every one; stderr is only
@@ -84,6 +92,12 @@ def report_saved(request: StacksRequest) -> int:
     assert request.from_dir is not None
     saved = read_saved(request.from_dir)
     report = saved.report
+    live = None  # the verdict the run showed (--fr DUMPS, or its ranks' own recorders)
+    if saved.fr is not None:
+        from rankscope.fr.report import load_report as load_fr
+
+        with contextlib.suppress(ValueError):
+            live = load_fr(saved.fr)
     diagnosis = report.diagnosis or diagnose(report)
     dumped = sum(1 for p in report.processes if p.dumped)
     targets = len(report.nodes) if report.nodes else len(report.processes)
@@ -94,9 +108,11 @@ def report_saved(request: StacksRequest) -> int:
         if saved.source == "raw dumps"
         else "no raw/ there: groups as stacks.json has them, diagnosis derived again)"
     )
-    _, shown = render_for(request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source)
+    _, shown = render_for(
+        request, report, diagnosis, nodes_title(report.nodes or []), subtitle=source, live=live
+    )
     if shown is None:
-        sys.stdout.write(json.dumps(with_fr(request, report_document(report)), indent=2) + "\n")
+        sys.stdout.write(json.dumps(with_fr(request, report_document(report), live), indent=2) + "\n")
     else:
         sys.stdout.write(shown)
     sys.stdout.flush()
@@ -116,10 +132,27 @@ def nodes_title(nodes: Sequence[NodeStatus]) -> str:
 _FR_CACHE: dict[Path, Any] = {}
 
 
-def fr_verdict(request: StacksRequest) -> Any:
-    """The `--fr` dumps analysed once (a rankscope.fr FrReport), or None without --fr."""
-    if request.fr is None:
+def live_verdict(result: LocalResult) -> Any:
+    """The verdict over the flight recorders the ranks' handlers gave in this run (a rankscope.fr
+    FrReport); None when no rank's handler answers, or when the recorders hold no entries."""
+    return verdict_of(result.recorders)
+
+
+def verdict_of(recorders: Any) -> Any:
+    """rankscope.fr's verdict over live recorders (LiveRecorders); None without any, or when empty."""
+    if recorders is None:
         return None
+    from rankscope.stacks.fr_live import verdict
+
+    report = verdict(recorders)
+    return None if report.empty else report
+
+
+def fr_verdict(request: StacksRequest, live: Any = None) -> Any:
+    """The `--fr` dumps analysed once (a rankscope.fr FrReport); without --fr, the live recorders'
+    verdict ``live`` (None when there is none)."""
+    if request.fr is None:
+        return live
     if request.fr not in _FR_CACHE:
         from rankscope.cli.fr import analyse_path
 
@@ -127,9 +160,9 @@ def fr_verdict(request: StacksRequest) -> Any:
     return _FR_CACHE[request.fr]
 
 
-def with_fr(request: StacksRequest, document: dict[str, Any]) -> dict[str, Any]:
-    """The stacks document with the `--fr` verdict under ``fr`` (the rankscope.fr document)."""
-    verdict = fr_verdict(request)
+def with_fr(request: StacksRequest, document: dict[str, Any], live: Any = None) -> dict[str, Any]:
+    """The stacks document with the `--fr` (or live) verdict under ``fr`` (the rankscope.fr document)."""
+    verdict = fr_verdict(request, live)
     if verdict is not None and document:
         from rankscope.fr.report import report_document as fr_document
 
@@ -138,19 +171,27 @@ def with_fr(request: StacksRequest, document: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_for(
-    request: StacksRequest, report: StacksReport, diagnosis: Diagnosis, title: str = "", subtitle: str = ""
+    request: StacksRequest,
+    report: StacksReport,
+    diagnosis: Diagnosis,
+    title: str = "",
+    subtitle: str = "",
+    live: Any = None,
 ) -> tuple[Optional[str], Optional[str]]:
     """The text report as --out keeps it (plain; None without --out) and as printed (None with --json).
 
     Nothing is rendered that is not used: a --json run renders no text unless --out keeps it.
     """
     use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
-    verdict = fr_verdict(request)
+    verdict = fr_verdict(request, live)
     joined: dict[str, Any] = {}
     if verdict is not None:
         from rankscope.fr.join import group_note, verdict_lines
 
-        joined = {"above": verdict_lines(verdict), "group_note": group_note(verdict)}
+        above = verdict_lines(verdict)
+        if request.fr is None:  # the live recorders: say why a rank gave none (no handler, ...)
+            above += [f"  note: {note}" for note in verdict.notes]
+        joined = {"above": above, "group_note": group_note(verdict)}
     kept = None
     if request.out_dir is not None or not (request.as_json or use_color):
         kept = render_text(

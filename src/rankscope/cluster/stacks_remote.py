@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
@@ -64,6 +64,8 @@ class ClusterStacks:
     report: StacksReport
     nodes: list[NodeResult]
     node_failures: list[Failure]
+    #: Every answering node's ranks' flight-recorder entries (``fr_records`` of its document).
+    fr_records: list[Any] = field(default_factory=list)
 
     @property
     def answered(self) -> list[str]:
@@ -175,4 +177,6 @@ def stacks_remote(
     merged = merge_reports(reports)
     failures = node_failures(results)
     merged.failures.extend(failures)
-    return ClusterStacks(report=merged, nodes=results, node_failures=failures)
+    records = [r.fr_records for r in reports if r.fr_records is not None]
+    merged.fr_records = None
+    return ClusterStacks(report=merged, nodes=results, node_failures=failures, fr_records=records)

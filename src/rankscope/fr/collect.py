@@ -22,6 +22,7 @@ from typing import Any
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.fr.records import Cache, RankDump, dump_from_raw
+from rankscope.inproc import runtime
 
 #: A dump larger than this is not read (a 2000-entry dump with frames is a few MB).
 MAX_BYTES = 1 << 30
@@ -132,3 +133,17 @@ def _read_one(file: Path, rank: int, cache: Cache) -> RankDump:
     if not data:
         raise ValueError("empty file")
     return dump_from_raw(load_bytes(data), rank, str(file), cache)
+
+
+def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
+    """A dump a rank's in-process handler wrote just now into its private runtime directory.
+
+    Only a file of ``uid`` itself, never through a link (see rankscope.inproc.runtime.read_owned);
+    OSError or ValueError (and what a corrupt pickle raises) when it cannot be read.
+    """
+    data = runtime.read_owned(path, uid, MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES} bytes")
+    if not data:
+        raise ValueError("empty file")
+    return dump_from_raw(load_bytes(data), rank, path, cache)

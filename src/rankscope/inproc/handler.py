@@ -13,7 +13,9 @@ prepares, in the process's private runtime directory (:mod:`rankscope.inproc.run
   (at most 4096 bytes, so it is atomic); the answer is ``<base>.<id>.reply``, JSON
   ``{"v": 1, "id", "kind", "ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``,
   written to a temporary name and renamed, so a reader never sees half of it. The requester
-  removes the reply after reading it. Kinds are a registry: :func:`register_request`.
+  removes the reply after reading it. Kinds are a registry: :func:`register_request`. Built in:
+  ``ping``, ``threads`` (the names of the threads), ``fr`` (the flight recorder written to
+  ``<base>.<id>.fr``, see :func:`_fr`; torch is imported only by the job, never by the handler).
 - ``<base>.inproc``: this description (JSON): pid, host, rank, the signal's number and name, the
   main thread's identifier, the files' names, the request kinds known, the process start time.
 
@@ -86,8 +88,8 @@ def signal_name(signum: int) -> str:
 def register_request(kind: str, handler: RequestHandler) -> None:
     """Answer requests of ``kind`` with ``handler(args)`` (its return value must be JSON-able).
 
-    Called in the process (by rankscope itself, or by a library that adds a kind: the flight
-    recorder's ``"fr"``, say) before or after :func:`enable`; the description file lists the kinds.
+    Called in the process (by rankscope itself, or by a library that adds a kind) before or after
+    :func:`enable`; the description file lists the kinds.
     The handler runs on the handler's daemon thread; an exception it raises becomes an
     ``{"ok": false, "error": ...}`` answer.
     """
@@ -115,8 +117,32 @@ def _threads(args: dict[str, Any]) -> Any:
     }
 
 
+def _fr(args: dict[str, Any]) -> Any:
+    """This rank's flight recorder (every entry, with frames), written beside the handler's files.
+
+    ``args``: ``{"id": "<hex>"}`` names the file ``<base>.<id>.fr`` (one per request: two requesters
+    never read each other's); ``{"only_active": true}`` keeps only entries not yet completed. The
+    answer is ``{"name": "<file name>", "problem": null}``, or ``{"name": null, "problem": "why"}``
+    (torch not imported, no recorder in this torch), or both when the file was written but the recorder
+    was turned off. torch is never imported here: only a process that imported it has a recorder.
+    """
+    state = _state
+    if state is None or state.pid != os.getpid():
+        return {"name": None, "problem": "the in-process handler is not enabled in this process"}
+    ident = str(args.get("id") or "0")
+    if not _ID.match(ident):
+        raise ValueError(f"bad request id {ident!r}")
+    from rankscope.inproc.frdump import dump_flight_recorder
+
+    name = state.name(f"{ident}.fr")
+    problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")))
+    written = problem is None or problem.startswith("written")
+    return {"name": name if written else None, "problem": problem}
+
+
 _kinds["ping"] = _ping
 _kinds["threads"] = _threads
+_kinds["fr"] = _fr
 
 
 class _Enabled:
@@ -216,7 +242,10 @@ class _Enabled:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        for name in self.created:
+        leftovers: list[str] = []
+        with contextlib.suppress(OSError):  # recorder dumps a requester did not remove
+            leftovers = [n for n in os.listdir(self.dir_fd) if n.startswith(self.base + ".") and ".fr" in n]
+        for name in [*self.created, *leftovers]:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self.dir_fd)
         with contextlib.suppress(OSError):
@@ -267,7 +296,7 @@ def _remove_stale(dir_fd: int, host: str) -> None:
         base = name[: -len(".inproc")]
         for other in names:
             kind = other[len(base) + 1 :] if other.startswith(base + ".") else ""
-            if kind in HANDLER_KINDS or kind.endswith(".reply"):
+            if kind in HANDLER_KINDS or kind.endswith((".reply", ".fr")):
                 with contextlib.suppress(OSError):
                     os.unlink(other, dir_fd=dir_fd)
 

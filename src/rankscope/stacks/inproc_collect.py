@@ -58,6 +58,8 @@ class Handler:
     signal_name: str
     main_thread: Optional[int]
     handler_thread: Optional[int]
+    #: The request kinds the handler answers (its description lists them).
+    kinds: tuple[str, ...] = ()
 
     def path(self, kind: str) -> str:
         return os.path.join(self.directory, f"{self.base}.{kind}")
@@ -129,6 +131,7 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
             signal_name=str(info.get("signal_name") or info["signal"]),
             main_thread=info.get("main_thread"),
             handler_thread=info.get("handler_thread"),
+            kinds=tuple(str(k) for k in info.get("kinds") or ()),
         )
         ticks = int(info.get("start_ticks") or 0)
     except PermissionError as exc:
@@ -180,9 +183,9 @@ class _Pending:
     recounted: bool = False
 
 
-def _request(handler: Handler, kind: str, request_id: str) -> bool:
+def _request(handler: Handler, kind: str, request_id: str, args: Optional[dict[str, Any]] = None) -> bool:
     """Write one request line into the handler's FIFO; False when no thread reads it."""
-    line = json.dumps({"v": 1, "id": request_id, "kind": kind, "args": {}}).encode() + b"\n"
+    line = json.dumps({"v": 1, "id": request_id, "kind": kind, "args": args or {}}).encode() + b"\n"
     try:
         fd = runtime.open_owned(handler.path("req"), os.O_WRONLY, handler.uid, fifo=True)
     except OSError:
@@ -413,6 +416,76 @@ def collect_via_signal(
                 if progress is not None:
                     progress(done, total)
     return [results[i] for i in range(len(targets))]
+
+
+@dataclass
+class Answer:
+    """One target's answer to a request: its handler and result, or why there is none."""
+
+    target: Target
+    handler: Optional[Handler] = None
+    request_id: str = ""
+    result: Any = None
+    #: Why there is no result ("" when there is one).
+    problem: str = ""
+    #: The target runs no usable handler at all (rather than one that failed to answer).
+    no_handler: bool = False
+
+
+def request_all(
+    targets: Sequence[Target],
+    kind: str,
+    deadline: float,
+    host: Optional[str] = None,
+    stop: Optional[Stop] = None,
+) -> list[Answer]:
+    """Ask every target's handler for ``kind`` at once and wait for the answers until ``deadline``
+    (a time.monotonic() instant). The request's arguments are ``{"id": <its id>}``. No signal is sent:
+    only the handler's request thread is involved."""
+    host = host or short_hostname()
+    answers = [Answer(t) for t in targets]
+    waiting: list[Answer] = []
+    for answer in answers:
+        handler, failure = find_handler(answer.target, host)
+        if handler is None:
+            answer.problem = failure.reason if failure is not None else "no in-process handler"
+            answer.no_handler = True
+            continue
+        answer.handler = handler
+        if kind not in handler.kinds:
+            answer.problem = f"its handler does not answer {kind!r} requests (an older rankscope in the job)"
+            continue
+        answer.request_id = secrets.token_hex(8)
+        if not _request(handler, kind, answer.request_id, {"id": answer.request_id}):
+            answer.problem = "its handler's request thread does not read its requests"
+            continue
+        waiting.append(answer)
+    while waiting:
+        for answer in list(waiting):
+            assert answer.handler is not None
+            path = answer.handler.path(f"{answer.request_id}.reply")
+            try:
+                reply = json.loads(runtime.read_owned(path, answer.handler.uid, REPLY_MAX))
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as exc:
+                reply = {"ok": False, "error": f"unreadable reply: {exc}"}
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            if isinstance(reply, dict) and reply.get("ok"):
+                answer.result = reply.get("result")
+            else:
+                error = reply.get("error") if isinstance(reply, dict) else None
+                answer.problem = f"its handler answered with an error: {error or 'no answer'}"
+            waiting.remove(answer)
+        if not waiting or time.monotonic() >= deadline or (stop is not None and stop.signum):
+            break
+        time.sleep(POLL)
+    for answer in waiting:
+        answer.problem = (
+            "no answer from its handler before the deadline (its request thread is busy or stopped)"
+        )
+    return answers
 
 
 def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[int, StepInfo]:

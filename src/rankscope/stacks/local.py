@@ -21,6 +21,8 @@ from rankscope.procs import (
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
 from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.fr_live import LiveRecorders
+from rankscope.stacks.fr_live import gather as gather_recorders
 from rankscope.stacks.gpu import query_gpus
 from rankscope.stacks.inproc_collect import collect_via_signal, read_steps
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
@@ -39,6 +41,8 @@ class LocalResult:
     outcomes: list[tuple[int, DumpOutcome]] = field(default_factory=list)
     #: The native dumps of representatives after the last sample (--native without --native-all).
     native_outcomes: list[DumpOutcome] = field(default_factory=list)
+    #: The ranks' flight recorders, from their in-process handlers (None: no handler answers ``fr``).
+    recorders: Optional[LiveRecorders] = None
 
 
 def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tuple[list[Job], list[Failure]]:
@@ -274,6 +278,11 @@ def run_local(
             retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
             held_by[outcome.target.pid] = outcome.held_by
     steps = read_steps(targets, host)
+    if not options.no_fr and not (stop is not None and stop.signum):
+        # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
+        # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
+        wait = min(deadline, time.monotonic() + options.timeout)
+        result.recorders = gather_recorders(targets, wait, host, stop)
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(

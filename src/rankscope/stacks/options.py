@@ -39,6 +39,8 @@ class StacksOptions:
     parallelism: Optional[int] = _flag("--jobs", None)
     #: Stacks through each process's in-process handler (a signal, no ptrace) instead of py-spy.
     via_signal: bool = _flag("--via-signal", False)
+    #: Do not ask the ranks' in-process handlers for their flight recorders (asked by default).
+    no_fr: bool = _flag("--no-fr", False)
     #: Only the processes of this SLURM job (a multi-node --jobid run sets it on every node).
     slurm_job: Optional[str] = _flag("--slurm-job", None)
 

@@ -168,6 +168,9 @@ class StacksReport:
     nodes: Optional[list[NodeStatus]] = field(default=None, metadata=OMIT_NONE)
     #: The GPUs of nodes where a rank waits for its GPU (NVML or nvidia-smi); None when not looked at.
     gpus: Optional[list[GpuStatus]] = field(default=None, metadata=OMIT_NONE)
+    #: ``--local --json`` (one node of a multi-node run): its ranks' flight-recorder entries, compact
+    #: (rankscope.stacks.fr_live.LiveRecorders as JSON), for the head to align every node's ranks.
+    fr_records: Optional[Any] = field(default=None, metadata=OMIT_NONE)
 
     def main_groups(self) -> list[StackGroup]:
         return [g for g in self.groups if g.is_main]

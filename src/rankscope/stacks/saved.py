@@ -15,11 +15,12 @@ What is re-derived and what is kept (docs/stacks.md, "Re-analysing a saved run")
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rankscope.errors import BadInputError
 from rankscope.model import (
@@ -56,6 +57,8 @@ class SavedRun:
     source: str
     #: Files of raw/ that could not be read (each is also a failure of the report).
     bad_files: list[str] = field(default_factory=list)
+    #: The flight-recorder verdict the run showed (``fr`` of stacks.json, a rankscope.fr document), if any.
+    fr: Optional[Any] = None
 
 
 def _load_document(path: Path) -> StacksReport:
@@ -198,4 +201,6 @@ def read_saved(path: Path) -> SavedRun:
     else:
         run = SavedRun(replace(saved, diagnosis=None), "stacks.json")
     run.report.diagnosis = diagnose(run.report)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        run.fr = json.loads((path / "stacks.json").read_bytes()).get("fr")
     return run
