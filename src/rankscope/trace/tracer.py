@@ -452,6 +452,8 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
 
     hooks: dict[str, Any] = {"emit": emit, "position": position, "halt": halt}
 
+    # The callbacks below repeat the same few lines on purpose: this is the pure-Python fallback's
+    # per-event path, and a shared helper would add a Python call to every traced call and return.
     if _MONITORING:
         DISABLE = sys.monitoring.DISABLE  # type: ignore[attr-defined]
 
