@@ -78,4 +78,8 @@ def test_strace_of_the_launcher_traces_every_rank_at_once_and_leaves_them_runnin
         rank = process["rank"]["rank"]
         other = {fd["local"] for fd in fds[1 - rank]["fds"] if fd["kind"] == "socket" and fd.get("local")}
         waits = [blocked["on"] for blocked in process["blocked"] if blocked["syscall"].startswith("epoll")]
-        assert any(f"-> {address} ESTABLISHED" in on for on in waits for address in other), (rank, waits, other)
+        assert any(f"-> {address} ESTABLISHED" in on for on in waits for address in other), (
+            rank,
+            waits,
+            other,
+        )
