@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -14,6 +14,7 @@ from rankscope.errors import BadInputError, ExitCode
 from rankscope.fr.align import ENABLE_HINT, analyse
 from rankscope.fr.collect import read_dumps
 from rankscope.fr.ras import parse_ras, ras_notes
+from rankscope.fr.records import DEFAULT_LIMITS, Limits
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
 
@@ -32,6 +33,7 @@ Examples:
   rankscope fr /tmp/nccl_trace_rank_          # the files of a prefix
   rankscope fr /tmp/fr/ --json                # machine-readable (schema rankscope.fr/1)
   rankscope fr /tmp/fr/ --ras ncclras.txt     # and NCCL's RAS report beside it
+  rankscope fr /tmp/fr/ --max-mib 64 --max-entries 50000   # read bigger dumps whole
   rankscope stacks --fr /tmp/fr/              # the verdict above the live stacks
 
 \b
@@ -46,10 +48,23 @@ class FrRequest:
     as_json: bool = False
     ras: Optional[Path] = None
     world_size: Optional[int] = None
+    max_mib: int = DEFAULT_LIMITS.max_bytes >> 20
+    max_entries: int = DEFAULT_LIMITS.max_entries
+    max_frames: int = DEFAULT_LIMITS.max_frames
+
+    def limits(self) -> Limits:
+        return replace(
+            DEFAULT_LIMITS,
+            max_bytes=self.max_mib << 20,
+            max_entries=self.max_entries,
+            max_frames=self.max_frames,
+        )
 
 
-def analyse_path(path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None) -> FrReport:
-    collected = read_dumps(path)
+def analyse_path(
+    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
+) -> FrReport:
+    collected = read_dumps(path, limits)
     report = analyse(collected.dumps, collected.unreadable, world_size)
     if ras is not None:
         try:
@@ -91,9 +106,33 @@ def exit_code_of(report: FrReport) -> int:
     metavar="N",
     help="The job's world size, when the last ranks left no dump (else told from the dumps).",
 )
+@click.option(
+    "--max-mib",
+    type=click.IntRange(1, 1 << 16),
+    default=DEFAULT_LIMITS.max_bytes >> 20,
+    show_default=True,
+    metavar="N",
+    help="A dump file larger than N MiB is not read (it is named).",
+)
+@click.option(
+    "--max-entries",
+    type=click.IntRange(1),
+    default=DEFAULT_LIMITS.max_entries,
+    show_default=True,
+    metavar="N",
+    help="Keep each dump's last N entries (what is cut is said).",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(1),
+    default=DEFAULT_LIMITS.max_frames,
+    show_default=True,
+    metavar="N",
+    help="Keep each entry's innermost N frames.",
+)
 def fr(**params: Any) -> int:
     request = from_params(FrRequest, params)
-    report = analyse_path(request.dumps, request.ras, request.world_size)
+    report = analyse_path(request.dumps, request.ras, request.world_size, request.limits())
     if request.as_json:
         click.echo(json.dumps(report_document(report), indent=2))
     else:

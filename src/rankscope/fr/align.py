@@ -274,7 +274,20 @@ def latest_entries(dumps: dict[int, RankDump]) -> dict[int, Entry]:
     }
 
 
+def cut_away(pg: str, members: Sequence[int], dumps: dict[int, RankDump]) -> list[int]:
+    """Members whose dump was cut to its last entries and kept none of this group: their records
+    say nothing about it (never "behind")."""
+    return [
+        r
+        for r in members
+        if r in dumps
+        and dumps[r].entries_cut
+        and not any(e.pg == pg and not e.is_p2p for e in dumps[r].entries)
+    ]
+
+
 def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump]) -> GroupView:
+    unknown = set(cut_away(pg, members, dumps))
     dumped = [r for r in members if r in dumps]
     absent = [r for r in members if r not in dumps]
     by_rank: dict[int, dict[int, Entry]] = {}
@@ -302,7 +315,9 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
         end = max(hi for _, hi in windows.values())
         for seq in range(start, end + 1):
             present = {r: by_rank[r][seq] for r in dumped if seq in by_rank.get(r, {})}
-            behind = [r for r in dumped if r not in present and windows.get(r, (0, 0))[1] < seq]
+            behind = [
+                r for r in dumped if r not in present and r not in unknown and windows.get(r, (0, 0))[1] < seq
+            ]
             if not present:
                 continue
             if behind and not latest:  # where each rank is now: only needed to word a missing collective
@@ -410,8 +425,15 @@ def analyse(
             + ENABLE_HINT
         )
         return report
+    for dump in dumps:
+        if dump.cut:
+            report.notes.append(f"rank {dump.rank}'s dump was cut: " + "; ".join(dump.cut))
     for pg, (desc, members) in _groups(dumps, world).items():
         report.groups.append(judge_group(pg, desc, members, by_rank))
+        for rank in cut_away(pg, members, by_rank):
+            report.notes.append(
+                f"rank {rank}'s kept entries hold none of {_group_name(pg, desc)}: not compared there"
+            )
     divergences = [g.divergence for g in report.groups if g.divergence is not None]
     divergences.extend(judge_p2p(by_rank))
 

@@ -12,22 +12,29 @@ lists, tuples, strings and numbers, and loading a pickle that names a class coul
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
-from rankscope.fr.records import Cache, RankDump, dump_from_raw
-from rankscope.inproc import runtime
-
-#: A dump larger than this is not read (a 2000-entry dump with frames is a few MB).
-MAX_BYTES = 1 << 30
+from rankscope.fr.records import DEFAULT_LIMITS, MAX_RANK, Cache, Limits, RankDump, dump_from_raw
 
 _NAME = re.compile(r"^(?P<stem>.*?)(?P<rank>\d+)(?P<ext>\.json|\.pkl|\.pickle)?$")
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 class _NoClasses(pickle.Unpickler):
@@ -51,46 +58,123 @@ class Collected:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
 
 
+def human_bytes(count: int) -> str:
+    """``16 MiB``, ``512 KiB``, ``1000 B``: the caps as docs/fr.md writes them."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} B"
+
+
+def _not_a_directory(file: Path) -> bool:
+    try:
+        return not stat.S_ISDIR(os.lstat(file).st_mode)
+    except OSError:
+        return False
+
+
+def _rank_of(file: Path) -> Optional[int]:
+    match = _NAME.match(file.name)
+    return int(match["rank"]) if match and len(match["rank"]) <= 7 else None
+
+
 def _candidates(path: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of every file that may be a dump; links, FIFOs and the like are kept when named
+    like one, to be refused by name (never opened for reading)."""
     if path.is_dir():
-        files = [p for p in sorted(path.rglob("*")) if p.is_file()]
+        files = [p for p in sorted(path.rglob("*")) if _not_a_directory(p)]
         stem_filter = None
     else:
         parent = path.parent if str(path.parent) else Path(".")
         if not parent.is_dir():
             raise BadInputError(f"{path}: no such file or directory")
+        if _not_a_directory(path):  # one dump named in full; without a number in its name, rank 0
+            rank = _rank_of(path)
+            return [(rank if rank is not None else 0, path)]
         stem_filter = path.name
-        files = [p for p in sorted(parent.iterdir()) if p.is_file() and p.name.startswith(path.name)]
-        if path.is_file():  # one dump named in full; without a number in its name, rank 0
-            match = _NAME.match(path.name)
-            return [(int(match["rank"]) if match else 0, path)]
+        files = [p for p in sorted(parent.iterdir()) if p.name.startswith(path.name) and _not_a_directory(p)]
     found = []
     for file in files:
-        if stem_filter is None and not _looks_like_dump(file):
-            continue  # a log or anything else beside the dumps
         match = _NAME.match(file.name)
-        if not match:
+        rank = _rank_of(file)
+        if not match or rank is None or rank >= MAX_RANK:
             continue
         if stem_filter is not None and match["stem"] != stem_filter:
             continue
-        found.append((int(match["rank"]), file))
+        if stem_filter is None and not _looks_like_dump(file):
+            continue  # a log or anything else beside the dumps
+        found.append((rank, file))
     return found
 
 
 def _looks_like_dump(file: Path) -> bool:
-    """A pickle (protocol 2+ starts with 0x80) or a JSON object."""
+    """A pickle (protocol 2+ starts with 0x80) or a JSON object; anything but a regular file is
+    kept, to be named when it is refused."""
     try:
-        with open(file, "rb") as handle:
-            head = handle.read(64).lstrip()
+        fd = _open_regular(str(file))
+    except (OSError, ValueError):
+        return True
+    try:
+        head = os.read(fd, 64).lstrip()
     except OSError:
         return True  # reported as unreadable
+    finally:
+        os.close(fd)
     return head[:1] in (b"\x80", b"{")
 
 
-def read_dumps(path: Path) -> Collected:
-    """Every rank's dump under a directory or prefix; NothingFoundError when there is none,
-    BadInputError when the path does not exist or no file there is a dump."""
-    if not path.exists() and not path.parent.is_dir():
+def _open_regular(path: str, uid: Optional[int] = None) -> int:
+    """A read-only descriptor of a regular file, opened without blocking (a FIFO) and without
+    following a link; ValueError naming what else it is. With ``uid``: only a file of that user,
+    with one link (a hard link planted to another user's file is refused)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ValueError("a symbolic link: not followed") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        for test, kind in _KINDS:
+            if test(st.st_mode):
+                raise ValueError(f"not a regular file ({kind}): not read")
+        if uid is not None and (st.st_uid != uid or st.st_nlink != 1):
+            raise ValueError(f"not the process's own file (uid {st.st_uid}, {st.st_nlink} links): not read")
+    except (OSError, ValueError):
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_capped(path: str, max_bytes: int, uid: Optional[int] = None) -> bytes:
+    """The bytes of a regular file (see :func:`_open_regular`) of at most ``max_bytes``; a larger
+    one is refused unread (ValueError with its size)."""
+    fd = _open_regular(path, uid)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise ValueError(f"{size} bytes, over the {human_bytes(max_bytes)} cap: not read")
+        chunks = []
+        total = 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    finally:
+        os.close(fd)
+    if total > max_bytes:  # it grew while being read
+        raise ValueError(f"over the {human_bytes(max_bytes)} cap: not read")
+    if not total:
+        raise ValueError("empty file")
+    return b"".join(chunks)
+
+
+def read_dumps(path: Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
+    """Every rank's dump under a directory or prefix, each cut to ``limits``; NothingFoundError when
+    there is none, BadInputError when the path does not exist or no file there is a dump."""
+    if not os.path.lexists(path) and not path.parent.is_dir():
         raise BadInputError(f"{path}: no such file or directory")
     candidates = _candidates(path)
     if not candidates:
@@ -108,7 +192,7 @@ def read_dumps(path: Path) -> Collected:
         reasons = []
         for file in files:
             try:
-                dump = _read_one(file, rank, cache)
+                dump = _read_one(file, rank, cache, limits)
             except (OSError, ValueError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as err:
                 reasons.append((str(file), str(err) or type(err).__name__))
                 continue
@@ -125,25 +209,17 @@ def read_dumps(path: Path) -> Collected:
     return collected
 
 
-def _read_one(file: Path, rank: int, cache: Cache) -> RankDump:
-    with open(file, "rb") as handle:
-        data = handle.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES} bytes")
-    if not data:
-        raise ValueError("empty file")
-    return dump_from_raw(load_bytes(data), rank, str(file), cache)
+def _read_one(file: Path, rank: int, cache: Cache, limits: Limits) -> RankDump:
+    data = read_capped(str(file), limits.max_bytes)
+    return dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
 
 
 def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
-    """A dump a rank's in-process handler wrote just now into its private runtime directory.
+    """A dump a rank's in-process handler wrote just now into its private runtime directory, cut to
+    the default :class:`Limits` (the bytes first: a 16 MiB cap, as for files).
 
-    Only a file of ``uid`` itself, never through a link (see rankscope.inproc.runtime.read_owned);
-    OSError or ValueError (and what a corrupt pickle raises) when it cannot be read.
+    Only a regular file of ``uid`` itself, never through a link; OSError or ValueError (and what a
+    corrupt pickle raises) when it cannot be read.
     """
-    data = runtime.read_owned(path, uid, MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES} bytes")
-    if not data:
-        raise ValueError("empty file")
+    data = read_capped(path, DEFAULT_LIMITS.max_bytes, uid)
     return dump_from_raw(load_bytes(data), rank, path, cache)

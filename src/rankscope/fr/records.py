@@ -7,16 +7,23 @@ enqueued / started / completed collective), ``entries`` (one per collective or p
 (``gloo:all_reduce``, ``nccl:send 0->1``), input sizes and dtypes, ``state``, ``retired``, and with
 stack traces ``frames``, innermost first). Versions differ in which keys exist and whether numbers
 are strings; every field here has a default, and a dump that is not a dict with ``entries`` is refused.
+
+A dump is cut to :class:`Limits` (its last entries, each stack's innermost frames), and what was cut is
+said (:attr:`RankDump.cut`). Whatever the dump shares (a pickle may reference one stack from every
+entry) is converted once per object: a small pickle never costs entries x frames.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 from rankscope.model import Frame
+
+T = TypeVar("T")
 
 #: Frames of torch itself: skipped when naming who issued a collective.
 _LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ")
@@ -61,6 +68,26 @@ def user_frame(frames: Sequence[Frame]) -> Optional[Frame]:
     return None
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How much of one dump is read (docs/fr.md, "Limits"): a real 2000-entry dump with frames is a few MB."""
+
+    #: A larger file is not read at all (named, with its size).
+    max_bytes: int = 16 << 20
+    #: The last ones are kept (the most recent: a ring buffer that wrapped earlier).
+    max_entries: int = 10_000
+    #: Innermost first: the user's call is near the collective.
+    max_frames: int = 64
+    #: Process groups in pg_status / pg_config.
+    max_groups: int = 1_000
+    #: Tensors listed per entry, dimensions per tensor.
+    max_tensors: int = 1_024
+    max_dims: int = 64
+
+
+DEFAULT_LIMITS = Limits()
+
+
 class Cache:
     """What many entries share, built once per reading: frames (a stack repeats thousands of times),
     profiling names, process groups, sizes."""
@@ -70,6 +97,20 @@ class Cache:
         self.names: dict[Any, tuple[str, str, Optional[int], Optional[int]]] = {}
         self.groups: dict[Any, tuple[str, str]] = {}
         self.shapes: dict[Any, tuple[tuple[int, ...], ...]] = {}
+        #: id() of an object of the dump being read -> what it was converted to (a pickle shares
+        #: objects: each is converted once). Only valid while that dump is alive: cleared after it.
+        self.seen: dict[tuple[str, int], Any] = {}
+        self.limits = DEFAULT_LIMITS
+        #: What the dump being read lost to the limits: entries whose stack was cut, the longest stack,
+        #: entries whose tensor lists were cut.
+        self.cut_stacks = 0
+        self.longest_stack = 0
+        self.cut_tensors = 0
+
+    def start(self, limits: Limits) -> None:
+        self.seen.clear()
+        self.limits = limits
+        self.cut_stacks = self.longest_stack = self.cut_tensors = 0
 
 
 @dataclass(frozen=True)
@@ -93,6 +134,10 @@ class RankDump:
     #: Members of groups as pg_config names them (only where it names the group of the entries and its ranks).
     group_ranks: dict[str, list[int]] = field(default_factory=dict)
     group_desc: dict[str, str] = field(default_factory=dict)
+    #: What the limits cut, in words ("kept the last 10000 of 25000 entries"); empty when nothing was.
+    cut: list[str] = field(default_factory=list)
+    #: Entries dropped from the start: groups may have no entry left, which says nothing about them.
+    entries_cut: int = 0
 
     def status_of(self, pg: str) -> Optional[GroupStatus]:
         for status in self.status:
@@ -117,18 +162,42 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _str(value: Any) -> str:
-    return value if isinstance(value, str) else ("" if value is None else str(value))
+    """A string field; a number as text; anything else (a container: its text could be huge) ""."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and abs(value) < 1 << 64:
+        return str(value)
+    return ""
 
 
-def _sizes(value: Any) -> tuple[tuple[int, ...], ...]:
+def _capped_tuple(
+    kind: str, value: Sequence[Any], most: int, convert: Callable[[Any], T], cache: Cache
+) -> tuple[T, ...]:
+    """``convert`` of each of the first ``most`` items of a list, once per list object of the dump."""
+    found: Optional[tuple[T, ...]] = cache.seen.get((kind, id(value)))
+    if found is None:
+        if len(value) > most:
+            cache.cut_tensors += 1
+        found = cache.seen[(kind, id(value))] = tuple(convert(v) for v in value[:most])
+    return found
+
+
+def _dims(value: Any, cache: Cache) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        return (_int(value),)
+    return _capped_tuple("t", value, cache.limits.max_dims, _int, cache)
+
+
+def _sizes(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(tuple(_int(v) for v in s) if isinstance(s, (list, tuple)) else (_int(s),) for s in value)
+    most = cache.limits.max_tensors
+    if len(value) > most:
+        cache.cut_tensors += 1
+    return tuple(_dims(s, cache) for s in value[:most])
 
 
-def _frames(value: Any) -> tuple[Frame, ...]:
-    if not isinstance(value, (list, tuple)):
-        return ()
+def _frames(value: Sequence[Any]) -> tuple[Frame, ...]:
     frames = []
     for item in value:
         if isinstance(item, Mapping):
@@ -145,55 +214,63 @@ def split_name(profiling_name: str) -> tuple[str, str, Optional[int], Optional[i
     src = dst = None
     if "->" in ends:
         left, _, right = ends.partition("->")
-        if left.strip().isdigit() and right.strip().isdigit():
+        if left.strip().isdigit() and right.strip().isdigit() and max(len(left), len(right)) < 10:
             src, dst = int(left), int(right)
+            if max(src, dst) >= MAX_RANK:
+                src = dst = None
     return backend, op, src, dst
 
 
 def _stack(value: Any, cache: Cache) -> tuple[tuple[Frame, ...], Optional[Frame]]:
-    if not value:
+    if not value or not isinstance(value, (list, tuple)):
         return (), None
+    if len(value) > cache.limits.max_frames:
+        cache.cut_stacks += 1
+        cache.longest_stack = max(cache.longest_stack, len(value))
+    shared: Optional[tuple[tuple[Frame, ...], Optional[Frame]]] = cache.seen.get(("f", id(value)))
+    if shared is not None:
+        return shared
+    kept = value[: cache.limits.max_frames]
     try:
-        key: Any = tuple((f["name"], f["filename"], f["line"]) for f in value)
+        key: Any = tuple((f["name"], f["filename"], f["line"]) for f in kept)
         hash(key)
     except (TypeError, KeyError, AttributeError):
         key = None
-    if key is not None:
-        found = cache.stacks.get(key)
-        if found is None:
-            frames = _frames(value)
-            found = cache.stacks[key] = (frames, user_frame(frames))
-        return found
-    frames = _frames(value)
-    return frames, user_frame(frames)
+    found = cache.stacks.get(key) if key is not None else None
+    if found is None:
+        frames = _frames(kept)
+        found = (frames, user_frame(frames))
+        if key is not None:
+            cache.stacks[key] = found
+    cache.seen[("f", id(value))] = found
+    return found
 
 
 def _group(value: Any, raw: Mapping[str, Any], cache: Cache) -> tuple[str, str]:
-    try:
-        found = cache.groups.get(value)
-    except TypeError:  # a list (JSON)
-        value = tuple(value) if isinstance(value, list) else value
-        found = cache.groups.get(value) if isinstance(value, tuple) else None
-    if found is not None:
-        return found
-    if isinstance(value, (list, tuple)) and value:
-        found = (_str(value[0]), _str(value[1]) if len(value) > 1 else "")
-    else:
-        found = (_str(raw.get("pg_id", "")), "")
-    if isinstance(value, tuple):
-        cache.groups[value] = found
+    """(name, desc) of ``process_group``: a (name, desc) pair, or before it the entry's ``pg_id``."""
+    if not isinstance(value, (list, tuple)) or not value:
+        return (_str(raw.get("pg_id", "")), "")
+    found: Optional[tuple[str, str]] = cache.seen.get(("g", id(value)))
+    if found is None:
+        key = (_str(value[0]), _str(value[1]) if len(value) > 1 else "")
+        found = cache.seen[("g", id(value))] = cache.groups.setdefault(key, key)
     return found
 
 
 def _shape(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
-    try:
-        key = tuple(tuple(s) for s in value)
-        found = cache.shapes.get(key)
-    except TypeError:
-        return _sizes(value)
+    if not isinstance(value, (list, tuple)):
+        return ()
+    found: Optional[tuple[tuple[int, ...], ...]] = cache.seen.get(("z", id(value)))
     if found is None:
-        found = cache.shapes[key] = _sizes(value)
+        sizes = _sizes(value, cache)
+        found = cache.seen[("z", id(value))] = cache.shapes.setdefault(sizes, sizes)
     return found
+
+
+def _dtypes(value: Any, cache: Cache) -> tuple[str, ...]:
+    if not isinstance(value, (list, tuple)):
+        return ()
+    return _capped_tuple("d", value, cache.limits.max_tensors, _str, cache)
 
 
 def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Entry:
@@ -223,8 +300,8 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
         p2p_seq=p2p_seq if type(p2p_seq) is int else _int(p2p_seq),
         op=op,
         backend=backend,
-        sizes=_shape(get("input_sizes") or (), cache),
-        dtypes=tuple(_str(d) for d in dtypes) if isinstance(dtypes, list) else (),
+        sizes=_shape(get("input_sizes"), cache),
+        dtypes=_dtypes(dtypes, cache),
         state=_str(get("state")),
         retired=bool(get("retired")),
         is_p2p=bool(get("is_p2p")) or op in ("send", "recv"),
@@ -237,51 +314,100 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
     )
 
 
-def _ranks(value: Any) -> list[int]:
+#: Rank numbers at or above this are not believed (a hostile dump's 10**12 would make the job that big).
+MAX_RANK = 1 << 20
+#: A ``ranks`` field written as text longer than this is not parsed (100,000 ranks are about 700 kB).
+_MAX_RANKS_TEXT = 4 << 20
+
+
+def _ranks(value: Any, cache: Cache) -> list[int]:
     if isinstance(value, str):
+        if len(value) > _MAX_RANKS_TEXT:
+            return []
         try:
             value = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             return []
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
-    return []
+    if not isinstance(value, (list, tuple)):
+        return []
+    found: Optional[list[int]] = cache.seen.get(("r", id(value)))
+    if found is None:
+        found = cache.seen[("r", id(value))] = [
+            v
+            for v in value[:MAX_RANK]
+            if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_RANK
+        ]
+    return found
 
 
-def dump_from_raw(data: Any, rank: int, path: str, cache: Optional[Cache] = None) -> RankDump:
-    """A decoded dump as records; ValueError when it is not a flight-recorder dump."""
+def _capped(mapping: Any, most: int) -> list[tuple[Any, Any]]:
+    """The first ``most`` items of a dict field (pg_status, pg_config); [] when it is not a dict."""
+    if not isinstance(mapping, Mapping):
+        return []
+    return list(itertools.islice(mapping.items(), most))
+
+
+def dump_from_raw(
+    data: Any, rank: int, path: str, cache: Optional[Cache] = None, limits: Limits = DEFAULT_LIMITS
+) -> RankDump:
+    """A decoded dump as records, cut to ``limits``; ValueError when it is not a flight-recorder dump."""
     if not isinstance(data, Mapping) or "entries" not in data:
         raise ValueError("not a flight-recorder dump (no 'entries')")
     raw_entries = data.get("entries")
     if not isinstance(raw_entries, Sequence) or isinstance(raw_entries, (str, bytes)):
         raise ValueError("not a flight-recorder dump ('entries' is not a list)")
     cache = cache if cache is not None else Cache()
-    entries = [entry_from_raw(e, cache) for e in raw_entries if isinstance(e, Mapping)]
+    cache.start(limits)
+    try:
+        return _dump(data, raw_entries, rank, path, cache)
+    finally:
+        cache.seen.clear()  # ids of objects about to be freed
+
+
+def _dump(
+    data: Mapping[str, Any], raw_entries: Sequence[Any], rank: int, path: str, cache: Cache
+) -> RankDump:
+    limits = cache.limits
+    kept = raw_entries[-limits.max_entries :] if len(raw_entries) > limits.max_entries else raw_entries
+    entries = [entry_from_raw(e, cache) for e in kept if isinstance(e, Mapping)]
+    cut = []
+    dropped = len(raw_entries) - len(kept)
+    if dropped:
+        cut.append(f"kept the last {len(kept)} of {len(raw_entries)} entries")
+    if cache.cut_stacks:
+        cut.append(
+            f"kept the innermost {limits.max_frames} frames of {cache.cut_stacks} entries' stacks "
+            f"(up to {cache.longest_stack} frames)"
+        )
+    if cache.cut_tensors:
+        cut.append(
+            f"kept the first {limits.max_tensors} tensors and {limits.max_dims} dimensions of "
+            f"{cache.cut_tensors} tensor lists"
+        )
     status = []
-    pg_status = data.get("pg_status")
-    if isinstance(pg_status, Mapping):
-        for name, values in pg_status.items():
-            if isinstance(values, Mapping):
-                status.append(
-                    GroupStatus(
-                        _str(name),
-                        _int(values.get("last_enqueued_collective"), -1),
-                        _int(values.get("last_started_collective"), -1),
-                        _int(values.get("last_completed_collective"), -1),
-                    )
+    groups = data.get("pg_status"), data.get("pg_config")
+    if any(isinstance(g, Mapping) and len(g) > limits.max_groups for g in groups):
+        cut.append(f"kept the first {limits.max_groups} process groups")
+    for name, values in _capped(groups[0], limits.max_groups):
+        if isinstance(values, Mapping):
+            status.append(
+                GroupStatus(
+                    _str(name),
+                    _int(values.get("last_enqueued_collective"), -1),
+                    _int(values.get("last_started_collective"), -1),
+                    _int(values.get("last_completed_collective"), -1),
                 )
+            )
     group_ranks: dict[str, list[int]] = {}
     group_desc: dict[str, str] = {}
-    pg_config = data.get("pg_config")
-    if isinstance(pg_config, Mapping):
-        for name, config in pg_config.items():
-            # gloo (torch 2.13) writes one config under the name "" whose ranks belong to whichever group
-            # was registered last: only a config under a real group name is believed.
-            if isinstance(config, Mapping) and _str(name):
-                members = _ranks(config.get("ranks"))
-                if members:
-                    group_ranks[_str(name)] = members
-                group_desc[_str(name)] = _str(config.get("desc"))
+    for name, config in _capped(groups[1], limits.max_groups):
+        # gloo (torch 2.13) writes one config under the name "" whose ranks belong to whichever group
+        # was registered last: only a config under a real group name is believed.
+        if isinstance(config, Mapping) and _str(name):
+            members = _ranks(config.get("ranks"), cache)
+            if members:
+                group_ranks[_str(name)] = members
+            group_desc[_str(name)] = _str(config.get("desc"))
     return RankDump(
         rank=rank,
         path=path,
@@ -291,4 +417,6 @@ def dump_from_raw(data: Any, rank: int, path: str, cache: Optional[Cache] = None
         status=status,
         group_ranks=group_ranks,
         group_desc=group_desc,
+        cut=cut,
+        entries_cut=dropped,
     )
