@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -238,3 +239,41 @@ def test_a_port_that_never_answers_is_filtered_when_the_window_ends(listener: so
             filler.close()
         full.close()
     assert result.verdict is Verdict.FILTERED, result
+
+
+#: In a network namespace of its own (gone when it exits), with one ephemeral port P: a connect to
+#: 127.0.0.1:P from port P meets itself (TCP simultaneous open) and "succeeds" with nothing listening.
+#: Prints the raw connect's ends, then `rankscope net probe --json 127.0.0.1:P` run in that namespace.
+SELF_CONNECT = """
+import ctypes, fcntl, json, socket, struct, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).unshare(0x40000000) != 0:  # CLONE_NEWNET
+    sys.exit("unshare(CLONE_NEWNET) failed: " + str(ctypes.get_errno()))
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:  # lo up: SIOCSIFFLAGS UP|LOOPBACK|RUNNING
+    fcntl.ioctl(udp, 0x8914, struct.pack("16sH14x", b"lo", 0x1 | 0x8 | 0x40))
+port = sys.argv[1]
+with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as ports:  # this namespace's only
+    ports.write(port + " " + port)
+with socket.socket() as raw:
+    raw.connect(("127.0.0.1", int(port)))
+    ends = [list(raw.getsockname()), list(raw.getpeername())]
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # no TIME_WAIT on P
+done = subprocess.run([sys.executable, "-m", "rankscope", "net", "probe", "--json", "--timeout", "2",
+                       "127.0.0.1:" + port], capture_output=True, text=True)
+print(json.dumps({"ends": ends, "code": done.returncode, "out": done.stdout, "err": done.stderr}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of its own needs root")
+def test_a_probe_that_connected_to_itself_is_not_open() -> None:
+    # No machine-wide state changes: the namespace belongs to the child alone and dies with it.
+    port = 40123
+    done = subprocess.run(
+        [sys.executable, "-c", SELF_CONNECT, str(port)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["ends"] == [["127.0.0.1", port], ["127.0.0.1", port]]  # the kernel did self-connect
+    [probed] = json.loads(result["out"])["results"]
+    assert probed["verdict"] == "refused", result
+    assert probed["detail"] == "connected to itself (source port = destination port): nothing listens there"
+    assert result["code"] == 5, result  # as for a refused port

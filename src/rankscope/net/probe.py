@@ -14,6 +14,7 @@ import ipaddress
 import os
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +118,23 @@ def _verdict_of(code: int) -> Verdict:
     return Verdict.ERROR
 
 
+#: The detail of a probe that met itself (see :func:`_met_itself`).
+ITSELF = "connected to itself (source port = destination port): nothing listens there"
+
+
+def _met_itself(sock: socket.socket) -> bool:
+    """A connect to a local port nothing listens on, from that very port (the kernel chose it as the
+    ephemeral source), meets itself: TCP's simultaneous open "succeeds" with no listener. Such a
+    socket is reset on close (SO_LINGER 0), so no TIME_WAIT keeps the port busy for the job."""
+    try:
+        itself = sock.getsockname()[:2] == sock.getpeername()[:2]
+    except OSError:
+        return False
+    if itself:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    return itself
+
+
 def probe(
     targets: Sequence[Target],
     timeout: float = 3.0,
@@ -160,6 +178,7 @@ def probe(
     results: list[Optional[ProbeResult]] = [None] * len(targets)
     waiting: list[tuple[float, int]] = []  # (start at, target index)
     refused_before: set[int] = set()
+    met_itself: set[int] = set()  # connected to itself: refused, said so
     tries: dict[int, int] = {}  # refused probes: how often, for the back-off
     deadlines: dict[socket.socket, tuple[float, int]] = {}  # in flight: (deadline, target index)
 
@@ -183,7 +202,7 @@ def probe(
                 (time.monotonic() + min(RETRY_MAX, RETRY_INTERVAL * 2 ** (tries[index] - 1)), index)
             )
             return
-        detail = "" if code == 0 else os.strerror(code)
+        detail = ITSELF if index in met_itself else "" if code == 0 else os.strerror(code)
         if code == errno.EINVAL:
             detail += " (a blackhole route)"
         finish(index, verdict, detail)
@@ -211,6 +230,7 @@ def probe(
                 sock = socket.socket(family, socket.SOCK_STREAM)
                 sock.setblocking(False)
                 code = sock.connect_ex((address, targets[index].port))
+                code = _refused_if_itself(sock, code, index, met_itself)
                 if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
                     selector.register(sock, selectors.EVENT_WRITE, index)
                     deadlines[sock] = (window_end if window_end is not None else now + timeout, index)
@@ -242,7 +262,9 @@ def probe(
                     continue
                 sock = key.fileobj  # type: ignore[assignment]
                 assert isinstance(sock, socket.socket)
-                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                code = _refused_if_itself(
+                    sock, sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR), key.data, met_itself
+                )
                 selector.unregister(sock)
                 sock.close()
                 del deadlines[sock]
@@ -254,12 +276,22 @@ def probe(
         selector.close()
     for index, result in enumerate(results):
         if result is None and index in refused_before:
-            finish(index, Verdict.REFUSED, f"refused until the end of the {timeout:g}s window")
+            until = f"refused until the end of the {timeout:g}s window"
+            finish(index, Verdict.REFUSED, f"{until}; {ITSELF}" if index in met_itself else until)
         elif result is None and index in in_flight:  # still unanswered when the window ended
             finish(index, Verdict.FILTERED, f"never answered within {timeout:g}s")
         elif result is None:  # more targets than sockets at once, and the window ran out first
             finish(index, Verdict.ERROR, f"not probed: the {timeout:g}s window ran out first")
     return [r for r in results if r is not None]
+
+
+def _refused_if_itself(sock: socket.socket, code: int, index: int, met_itself: set[int]) -> int:
+    """``code``, or ECONNREFUSED for a socket that connected to itself (noted in ``met_itself``)."""
+    if code == 0 and _met_itself(sock):
+        met_itself.add(index)
+        return errno.ECONNREFUSED
+    met_itself.discard(index)
+    return code
 
 
 def _accept(listener: socket.socket, on_accept: Optional[Callable[[str], None]]) -> None:
