@@ -127,7 +127,7 @@ def _met_itself(sock: socket.socket) -> bool:
     ephemeral source), meets itself: TCP's simultaneous open "succeeds" with no listener. Such a
     socket is reset on close (SO_LINGER 0), so no TIME_WAIT keeps the port busy for the job."""
     try:
-        itself = sock.getsockname()[:2] == sock.getpeername()[:2]
+        itself = bool(sock.getsockname()[:2] == sock.getpeername()[:2])
     except OSError:
         return False
     if itself:
