@@ -199,10 +199,10 @@ def _judge_seq(
         odd = sorted(r for r, k in keys.items() if k != majority)
         rest_entry = present[rest[0]]
         odd_entry = present[odd[0]]
-        sides = [_side(rest, rest_entry, all(present[r].retired for r in rest))]
+        sides = [_side(rest, rest_entry, all(present[r].done for r in rest))]
         for other in ordered[1:]:
             ranks = sorted(r for r, k in keys.items() if k == other)
-            sides.append(_side(ranks, present[ranks[0]], all(present[r].retired for r in ranks)))
+            sides.append(_side(ranks, present[ranks[0]], all(present[r].done for r in ranks)))
         tie = counts[majority] == counts[ordered[1]]
         kind = _mismatch_kind(odd_entry, rest_entry)
         shape = _lookahead(odd, rest, seq, by_rank, majority, keys[odd[0]]) if len(ordered) == 2 else None
@@ -251,13 +251,13 @@ def _judge_seq(
         )
         for rank in behind:
             now = latest.get(rank)
-            if now is not None and now.pg != pg and not now.retired:
+            if now is not None and now.pg != pg and not now.done:
                 last_words += f"; rank {rank} waits in {_describe(now)} of {_group_name(now.pg, now.pg_desc)}"
         text = (
             f"{_ranks_word(behind)} never issued {_describe(entry)} in {where}, which {_ranks_word(done)} "
-            f"issued ({'completed' if all(e.retired for e in present.values()) else 'waiting'}); {last_words}"
+            f"issued ({'completed' if all(e.done for e in present.values()) else 'waiting'}); {last_words}"
         )
-        sides = [_side(done, entry, all(e.retired for e in present.values()))]
+        sides = [_side(done, entry, all(e.done for e in present.values()))]
         missing = _side(behind, None)
         missing.last_seq = min(lasts.values())
         sides.append(missing)
@@ -286,6 +286,21 @@ def cut_away(pg: str, members: Sequence[int], dumps: dict[int, RankDump]) -> lis
     ]
 
 
+def _completed(seqs: dict[int, Entry], reported: int) -> int:
+    """The last collective a rank completed in a group, by its entries' own state (pg_status lags:
+    NCCL's said -1 beside seven entries marked completed); pg_status only for what lies before
+    the entries kept (-1: none)."""
+    done = [s for s, e in seqs.items() if e.done]
+    if done:
+        return max(done)
+    return min(reported, min(seqs) - 1) if seqs else reported
+
+
+def number(seq: int, none: str = "nothing") -> str:
+    """``#7``; ``none`` for the -1 that means "no collective" (never printed as a number)."""
+    return f"#{seq}" if seq >= 0 else none
+
+
 def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump]) -> GroupView:
     unknown = set(cut_away(pg, members, dumps))
     dumped = [r for r in members if r in dumps]
@@ -300,9 +315,7 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
         last = max(seqs, default=-1)
         entry = seqs.get(last)
         enqueued = max(status.last_enqueued if status else -1, last)
-        completed = (
-            status.last_completed if status else max((s for s, e in seqs.items() if e.retired), default=-1)
-        )
+        completed = _completed(seqs, status.last_completed if status else -1)
         view.progress.append(
             RankProgress(
                 rank, enqueued, completed, entry.op if entry else "", entry.call_site() if entry else None
@@ -336,7 +349,7 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             last,
             absent,
             f"{_ranks_word(absent)} of {where} left no flight-recorder dump; {_ranks_word(dumped)} agree "
-            f"up to #{last}",
+            + (f"up to #{last}" if last >= 0 else "(no collective yet)"),
             [_side(absent, None)],
         )
     return view
@@ -446,7 +459,7 @@ def analyse(
         for rank in d.suspects:
             entries = by_rank[rank].entries if rank in by_rank else []
             last = max(entries, key=lambda e: e.record_id, default=None)
-            if last is None or last.pg == d.pg or last.pg not in diverged or last.retired:
+            if last is None or last.pg == d.pg or last.pg not in diverged or last.done:
                 return False
         return True
 
@@ -492,6 +505,6 @@ def _headline(report: FrReport) -> str:
         lasts = sorted({p.last_completed for g in report.groups for p in g.progress})
         parts.append(
             f"no desync: {_ranks_word(report.rank_list)} issued the same collectives"
-            + (f" (last completed #{lasts[-1]})" if lasts else "")
+            + (f" (last completed #{lasts[-1]})" if lasts and lasts[-1] >= 0 else " (none completed)")
         )
     return "; ".join(parts)

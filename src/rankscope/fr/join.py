@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Callable
 
 from rankscope.folding import fold_ints
-from rankscope.fr.align import place
+from rankscope.fr.align import number, place
 from rankscope.fr.report import FrReport, GroupView, RankProgress
 from rankscope.model import Member
 
@@ -34,14 +34,14 @@ def _progress_words(progress: Sequence[RankProgress], group: GroupView) -> str:
         site = f" from {place(first.call_site)}" if first.call_site else ""
         done = first.last_completed
         return (
-            f"fr{where}: enqueued #{first.last_enqueued}{op}{site}, completed #{done}"
+            f"fr{where}: enqueued {number(first.last_enqueued)}{op}{site}, completed #{done}"
             if done >= 0
-            else (f"fr{where}: enqueued #{first.last_enqueued}{op}{site}, none completed")
+            else (f"fr{where}: enqueued {number(first.last_enqueued)}{op}{site}, none completed")
         )
     parts = []
     for value in sorted(enqueued):
         ranks = [p.rank for p in progress if p.last_enqueued == value]
-        parts.append(f"{fold_ints(ranks)} enqueued #{value}")
+        parts.append(f"{fold_ints(ranks)} enqueued {number(value)}")
     return f"fr{where}: " + ", ".join(parts)
 
 

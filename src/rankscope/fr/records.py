@@ -56,6 +56,12 @@ class Entry:
     #: The user's call (see :func:`user_frame`), found once when the entry is read.
     site: Optional[Frame] = None
 
+    @property
+    def done(self) -> bool:
+        """The entry's own word that it finished: NCCL marks it ``completed``; gloo leaves every entry
+        ``scheduled`` and sets ``retired`` once the work is done."""
+        return self.retired or self.state == "completed"
+
     def call_site(self) -> Optional[Frame]:
         """The innermost frame outside torch and installed packages: the user's call."""
         return self.site if self.site is not None or not self.frames else user_frame(self.frames)

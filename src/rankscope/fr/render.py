@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rankscope.folding import fold_ints
-from rankscope.fr.align import _group_name, place
+from rankscope.fr.align import _group_name, number, place
 from rankscope.fr.report import FrReport, GroupView
 
 
@@ -15,7 +15,7 @@ def progress_lines(group: GroupView) -> list[str]:
     lines = []
     for (enqueued, completed, op, site), ranks in sorted(by_place.items(), key=lambda kv: min(kv[1])):
         who = f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
-        what = f"enqueued #{enqueued}" + (f" {op}" if op else "") + (f" from {site}" if site else "")
+        what = f"enqueued {number(enqueued)}" + (f" {op}" if op else "") + (f" from {site}" if site else "")
         done = f"completed #{completed}" if completed >= 0 else "completed none"
         lines.append(f"{who}: {what}, {done}")
     if group.absent:

@@ -1,0 +1,65 @@
+"""The verdict's words where the records say more than pg_status: the entries' own state, one rank's
+dump alone, sizes and dtypes of inputs and outputs, coalesced collectives, dumps without frames,
+refused dumps. Dumps are written here (NCCL-style where gloo cannot make the case) or recorded
+(tests/data)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.support.cli import run_cli
+
+DATA = Path(__file__).parent.parent / "data"
+NCCL_1RANK = DATA / "gpu-h100" / "fr_nccl_1rank.pkl"
+
+
+def nccl_entry(record: int, seq: int, op: str = "all_reduce", pg: tuple[str, str] = ("0", "default_pg"),
+               state: str = "completed", **extra: Any) -> dict[str, Any]:  # fmt: skip
+    return {
+        "record_id": record,
+        "collective_seq_id": seq,
+        "op_id": record + 1,
+        "profiling_name": f"nccl:{op}",
+        "process_group": list(pg),
+        "input_sizes": [[4, 4]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[4, 4]],
+        "output_dtypes": ["Float"],
+        "state": state,
+        "retired": False,
+        "time_created_ns": 1000 + record,
+        "is_p2p": False,
+        **extra,
+    }
+
+
+def write_dumps(directory: Path, per_rank: dict[int, list[dict[str, Any]]], **fields: Any) -> Path:
+    for rank, entries in per_rank.items():
+        document = {"version": "2.10", "entries": entries, **fields}
+        (directory / f"rank_{rank}.json").write_text(json.dumps(document))
+    return directory
+
+
+def test_the_entries_own_state_wins_over_pg_status_and_no_sentinel_is_printed() -> None:
+    # The H100 recording: seven entries marked completed, pg_status "last_completed_collective": -1.
+    result = run_cli("fr", str(NCCL_1RANK))
+    assert "#-1" not in result.stdout, result.stdout
+    assert "rank 0: enqueued #7 all_reduce_barrier from fr_nccl.py:10, completed #7" in result.stdout
+    document = run_cli("fr", str(NCCL_1RANK), "--json").json()
+    assert document["groups"][0]["progress"][0]["last_completed"] == 7
+
+
+def test_a_group_with_no_collective_yet_says_so_in_words(tmp_path: Path) -> None:
+    # pg_status lists group 1 (registered, never used): its numbers are all -1.
+    status = {
+        "0": {"last_enqueued_collective": 1, "last_started_collective": -1, "last_completed_collective": -1},
+        "1": {"last_enqueued_collective": -1, "last_started_collective": -1, "last_completed_collective": -1},
+    }
+    entries = [nccl_entry(0, 1, state="scheduled")]
+    write_dumps(tmp_path, {0: entries, 1: entries}, pg_status=status)
+    result = run_cli("fr", str(tmp_path))
+    assert "#-1" not in result.stdout, result.stdout
+    assert "ranks 0-1: enqueued nothing, completed none" in result.stdout
+    assert "ranks 0-1: enqueued #1 all_reduce, completed none" in result.stdout
