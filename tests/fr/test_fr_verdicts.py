@@ -63,3 +63,35 @@ def test_a_group_with_no_collective_yet_says_so_in_words(tmp_path: Path) -> None
     assert "#-1" not in result.stdout, result.stdout
     assert "ranks 0-1: enqueued nothing, completed none" in result.stdout
     assert "ranks 0-1: enqueued #1 all_reduce, completed none" in result.stdout
+
+
+def test_one_dump_shows_what_that_recorder_holds_and_says_a_desync_needs_every_rank() -> None:
+    result = run_cli("fr", str(NCCL_1RANK))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "only rank 0's dump: nothing to compare it with — a desync needs every rank's dump; "
+        "below is what rank 0's recorder shows" in result.stdout
+    )
+    assert "no desync" not in result.stdout
+    assert "Rank 0's last 7 operations (oldest first)" in result.stdout
+    assert (
+        "  #2 all_reduce [65536] Float from log_global_loss (fr_nccl.py:6): completed within 1.38 ms of "
+        "being enqueued (the default group)" in result.stdout
+    )
+    document = run_cli("fr", str(NCCL_1RANK), "--json").json()
+    assert document["desync"] is False
+    assert [(r["seq"], r["op"], r["state"]) for r in document["recent"]][-1] == (
+        7,
+        "all_reduce_barrier",
+        "completed",
+    )
+
+
+def test_one_dump_of_several_ranks_names_the_others_first_and_times_what_torch_timed(tmp_path: Path) -> None:
+    entries = [nccl_entry(0, 1, duration_ms=0.25), nccl_entry(1, 2, state="started")]
+    write_dumps(tmp_path, {1: entries}, pg_config={"0": {"desc": "default_pg", "ranks": "[0, 1]"}})
+    result = run_cli("fr", str(tmp_path))
+    assert result.returncode == 4, result.stdout
+    assert result.stdout.count("rank 0 left no flight-recorder dump: look at it first") == 1
+    assert "  #1 all_reduce [4x4] Float: completed, took 0.25 ms (the default group)" in result.stdout
+    assert "  #2 all_reduce [4x4] Float: started (the default group)" in result.stdout

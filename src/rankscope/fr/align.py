@@ -30,6 +30,7 @@ from rankscope.fr.report import (
     FrReport,
     GroupView,
     RankProgress,
+    RecentEntry,
     Side,
     Unreadable,
 )
@@ -480,6 +481,8 @@ def analyse(
 
     report.divergences = sorted(divergences, key=first_time)
     report.desync = any(d.kind != NO_DUMP for d in report.divergences)
+    if len(dumps) == 1:
+        report.recent = recent_entries(dumps[0])
     for dump in dumps:
         hidden = _unrecorded(dump)
         if hidden:
@@ -489,6 +492,29 @@ def analyse(
             )
     report.headline = _headline(report)
     return report
+
+
+#: How many of a lone dump's last entries the report lists.
+RECENT = 10
+
+
+def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
+    """A rank's last ``count`` entries (record order), with their own state and durations."""
+    last = sorted(dump.entries, key=lambda e: e.record_id)[-count:]
+    return [
+        RecentEntry(
+            seq=e.p2p_seq if e.is_p2p else e.seq,
+            op=e.op,
+            group=_group_name(e.pg, e.pg_desc),
+            state="completed" if e.done else (e.state or "scheduled"),
+            sizes=[list(s) for s in e.sizes],
+            dtypes=list(e.dtypes),
+            call_site=e.call_site(),
+            duration_ms=e.duration_ms,
+            discovered_ms=e.discovered_ms,
+        )
+        for e in last
+    ]
 
 
 def _headline(report: FrReport) -> str:
@@ -501,6 +527,12 @@ def _headline(report: FrReport) -> str:
     real = [d for d in report.divergences if d.kind != NO_DUMP]
     if real:
         parts.append(real[0].text)
+    elif len(report.rank_list) == 1:
+        rank = report.rank_list[0]
+        parts.append(
+            f"only rank {rank}'s dump: nothing to compare it with — a desync needs every rank's dump; "
+            f"below is what rank {rank}'s recorder shows"
+        )
     elif not report.absent:
         lasts = sorted({p.last_completed for g in report.groups for p in g.progress})
         parts.append(

@@ -51,6 +51,10 @@ class Entry:
     #: Counts every operation, collectives and p2p alike (gloo records no send/recv: gaps show them).
     op_id: int = 0
     time_ns: int = 0
+    #: How long the work took, where torch timed it (``duration_ms``: NCCL with TORCH_NCCL_ENABLE_TIMING).
+    duration_ms: Optional[float] = None
+    #: From enqueued to when the watchdog saw it completed (``time_discovered_completed_ns``): an upper bound.
+    discovered_ms: Optional[float] = None
     #: Innermost first, as torch records them.
     frames: tuple[Frame, ...] = ()
     #: The user's call (see :func:`user_frame`), found once when the entry is read.
@@ -279,6 +283,19 @@ def _dtypes(value: Any, cache: Cache) -> tuple[str, ...]:
     return _capped_tuple("d", value, cache.limits.max_tensors, _str, cache)
 
 
+def _milliseconds(value: Any) -> Optional[float]:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e12:
+        return float(value)
+    return None
+
+
+def _since(start: Any, end: Any) -> Optional[float]:
+    """Milliseconds from ``start`` to ``end`` (nanosecond clocks), when both are there and in order."""
+    if type(start) is int and type(end) is int and 0 < start <= end:
+        return _milliseconds((end - start) / 1e6)
+    return None
+
+
 def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Entry:
     cache = cache if cache is not None else Cache()
     get = raw.get
@@ -315,6 +332,8 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
         record_id=record_id if type(record_id) is int else _int(record_id),
         op_id=op_id if type(op_id) is int else _int(op_id),
         time_ns=time_ns if type(time_ns) is int else _int(time_ns),
+        duration_ms=_milliseconds(get("duration_ms")),
+        discovered_ms=_since(time_ns, get("time_discovered_completed_ns")),
         frames=frames,
         site=site,
     )

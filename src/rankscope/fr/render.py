@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rankscope.folding import fold_ints
 from rankscope.fr.align import _group_name, number, place
-from rankscope.fr.report import FrReport, GroupView
+from rankscope.fr.report import FrReport, GroupView, RecentEntry
 
 
 def progress_lines(group: GroupView) -> list[str]:
@@ -21,6 +21,20 @@ def progress_lines(group: GroupView) -> list[str]:
     if group.absent:
         lines.append(f"{'ranks' if len(group.absent) > 1 else 'rank'} {fold_ints(group.absent)}: no dump")
     return lines
+
+
+def recent_line(entry: RecentEntry) -> str:
+    """``#7 all_reduce_barrier [1] Float from fr_nccl.py:10, completed within 1.05 ms (the default group)``."""
+    sizes = ", ".join("x".join(str(d) for d in s) or "scalar" for s in entry.sizes)
+    tensors = f" [{sizes}] {'/'.join(entry.dtypes)}".rstrip() if entry.sizes else ""
+    site = f" from {place(entry.call_site)}" if entry.call_site else ""
+    if entry.duration_ms is not None:
+        state = f"{entry.state}, took {entry.duration_ms:.3g} ms"
+    elif entry.discovered_ms is not None and entry.state == "completed":
+        state = f"completed within {entry.discovered_ms:.3g} ms of being enqueued"
+    else:
+        state = entry.state
+    return f"{number(entry.seq)} {entry.op}{tensors}{site}: {state} ({entry.group})"
 
 
 def render_text(report: FrReport, source: str = "") -> str:
@@ -45,6 +59,10 @@ def render_text(report: FrReport, source: str = "") -> str:
         for group in report.groups:
             lines.append(f"  {_group_name(group.pg, group.desc)}, ranks {group.members}")
             lines.extend(f"    {line}" for line in progress_lines(group))
+    if report.recent:
+        lines.append("")
+        lines.append(f"Rank {report.rank_list[0]}'s last {len(report.recent)} operations (oldest first)")
+        lines.extend(f"  {recent_line(r)}" for r in report.recent)
     if report.ras is not None:
         lines.append("")
         lines.append("NCCL RAS")

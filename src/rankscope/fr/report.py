@@ -79,6 +79,22 @@ class GroupView:
 
 
 @dataclass
+class RecentEntry:
+    """One of the last collectives of a rank whose dump is the only one: what its recorder shows."""
+
+    seq: int
+    op: str
+    group: str
+    #: ``completed``, ``started`` or ``scheduled``: the entry's own state.
+    state: str
+    sizes: list[list[int]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
+    duration_ms: Optional[float] = field(default=None, metadata=OMIT_NONE)
+    discovered_ms: Optional[float] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
 class Unreadable:
     path: str
     reason: str
@@ -102,6 +118,8 @@ class FrReport:
     notes: list[str] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
+    #: With one dump only: that rank's last collectives, oldest first (nothing to compare them with).
+    recent: list[RecentEntry] = field(default_factory=list)
     #: NCCL RAS findings joined in (``--ras``), when given.
     ras: Optional[RasReport] = field(default=None, metadata=OMIT_NONE)
 
