@@ -95,3 +95,87 @@ def test_one_dump_of_several_ranks_names_the_others_first_and_times_what_torch_t
     assert result.stdout.count("rank 0 left no flight-recorder dump: look at it first") == 1
     assert "  #1 all_reduce [4x4] Float: completed, took 0.25 ms (the default group)" in result.stdout
     assert "  #2 all_reduce [4x4] Float: started (the default group)" in result.stdout
+
+
+def verdict_of(directory: Path) -> tuple[int, str, dict[str, Any]]:
+    """Exit code, text and `--json` document of `rankscope fr DIRECTORY`."""
+    text = run_cli("fr", str(directory))
+    document = run_cli("fr", str(directory), "--json").json()
+    return text.returncode, text.stdout, document
+
+
+def test_an_output_size_mismatch_is_a_desync(tmp_path: Path) -> None:
+    agreed = nccl_entry(0, 1)
+    write_dumps(
+        tmp_path, {0: [agreed, nccl_entry(1, 2)], 1: [agreed, nccl_entry(1, 2, output_sizes=[[5, 4]])]}
+    )
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert (
+        "collective #2 of the default group: different sizes: rank 0 issued all_reduce #2 with [4x4] Float; "
+        "rank 1 issued all_reduce #2 with [4x4] Float -> [5x4] Float" in text
+    )
+    [divergence] = document["divergences"]
+    assert divergence["kind"] == "size" and divergence["sides"][1]["out_sizes"] == [[5, 4]]
+
+
+def test_an_output_dtype_mismatch_is_a_desync(tmp_path: Path) -> None:
+    write_dumps(tmp_path, {0: [nccl_entry(0, 1)], 1: [nccl_entry(0, 1, output_dtypes=["Half"])]})
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert "different dtypes: rank 0 issued all_reduce #1 with [4x4] Float; rank 1 issued all_reduce #1 with " \
+        "[4x4] Float -> [4x4] Half" in text  # fmt: skip
+    assert document["divergences"][0]["kind"] == "dtype"
+
+
+def coalesced(
+    first: int, sizes: list[list[int]], closing: str = "ALLGATHER_coalesced", seq: int = 1
+) -> list[dict]:
+    """Operations issued under one coalescing manager: one number for all, then the closing entry."""
+    ops = [nccl_entry(first + i, seq, op="_broadcast_oop", input_sizes=[s], output_sizes=[s])
+           for i, s in enumerate(sizes)]  # fmt: skip
+    return ops + [nccl_entry(first + len(sizes), seq, op=closing, input_sizes=[[]], output_sizes=[[]])]
+
+
+def test_a_size_mismatch_inside_a_coalesced_collective_is_found_entry_by_entry(tmp_path: Path) -> None:
+    write_dumps(tmp_path, {0: coalesced(0, [[4, 4], [5, 5]]), 1: coalesced(0, [[4, 4], [4, 4]])})
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert (
+        "collective #1 of the default group: different sizes: rank 0 issued _broadcast_oop #1 (operation 2 of 3 "
+        "under #1: _broadcast_oop, _broadcast_oop, ALLGATHER_coalesced) with [5x5] Float; rank 1 issued "
+        "_broadcast_oop #1 (operation 2 of 3 under #1: _broadcast_oop, _broadcast_oop, ALLGATHER_coalesced) "
+        "with [4x4] Float" in text
+    )
+    assert [s["operations"] for s in document["divergences"][0]["sides"]] == [3, 3]
+
+
+def test_a_coalesced_collective_of_another_length_differs_in_its_operations(tmp_path: Path) -> None:
+    write_dumps(tmp_path, {0: coalesced(0, [[4, 4]]), 1: coalesced(0, [[4, 4], [4, 4]])})
+    code, text, _ = verdict_of(tmp_path)
+    assert code == 14, text
+    assert "collective #1 of the default group: different collectives: " in text
+    assert "rank 1 issued _broadcast_oop #1 (operation 2 of 3 under #1" in text
+
+
+def test_sequence_number_0_counts(tmp_path: Path) -> None:
+    # Every entry numbered 0 (what PyTorch's own analyzer tests write): compared like any other.
+    write_dumps(tmp_path, {0: [nccl_entry(0, 0)], 1: [nccl_entry(0, 0, op="all_gather")]})
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert "collective #0 of the default group: different collectives: rank 0 issued all_reduce #0; " \
+        "rank 1 issued all_gather #0" in text  # fmt: skip
+    assert document["divergences"][0]["seq"] == 0
+
+
+def test_what_exists_on_the_root_only_and_uneven_all_to_all_are_not_desyncs(tmp_path: Path) -> None:
+    root = nccl_entry(0, 1, op="gather", output_sizes=[[4, 4], [4, 4]])
+    leaf = nccl_entry(0, 1, op="gather", output_sizes=[[]], output_dtypes=[""])
+    uneven = [
+        nccl_entry(1, 2, op="all_to_all", input_sizes=[[s, 4]], output_sizes=[[6 - s, 4]]) for s in (2, 4)
+    ]
+    write_dumps(tmp_path, {0: [root, uneven[0]], 1: [leaf, uneven[1]]})
+    code, text, document = verdict_of(tmp_path)
+    assert code == 0, text
+    assert "no desync: ranks 0-1 issued the same collectives (last completed #2)" in text
+    assert document["desync"] is False

@@ -46,7 +46,11 @@ ENABLE_HINT = (
     "timeout (older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE)"
 )
 
-Key = tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...], Optional[tuple[str, str, int]]]
+Sizes = tuple[tuple[int, ...], ...]
+#: What must agree across ranks for one operation: op, input sizes and dtypes, output sizes and dtypes, call site.
+Key = tuple[str, Sizes, tuple[str, ...], Sizes, tuple[str, ...], Optional[tuple[str, str, int]]]
+#: One sequence number's operations on one rank, in record order: one, or a coalesced collective's several.
+Ops = list[Entry]
 
 
 def _ranks_word(ranks: Sequence[int]) -> str:
@@ -73,10 +77,29 @@ def _site_key(entry: Entry) -> Optional[tuple[str, str, int]]:
 
 
 def _key(entry: Entry) -> Key:
-    return (entry.op, entry.sizes, entry.dtypes, _site_key(entry))
+    """What every rank must agree on. Sizes of all_to_all are not compared (uneven splits are legal);
+    a gather's output and a scatter's input exist on the root only."""
+    op = entry.op.lower()
+    sizes = "all_to_all" not in op and "alltoall" not in op
+    inputs = not op.lstrip("_").startswith("scatter")
+    outputs = not op.lstrip("_").startswith("gather")
+    return (
+        entry.op,
+        entry.sizes if sizes and inputs else (),
+        entry.dtypes if inputs else (),
+        entry.out_sizes if sizes and outputs else (),
+        entry.out_dtypes if outputs else (),
+        _site_key(entry),
+    )
 
 
-def _side(ranks: Sequence[int], entry: Optional[Entry], completed: Optional[bool] = None) -> Side:
+def _seq_key(ops: Optional[Ops]) -> Optional[tuple[Key, ...]]:
+    return tuple(_key(e) for e in ops) if ops else None
+
+
+def _side(
+    ranks: Sequence[int], entry: Optional[Entry], completed: Optional[bool] = None, operations: int = 1
+) -> Side:
     if entry is None:
         return Side(fold_ints(ranks), sorted(ranks))
     return Side(
@@ -86,15 +109,29 @@ def _side(ranks: Sequence[int], entry: Optional[Entry], completed: Optional[bool
         seq=entry.seq,
         sizes=[list(s) for s in entry.sizes],
         dtypes=list(entry.dtypes),
+        out_sizes=[list(s) for s in entry.out_sizes],
+        out_dtypes=list(entry.out_dtypes),
+        operations=operations,
         call_site=entry.call_site(),
         frames=list(entry.frames),
         completed=completed,
     )
 
 
+def _tensors(sizes: Sizes, dtypes: Sequence[str]) -> str:
+    text = ", ".join("x".join(str(d) for d in s) or "scalar" for s in sizes)
+    return f"[{text}] {'/'.join(dtypes)}".strip()
+
+
 def _shape(entry: Entry) -> str:
-    sizes = ", ".join("x".join(str(d) for d in s) or "scalar" for s in entry.sizes)
-    return f"[{sizes}] {'/'.join(entry.dtypes)}".strip() if entry.sizes else "no tensors"
+    """``[8] Float``; ``[4x4] Float -> [5x4] Float`` when the output differs from the input."""
+    shown = _tensors(entry.sizes, entry.dtypes) if entry.sizes else "no tensors"
+    if (entry.out_sizes or entry.out_dtypes) and (entry.out_sizes, entry.out_dtypes) != (
+        entry.sizes,
+        entry.dtypes,
+    ):
+        shown += " -> " + _tensors(entry.out_sizes, entry.out_dtypes)
+    return shown
 
 
 def world_of(dumps: Sequence[RankDump], world_size: Optional[int] = None) -> list[int]:
@@ -151,77 +188,101 @@ def _lookahead(
     odd: Sequence[int],
     rest: Sequence[int],
     seq: int,
-    by_rank: dict[int, dict[int, Entry]],
-    rest_key: Key,
-    odd_key: Key,
+    by_rank: dict[int, dict[int, Ops]],
+    rest_key: Optional[tuple[Key, ...]],
+    odd_key: Optional[tuple[Key, ...]],
 ) -> Optional[str]:
     """EXTRA when every odd rank's next collective is what the others issued here; SKIPPED when the
     others' next is what the odd ranks issued here; None when the records cannot tell."""
-    odd_next = [by_rank[r].get(seq + 1) for r in odd]
-    if odd_next and all(e is not None and _key(e) == rest_key for e in odd_next):
+    odd_next = [_seq_key(by_rank[r].get(seq + 1)) for r in odd]
+    if odd_next and all(k is not None and k == rest_key for k in odd_next):
         return EXTRA
-    rest_next = [by_rank[r].get(seq + 1) for r in rest]
-    if rest_next and all(e is not None and _key(e) == odd_key for e in rest_next):
+    rest_next = [_seq_key(by_rank[r].get(seq + 1)) for r in rest]
+    if rest_next and all(k is not None and k == odd_key for k in rest_next):
         return SKIPPED
     return None
 
 
 def _mismatch_kind(a: Entry, b: Entry) -> str:
-    if a.op != b.op:
+    ka, kb = _key(a), _key(b)
+    if ka[0] != kb[0]:
         return OP
-    if a.sizes != b.sizes:
+    if (ka[1], ka[3]) != (kb[1], kb[3]):
         return SIZE
-    if a.dtypes != b.dtypes:
+    if (ka[2], ka[4]) != (kb[2], kb[4]):
         return DTYPE
     return CALL_SITE
 
 
-def _describe(entry: Entry) -> str:
-    return f"{entry.op} #{entry.seq}{_from(entry.call_site())}"
+def _pick(ours: Ops, theirs: Ops) -> tuple[Entry, Entry, str]:
+    """The first operation where two ranks' operations under one number differ, each side's, and how;
+    a coalesced collective of another length differs in its operations (OP)."""
+    for a, b in zip(ours, theirs):
+        if _key(a) != _key(b):
+            return a, b, _mismatch_kind(a, b)
+    at = min(len(ours), len(theirs))
+    return ours[min(at, len(ours) - 1)], theirs[min(at, len(theirs) - 1)], OP
+
+
+def _describe(entry: Entry, ops: Optional[Ops] = None) -> str:
+    """``all_reduce #3 from step (train.py:37)``; inside a coalesced collective, which of its operations."""
+    text = f"{entry.op} #{entry.seq}{_from(entry.call_site())}"
+    if ops is not None and len(ops) > 1:
+        names = ", ".join(e.op for e in ops)
+        index = next((i for i, e in enumerate(ops) if e is entry), 0)
+        text += f" (operation {index + 1} of {len(ops)} under #{entry.seq}: {names})"
+    return text
 
 
 def _judge_seq(
     pg: str,
     desc: str,
     seq: int,
-    present: dict[int, Entry],
+    present: dict[int, Ops],
     behind: list[int],
-    by_rank: dict[int, dict[int, Entry]],
+    by_rank: dict[int, dict[int, Ops]],
     latest: dict[int, Entry],
 ) -> Optional[Divergence]:
     where = _group_name(pg, desc)
-    keys = {r: _key(e) for r, e in present.items()}
+    keys = {r: _seq_key(ops) for r, ops in present.items()}
     counts = Counter(keys.values())
+
+    def finished(ranks: Sequence[int]) -> bool:
+        return all(e.done for r in ranks for e in present[r])
+
     if len(counts) > 1:
         # The largest set of ranks that agree is "the others"; a tie leaves no odd one out (lowest rank first).
         ordered = sorted(counts, key=lambda k: (-counts[k], min(r for r, kk in keys.items() if kk == k)))
         majority = ordered[0]
         rest = sorted(r for r, k in keys.items() if k == majority)
         odd = sorted(r for r, k in keys.items() if k != majority)
-        rest_entry = present[rest[0]]
-        odd_entry = present[odd[0]]
-        sides = [_side(rest, rest_entry, all(present[r].done for r in rest))]
+        rest_ops, odd_ops = present[rest[0]], present[odd[0]]
+        rest_entry, odd_entry, kind = _pick(rest_ops, odd_ops)
+        # Each camp: its ranks, its operations, the one that differs from the others' (the majority's first).
+        camps = [(rest, rest_ops, rest_entry)]
         for other in ordered[1:]:
             ranks = sorted(r for r, k in keys.items() if k == other)
-            sides.append(_side(ranks, present[ranks[0]], all(present[r].done for r in ranks)))
+            camps.append((ranks, present[ranks[0]], _pick(rest_ops, present[ranks[0]])[1]))
+        sides = [_side(ranks, entry, finished(ranks), len(ops)) for ranks, ops, entry in camps]
         tie = counts[majority] == counts[ordered[1]]
-        kind = _mismatch_kind(odd_entry, rest_entry)
         shape = _lookahead(odd, rest, seq, by_rank, majority, keys[odd[0]]) if len(ordered) == 2 else None
         # Two equal camps: the one whose next collective is the other's current one issued the extra.
         swap = tie and len(ordered) == 2 and shape != EXTRA
         if swap and _lookahead(rest, odd, seq, by_rank, keys[odd[0]], majority) == EXTRA:
             odd, rest, shape = rest, odd, EXTRA
-            rest_entry, odd_entry = present[rest[0]], present[odd[0]]
+            rest_ops, odd_ops = odd_ops, rest_ops
+            rest_entry, odd_entry = odd_entry, rest_entry
         if shape == EXTRA:
             text = (
-                f"{_ranks_word(odd)} issued an extra {_describe(odd_entry)} in {where}; "
-                f"{_ranks_word(rest)} issued {_describe(rest_entry)}"
+                f"{_ranks_word(odd)} issued an extra {_describe(odd_entry, odd_ops)} in {where}; "
+                f"{_ranks_word(rest)} issued {_describe(rest_entry, rest_ops)}"
             )
             kind = EXTRA
         elif shape == SKIPPED:
             text = (
-                f"{_ranks_word(odd)} skipped {_describe(rest_entry)} in {where}, which {_ranks_word(rest)} issued; "
-                f"{'they' if len(odd) > 1 else 'it'} issued {_describe(odd_entry)} instead"
+                f"{_ranks_word(odd)} skipped {_describe(rest_entry, rest_ops)} in {where}, which "
+                f"{_ranks_word(rest)} issued; {'they' if len(odd) > 1 else 'it'} issued "
+                f"{_describe(odd_entry, odd_ops)} instead"
             )
             kind = SKIPPED
         else:
@@ -231,23 +292,22 @@ def _judge_seq(
                 DTYPE: "different dtypes",
                 CALL_SITE: "the same collective from different lines (paired with each other: wrong results)",
             }[kind]
-            in_order = sorted(sides, key=lambda s: s.rank_list[0]) if tie else sides[1:] + sides[:1]
+            in_order = sorted(camps, key=lambda c: c[0][0]) if tie else camps[1:] + camps[:1]
             parts = []
-            for side in in_order:
-                entry = present[side.rank_list[0]]
+            for ranks, ops, entry in in_order:
                 tensors = f" with {_shape(entry)}" if kind in (SIZE, DTYPE) else ""
-                parts.append(f"{_ranks_word(side.rank_list)} issued {_describe(entry)}{tensors}")
+                parts.append(f"{_ranks_word(ranks)} issued {_describe(entry, ops)}{tensors}")
             text = f"collective #{seq} of {where}: {what}: " + "; ".join(parts)
             if tie:
                 odd = sorted(present)
         return Divergence(pg, desc, kind, seq, odd, text, sides)
     if behind:
-        entry = next(iter(present.values()))
+        ops = next(iter(present.values()))
+        entry = ops[-1]
         done = sorted(present)
-        lasts = {r: max(by_rank[r], default=0) for r in behind}
+        lasts = {r: max(by_rank[r], default=-1) for r in behind}
         last_words = "; ".join(
-            f"{_ranks_word([r for r in behind if lasts[r] == last])} last issued "
-            + (f"#{last}" if last else "nothing")
+            f"{_ranks_word([r for r in behind if lasts[r] == last])} last issued {number(last)}"
             for last in sorted(set(lasts.values()))
         )
         for rank in behind:
@@ -255,12 +315,13 @@ def _judge_seq(
             if now is not None and now.pg != pg and not now.done:
                 last_words += f"; rank {rank} waits in {_describe(now)} of {_group_name(now.pg, now.pg_desc)}"
         text = (
-            f"{_ranks_word(behind)} never issued {_describe(entry)} in {where}, which {_ranks_word(done)} "
-            f"issued ({'completed' if all(e.done for e in present.values()) else 'waiting'}); {last_words}"
+            f"{_ranks_word(behind)} never issued {_describe(entry, ops)} in {where}, which {_ranks_word(done)} "
+            f"issued ({'completed' if finished(done) else 'waiting'}); {last_words}"
         )
-        sides = [_side(done, entry, all(e.done for e in present.values()))]
+        sides = [_side(done, entry, finished(done), len(ops))]
         missing = _side(behind, None)
-        missing.last_seq = min(lasts.values())
+        lowest = min(lasts.values())
+        missing.last_seq = lowest if lowest >= 0 else None
         sides.append(missing)
         return Divergence(pg, desc, MISSING, seq, sorted(behind), text, sides)
     return None
@@ -287,11 +348,11 @@ def cut_away(pg: str, members: Sequence[int], dumps: dict[int, RankDump]) -> lis
     ]
 
 
-def _completed(seqs: dict[int, Entry], reported: int) -> int:
+def _completed(seqs: dict[int, Ops], reported: int) -> int:
     """The last collective a rank completed in a group, by its entries' own state (pg_status lags:
     NCCL's said -1 beside seven entries marked completed); pg_status only for what lies before
     the entries kept (-1: none)."""
-    done = [s for s, e in seqs.items() if e.done]
+    done = [s for s, ops in seqs.items() if all(e.done for e in ops)]
     if done:
         return max(done)
     return min(reported, min(seqs) - 1) if seqs else reported
@@ -306,15 +367,20 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
     unknown = set(cut_away(pg, members, dumps))
     dumped = [r for r in members if r in dumps]
     absent = [r for r in members if r not in dumps]
-    by_rank: dict[int, dict[int, Entry]] = {}
+    by_rank: dict[int, dict[int, Ops]] = {}
     for rank in dumped:
-        by_rank[rank] = {e.seq: e for e in dumps[rank].entries if e.pg == pg and not e.is_p2p and e.seq > 0}
+        # Every number counts, 0 too; a coalesced collective's operations share one.
+        numbered: dict[int, Ops] = {}
+        for e in dumps[rank].entries:
+            if e.pg == pg and not e.is_p2p:
+                numbered.setdefault(e.seq, []).append(e)
+        by_rank[rank] = numbered
     view = GroupView(pg, desc, fold_ints(members), list(members), absent=absent)
     for rank in dumped:
         status = dumps[rank].status_of(pg)
         seqs = by_rank[rank]
         last = max(seqs, default=-1)
-        entry = seqs.get(last)
+        entry = seqs[last][-1] if last in seqs else None
         enqueued = max(status.last_enqueued if status else -1, last)
         completed = _completed(seqs, status.last_completed if status else -1)
         view.progress.append(
@@ -330,7 +396,9 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
         for seq in range(start, end + 1):
             present = {r: by_rank[r][seq] for r in dumped if seq in by_rank.get(r, {})}
             behind = [
-                r for r in dumped if r not in present and r not in unknown and windows.get(r, (0, 0))[1] < seq
+                r
+                for r in dumped
+                if r not in present and r not in unknown and windows.get(r, (-1, -1))[1] < seq
             ]
             if not present:
                 continue

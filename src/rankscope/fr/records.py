@@ -42,6 +42,8 @@ class Entry:
     backend: str = ""
     sizes: tuple[tuple[int, ...], ...] = ()
     dtypes: tuple[str, ...] = ()
+    out_sizes: tuple[tuple[int, ...], ...] = ()
+    out_dtypes: tuple[str, ...] = ()
     state: str = ""
     retired: bool = False
     is_p2p: bool = False
@@ -278,6 +280,8 @@ def _shape(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
 
 
 def _dtypes(value: Any, cache: Cache) -> tuple[str, ...]:
+    if isinstance(value, str):  # one dtype written alone
+        return (value,) if value else ()
     if not isinstance(value, (list, tuple)):
         return ()
     return _capped_tuple("d", value, cache.limits.max_tensors, _str, cache)
@@ -325,6 +329,8 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
         backend=backend,
         sizes=_shape(get("input_sizes"), cache),
         dtypes=_dtypes(dtypes, cache),
+        out_sizes=_shape(get("output_sizes"), cache),
+        out_dtypes=_dtypes(get("output_dtypes"), cache),
         state=_str(get("state")),
         retired=bool(get("retired")),
         is_p2p=bool(get("is_p2p")) or op in ("send", "recv"),

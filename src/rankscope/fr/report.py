@@ -33,6 +33,10 @@ class Side:
     seq: int = 0
     sizes: list[list[int]] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
+    out_sizes: list[list[int]] = field(default_factory=list)
+    out_dtypes: list[str] = field(default_factory=list)
+    #: Operations these ranks issued under this sequence number (several: a coalesced collective).
+    operations: int = 1
     call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
     #: The call stack that issued it, innermost first (user frames and torch's).
     frames: list[Frame] = field(default_factory=list)
