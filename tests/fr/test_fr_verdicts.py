@@ -179,3 +179,28 @@ def test_what_exists_on_the_root_only_and_uneven_all_to_all_are_not_desyncs(tmp_
     assert code == 0, text
     assert "no desync: ranks 0-1 issued the same collectives (last completed #2)" in text
     assert document["desync"] is False
+
+
+GLOO = DATA / "fr" / "gloo-torch2.13"
+
+
+def test_without_frames_the_call_sites_are_said_to_be_missing_and_the_first_difference_may_be_a_consequence(
+    tmp_path: Path,
+) -> None:
+    # The real "extra" job: rank 0's extra all_reduce #3 (from another line) pairs with the others' #3;
+    # JSON dumps cannot show it, and #4 is only its consequence.
+    for rank in range(3):
+        (tmp_path / f"rank_{rank}.json").write_bytes((GLOO / "extra" / f"rank_{rank}.json").read_bytes())
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert (
+        "collective #4 of the default group: different collectives: rank 0 issued all_reduce #4; ranks 1-2 "
+        "issued barrier #4 — the call sites are missing (JSON dumps carry no frames): an earlier collective of "
+        "the same op and sizes issued from another line cannot be seen, so this may be its consequence, not "
+        "the cause" in text
+    )
+    assert document["divergences"][0]["no_call_sites"] is True
+    # The pickles of the same job name the cause, with no such words.
+    with_frames = run_cli("fr", str(GLOO / "extra"))
+    assert "rank 0 issued an extra all_reduce #3 from log_global_loss" in with_frames.stdout
+    assert "call sites are missing" not in with_frames.stdout

@@ -46,6 +46,13 @@ ENABLE_HINT = (
     "timeout (older: TORCH_NCCL_DEBUG_INFO_TEMP_FILE)"
 )
 
+#: Said after a divergence whose records have no frames: it may be the consequence of an earlier call.
+NO_CALL_SITES = (
+    " — the call sites are missing (JSON dumps carry no frames): an earlier collective of the same op and "
+    "sizes issued from another line cannot be seen, so this may be its consequence, not the cause; "
+    "pickle dumps with frames name the lines"
+)
+
 Sizes = tuple[tuple[int, ...], ...]
 #: What must agree across ranks for one operation: op, input sizes and dtypes, output sizes and dtypes, call site.
 Key = tuple[str, Sizes, tuple[str, ...], Sizes, tuple[str, ...], Optional[tuple[str, str, int]]]
@@ -547,6 +554,12 @@ def analyse(
             min(times) if times else 1 << 62,
         )
 
+    for divergence in divergences:
+        if divergence.kind != NO_DUMP and any(
+            x.op and x.call_site is None and not x.frames for x in divergence.sides
+        ):
+            divergence.no_call_sites = True
+            divergence.text += NO_CALL_SITES
     report.divergences = sorted(divergences, key=first_time)
     report.desync = any(d.kind != NO_DUMP for d in report.divergences)
     if len(dumps) == 1:

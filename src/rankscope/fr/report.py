@@ -56,6 +56,8 @@ class Divergence:
     suspects: list[int]
     text: str
     sides: list[Side] = field(default_factory=list)
+    #: The records of a side carry no frames (JSON dumps): the cause may be an earlier call they cannot show.
+    no_call_sites: bool = False
 
 
 @dataclass
