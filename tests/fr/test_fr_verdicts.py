@@ -6,10 +6,19 @@ refused dumps. Dumps are written here (NCCL-style where gloo cannot make the cas
 from __future__ import annotations
 
 import json
+import os
+import pickle
+import re
 from pathlib import Path
 from typing import Any
 
 from tests.support.cli import run_cli
+
+from rankscope.fr.align import analyse
+from rankscope.fr.collect import read_dumps
+from rankscope.fr.join import group_note
+from rankscope.fr.report import load_report, report_document
+from rankscope.model import Member
 
 DATA = Path(__file__).parent.parent / "data"
 NCCL_1RANK = DATA / "gpu-h100" / "fr_nccl_1rank.pkl"
@@ -204,3 +213,31 @@ def test_without_frames_the_call_sites_are_said_to_be_missing_and_the_first_diff
     with_frames = run_cli("fr", str(GLOO / "extra"))
     assert "rank 0 issued an extra all_reduce #3 from log_global_loss" in with_frames.stdout
     assert "call sites are missing" not in with_frames.stdout
+
+
+class Boom:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, ("touch /tmp/rankscope-fr-refused-ran",))
+
+
+def test_a_refused_dump_is_named_in_the_verdict_and_beside_its_rank_in_stacks(tmp_path: Path) -> None:
+    marker = Path("/tmp/rankscope-fr-refused-ran")
+    marker.unlink(missing_ok=True)
+    (tmp_path / "rank_0.json").write_bytes((GLOO / "op" / "rank_0.json").read_bytes())
+    (tmp_path / "rank_1").write_bytes(pickle.dumps({"entries": [], "x": Boom()}))
+    code, text, document = verdict_of(tmp_path)
+    assert code == 4, text
+    assert not marker.exists()
+    assert re.search(
+        r"Verdict\n  rank 1's dump was refused \(rank_1: refused (posix|os)\.system: a flight-recorder dump holds "
+        r"no objects\): look at it first; only rank 0's dump",
+        text,
+    ), text
+    assert "dead, or never dumped" not in text
+    assert document["absent"] == [1] and [r["rank"] for r in document["refused"]] == [1]
+    # `stacks --fr` beside the stack group holding rank 1.
+    collected = read_dumps(tmp_path)
+    report = analyse(collected.dumps, collected.unreadable, refused=collected.refused)
+    assert group_note(report)([Member("h", 11, 1)]) == "flight-recorder dump of rank 1 refused"
+    again = load_report(json.loads(json.dumps(report_document(report))))
+    assert again.refused == report.refused

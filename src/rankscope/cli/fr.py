@@ -65,7 +65,7 @@ def analyse_path(
     path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
 ) -> FrReport:
     collected = read_dumps(path, limits)
-    report = analyse(collected.dumps, collected.unreadable, world_size)
+    report = analyse(collected.dumps, collected.unreadable, world_size, collected.refused)
     if ras is not None:
         try:
             text = ras.read_text(errors="replace")

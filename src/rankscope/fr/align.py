@@ -31,6 +31,7 @@ from rankscope.fr.report import (
     GroupView,
     RankProgress,
     RecentEntry,
+    Refused,
     Side,
     Unreadable,
 )
@@ -493,11 +494,16 @@ def _unrecorded(dump: RankDump) -> int:
 
 
 def analyse(
-    dumps: Sequence[RankDump], unreadable: Iterable[tuple[str, str]] = (), world_size: Optional[int] = None
+    dumps: Sequence[RankDump],
+    unreadable: Iterable[tuple[str, str]] = (),
+    world_size: Optional[int] = None,
+    refused: Optional[dict[int, str]] = None,
 ) -> FrReport:
-    """The verdict over every rank's dump."""
+    """The verdict over every rank's dump; ``refused``: ranks whose dump was there but not read, and why."""
     by_rank = {d.rank: d for d in dumps}
     world = world_of(dumps, world_size)
+    if refused and not world_size:
+        world = list(range(max([*world, *refused]) + 1))
     absent = [r for r in world if r not in by_rank]
     report = FrReport(
         headline="",
@@ -571,6 +577,7 @@ def analyse(
                 f"rank {dump.rank} issued {hidden} operation{'s' if hidden > 1 else ''} the recorder did not keep "
                 "(gaps in op_id: gloo records no send/recv in torch 2.13)"
             )
+    report.refused = [Refused(rank, why) for rank, why in sorted((refused or {}).items())]
     report.headline = _headline(report)
     return report
 
@@ -600,9 +607,12 @@ def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
 
 def _headline(report: FrReport) -> str:
     parts = []
-    if report.absent:
+    for refused in report.refused:
+        parts.append(f"rank {refused.rank}'s dump was refused ({refused.reason}): look at it first")
+    silent = [r for r in report.absent if r not in {x.rank for x in report.refused}]
+    if silent:
         parts.append(
-            f"{_ranks_word(report.absent)} left no flight-recorder dump: look at {'them' if len(report.absent) > 1 else 'it'} "
+            f"{_ranks_word(silent)} left no flight-recorder dump: look at {'them' if len(silent) > 1 else 'it'} "
             "first (dead, or never dumped)"
         )
     real = [d for d in report.divergences if d.kind != NO_DUMP]

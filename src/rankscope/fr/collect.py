@@ -56,6 +56,8 @@ class Collected:
     dumps: list[RankDump] = field(default_factory=list)
     #: Files that looked like dumps but could not be read: (path, reason).
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    #: rank -> why none of its files was read ("PATH: reason"): a live rank may be behind it.
+    refused: dict[int, str] = field(default_factory=dict)
 
 
 def human_bytes(count: int) -> str:
@@ -203,6 +205,7 @@ def read_dumps(path: Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
             break
         else:
             collected.unreadable.extend(reasons)
+            collected.refused[rank] = "; ".join(f"{Path(p).name}: {why}" for p, why in reasons)
     if not collected.dumps:
         first = collected.unreadable[0] if collected.unreadable else (str(path), "unreadable")
         raise BadInputError(f"no readable flight-recorder dump at {path}: {first[0]}: {first[1]}")

@@ -55,7 +55,12 @@ def group_note(report: FrReport) -> Callable[[Sequence[Member]], str]:
             progress = [p for p in group.progress if p.rank in ranks]
             if progress:
                 words.append(_progress_words(progress, group))
-        missing = sorted(r for r in ranks if r in report.absent)
+        refused = sorted(x.rank for x in report.refused if x.rank in ranks)
+        if refused:
+            words.append(
+                f"flight-recorder dump of {'ranks' if len(refused) > 1 else 'rank'} {fold_ints(refused)} refused"
+            )
+        missing = sorted(r for r in ranks if r in report.absent and r not in refused)
         if missing:
             words.append(
                 f"no flight-recorder dump from {'ranks' if len(missing) > 1 else 'rank'} {fold_ints(missing)}"

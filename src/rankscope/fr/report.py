@@ -101,6 +101,13 @@ class RecentEntry:
 
 
 @dataclass
+class Refused:
+    rank: int
+    #: ``FILE: why``
+    reason: str
+
+
+@dataclass
 class Unreadable:
     path: str
     reason: str
@@ -123,6 +130,8 @@ class FrReport:
     divergences: list[Divergence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
+    #: Ranks whose dump was there but not read (refused as hostile, over a limit, not a regular file ...).
+    refused: list[Refused] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
     #: With one dump only: that rank's last collectives, oldest first (nothing to compare them with).
     recent: list[RecentEntry] = field(default_factory=list)

@@ -37,6 +37,8 @@ class LiveRecorders:
     dumps: list[RankDump] = field(default_factory=list)
     #: rank -> why it gave no dump.
     missing: dict[int, str] = field(default_factory=dict)
+    #: rank -> why the dump it gave was not read (refused by the unpickler, over the cap ...).
+    refused: dict[int, str] = field(default_factory=dict)
     #: The job's world size, where the ranks' launcher says it.
     world_size: Optional[int] = None
 
@@ -79,15 +81,19 @@ def gather(
         if name != os.path.basename(path):
             live.missing[rank] = f"its handler named an unexpected file {name!r}: not read"
             continue
+        why = ""
         try:
             live.dumps.append(read_live_dump(path, answer.handler.uid, rank, cache))
         except (OSError, ValueError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as err:
-            live.missing[rank] = f"unreadable dump {path}: {err or type(err).__name__}"
+            why = str(err) or type(err).__name__
         except Exception as err:  # a corrupt pickle can raise almost anything
-            live.missing[rank] = f"unreadable dump {path}: {type(err).__name__}: {err}"
+            why = f"{type(err).__name__}: {err}"
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if why:  # the rank answered: its dump, not the rank, is what is missing
+            live.missing[rank] = f"unreadable dump {path}: {why}"
+            live.refused[rank] = f"{os.path.basename(path)}: {why}"
     return live
 
 
@@ -111,6 +117,7 @@ def combine(documents: Sequence[Any]) -> LiveRecorders:
         combined.dumps.extend(live.dumps)
         # JSON keys are strings.
         combined.missing.update({int(rank): str(why) for rank, why in live.missing.items()})
+        combined.refused.update({int(rank): str(why) for rank, why in live.refused.items()})
         if live.world_size:
             sizes.append(live.world_size)
     combined.world_size = max(sizes) if sizes else None
@@ -119,7 +126,7 @@ def combine(documents: Sequence[Any]) -> LiveRecorders:
 
 def verdict(live: LiveRecorders) -> FrReport:
     """rankscope.fr's verdict over the live dumps; the ranks that gave none are named in its notes."""
-    report = analyse(live.dumps, world_size=live.world_size)
+    report = analyse(live.dumps, world_size=live.world_size, refused=live.refused)
     for reason, ranks in _by_reason(live.missing).items():
         word = "ranks" if len(ranks) > 1 else "rank"
         report.notes.insert(0, f"no flight recorder from {word} {fold_ints(ranks)}: {reason}")
