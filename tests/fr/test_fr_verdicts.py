@@ -241,3 +241,55 @@ def test_a_refused_dump_is_named_in_the_verdict_and_beside_its_rank_in_stacks(tm
     assert group_note(report)([Member("h", 11, 1)]) == "flight-recorder dump of rank 1 refused"
     again = load_report(json.loads(json.dumps(report_document(report))))
     assert again.refused == report.refused
+
+
+def frames(*user: tuple[str, int]) -> list[dict[str, Any]]:
+    """A stack as torch records it, innermost first: torch's own frames, then the user's calls."""
+    torch_frames = [
+        {"name": "all_reduce", "filename": "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py",
+         "line": 2500},
+        {"name": "wrapper", "filename": "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py",
+         "line": 83},
+    ]  # fmt: skip
+    return torch_frames + [{"name": name, "filename": "/job/train.py", "line": line} for name, line in user]
+
+
+STEP = frames(("sync_grads", 10), ("step", 40), ("main", 30), ("<module>", 50))
+LOG = frames(("sync_grads", 10), ("log_loss", 20), ("main", 31), ("<module>", 50))
+HANG = frames(("main", 33), ("<module>", 50))
+
+
+def test_a_shared_wrapper_does_not_hide_an_extra_call_the_line_where_the_stacks_fork_is_named(
+    tmp_path: Path,
+) -> None:
+    # Both ranks reach all_reduce through sync_grads (train.py:10); rank 0 also from log_loss.
+    rank_0 = [nccl_entry(0, 1, frames=STEP), nccl_entry(1, 2, frames=LOG), nccl_entry(2, 3, frames=STEP)]
+    rank_1 = [
+        nccl_entry(0, 1, frames=STEP),
+        nccl_entry(1, 2, frames=STEP),
+        nccl_entry(2, 3, op="barrier", frames=HANG),
+    ]
+    for rank, entries in ((0, rank_0), (1, rank_1)):
+        (tmp_path / f"rank_{rank}").write_bytes(
+            pickle.dumps({"version": "2.10", "entries": entries}, protocol=4)
+        )
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    # The stacks part in main: line 31 (log_loss) on rank 0, line 30 (step) on rank 1.
+    assert (
+        "rank 0 issued an extra all_reduce #2 from sync_grads (train.py:10), reached from main (train.py:31) "
+        "in the default group; rank 1 issued all_reduce #2 from sync_grads (train.py:10), reached from main "
+        "(train.py:30)" in text
+    )
+    sides = document["divergences"][0]["sides"]
+    assert {s["ranks"]: s["diverges_at"]["line"] for s in sides} == {"0": 31, "1": 30}
+
+
+def test_a_dump_with_frames_beside_one_without_is_compared_without_call_sites(tmp_path: Path) -> None:
+    (tmp_path / "rank_0").write_bytes(
+        pickle.dumps({"version": "2.10", "entries": [nccl_entry(0, 1, frames=STEP)]}, protocol=4)
+    )
+    write_dumps(tmp_path, {1: [nccl_entry(0, 1)]})
+    code, text, _ = verdict_of(tmp_path)
+    assert code == 0, text
+    assert "no desync: ranks 0-1 issued the same collectives" in text

@@ -10,12 +10,13 @@ left no dump are named first: their records are the ones nobody can see.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from rankscope.folding import fold_ints
-from rankscope.fr.records import Entry, RankDump
+from rankscope.fr.records import Entry, RankDump, is_library
 from rankscope.fr.report import (
     CALL_SITE,
     DTYPE,
@@ -55,8 +56,10 @@ NO_CALL_SITES = (
 )
 
 Sizes = tuple[tuple[int, ...], ...]
-#: What must agree across ranks for one operation: op, input sizes and dtypes, output sizes and dtypes, call site.
-Key = tuple[str, Sizes, tuple[str, ...], Sizes, tuple[str, ...], Optional[tuple[str, str, int]]]
+Place = tuple[str, str, int]
+#: What must agree across ranks for one operation: op, input sizes and dtypes, output sizes and dtypes, and
+#: the user's frames that issued it (innermost first; None when not compared).
+Key = tuple[str, Sizes, tuple[str, ...], Sizes, tuple[str, ...], Optional[tuple[Place, ...]]]
 #: One sequence number's operations on one rank, in record order: one, or a coalesced collective's several.
 Ops = list[Entry]
 
@@ -79,12 +82,22 @@ def _from(frame: Optional[Frame]) -> str:
     return f" from {place(frame)}" if frame is not None else ""
 
 
-def _site_key(entry: Entry) -> Optional[tuple[str, str, int]]:
+@functools.lru_cache(maxsize=4096)
+def _user_frames(frames: tuple[Frame, ...]) -> tuple[Place, ...]:
+    return tuple((f.function, f.filename, f.line) for f in frames if not is_library(f))
+
+
+def _stack_key(entry: Entry) -> Optional[tuple[Place, ...]]:
+    """The user's frames that issued the entry (innermost first): two calls through one shared wrapper
+    from different lines differ here. A record that keeps only its call site (the compact records of
+    other nodes) gives that; one with neither (JSON) None."""
+    if entry.frames:
+        return _user_frames(entry.frames)
     site = entry.call_site()
-    return (site.function, site.filename, site.line) if site is not None else None
+    return ((site.function, site.filename, site.line),) if site is not None else None
 
 
-def _key(entry: Entry) -> Key:
+def _key(entry: Entry, stacks: bool = True) -> Key:
     """What every rank must agree on. Sizes of all_to_all are not compared (uneven splits are legal);
     a gather's output and a scatter's input exist on the root only."""
     op = entry.op.lower()
@@ -97,16 +110,33 @@ def _key(entry: Entry) -> Key:
         entry.dtypes if inputs else (),
         entry.out_sizes if sizes and outputs else (),
         entry.out_dtypes if outputs else (),
-        _site_key(entry),
+        _stack_key(entry) if stacks else None,
     )
 
 
-def _seq_key(ops: Optional[Ops]) -> Optional[tuple[Key, ...]]:
-    return tuple(_key(e) for e in ops) if ops else None
+def _seq_key(ops: Optional[Ops], stacks: bool = True) -> Optional[tuple[Key, ...]]:
+    return tuple(_key(e, stacks) for e in ops) if ops else None
+
+
+def _fork(entry: Entry, other: Entry) -> Optional[Frame]:
+    """Where ``entry``'s user stack leaves ``other``'s, outermost first: the line that differs when both
+    reach the collective through the same innermost call (a shared wrapper); None otherwise."""
+    if not entry.frames or not other.frames or entry.call_site() != other.call_site():
+        return None
+    ours = [f for f in reversed(entry.frames) if not is_library(f)]
+    theirs = [f for f in reversed(other.frames) if not is_library(f)]
+    for mine, yours in zip(ours, theirs):
+        if mine != yours:
+            return mine if mine != entry.call_site() else None
+    return None
 
 
 def _side(
-    ranks: Sequence[int], entry: Optional[Entry], completed: Optional[bool] = None, operations: int = 1
+    ranks: Sequence[int],
+    entry: Optional[Entry],
+    completed: Optional[bool] = None,
+    operations: int = 1,
+    fork: Optional[Frame] = None,
 ) -> Side:
     if entry is None:
         return Side(fold_ints(ranks), sorted(ranks))
@@ -121,6 +151,7 @@ def _side(
         out_dtypes=list(entry.out_dtypes),
         operations=operations,
         call_site=entry.call_site(),
+        diverges_at=fork,
         frames=list(entry.frames),
         completed=completed,
     )
@@ -199,20 +230,21 @@ def _lookahead(
     by_rank: dict[int, dict[int, Ops]],
     rest_key: Optional[tuple[Key, ...]],
     odd_key: Optional[tuple[Key, ...]],
+    stacks: bool = True,
 ) -> Optional[str]:
     """EXTRA when every odd rank's next collective is what the others issued here; SKIPPED when the
     others' next is what the odd ranks issued here; None when the records cannot tell."""
-    odd_next = [_seq_key(by_rank[r].get(seq + 1)) for r in odd]
+    odd_next = [_seq_key(by_rank[r].get(seq + 1), stacks) for r in odd]
     if odd_next and all(k is not None and k == rest_key for k in odd_next):
         return EXTRA
-    rest_next = [_seq_key(by_rank[r].get(seq + 1)) for r in rest]
+    rest_next = [_seq_key(by_rank[r].get(seq + 1), stacks) for r in rest]
     if rest_next and all(k is not None and k == odd_key for k in rest_next):
         return SKIPPED
     return None
 
 
 def _mismatch_kind(a: Entry, b: Entry) -> str:
-    ka, kb = _key(a), _key(b)
+    ka, kb = _key(a, False), _key(b, False)
     if ka[0] != kb[0]:
         return OP
     if (ka[1], ka[3]) != (kb[1], kb[3]):
@@ -222,19 +254,22 @@ def _mismatch_kind(a: Entry, b: Entry) -> str:
     return CALL_SITE
 
 
-def _pick(ours: Ops, theirs: Ops) -> tuple[Entry, Entry, str]:
+def _pick(ours: Ops, theirs: Ops, stacks: bool = True) -> tuple[Entry, Entry, str]:
     """The first operation where two ranks' operations under one number differ, each side's, and how;
     a coalesced collective of another length differs in its operations (OP)."""
     for a, b in zip(ours, theirs):
-        if _key(a) != _key(b):
+        if _key(a, stacks) != _key(b, stacks):
             return a, b, _mismatch_kind(a, b)
     at = min(len(ours), len(theirs))
     return ours[min(at, len(ours) - 1)], theirs[min(at, len(theirs) - 1)], OP
 
 
-def _describe(entry: Entry, ops: Optional[Ops] = None) -> str:
-    """``all_reduce #3 from step (train.py:37)``; inside a coalesced collective, which of its operations."""
+def _describe(entry: Entry, ops: Optional[Ops] = None, fork: Optional[Frame] = None) -> str:
+    """``all_reduce #3 from step (train.py:37)``; where the stacks fork below a shared wrapper
+    (``, reached from log_loss (train.py:20)``); inside a coalesced collective, which of its operations."""
     text = f"{entry.op} #{entry.seq}{_from(entry.call_site())}"
+    if fork is not None:
+        text += f", reached from {place(fork)}"
     if ops is not None and len(ops) > 1:
         names = ", ".join(e.op for e in ops)
         index = next((i for i, e in enumerate(ops) if e is entry), 0)
@@ -252,7 +287,9 @@ def _judge_seq(
     latest: dict[int, Entry],
 ) -> Optional[Divergence]:
     where = _group_name(pg, desc)
-    keys = {r: _seq_key(ops) for r, ops in present.items()}
+    # Stacks are compared only where every rank's records have them (a JSON dump beside a pickle: not).
+    stacks = all(_stack_key(e) is not None for ops in present.values() for e in ops)
+    keys = {r: _seq_key(ops, stacks) for r, ops in present.items()}
     counts = Counter(keys.values())
 
     def finished(ranks: Sequence[int]) -> bool:
@@ -265,32 +302,37 @@ def _judge_seq(
         rest = sorted(r for r, k in keys.items() if k == majority)
         odd = sorted(r for r, k in keys.items() if k != majority)
         rest_ops, odd_ops = present[rest[0]], present[odd[0]]
-        rest_entry, odd_entry, kind = _pick(rest_ops, odd_ops)
+        rest_entry, odd_entry, kind = _pick(rest_ops, odd_ops, stacks)
         # Each camp: its ranks, its operations, the one that differs from the others' (the majority's first).
         camps = [(rest, rest_ops, rest_entry)]
         for other in ordered[1:]:
             ranks = sorted(r for r, k in keys.items() if k == other)
-            camps.append((ranks, present[ranks[0]], _pick(rest_ops, present[ranks[0]])[1]))
-        sides = [_side(ranks, entry, finished(ranks), len(ops)) for ranks, ops, entry in camps]
+            camps.append((ranks, present[ranks[0]], _pick(rest_ops, present[ranks[0]], stacks)[1]))
+        forks = {
+            id(entry): _fork(entry, odd_entry if entry is rest_entry else rest_entry) for _, _, entry in camps
+        }
+        sides = [
+            _side(ranks, entry, finished(ranks), len(ops), forks[id(entry)]) for ranks, ops, entry in camps
+        ]
         tie = counts[majority] == counts[ordered[1]]
-        shape = _lookahead(odd, rest, seq, by_rank, majority, keys[odd[0]]) if len(ordered) == 2 else None
+        shape = (
+            _lookahead(odd, rest, seq, by_rank, majority, keys[odd[0]], stacks) if len(ordered) == 2 else None
+        )
         # Two equal camps: the one whose next collective is the other's current one issued the extra.
         swap = tie and len(ordered) == 2 and shape != EXTRA
-        if swap and _lookahead(rest, odd, seq, by_rank, keys[odd[0]], majority) == EXTRA:
+        if swap and _lookahead(rest, odd, seq, by_rank, keys[odd[0]], majority, stacks) == EXTRA:
             odd, rest, shape = rest, odd, EXTRA
             rest_ops, odd_ops = odd_ops, rest_ops
             rest_entry, odd_entry = odd_entry, rest_entry
+        odd_words = _describe(odd_entry, odd_ops, forks.get(id(odd_entry)))
+        rest_words = _describe(rest_entry, rest_ops, forks.get(id(rest_entry)))
         if shape == EXTRA:
-            text = (
-                f"{_ranks_word(odd)} issued an extra {_describe(odd_entry, odd_ops)} in {where}; "
-                f"{_ranks_word(rest)} issued {_describe(rest_entry, rest_ops)}"
-            )
+            text = f"{_ranks_word(odd)} issued an extra {odd_words} in {where}; {_ranks_word(rest)} issued {rest_words}"
             kind = EXTRA
         elif shape == SKIPPED:
             text = (
-                f"{_ranks_word(odd)} skipped {_describe(rest_entry, rest_ops)} in {where}, which "
-                f"{_ranks_word(rest)} issued; {'they' if len(odd) > 1 else 'it'} issued "
-                f"{_describe(odd_entry, odd_ops)} instead"
+                f"{_ranks_word(odd)} skipped {rest_words} in {where}, which {_ranks_word(rest)} issued; "
+                f"{'they' if len(odd) > 1 else 'it'} issued {odd_words} instead"
             )
             kind = SKIPPED
         else:
@@ -304,7 +346,9 @@ def _judge_seq(
             parts = []
             for ranks, ops, entry in in_order:
                 tensors = f" with {_shape(entry)}" if kind in (SIZE, DTYPE) else ""
-                parts.append(f"{_ranks_word(ranks)} issued {_describe(entry, ops)}{tensors}")
+                parts.append(
+                    f"{_ranks_word(ranks)} issued {_describe(entry, ops, forks[id(entry)])}{tensors}"
+                )
             text = f"collective #{seq} of {where}: {what}: " + "; ".join(parts)
             if tie:
                 odd = sorted(present)

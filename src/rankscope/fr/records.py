@@ -73,9 +73,14 @@ class Entry:
         return self.site if self.site is not None or not self.frames else user_frame(self.frames)
 
 
+def is_library(frame: Frame) -> bool:
+    """A frame of torch or an installed package, not the user's."""
+    return any(part in frame.filename for part in _LIBRARY_PARTS)
+
+
 def user_frame(frames: Sequence[Frame]) -> Optional[Frame]:
     for frame in frames:
-        if not any(part in frame.filename for part in _LIBRARY_PARTS):
+        if not is_library(frame):
             return frame
     return None
 

@@ -38,6 +38,9 @@ class Side:
     #: Operations these ranks issued under this sequence number (several: a coalesced collective).
     operations: int = 1
     call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
+    #: Where these ranks' stack leaves the other side's, when both reach the collective through the same
+    #: call site (a shared wrapper): the line that differs.
+    diverges_at: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
     #: The call stack that issued it, innermost first (user frames and torch's).
     frames: list[Frame] = field(default_factory=list)
     #: The op completed on these ranks (retired); None when the ranks do not agree.
