@@ -177,16 +177,19 @@ def test_sequence_number_0_counts(tmp_path: Path) -> None:
     assert document["divergences"][0]["seq"] == 0
 
 
-def test_what_exists_on_the_root_only_and_uneven_all_to_all_are_not_desyncs(tmp_path: Path) -> None:
+def test_what_exists_on_the_root_only_and_uneven_splits_are_not_desyncs(tmp_path: Path) -> None:
     root = nccl_entry(0, 1, op="gather", output_sizes=[[4, 4], [4, 4]])
     leaf = nccl_entry(0, 1, op="gather", output_sizes=[[]], output_dtypes=[""])
     uneven = [
         nccl_entry(1, 2, op="all_to_all", input_sizes=[[s, 4]], output_sizes=[[6 - s, 4]]) for s in (2, 4)
     ]
-    write_dumps(tmp_path, {0: [root, uneven[0]], 1: [leaf, uneven[1]]})
+    gather_v = [
+        nccl_entry(2, 3, op="all_gather_v", input_sizes=[[s, 4]], output_sizes=[[6, 4]]) for s in (2, 4)
+    ]
+    write_dumps(tmp_path, {0: [root, uneven[0], gather_v[0]], 1: [leaf, uneven[1], gather_v[1]]})
     code, text, document = verdict_of(tmp_path)
     assert code == 0, text
-    assert "no desync: ranks 0-1 issued the same collectives (last completed #2)" in text
+    assert "no desync: ranks 0-1 issued the same collectives (last completed #3)" in text
     assert document["desync"] is False
 
 

@@ -98,10 +98,10 @@ def _stack_key(entry: Entry) -> Optional[tuple[Place, ...]]:
 
 
 def _key(entry: Entry, stacks: bool = True) -> Key:
-    """What every rank must agree on. Sizes of all_to_all are not compared (uneven splits are legal);
-    a gather's output and a scatter's input exist on the root only."""
+    """What every rank must agree on. Sizes of all_to_all and of the ``_v`` collectives are not compared
+    (uneven splits are legal); a gather's output and a scatter's input exist on the root only."""
     op = entry.op.lower()
-    sizes = "all_to_all" not in op and "alltoall" not in op
+    sizes = "all_to_all" not in op and "alltoall" not in op and not op.endswith("_v") and "_v_" not in op
     inputs = not op.lstrip("_").startswith("scatter")
     outputs = not op.lstrip("_").startswith("gather")
     return (
