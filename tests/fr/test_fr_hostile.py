@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,16 @@ def test_a_live_dump_is_read_with_the_same_cap_and_checks(tmp_path: Path) -> Non
     with pytest.raises(ValueError, match="not the process's own file"):
         read_live_dump(str(good), uid + 1, 0, Cache())
     assert [e.seq for e in read_live_dump(str(good), uid, 0, Cache()).entries] == [1]
+
+
+def test_far_apart_sequence_numbers_and_odd_values_give_a_verdict(tmp_path: Path) -> None:
+    # Numbers 1 and 10**15 on each rank (a loop over every number between them would never end);
+    # infinite and NaN numbers, nested garbage where strings and sizes belong.
+    odd = {"collective_seq_id": float("inf"), "record_id": float("nan"), "profiling_name": [["x"]],
+           "process_group": [[["deep"]], {"a": 1}], "input_sizes": [[[[1]]]], "frames": [{"name": ["f"], "line": "x"}]}  # fmt: skip
+    for rank in (0, 1):
+        entries = [hostile.entry(1), hostile.entry(10**15, op="barrier" if rank else "all_reduce"), odd]
+        (tmp_path / f"rank_{rank}").write_bytes(pickle.dumps({"entries": entries}, protocol=4))
+    code, out, err, _ = run_measured("fr", str(tmp_path))
+    assert code == 14, out + err
+    assert "collective #1000000000000000 of the default group: different collectives" in out

@@ -444,8 +444,8 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
     latest: dict[int, Entry] = {}
     if windows:
         start = max(lo for lo, _ in windows.values())  # below it, some ring buffer has wrapped
-        end = max(hi for _, hi in windows.values())
-        for seq in range(start, end + 1):
+        # Only the numbers some rank has (a hostile dump's 10**15 must not make 10**15 steps).
+        for seq in sorted({n for numbered in by_rank.values() for n in numbered if n >= start}):
             present = {r: by_rank[r][seq] for r in dumped if seq in by_rank.get(r, {})}
             behind = [
                 r

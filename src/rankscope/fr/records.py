@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, TypeVar
@@ -169,7 +170,7 @@ def _int(value: Any, default: int = 0) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, float):
-        return int(value)
+        return int(value) if math.isfinite(value) else default
     if isinstance(value, str):
         try:
             return int(value.strip())
