@@ -152,3 +152,21 @@ def test_far_apart_sequence_numbers_and_odd_values_give_a_verdict(tmp_path: Path
     code, out, err, _ = run_measured("fr", str(tmp_path))
     assert code == 14, out + err
     assert "collective #1000000000000000 of the default group: different collectives" in out
+
+
+@pytest.mark.timeout(300)
+def test_groups_sharing_one_huge_member_list_are_cut(tmp_path: Path) -> None:
+    # 1000 groups whose pg_config names the same list of 300,000 ranks (one list in the pickle), each
+    # listed in pg_status: 300 million members if each group kept its own.
+    members = list(range(300_000))
+    config = {str(g): {"desc": f"g{g}", "ranks": members} for g in range(1, 1001)}
+    status = {str(g): {"last_enqueued_collective": 0} for g in range(1, 1001)}
+    raw = {"entries": [hostile.entry(1)], "pg_config": config, "pg_status": status}
+    for rank in (0, 1):
+        (tmp_path / f"rank_{rank}").write_bytes(pickle.dumps(raw, protocol=4))
+    code, out, err, peak = run_measured("fr", str(tmp_path))
+    assert code == 4, err  # ranks 2..299,999 of the groups left no dump
+    assert "note: rank 0's dump was cut: kept the members of the groups up to 1048576 ranks in all" in out
+    assert "ranks 2-299999 left no flight-recorder dump" in out
+    # Measured: about 100 MiB, three groups of 300,000 members judged (every group kept: hours).
+    assert peak < 500, peak

@@ -437,13 +437,20 @@ def _dump(
             )
     group_ranks: dict[str, list[int]] = {}
     group_desc: dict[str, str] = {}
+    members_left = (
+        MAX_RANK  # all groups' members together (one shared list can name a million ranks per group)
+    )
     for name, config in _capped(groups[1], limits.max_groups):
         # gloo (torch 2.13) writes one config under the name "" whose ranks belong to whichever group
         # was registered last: only a config under a real group name is believed.
         if isinstance(config, Mapping) and _str(name):
             members = _ranks(config.get("ranks"), cache)
+            if members and len(members) > members_left:
+                cut.append(f"kept the members of the groups up to {MAX_RANK} ranks in all")
+                break
             if members:
                 group_ranks[_str(name)] = members
+                members_left -= len(members)
             group_desc[_str(name)] = _str(config.get("desc"))
     return RankDump(
         rank=rank,
