@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,12 @@ def test_groups_sharing_one_huge_member_list_are_cut(tmp_path: Path) -> None:
     assert "ranks 2-299999 left no flight-recorder dump" in out
     # Measured: about 100 MiB, three groups of 300,000 members judged (every group kept: hours).
     assert peak < 500, peak
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_device_named_like_a_dump_is_named_from_its_type_never_opened(tmp_path: Path) -> None:
+    hostile.json_dump(tmp_path / "rank_0.json", [hostile.entry(1)])
+    os.mknod(tmp_path / "rank_1", stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+    code, out, err, _ = run_measured("fr", str(tmp_path))
+    assert code == 4, out + err
+    assert f"{tmp_path / 'rank_1'}: not a regular file (a character device): not read" in out

@@ -125,10 +125,20 @@ def _looks_like_dump(file: Path) -> bool:
     return head[:1] in (b"\x80", b"{")
 
 
+def _refuse_other_kinds(mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise ValueError("a symbolic link: not followed")
+    for test, kind in _KINDS:
+        if test(mode):
+            raise ValueError(f"not a regular file ({kind}): not read")
+
+
 def _open_regular(path: str, uid: Optional[int] = None) -> int:
     """A read-only descriptor of a regular file, opened without blocking (a FIFO) and without
     following a link; ValueError naming what else it is. With ``uid``: only a file of that user,
-    with one link (a hard link planted to another user's file is refused)."""
+    with one link (a hard link planted to another user's file is refused). What is not a regular file
+    is named from lstat without being opened (opening some devices does something)."""
+    _refuse_other_kinds(os.lstat(path).st_mode)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
@@ -137,9 +147,7 @@ def _open_regular(path: str, uid: Optional[int] = None) -> int:
         raise
     try:
         st = os.fstat(fd)
-        for test, kind in _KINDS:
-            if test(st.st_mode):
-                raise ValueError(f"not a regular file ({kind}): not read")
+        _refuse_other_kinds(st.st_mode)  # replaced since lstat
         if uid is not None and (st.st_uid != uid or st.st_nlink != 1):
             raise ValueError(f"not the process's own file (uid {st.st_uid}, {st.st_nlink} links): not read")
     except (OSError, ValueError):
