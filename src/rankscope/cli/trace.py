@@ -114,6 +114,7 @@ def run(**params: Any) -> int:
 def run_script(request: RunRequest) -> int:
     """Trace the script in this process (torchrun --no-python starts rankscope as the worker)."""
     import runpy
+    import warnings
 
     import rankscope.trace as rt
     from rankscope.trace import format as fmt
@@ -125,21 +126,20 @@ def run_script(request: RunRequest) -> int:
         )
     records = _size(request.ring_size) // fmt.RECORD_BYTES
     sampling = request.sample is not None
-    path = rt.start(
-        out=request.out,
-        include=request.include,
-        lines=request.lines,
-        full=request.full,
-        sample_ms=request.sample,
-        calls=request.calls or not sampling,
-        ring_records=max(records, 16),
-    )
-    if path is None:
-        raise RankscopeError(
-            f"cannot trace into {request.out}",
-            "check the directory (see the warning above)",
-            ExitCode.BAD_INPUT,
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", RuntimeWarning)
+        path = rt.start(
+            out=request.out,
+            include=request.include,
+            lines=request.lines,
+            full=request.full,
+            sample_ms=request.sample,
+            calls=request.calls or not sampling,
+            ring_records=max(records, 16),
         )
+    if path is None:  # a full disk, a bad --out: the program runs untraced; a job never stops for its tracer
+        reason = str(said[-1].message) if said else "rankscope.trace: tracing not started"
+        click.echo(f"{reason} (the program runs untraced)", err=True)
     sys.argv = [script, *request.args]
     sys.path[0] = os.path.dirname(script)
     try:
