@@ -177,7 +177,7 @@ class Tracer:
                     self.path,
                     ring=not full,
                     capacity=ring_records,
-                    names_bytes=names_bytes,
+                    names_bytes=min(names_bytes, fmt.NAMES_MAX),
                     flags=flags,
                     meta=meta,
                 )
