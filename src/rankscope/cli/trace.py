@@ -45,6 +45,10 @@ Examples:
   rankscope trace run --full --out traces -- train.py      # every event (the file grows)
   rankscope trace run --sample 10 -- train.py             # stack samples only
   rankscope trace run --sample 50 --calls -- train.py     # both
+
+The file's disk space is reserved when tracing starts: where --out has no room, one line says so
+and the program runs untraced; a --full trace that fills the disk switches itself off. Either
+way the program's own exit code is returned.
 """
 
 
