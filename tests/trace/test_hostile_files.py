@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from tests.support.cli import run_cli
 from tests.trace.hostile import (
     MAIN,
@@ -106,11 +110,52 @@ def _hostile_directory(root: Path) -> dict[str, str]:
     expected["trace-n1-11-21"] = "a FIFO"
     (root / "trace-n1-12-22").symlink_to("/etc/passwd")
     expected["trace-n1-12-22"] = "symbolic link"
+    # a link at the bottom of a directory nested deeper than Python's recursion limit
+    (deep_directory(root / "deep") / "trace-n1-14-24").symlink_to(root / "deep")
+    expected["deep/" + "d/" * DEPTH + "trace-n1-14-24"] = "symbolic link"
     return expected
 
 
-def test_hostile_files_are_one_line_each_and_the_good_files_are_read(tmp_path: Path) -> None:
-    root = tmp_path / "traces"
+DEPTH = 1200  # deeper than Python's recursion limit, inside PATH_MAX
+
+
+def deep_directory(top: Path) -> Path:
+    """``top/d/d/.../d``, DEPTH levels: its innermost directory."""
+    inner = top
+    inner.mkdir()
+    for _ in range(DEPTH):
+        inner = inner / "d"
+        inner.mkdir()
+    return inner
+
+
+def remove_deep_directory(top: Path) -> None:
+    """Innermost first (shutil.rmtree, pytest's clean-up, recurses and would fail on it)."""
+    inner = top / Path(*["d"] * DEPTH)
+    if not top.exists():
+        return
+    for entry in inner.iterdir():
+        entry.unlink()
+    while True:
+        inner.rmdir()
+        if inner == top:
+            return
+        inner = inner.parent
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    """A directory outside pytest's own temporary tree: pytest removes that tree recursively, and a
+    deep directory left there by a killed run would break the clean-up of every later run."""
+    top = Path(tempfile.mkdtemp(prefix="rankscope-test-deep-"))
+    try:
+        yield top / "traces"
+    finally:
+        remove_deep_directory(top / "traces" / "deep")
+        shutil.rmtree(top)
+
+
+def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path) -> None:
     expected = _hostile_directory(root)
     # odd but harmless metadata types: read, with what can be used
     odd = json.dumps({"host": 5, "rank": True, "pid": "x", "thread": 1 << 70, "clock_ns": "y"}).encode()
@@ -123,7 +168,7 @@ def test_hostile_files_are_one_line_each_and_the_good_files_are_read(tmp_path: P
     unreadable = [line for line in tail.stdout.splitlines() if line.startswith("unreadable:")]
     assert len(unreadable) == len(expected)
     for name, words in expected.items():
-        (line,) = [u for u in unreadable if f"/{name}: " in u]
+        (line,) = [u for u in unreadable if f"/traces/{name}: " in u]
         assert words in line, line
     assert tail.stdout.startswith("[0] train.py:10 step (return)")  # the good ring, rank 0
     assert "n1:pid0" not in tail.stdout and "5:pid0" in tail.stdout  # the odd one, its host as written

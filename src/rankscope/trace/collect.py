@@ -29,8 +29,7 @@ _KINDS = {
 
 def trace_files(target: str) -> list[Path]:
     """``target`` itself unless it is a directory, else every ``trace-*`` entry under it that is not
-    a directory (recursively, links to directories not followed); what each one is, is checked when
-    it is opened."""
+    a directory (recursively; a link is listed, never followed, and refused when opened)."""
     path = Path(target)
     if not path.is_dir():
         if not os.path.lexists(path):
@@ -39,13 +38,17 @@ def trace_files(target: str) -> list[Path]:
             )
         return [path]
     found = []
-    for root, dirs, files in os.walk(path):
-        dirs.sort()
-        found += [Path(root, name) for name in files if name.startswith("trace-")]
-        # a link to a directory is listed among dirs and not walked into: a trace-* one is named
-        found += [
-            Path(root, name) for name in dirs if name.startswith("trace-") and Path(root, name).is_symlink()
-        ]
+    pending = [os.fspath(path)]
+    while pending:  # iterative: a directory nested thousands deep cannot exhaust the recursion limit
+        try:
+            with os.scandir(pending.pop()) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    elif entry.name.startswith("trace-"):
+                        found.append(Path(entry.path))  # a link or a FIFO is refused when opened
+        except OSError:
+            continue  # a directory that vanished or may not be read: the others are
     if not found:
         raise NothingFoundError(
             f"no trace-* files under {target}", "run the job with rankscope trace run --out DIR"
