@@ -82,3 +82,14 @@ def test_full_mode_filling_the_disk_switches_itself_off_and_keeps_what_it_wrote(
     calls = [e.name for e in trace.events if e.kind == "call"]
     assert calls[0] == "f" and 1000 < len(calls) < 100000  # the first chunk, whole
     assert ("(C)" in trace.meta["hook"]) == (hot_path == "c")
+
+
+def test_trace_run_with_an_out_that_cannot_be_a_directory_runs_the_job_untraced(tmp_path: Path) -> None:
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    not_a_directory = tmp_path / "a-file"
+    not_a_directory.write_text("")
+    result = run_cli("trace", "run", "--out", str(not_a_directory), "--", str(script))
+    assert result.returncode == 7 and result.stdout == "done\n", result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "tracing not started" in line and "runs untraced" in line

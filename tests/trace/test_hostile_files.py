@@ -158,8 +158,14 @@ def root() -> Iterator[Path]:
 def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path) -> None:
     expected = _hostile_directory(root)
     # odd but harmless metadata types: read, with what can be used
-    odd = json.dumps({"host": 5, "rank": True, "pid": "x", "thread": 1 << 70, "clock_ns": "y"}).encode()
-    write(root / "trace-n1-13-23", header(capacity=16, meta=odd), names_region(), records(16), size=None)
+    odd = json.dumps({"host": 5, "rank": True, "pid": "x", "thread": 1 << 70, "clock_ns": 10**3000}).encode()
+    odd_names = b"9" * 5000 + b"\tx.py\t1\tf\n" + "\u00b2\tx.py\t1\tg\n".encode() + NAMES
+    write(
+        root / "trace-n1-13-23",
+        header(capacity=16, meta=odd, names_used=len(odd_names)),
+        names_region(odd_names),
+        records(16),
+    )
     ring_file(root / "trace-n1-0-4242", 16, records(4))
 
     tail = run_cli("trace", "tail", str(root), timeout=60)

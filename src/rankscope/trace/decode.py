@@ -107,13 +107,11 @@ class TraceData:
 
     @property
     def rank(self) -> Optional[int]:
-        rank = self.meta.get("rank")
-        return rank if isinstance(rank, int) and not isinstance(rank, bool) else None
+        return _int(self.meta.get("rank"))
 
     @property
     def pid(self) -> int:
-        pid = self.meta.get("pid")
-        return pid if isinstance(pid, int) and not isinstance(pid, bool) else 0
+        return _int(self.meta.get("pid")) or 0
 
 
 @dataclass(frozen=True)
@@ -160,7 +158,10 @@ def _bad(path: str, what: str) -> BadInputError:
 
 
 def _int(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """An integer of the metadata that fits 64 bits, else None (hostile metadata holds anything)."""
+    if isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 64:
+        return value
+    return None
 
 
 def parse_names(region: bytes) -> dict[int, CodeName]:
@@ -168,10 +169,14 @@ def parse_names(region: bytes) -> dict[int, CodeName]:
     files: dict[str, str] = {}  # one string per file name, however many functions it has
     for line in region.decode("utf-8", "replace").splitlines():
         parts = line.split("\t")
-        if len(parts) != 4 or not parts[0].isdigit() or not parts[2].isdigit():
+        if len(parts) != 4:
             continue  # a line cut by a crash while it was written
+        try:
+            code_id, first_line = int(parts[0]), int(parts[2])
+        except ValueError:  # not a number, or more digits than int() takes
+            continue
         file = files.setdefault(parts[1], parts[1])
-        names[int(parts[0])] = CodeName(file, int(parts[2]), parts[3])
+        names[code_id] = CodeName(file, first_line, parts[3])
     return names
 
 
