@@ -88,11 +88,11 @@ def names_region(names: bytes = NAMES, size: int = fmt.DEFAULT_NAMES_BYTES) -> b
     return names + bytes(size - len(names))
 
 
-def ring_file(path: Path, capacity: int, body: bytes) -> Path:
+def ring_file(path: Path, capacity: int, body: bytes, rank: int = 0) -> Path:
     """A ring of ``capacity`` slots whose first slots hold ``body`` (the rest never written)."""
     return write(
         path,
-        header(capacity=capacity),
+        header(capacity=capacity, meta=json.dumps({**META, "rank": rank}).encode()),
         names_region(),
         body,
         size=fmt.HEADER_SIZE + fmt.DEFAULT_NAMES_BYTES + capacity * fmt.RECORD_BYTES,

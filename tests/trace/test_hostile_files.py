@@ -70,6 +70,17 @@ def test_tail_finds_the_main_thread_far_behind_other_threads_events(tmp_path: Pa
     assert doc["groups"][0]["where"] == "train.py:20 wait_for_others (call)"
 
 
+def test_tail_of_many_files_keeps_only_a_few_events_of_each(tmp_path: Path) -> None:
+    # in every file the main thread waits while a loader thread fills the whole decoded window
+    body = one(500, 2, fmt.CALL, MAIN) + records(70_000, thread=OTHER)
+    for rank in range(10):
+        ring_file(tmp_path / f"trace-n1-{rank}-{100 + rank}", 70_002, body, rank)
+    tail = run_measured(tmp_path, "trace", "tail", str(tmp_path), "-n", "2")
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.startswith("[0-9] train.py:20 wait_for_others (call)  (10 processes)"), tail.stdout
+    assert tail.peak_mib < BOUND_MIB, f"trace tail peaked at {tail.peak_mib:.0f} MiB"
+
+
 def test_a_large_full_mode_file_is_tailed_from_its_end_and_grepped_in_bounded_memory(tmp_path: Path) -> None:
     count = RECORDS
     write(tmp_path / "trace-n1-0-4242", header(capacity=0, ring=False), names_region(), records(count))

@@ -363,9 +363,13 @@ def iter_events(layout: Layout, source: Source) -> tuple[TraceData, Iterator[Eve
 
 
 def read_tail(layout: Layout, source: Source, last: int) -> TraceData:
-    """The newest records holding the last ``last`` events of the thread that started tracing
-    (sample frames do not count), at most :data:`TAIL_WINDOW_MAX` records, decoded; when that
-    thread has none among them, its last event further back is ``last_seen``."""
+    """The last ``last`` events of the file, and (``last_seen``) the last event of the thread that
+    started tracing when it is not among them.
+
+    Decoded: the newest records holding that thread's last ``last`` events (sample frames do not
+    count), at most :data:`TAIL_WINDOW_MAX` records; the thread's last event further back is found
+    by :func:`_last_of_thread`. A job's many files each keep only these few events.
+    """
     if layout.ring:
         newest, written = _index(layout, source)
     else:
@@ -392,9 +396,11 @@ def read_tail(layout: Layout, source: Source, last: int) -> TraceData:
             break
     decoder = Decoder(layout)
     events = [e for cut, table in reversed(window) for e in decoder.events(table, cut)]
-    trace = layout.data(written, events)
-    if thread is not None and not any(e.thread == thread for e in events):
-        trace.last_seen = _last_of_thread(layout, source, ranges, thread, taken)
+    # kept: the last ``last`` events (what tail shows), and the starting thread's last one (where it is)
+    trace = layout.data(written, events[-wanted:])
+    if thread is not None and not any(e.thread == thread for e in trace.events):
+        found = (e for e in reversed(events) if e.thread == thread and e.kind != "start")
+        trace.last_seen = next(found, None) or _last_of_thread(layout, source, ranges, thread, taken)
     return trace
 
 
