@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +49,21 @@ def test_show_streams_a_large_ring_in_bounded_memory(tmp_path: Path) -> None:
     as_json = run_measured(tmp_path, "trace", "show", "--json", str(path))
     assert as_json.returncode == 0 and as_json.stdout_lines > RECORDS
     assert as_json.peak_mib < BOUND_MIB, f"trace show --json peaked at {as_json.peak_mib:.0f} MiB"
+
+
+def test_show_into_a_pipe_closed_early_stops_and_exits_0(tmp_path: Path) -> None:
+    path = ring_file(tmp_path / "trace-n1-0-4242", 100_000, records(100_000))  # far more than a pipe holds
+    for extra in ([], ["--json"]):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rankscope", "trace", "show", *extra, str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline()  # `| head -1`
+        proc.stdout.close()
+        assert proc.wait(timeout=120) == 0
+        assert proc.stderr.read() == b""
 
 
 def test_tail_of_a_huge_sparse_ring_reads_its_newest_records_in_bounded_memory(tmp_path: Path) -> None:

@@ -276,16 +276,24 @@ def show_cmd(path: str, as_json: bool) -> int:
     return ExitCode.OK
 
 
-def _stream(lines: Iterator[str]) -> None:
-    """Lines to stdout a batch at a time."""
+def _stream(lines: Iterator[str]) -> bool:
+    """Lines to stdout a batch at a time; False when the reader went away (``| head``): decoding
+    stops there and the command ends as a closed pipe ends the other verbs (exit 0)."""
     batch: list[str] = []
-    for line in lines:
-        batch.append(line)
-        if len(batch) >= 4096:
+    try:
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= 4096:
+                click.echo("\n".join(batch))
+                batch.clear()
+        if batch:
             click.echo("\n".join(batch))
-            batch.clear()
-    if batch:
-        click.echo("\n".join(batch))
+        return True
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # what is still buffered goes nowhere at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
 
 
 def _stream_json(head: dict[str, Any], events: Iterator[Any]) -> None:
@@ -294,9 +302,10 @@ def _stream_json(head: dict[str, Any], events: Iterator[Any]) -> None:
 
     head = {k: v for k, v in head.items() if k != "events"}
     text = json.dumps(head, indent=2)
-    click.echo(text[: text.rindex("}")].rstrip() + ',\n  "events": [')
-    _stream(("    " if i == 0 else "    ,") + json.dumps(to_json(event)) for i, event in enumerate(events))
-    click.echo("  ]\n}")
+    opening = text[: text.rindex("}")].rstrip() + ',\n  "events": ['
+    lines = (("    " if i == 0 else "    ,") + json.dumps(to_json(event)) for i, event in enumerate(events))
+    if _stream(iter([opening])) and _stream(lines):
+        _stream(iter(["  ]\n}"]))
 
 
 def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool) -> None:
