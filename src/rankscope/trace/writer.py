@@ -51,7 +51,14 @@ def allocate(fd: int, offset: int, length: int) -> None:
     zeros = bytes(min(length, _ZEROS))
     done = 0
     while done < length:
-        done += os.pwrite(fd, zeros[: length - done], offset + done)
+        done += _written(os.pwrite(fd, zeros[: length - done], offset + done))
+
+
+def _written(count: int) -> int:
+    """What one ``pwrite`` wrote; none at all is an error (a loop must not spin on it)."""
+    if count <= 0:
+        raise OSError(errno.EIO, "nothing written")
+    return count
 
 
 def trace_name(host: str, rank: Optional[int], pid: int) -> str:
@@ -183,7 +190,7 @@ class TraceFile:
             view = memoryview(data)
             done = 0
             while done < len(data):
-                done += os.pwrite(self.fd, view[done:], self.file_offset + done)
+                done += _written(os.pwrite(self.fd, view[done:], self.file_offset + done))
             self.file_offset += len(data)
         except Exception as exc:
             self.fail(exc)
