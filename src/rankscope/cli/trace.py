@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -45,6 +45,10 @@ Examples:
   rankscope trace run --full --out traces -- train.py      # every event (the file grows)
   rankscope trace run --sample 10 -- train.py             # stack samples only
   rankscope trace run --sample 50 --calls -- train.py     # both
+
+The file's disk space is reserved when tracing starts: where --out has no room, one line says so
+and the program runs untraced; a --full trace that fills the disk switches itself off. Either
+way the program's own exit code is returned.
 """
 
 
@@ -114,6 +118,7 @@ def run(**params: Any) -> int:
 def run_script(request: RunRequest) -> int:
     """Trace the script in this process (torchrun --no-python starts rankscope as the worker)."""
     import runpy
+    import warnings
 
     import rankscope.trace as rt
     from rankscope.trace import format as fmt
@@ -125,21 +130,20 @@ def run_script(request: RunRequest) -> int:
         )
     records = _size(request.ring_size) // fmt.RECORD_BYTES
     sampling = request.sample is not None
-    path = rt.start(
-        out=request.out,
-        include=request.include,
-        lines=request.lines,
-        full=request.full,
-        sample_ms=request.sample,
-        calls=request.calls or not sampling,
-        ring_records=max(records, 16),
-    )
-    if path is None:
-        raise RankscopeError(
-            f"cannot trace into {request.out}",
-            "check the directory (see the warning above)",
-            ExitCode.BAD_INPUT,
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", RuntimeWarning)
+        path = rt.start(
+            out=request.out,
+            include=request.include,
+            lines=request.lines,
+            full=request.full,
+            sample_ms=request.sample,
+            calls=request.calls or not sampling,
+            ring_records=max(records, 16),
         )
+    if path is None:  # a full disk, a bad --out: the program runs untraced; a job never stops for its tracer
+        reason = str(said[-1].message) if said else "rankscope.trace: tracing not started"
+        click.echo(f"{reason} (the program runs untraced)", err=True)
     sys.argv = [script, *request.args]
     sys.path[0] = os.path.dirname(script)
     try:
@@ -167,21 +171,29 @@ def _print_exit(code: object) -> int:
     return 1
 
 
-def _read_all(target: str, last: Optional[int] = None) -> tuple[list[Any], tuple[Any, ...]]:
+def _each_file(target: str, read: Callable[[Any], Any]) -> tuple[list[Any], tuple[Any, ...]]:
+    """``read(open_trace)`` for every trace file under ``target``; a file that cannot be read is
+    listed as unreadable and the others go on (all unreadable: exit 8)."""
     from rankscope.trace.analyse import Unreadable
-    from rankscope.trace.collect import read_trace, trace_files
+    from rankscope.trace.collect import open_trace, trace_files
 
-    traces, bad = [], []
+    results, bad = [], []
     for path in trace_files(target):
         try:
-            traces.append(read_trace(path, last))
+            with open_trace(path) as opened:
+                results.append(read(opened))
         except RankscopeError as exc:
-            bad.append(Unreadable(os.fspath(path), exc.message))
-    if not traces and bad:
+            named = f"{os.fspath(path)}: "  # the report names the file once
+            reason = exc.message[len(named) :] if exc.message.startswith(named) else exc.message
+            bad.append(Unreadable(os.fspath(path), reason))
+    if not results and bad:
         raise RankscopeError(
-            bad[0].reason, "pass trace-* files written by rankscope trace", ExitCode.BAD_INPUT
+            f"{bad[0].path}: {bad[0].reason}"
+            + (f" (and {len(bad) - 1} more unreadable files)" if len(bad) > 1 else ""),
+            "pass trace-* files written by rankscope trace",
+            ExitCode.BAD_INPUT,
         )
-    return traces, tuple(bad)
+    return results, tuple(bad)
 
 
 @trace.command("tail")
@@ -198,11 +210,13 @@ def _read_all(target: str, last: Optional[int] = None) -> tuple[list[Any], tuple
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.tail document.")
 def tail_cmd(target: str, n: int, as_json: bool) -> int:
     """Where every process stopped: the last events of each trace file, files that stopped at
-    the same place grouped with their ranks folded ([0-6] train.py:88 step)."""
+    the same place grouped with their ranks folded ([0-6] train.py:88 step). Only the end of
+    each file is decoded."""
     from rankscope.trace.analyse import tail
+    from rankscope.trace.decode import read_tail
     from rankscope.trace.render import render_tail
 
-    traces, bad = _read_all(target, max(n, 1))
+    traces, bad = _each_file(target, lambda f: read_tail(f.layout, f.source, max(n, 1)))
     _print(tail(traces, n, bad), TAIL_SCHEMA, render_tail, as_json)
     return ExitCode.PARTIAL if bad else ExitCode.OK
 
@@ -224,15 +238,20 @@ def grep_cmd(pattern: str, target: str, n: int, as_json: bool) -> int:
     """Events matching PATTERN (a regular expression over `KIND file:line function`), counted per file."""
     import re
 
-    from rankscope.trace.analyse import grep
+    from rankscope.trace.analyse import GrepReport, grep_file
+    from rankscope.trace.decode import iter_events
     from rankscope.trace.render import render_grep
 
     try:
-        re.compile(pattern)
+        regex = re.compile(pattern)
     except re.error as exc:
         raise click.BadParameter(f"{pattern!r}: {exc}", param_hint="PATTERN") from None
-    traces, bad = _read_all(target)
-    _print(grep(pattern, traces, n, bad), GREP_SCHEMA, render_grep, as_json)
+
+    def one(opened: Any) -> Any:
+        return grep_file(regex, *iter_events(opened.layout, opened.source), n)
+
+    files, bad = _each_file(target, one)
+    _print(GrepReport(pattern, tuple(files), bad), GREP_SCHEMA, render_grep, as_json)
     return ExitCode.PARTIAL if bad else ExitCode.OK
 
 
@@ -240,14 +259,53 @@ def grep_cmd(pattern: str, target: str, n: int, as_json: bool) -> int:
 @click.argument("path", metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.trace.show document.")
 def show_cmd(path: str, as_json: bool) -> int:
-    """Decode one trace file: every event, oldest first, indented by call depth."""
-    from rankscope.trace.collect import read_trace
-    from rankscope.trace.render import render_show
+    """Decode one trace file: every event, oldest first, indented by call depth (printed as it is
+    read: memory does not grow with the file)."""
+    from rankscope.trace.collect import open_trace
+    from rankscope.trace.decode import iter_events
+    from rankscope.trace.render import show_lines
 
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         raise RankscopeError(f"{path}: no such file", "pass one trace-* file", ExitCode.BAD_INPUT)
-    _print(read_trace(Path(path)), SHOW_SCHEMA, render_show, as_json)
+    with open_trace(Path(path)) as opened:
+        head, events = iter_events(opened.layout, opened.source)
+        if as_json:
+            _stream_json(dump_document(SHOW_SCHEMA, head), events)
+        else:
+            _stream(show_lines(head, events))
     return ExitCode.OK
+
+
+def _stream(lines: Iterator[str]) -> bool:
+    """Lines to stdout a batch at a time; False when the reader went away (``| head``): decoding
+    stops there and the command ends as a closed pipe ends the other verbs (exit 0)."""
+    batch: list[str] = []
+    try:
+        for line in lines:
+            batch.append(line)
+            if len(batch) >= 4096:
+                click.echo("\n".join(batch))
+                batch.clear()
+        if batch:
+            click.echo("\n".join(batch))
+        return True
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)  # what is still buffered goes nowhere at exit
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return False
+
+
+def _stream_json(head: dict[str, Any], events: Iterator[Any]) -> None:
+    """The show document with its events written one per line as they are decoded."""
+    from rankscope.serial import to_json
+
+    head = {k: v for k, v in head.items() if k != "events"}
+    text = json.dumps(head, indent=2)
+    opening = text[: text.rindex("}")].rstrip() + ',\n  "events": ['
+    lines = (("    " if i == 0 else "    ,") + json.dumps(to_json(event)) for i, event in enumerate(events))
+    if _stream(iter([opening])) and _stream(lines):
+        _stream(iter(["  ]\n}"]))
 
 
 def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool) -> None:

@@ -69,9 +69,7 @@ def start(
         )
         tracer.start()
     except Exception as exc:
-        import warnings
-
-        warnings.warn(f"rankscope.trace: tracing not started: {exc}", RuntimeWarning, stacklevel=2)
+        _warn(f"rankscope.trace: tracing not started: {exc}")
         return None
     _tracer, _depth = tracer, 1
     _register_exit_hooks()
@@ -90,9 +88,23 @@ def stop() -> None:
     try:
         tracer.stop()
     except Exception as exc:
+        _warn(f"rankscope.trace: stopping: {exc}")
+
+
+def _warn(message: str) -> None:
+    """One ``RuntimeWarning`` at the caller of start/stop; where warnings are errors (``-W error``),
+    one line on stderr instead: never an exception into the program."""
+    try:
         import warnings
 
-        warnings.warn(f"rankscope.trace: stopping: {exc}", RuntimeWarning, stacklevel=2)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    except Exception:
+        try:
+            import os
+
+            os.write(2, (message + "\n").encode("utf-8", "replace"))
+        except Exception:
+            pass
 
 
 def active_path() -> Optional[str]:

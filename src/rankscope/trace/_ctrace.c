@@ -274,7 +274,7 @@ static PyObject *Hook_call(PyObject *self, PyObject *const *args, size_t nargsf,
     Hook *h = (Hook *)self;
     Ring *r = h->ring;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (n < 2) Py_RETURN_NONE;
+    if (n < 2 || r->halted) Py_RETURN_NONE; /* halted: switched off (a full disk) or stopping */
     int64_t key = key_of(r, args[0]);
     if (key == -1) {
         Py_INCREF(r->disable);

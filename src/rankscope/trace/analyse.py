@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -75,7 +77,8 @@ def main_thread(trace: TraceData) -> Optional[int]:
 def where(trace: TraceData) -> str:
     """The last location of the starting thread (a call, line or sample), else of any thread."""
     thread = main_thread(trace)
-    for event in reversed(trace.events):
+    events = trace.events if trace.last_seen is None else [trace.last_seen, *trace.events]
+    for event in reversed(events):
         if event.kind in ("start", "stop"):
             if event.kind == "stop" and (thread is None or event.thread == thread):
                 return "trace stopped"
@@ -118,33 +121,27 @@ def event_text(event: Event) -> str:
     return f"{event.kind} {event.location}"
 
 
-def grep(
-    pattern: str, traces: list[TraceData], keep: int, unreadable: tuple[Unreadable, ...] = ()
-) -> GrepReport:
-    """Events whose text matches ``pattern`` (a regular expression), counted per file; the last ``keep`` kept."""
-    regex = re.compile(pattern)
-    files = []
-    for trace in traces:
-        matched = [e for e in trace.events if regex.search(event_text(e))]
-        files.append(
-            GrepFile(trace.path, trace.host, trace.rank, len(matched), tuple(matched[-keep:] if keep else ()))
-        )
-    return GrepReport(pattern, tuple(files), unreadable)
+def grep_file(regex: re.Pattern[str], trace: TraceData, events: Iterable[Event], keep: int) -> GrepFile:
+    """The events of one file whose text matches ``regex``, counted as they stream by; the last
+    ``keep`` kept (memory does not grow with the file)."""
+    count = 0
+    kept: deque[Event] = deque(maxlen=keep)
+    for event in events:
+        if regex.search(event_text(event)):
+            count += 1
+            if keep:
+                kept.append(event)
+    return GrepFile(trace.path, trace.host, trace.rank, count, tuple(kept))
 
 
-def depths(events: list[Event]) -> list[int]:
-    """The call depth of every event within its thread (calls in, returns out), for indentation."""
+def depths(events: Iterable[Event]) -> Iterator[tuple[Event, int]]:
+    """Every event with its call depth within its thread (calls in, returns out), for indentation."""
     level: dict[int, int] = {}
-    out = []
     for event in events:
         d = level.get(event.thread, 0)
         if event.kind == "call":
-            out.append(d)
             level[event.thread] = d + 1
         elif event.kind in ("return", "unwind"):
             d = max(d - 1, 0)
             level[event.thread] = d
-            out.append(d)
-        else:
-            out.append(d)
-    return out
+        yield event, d

@@ -66,3 +66,5 @@ KIND_NAMES = {
 
 DEFAULT_RING_RECORDS = 1 << 18  # 262144 records, 6 MiB
 DEFAULT_NAMES_BYTES = 1 << 20  # 1 MiB of interned names
+#: The largest names region a reader accepts (a larger one is a damaged or hostile header).
+NAMES_MAX = 2 << 20

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 
 from rankscope.trace.analyse import GrepReport, TailReport, depths, event_text
 from rankscope.trace.decode import Event, TraceData
@@ -42,20 +43,18 @@ def render_grep(report: GrepReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_show(trace: TraceData) -> str:
+def show_lines(trace: TraceData, events: Iterable[Event]) -> Iterator[str]:
+    """``trace show``: a head line, then every event (indented by call depth) as it is decoded."""
     meta = trace.meta
     mode = "ring" if trace.ring else "full"
-    head = (
+    yield (
         f"# {os.path.basename(trace.path)}: host {trace.host} rank {trace.rank} pid {trace.pid}, "
         f"python {meta.get('python')}, hook {meta.get('hook')}, {mode}"
         + (f" of {trace.capacity} records (wrapped {trace.wraps}x)" if trace.ring else "")
         + f", {trace.records} records"
     )
-    lines = [head]
-    levels = depths(trace.events)
-    for event, level in zip(trace.events, levels):
-        lines.append(_event_line(event, level))
+    for event, level in depths(events):
+        yield _event_line(event, level)
         if event.kind == "sample":
             for file, line, name in event.stack[:-1]:
-                lines.append(f"{'':32}{os.path.basename(file)}:{line} {name}")
-    return "\n".join(lines) + "\n"
+                yield f"{'':32}{os.path.basename(file)}:{line} {name}"

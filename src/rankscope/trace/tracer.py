@@ -177,7 +177,7 @@ class Tracer:
                     self.path,
                     ring=not full,
                     capacity=ring_records,
-                    names_bytes=names_bytes,
+                    names_bytes=min(names_bytes, fmt.NAMES_MAX),
                     flags=flags,
                     meta=meta,
                 )
@@ -195,6 +195,29 @@ class Tracer:
         self._hooks = _make_c_hooks(self) or _make_hooks(self)
         self.hot_path = "c" if self._ring is not None else "python"
         self.running = False
+        self.file.on_failure = self._switch_off
+
+    def _switch_off(self, reason: str) -> None:
+        """The file cannot be written (a full disk): stop recording, say so once, let the program go on.
+
+        Called from inside an event hook, on whatever thread wrote the event: it only flips flags and
+        removes hooks (each step guarded), never raises and never waits.
+        """
+        steps: list[Callable[[], Any]] = [self._hooks["halt"], self._stop_sampler.set]
+        if self.calls and _MONITORING and self._tool is not None:
+            tool = self._tool
+            steps.append(lambda: sys.monitoring.set_events(tool, 0))  # type: ignore[attr-defined]
+        elif self.calls:
+            steps += [
+                lambda: threading.settrace(None),  # type: ignore[arg-type,unused-ignore]
+                lambda: threading.setprofile(None),  # type: ignore[arg-type,unused-ignore]
+            ]
+        for step in steps:
+            with contextlib.suppress(Exception):
+                step()
+        with contextlib.suppress(Exception):
+            message = f"rankscope.trace: tracing switched off, {self.path}: {reason} (the program goes on)\n"
+            os.write(2, message.encode("utf-8", "replace"))
 
     # -- code ids ---------------------------------------------------------------------------------
     def _new_id(self, code: Any) -> int:
