@@ -89,9 +89,12 @@ def bt(
     from rankscope.ranks import short_hostname
 
     out = OutDir(out_dir, force) if out_dir is not None else None
+    from rankscope.lifetime import sigterm_raises
+
     progress = tty_progress(min_interval=0.25)
     try:
-        report = backtraces(list(cores), python, short_hostname(), timeout, progress=progress)
+        with sigterm_raises():
+            report = backtraces(list(cores), python, short_hostname(), timeout, progress=progress)
     finally:
         if progress is not None:
             progress.clear()
@@ -299,9 +302,12 @@ def grab(
                 "pass --dir a larger file system, fewer pids, or --no-space-check",
                 ExitCode.BAD_INPUT,
             )
+        from rankscope.lifetime import sigterm_raises
+
         progress = tty_progress(min_interval=0.25)
         try:
-            results = grabbing.gcore_all(targets, str(directory), timeout, parallel, progress)
+            with sigterm_raises():  # gcores ended, partial cores removed, targets continued: exit 143
+                results = grabbing.gcore_all(targets, str(directory), timeout, parallel, progress)
         finally:
             if progress is not None:
                 progress.clear()
