@@ -176,7 +176,7 @@ def _read_notes(targets: dict[int, str], paths: set[str]) -> None:
                 paths.discard(os.fsdecode(bytes.fromhex(rest)))
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> None:
     run_id, grace = argv[0], float(argv[1])
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
@@ -188,8 +188,7 @@ def main(argv: list[str]) -> int:
         continue_if_stopped(pid, state)
     for path in paths:
         _remove(path)
-    return 0
 
 
-if __name__ == "__main__":  # run by path from rankscope.lifetime
-    sys.exit(main(sys.argv[1:]))
+if __name__ == "__main__":  # run from rankscope.lifetime (its bootstrap sets sys.argv)
+    main(sys.argv[1:])

@@ -374,9 +374,10 @@ def note_target(pid: int, state: str) -> None:
     _GUARDIAN.note(f"T {pid} {state or '?'}", lambda: _GUARDIAN._targets.__setitem__(pid, state))
 
 
-def release_target(pid: int) -> bool:
-    """Done with ``pid``: continued if it is stopped now and was not before (True then)."""
-    continued = _guardian_program.continue_if_stopped(pid, _GUARDIAN._targets.get(pid, "?"))
+def release_target(pid: int, resume: bool = True) -> bool:
+    """Done with ``pid``: continued if it is stopped now and was not before (True then); with
+    ``resume`` False the caller checks that itself (rankscope.stacks.pstate)."""
+    continued = resume and _guardian_program.continue_if_stopped(pid, _GUARDIAN._targets.get(pid, "?"))
     _GUARDIAN.note(f"t {pid}", lambda: _GUARDIAN._targets.pop(pid, None))
     return continued
 
