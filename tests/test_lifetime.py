@@ -131,3 +131,21 @@ def test_sigterm_raises_terminated_once() -> None:
         for _ in range(1000):
             os.sched_yield()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_end_all_ends_children_that_worker_threads_wait_for() -> None:
+    import threading
+
+    children: list[lifetime.Child] = []
+
+    def worker() -> None:
+        children.append(lifetime.start(["sleep", "300"], 300))
+        lifetime.wait(children)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    wait_for(lambda: children, 10, "the worker's child")
+    lifetime.end_all()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert children[0].returncode == -signal.SIGTERM

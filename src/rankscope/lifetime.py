@@ -497,6 +497,10 @@ class Child:
         self.output = capture
         self.timed_out = False
         self._reaped = False
+        import _thread
+
+        self._lock = _thread.allocate_lock()
+        _LIVE.add(self)
 
     @property
     def pid(self) -> int:
@@ -527,28 +531,31 @@ class Child:
     def reap(self) -> int:
         """Reap the child (once; later calls return the same code). What its group left runs no
         further: it is SIGKILLed before the pid is released, so no reused pid is ever signalled."""
-        if not self._reaped:
-            signal_group(self.pid, signal.SIGKILL)
-            self._drain()
-            self.process.wait()
-            self._reaped = True
+        with self._lock:
+            if not self._reaped:
+                signal_group(self.pid, signal.SIGKILL)
+                self._drain()
+                self.process.wait()
+                self._reaped = True
+                _LIVE.discard(self)
         return self.process.returncode
 
     def end(self, grace: Optional[float] = None) -> int:
         """End the whole tree: SIGTERM to the child's group and to every process carrying its token,
         SIGKILL after ``grace`` (default: :attr:`grace`) to what is left; the child is reaped.
         Returns its exit code."""
-        if self._reaped:
-            return self.process.returncode
         grace = self.grace if grace is None else grace
-        prefix = self.token
-        signal_group(self.pid, signal.SIGTERM)
-        _guardian_program.signal_carriers(prefix, signal.SIGTERM)
-        until = time.monotonic() + grace
-        while time.monotonic() < until and (not self.exited() or _guardian_program.carriers(prefix)):
-            self._drain()
-            time.sleep(0.02)
-        _guardian_program.end_carriers(prefix, 0.0)
+        with self._lock:
+            if not self._reaped:
+                signal_group(self.pid, signal.SIGTERM)
+                _guardian_program.signal_carriers(self.token, signal.SIGTERM)
+                until = time.monotonic() + grace
+                while time.monotonic() < until and (
+                    not self.exited() or _guardian_program.carriers(self.token)
+                ):
+                    self._drain()  # a child blocked on a full pipe still ends
+                    time.sleep(0.02)
+                _guardian_program.end_carriers(self.token, 0.0)
         return self.reap()
 
     def _drain(self) -> None:
@@ -564,6 +571,17 @@ class Child:
             self.reap()
         else:
             self.end()
+
+
+#: Children started and not reaped yet (:func:`end_all`).
+_LIVE: set[Child] = set()
+
+
+def end_all() -> None:
+    """End every child still running (each with its tree): what a caller whose children run in
+    worker threads does when SIGTERM or Ctrl-C reaches the main thread."""
+    for child in list(_LIVE):
+        child.end()
 
 
 def _read_available(fd: int, capture: Capture) -> bool:
@@ -594,8 +612,8 @@ def start(
     """Start ``argv`` for rankscope's own work: it, and what it starts, die with rankscope.
 
     ``timeout``: seconds until :func:`wait` ends it (None: no deadline). ``session``: a session of
-    its own (no controlling terminal), else only a process group. ``capture``: stdout and stderr
-    together, kept up to that many bytes (None: pass ``stdout``/``stderr`` in ``popen``).
+    its own (no controlling terminal), else only a process group. ``capture``: stdout (and stderr,
+    unless ``stderr`` is passed) kept up to that many bytes (None: pass ``stdout``/``stderr``).
     ``umask``: the child's (0o077 for a tool that writes private files, gcore). ``grace``: seconds
     from SIGTERM to SIGKILL when its tree is ended (a launcher forwards SIGTERM). The guardian is
     started first, so the child is covered from its first instruction.
@@ -604,7 +622,8 @@ def start(
 
     guardian()
     if capture is not None:
-        popen["stdout"], popen["stderr"] = subprocess.PIPE, subprocess.STDOUT
+        popen["stdout"] = subprocess.PIPE
+        popen.setdefault("stderr", subprocess.STDOUT)
     process, token = start_group(argv, env=env, new_session=session, umask=umask, **popen)
     output = None
     if capture is not None:

@@ -189,8 +189,15 @@ def backtraces(
         return None
 
     with ThreadPoolExecutor(max_workers=jobs or min(len(paths), os.cpu_count() or 1) or 1) as pool:
-        for result in pool.map(one, paths):
-            if result is not None:
-                cores.append(result)
+        try:
+            for result in pool.map(one, paths):
+                if result is not None:
+                    cores.append(result)
+        except (
+            BaseException
+        ):  # SIGTERM or Ctrl-C: the workers' gdb and pystack end now, not at their deadline
+            pool.shutdown(wait=False, cancel_futures=True)
+            lifetime.end_all()
+            raise
     bad.sort(key=lambda b: list(paths).index(b.path))
     return BtReport(group(cores, host), bad, cores)
