@@ -149,3 +149,16 @@ def test_end_all_ends_children_that_worker_threads_wait_for() -> None:
     thread.join(10)
     assert not thread.is_alive()
     assert children[0].returncode == -signal.SIGTERM
+
+
+def test_the_guardian_program_imports_only_the_standard_library() -> None:
+    import ast
+
+    source = Path(lifetime.__file__).with_name("guardian.py").read_text()
+    imported = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert imported <= {"__future__", "os", "signal", "sys", "time", "typing", "shutil"}, imported

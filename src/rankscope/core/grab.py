@@ -95,7 +95,11 @@ def _finish(child: lifetime.Child, result: Grabbed, work: str, directory: str) -
             os.unlink(partial)  # a partial core is worse than none (it looks whole)
         return
     path = os.path.join(directory, f"core.{result.pid}")
-    os.replace(partial, path)  # replaces a link planted there, never writes through it
+    try:
+        os.replace(partial, path)  # replaces a link planted there, never writes through it
+    except OSError as exc:
+        result.error = f"could not move the core to {path}: {exc.strerror or exc}"
+        return
     result.path, result.size = path, os.path.getsize(path)
 
 
@@ -149,12 +153,12 @@ def _batch(
                 continue
             running.append((child, result))
         lifetime.wait([child for child, _ in running])
-        for child, result in running:
-            _finish(child, result, work, directory)
-    finally:
+    finally:  # also on SIGTERM or Ctrl-C: what finished is kept, what runs is ended and removed
         for child, result in running:
             if child.returncode is None:
                 child.end()
+                child.timed_out = True
+            _finish(child, result, work, directory)
             lifetime.release_target(result.pid)
 
 
