@@ -162,3 +162,11 @@ def test_the_guardian_program_imports_only_the_standard_library() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module)
     assert imported <= {"__future__", "os", "signal", "sys", "time", "typing", "shutil"}, imported
+
+
+def test_a_child_whose_output_goes_to_a_file_is_waited_for(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    with open(log, "wb") as handle:
+        child = lifetime.start(["sh", "-c", "echo to-the-file; exit 4"], 30, capture=None, stdout=handle)
+    lifetime.wait([child])
+    assert child.returncode == 4 and log.read_text() == "to-the-file\n"

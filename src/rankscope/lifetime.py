@@ -23,7 +23,7 @@ Why a guardian, and why it finds the tree by environment (measured on this machi
 torch 2.13 CPU, as root):
 
 - ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child exits (a child started from
-  a worker thread of ``core bt``'s pool is killed when that thread ends, the process alive), it is
+  a worker thread of ``core bt``'s pool would be killed when that thread ends, the process alive), it is
   lost across a set-uid exec, and it reaches only the direct child: gcore is a shell script whose
   gdb is a grandchild, and torchrun makes every worker a session leader (``setsid``), so neither
   its group nor its list of children reaches them once torchrun is gone.
@@ -31,17 +31,17 @@ torch 2.13 CPU, as root):
   neither a non-root user nor most containers have.
 - An environment variable is inherited through fork, exec, ``setsid`` and reparenting to pid 1;
   gcore's gdb, strace, py-spy and torchrun's workers all keep it. Reading every
-  ``/proc/PID/environ`` takes a few milliseconds for a few hundred processes, and is done only when
-  a tree is ended. A process that clears its environment escapes (none of the tools here does).
+  ``/proc/PID/environ`` took 3-5 ms of CPU per scan of 145 processes, and is done only when a tree
+  is ended. A process that clears its environment escapes (none of the tools here does).
 - Before: SIGKILL of ``rankscope core grab`` left gcore and gdb running under pid 1 holding the
   target in tracing stop until the core was written (0644 meanwhile); of ``rankscope strace PID
   --seconds 60`` after 3 s left strace attached (its output grew 13 MB in 26 s); of ``gpu-test``
   left torchrun and its workers under pid 1 and ``/tmp/rankscope-gputest-*`` behind. After: the
   guardian's scan ends them within the grace, and gdb or strace killed with SIGKILL is detached by
   the kernel (the target is back in ``S``: measured; :func:`note_target` covers a stop left behind).
-- The guardian costs one ``python -I -S`` start (about 10 ms of CPU) per rankscope process that
-  starts children, off the caller's path: rankscope does not wait for it to be ready, since the
-  notes and the end of file wait in the pipe.
+- The guardian costs one ``python -I -S`` start per rankscope process that starts children (20-30
+  ms of CPU measured on a loaded 2-core machine, in 10 ms clock ticks), off the caller's path:
+  rankscope does not wait for it to be ready, since the notes and the end of file wait in the pipe.
 
 The older pieces stay for the rooms that have not moved yet: :func:`start_group` and
 :func:`end_group`, :class:`Orphans` (rankscope as child subreaper for pdsh's ssh clients), and a
@@ -537,6 +537,8 @@ class Child:
                 self._drain()
                 self.process.wait()
                 self._reaped = True
+                if self.output is not None and self.process.stdout is not None:
+                    self.process.stdout.close()  # all read: the descriptor goes with the child
                 _LIVE.discard(self)
         return self.process.returncode
 
@@ -649,11 +651,17 @@ def wait(children: list[Child], stop_fd: int = -1) -> bool:
         while running:
             now = time.monotonic()
             for child in running:
-                if child.deadline is not None and now >= child.deadline and not child.exited():
-                    child.timed_out = True
-                    child.end()
-                elif child.exited():
-                    child.reap()
+                late = child.deadline is not None and now >= child.deadline and not child.exited()
+                if late or child.exited():
+                    stdout = child.process.stdout
+                    fd = stdout.fileno() if stdout is not None and not stdout.closed else -1
+                    if fd >= 0 and fd in selector.get_map():
+                        selector.unregister(fd)  # before the descriptor is closed with the child
+                    child.timed_out = late
+                    if late:
+                        child.end()
+                    else:
+                        child.reap()
             running = [c for c in running if c.returncode is None]
             deadlines = [c.deadline for c in running if c.deadline is not None]
             pause = min([0.05, *(d - now for d in deadlines)])

@@ -38,7 +38,7 @@ def _files(directory: Path) -> list[Path]:
     return [p for p in directory.rglob("*") if p.is_file()]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
 def test_rankscope_killed_mid_grab_leaves_nothing_running_traced_or_readable(
     big: subprocess.Popen[bytes], tmp_path: Path, sig: int
 ) -> None:
@@ -65,9 +65,10 @@ def test_rankscope_killed_mid_grab_leaves_nothing_running_traced_or_readable(
         assert state(big.pid) not in ("T", "t")
         assert big.poll() is None
         wait_for(lambda: not list(out.iterdir()), 10, "the partial core to be removed")
-        if sig == signal.SIGTERM:
-            assert rankscope.returncode == 143
-            assert rankscope.stderr is not None and b"terminated" in rankscope.stderr.read()
+        if sig != signal.SIGKILL:
+            assert rankscope.returncode == 128 + sig
+            assert rankscope.stderr is not None
+            assert (b"terminated" if sig == signal.SIGTERM else b"interrupted") in rankscope.stderr.read()
     finally:
         kill_marked(mark)
         if rankscope.poll() is None:
