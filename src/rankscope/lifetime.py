@@ -335,17 +335,24 @@ class Guardian:
             (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
             (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
         ]
+        self._owner = os.getpid()
         try:
             self.pid = os.posix_spawn(sys.executable, argv, {}, file_actions=actions, setsid=True)
+        except OSError:  # no interpreter to run it (an embedded one): children still end with rankscope
+            os.close(write)  # by group and token, only not after a SIGKILL
+            self.pid, self._write = 0, -1
+            return
         finally:
             os.close(read)
-        self._write, self._owner = write, os.getpid()
+        self._write = write
         notes = [f"T {pid} {state}" for pid, state in self._targets.items()]
         notes += [f"P {os.fsencode(path).hex()}" for path in self._paths]
         if notes:
             self._send("\n".join(notes) + "\n")
 
     def _send(self, text: str) -> None:
+        if self._write < 0:
+            return
         try:
             os.write(self._write, text.encode())
         except OSError:  # the guardian is gone (someone killed it): a new one, with every note
