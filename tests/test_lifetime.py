@@ -182,3 +182,17 @@ def test_children_still_run_where_no_guardian_can_be_started() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["0", "ran", "0"], result.stderr
+
+
+def test_the_guardian_skips_a_line_it_cannot_read_and_still_removes_what_was_noted(tmp_path: Path) -> None:
+    noted = tmp_path / "partial-core"
+    noted.write_text("secret")
+    program = Path(lifetime.__file__).with_name("guardian.py")
+    guardian = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(program), "1.test", "0.1"], stdin=subprocess.PIPE
+    )
+    assert guardian.stdin is not None
+    guardian.stdin.write(b"T not-a-pid S\nP zz\n" + b"P " + os.fsencode(str(noted)).hex().encode() + b"\n")
+    guardian.stdin.close()  # as when rankscope dies
+    assert guardian.wait(30) == 0
+    assert not noted.exists()

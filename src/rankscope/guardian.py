@@ -164,16 +164,23 @@ def _read_notes(targets: dict[int, str], paths: set[str]) -> None:
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            kind, _, rest = line.decode("ascii", "replace").partition(" ")
-            if kind == "T":
-                pid, _, state = rest.partition(" ")
-                targets[int(pid)] = state
-            elif kind == "t":
-                targets.pop(int(rest), None)
-            elif kind == "P":
-                paths.add(os.fsdecode(bytes.fromhex(rest)))
-            elif kind == "p":
-                paths.discard(os.fsdecode(bytes.fromhex(rest)))
+            try:
+                _note(line.decode("ascii", "replace"), targets, paths)
+            except ValueError:  # not a note rankscope writes: skipped, the others still count
+                continue
+
+
+def _note(line: str, targets: dict[int, str], paths: set[str]) -> None:
+    kind, _, rest = line.partition(" ")
+    if kind == "T":
+        pid, _, state = rest.partition(" ")
+        targets[int(pid)] = state
+    elif kind == "t":
+        targets.pop(int(rest), None)
+    elif kind == "P":
+        paths.add(os.fsdecode(bytes.fromhex(rest)))
+    elif kind == "p":
+        paths.discard(os.fsdecode(bytes.fromhex(rest)))
 
 
 def main(argv: list[str]) -> None:
