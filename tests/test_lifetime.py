@@ -170,6 +170,8 @@ def test_a_child_whose_output_goes_to_a_file_is_waited_for(tmp_path: Path) -> No
         child = lifetime.start(["sh", "-c", "echo to-the-file; exit 4"], 30, capture=None, stdout=handle)
     lifetime.wait([child])
     assert child.returncode == 4 and log.read_text() == "to-the-file\n"
+
+
 def test_children_still_run_where_no_guardian_can_be_started() -> None:
     script = textwrap.dedent(
         """
