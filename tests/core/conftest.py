@@ -118,9 +118,11 @@ def crashes(tmp_path: Path) -> Iterator[Crashes]:
 
 
 @contextlib.contextmanager
-def hung_process(directory: Path, source: str = HANG) -> Iterator[subprocess.Popen[bytes]]:
+def hung_process(
+    directory: Path, source: str = HANG, name: str = "hang.py"
+) -> Iterator[subprocess.Popen[bytes]]:
     """A live python running ``source`` (which prints "ready" once set); its group killed at the end."""
-    script = directory / "hang.py"
+    script = directory / name
     script.write_text(source)
     proc = subprocess.Popen([real_python(), str(script)], stdout=subprocess.PIPE, start_new_session=True)
     try:

@@ -30,7 +30,7 @@ time.sleep(600)
 
 @pytest.fixture
 def big(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with hung_process(tmp_path, BIG) as proc:
+    with hung_process(tmp_path, BIG, "big.py") as proc:
         yield proc
 
 
@@ -96,5 +96,35 @@ def test_a_finished_core_is_private_and_nothing_else_is_left(
         assert state(big.pid) == "S" and tracer(big.pid) == 0
     finally:
         kill_marked(mark)
+        for core in out.glob("core.*"):
+            core.unlink()
+
+
+def test_sigterm_keeps_the_cores_already_finished_and_removes_the_partial_one(
+    hung: subprocess.Popen[bytes], big: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    out = tmp_path / "cores"
+    env, mark = marked_env()
+    argv = ["core", "grab", str(hung.pid), str(big.pid), "--dir", str(out), "--parallel", "1"]
+    rankscope = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", *argv],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: tracer(big.pid) != 0, 240, "the second gcore")  # one at a time: the first is done
+        os.kill(rankscope.pid, signal.SIGTERM)
+        assert rankscope.wait(30) == 143
+        assert [p.name for p in out.iterdir()] == [f"core.{hung.pid}"]
+        assert stat.S_IMODE((out / f"core.{hung.pid}").stat().st_mode) == 0o600
+        assert wait_gone(mark) == []
+        assert tracer(big.pid) == 0 and state(big.pid) not in ("T", "t")
+    finally:
+        kill_marked(mark)
+        if rankscope.poll() is None:
+            os.killpg(rankscope.pid, signal.SIGKILL)
+        rankscope.wait()
         for core in out.glob("core.*"):
             core.unlink()
