@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 from tests.core.conftest import hung_process
-from tests.support.leftovers import kill_marked, marked_env, state, tracer, wait_for, wait_gone
+from tests.support.leftovers import (
+    kill_marked,
+    marked_env,
+    rankscope_marked,
+    state,
+    tracer,
+    wait_for,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.needs("gdb")
 
@@ -43,15 +51,7 @@ def test_rankscope_killed_mid_grab_leaves_nothing_running_traced_or_readable(
     big: subprocess.Popen[bytes], tmp_path: Path, sig: int
 ) -> None:
     out = tmp_path / "cores"
-    env, mark = marked_env()
-    rankscope = subprocess.Popen(
-        [sys.executable, "-m", "rankscope", "core", "grab", str(big.pid), "--dir", str(out)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
+    with rankscope_marked("core", "grab", str(big.pid), "--dir", str(out)) as (rankscope, mark):
         # gcore has the target and has begun writing: every byte so far is private
         wait_for(lambda: tracer(big.pid) != 0 and _files(out), 120, "gcore to start writing the core")
         for path in [out, *out.rglob("*")]:
@@ -69,11 +69,6 @@ def test_rankscope_killed_mid_grab_leaves_nothing_running_traced_or_readable(
             assert rankscope.returncode == 128 + sig
             assert rankscope.stderr is not None
             assert (b"terminated" if sig == signal.SIGTERM else b"interrupted") in rankscope.stderr.read()
-    finally:
-        kill_marked(mark)
-        if rankscope.poll() is None:
-            os.killpg(rankscope.pid, signal.SIGKILL)
-        rankscope.wait()
 
 
 def test_a_finished_core_is_private_and_nothing_else_is_left(
@@ -104,16 +99,8 @@ def test_sigterm_keeps_the_cores_already_finished_and_removes_the_partial_one(
     hung: subprocess.Popen[bytes], big: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     out = tmp_path / "cores"
-    env, mark = marked_env()
     argv = ["core", "grab", str(hung.pid), str(big.pid), "--dir", str(out), "--parallel", "1"]
-    rankscope = subprocess.Popen(
-        [sys.executable, "-m", "rankscope", *argv],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with rankscope_marked(*argv) as (rankscope, mark):
         wait_for(lambda: tracer(big.pid) != 0, 240, "the second gcore")  # one at a time: the first is done
         os.kill(rankscope.pid, signal.SIGTERM)
         assert rankscope.wait(30) == 143
@@ -121,10 +108,5 @@ def test_sigterm_keeps_the_cores_already_finished_and_removes_the_partial_one(
         assert stat.S_IMODE((out / f"core.{hung.pid}").stat().st_mode) == 0o600
         assert wait_gone(mark) == []
         assert tracer(big.pid) == 0 and state(big.pid) not in ("T", "t")
-    finally:
-        kill_marked(mark)
-        if rankscope.poll() is None:
-            os.killpg(rankscope.pid, signal.SIGKILL)
-        rankscope.wait()
-        for core in out.glob("core.*"):
-            core.unlink()
+    for core in out.glob("core.*"):
+        core.unlink()

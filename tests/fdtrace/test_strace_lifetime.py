@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from tests.fdtrace.conftest import FailingWriter
-from tests.support.leftovers import kill_marked, marked_env, state, tracer, wait_for, wait_gone
+from tests.support.leftovers import rankscope_marked, state, tracer, wait_for, wait_gone
 
 pytestmark = pytest.mark.needs("strace")
 
@@ -22,15 +20,8 @@ def test_strace_killed_mid_trace_leaves_the_target_untraced_and_nothing_behind(
 ) -> None:
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    env, mark = marked_env(TMPDIR=str(scratch))
-    rankscope = subprocess.Popen(
-        [sys.executable, "-m", "rankscope", "strace", str(failing_writer.pid), "--seconds", "60"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
+    argv = ["strace", str(failing_writer.pid), "--seconds", "60"]
+    with rankscope_marked(*argv, TMPDIR=str(scratch)) as (rankscope, mark):
         wait_for(lambda: tracer(failing_writer.pid) != 0, 30, "strace to attach")
         time.sleep(1)  # it traces a busy process: its output grows
         assert list(scratch.glob("rankscope-strace-*/*.strace"))
@@ -42,8 +33,3 @@ def test_strace_killed_mid_trace_leaves_the_target_untraced_and_nothing_behind(
         wait_for(lambda: not list(scratch.iterdir()), 10, "the trace output to be removed")
         if sig == signal.SIGTERM:
             assert rankscope.returncode == 143  # a report of what was traced so far
-    finally:
-        kill_marked(mark)
-        if rankscope.poll() is None:
-            os.killpg(rankscope.pid, signal.SIGKILL)
-        rankscope.wait()

@@ -6,9 +6,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
-from tests.support.leftovers import carrying, kill_marked, marked_env, state, wait_for, wait_gone
+from tests.support.leftovers import carrying, rankscope_marked, state, wait_for, wait_gone
 
 from rankscope import procfs
 from rankscope.lifetime import STARTED_BY
@@ -17,16 +16,8 @@ from rankscope.lifetime import STARTED_BY
 def test_stacks_killed_mid_dumps_leaves_no_py_spy_and_the_target_running(
     python_sleeper: subprocess.Popen[bytes],
 ) -> None:
-    env, mark = marked_env()
     argv = ["stacks", "--pid", str(python_sleeper.pid), "--samples", "1000", "--interval", "0"]
-    rankscope = subprocess.Popen(
-        [sys.executable, "-m", "rankscope", *argv],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with rankscope_marked(*argv) as (rankscope, mark):
         tokens: list[str] = []
 
         def a_dump_read() -> bool:  # the environment of a py-spy that ran long enough to be read
@@ -43,8 +34,3 @@ def test_stacks_killed_mid_dumps_leaves_no_py_spy_and_the_target_running(
         rankscope.wait(30)
         assert wait_gone(mark) == [], "left running after rankscope died"
         assert state(python_sleeper.pid) in ("S", "R")
-    finally:
-        kill_marked(mark)
-        if rankscope.poll() is None:
-            os.killpg(rankscope.pid, signal.SIGKILL)
-        rankscope.wait()

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 MARK = "RANKSCOPE_TEST_LEFTOVER_MARK"
 
@@ -95,3 +97,28 @@ def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str =
         if time.monotonic() > until:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def rankscope_marked(
+    *args: str, drop: Callable[[str], bool] = lambda _name: False, **extra_env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``rankscope ARGS`` in a session of its own with a fresh mark (stdout and stderr piped), the
+    variables ``drop`` names removed; at the end everything carrying the mark and rankscope's
+    group are SIGKILLed."""
+    env, mark = marked_env(**extra_env)
+    env = {name: value for name, value in env.items() if not drop(name)}
+    rankscope = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        yield rankscope, mark
+    finally:
+        kill_marked(mark)
+        if rankscope.poll() is None:
+            os.killpg(rankscope.pid, signal.SIGKILL)
+        rankscope.communicate()
