@@ -504,6 +504,7 @@ class Child:
         self.output = capture
         self.timed_out = False
         self._reaped = False
+        self._ended: Optional[float] = None
         import _thread
 
         self._lock = _thread.allocate_lock()
@@ -520,7 +521,8 @@ class Child:
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """Seconds from its start to its reaping (or to now while it runs)."""
+        return (self._ended or time.monotonic()) - self.started
 
     def text(self) -> str:
         return self.output.text() if self.output is not None else ""
@@ -543,7 +545,7 @@ class Child:
                 signal_group(self.pid, signal.SIGKILL)
                 self._drain()
                 self.process.wait()
-                self._reaped = True
+                self._reaped, self._ended = True, time.monotonic()
                 if self.output is not None and self.process.stdout is not None:
                     self.process.stdout.close()  # all read: the descriptor goes with the child
                 _LIVE.discard(self)
