@@ -207,7 +207,10 @@ def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
 GRAB_HELP = """Cores of live (hung) processes, for the ranks py-spy cannot explain: gcore of every
 process at once (it stops each one for the few seconds it takes, then lets it go on), with a
 deadline, after checking that the directory has room for them (their mapped memory, VmSize).
-Files are DIR/core.PID, private (0600). Read them with rankscope core bt.
+Files are DIR/core.PID, private (0600 from their first byte, written in a 0700 directory inside
+DIR and moved in when whole: a core.PID is never partial). Stopped by Ctrl-C, SIGTERM or SIGKILL,
+it leaves no gcore running, no process stopped and no partial core. Read them with rankscope core
+bt; as root, hand one to the job's owner with install -o USER -m 0600 DIR/core.PID ~USER/.
 
 --abort sends SIGABRT instead: the processes DIE and the kernel writes their cores where
 kernel.core_pattern says (rankscope core check); each one's ulimit -c is raised to its hard limit
