@@ -20,6 +20,7 @@ SHARED = (
     "procfs.py",
     "procs.py",
     "lifetime.py",
+    "guardian.py",
 )
 ROOMS = (
     "rankscope.stacks",

@@ -117,11 +117,13 @@ def crashes(tmp_path: Path) -> Iterator[Crashes]:
             core.unlink()
 
 
-@pytest.fixture
-def hung(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A live python sleeping in hang_here(); killed in teardown."""
-    script = tmp_path / "hang.py"
-    script.write_text(HANG)
+@contextlib.contextmanager
+def hung_process(
+    directory: Path, source: str = HANG, name: str = "hang.py"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A live python running ``source`` (which prints "ready" once set); its group killed at the end."""
+    script = directory / name
+    script.write_text(source)
     proc = subprocess.Popen([real_python(), str(script)], stdout=subprocess.PIPE, start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
@@ -130,3 +132,10 @@ def hung(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.fixture
+def hung(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A live python sleeping in hang_here(); killed in teardown."""
+    with hung_process(tmp_path) as proc:
+        yield proc

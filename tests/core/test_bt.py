@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -79,6 +80,15 @@ def test_truncated_and_garbage_files_are_one_line_each_and_the_real_core_is_stil
     assert "SIGSEGV in thread" in result.stdout
     assert f"not a readable core: {truncated}: truncated" in result.stdout
     assert f"not a readable core: {garbage}: not an ELF file" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_a_fifo_planted_as_a_core_is_one_line_not_a_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "core.1234"
+    os.mkfifo(fifo)  # nobody ever writes it: an open() that blocks would never return
+    result = run_cli("core", "bt", str(fifo), timeout=60)
+    assert result.returncode == 8, result.stdout + result.stderr
+    assert f"not a readable core: {fifo}: not a regular file (a FIFO)" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 

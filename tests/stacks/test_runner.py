@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from rankscope import lifetime
 from rankscope.stacks.runner import Runner
 
 PY = sys.executable
@@ -17,6 +18,7 @@ def _open_fds() -> int:
 
 
 def test_runner_captures_large_outputs_of_many_commands_at_once() -> None:
+    lifetime.guardian()  # started once per process, its pipe held for good: not a leak
     fds = _open_fds()
     runner = Runner(dict(os.environ))
     big = "import sys; sys.stdout.write('x' * 300000); sys.stderr.write('e' * 100000); sys.exit({})"

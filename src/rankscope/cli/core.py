@@ -89,9 +89,12 @@ def bt(
     from rankscope.ranks import short_hostname
 
     out = OutDir(out_dir, force) if out_dir is not None else None
+    from rankscope.lifetime import sigterm_raises
+
     progress = tty_progress(min_interval=0.25)
     try:
-        report = backtraces(list(cores), python, short_hostname(), timeout, progress=progress)
+        with sigterm_raises():
+            report = backtraces(list(cores), python, short_hostname(), timeout, progress=progress)
     finally:
         if progress is not None:
             progress.clear()
@@ -204,7 +207,10 @@ def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
 GRAB_HELP = """Cores of live (hung) processes, for the ranks py-spy cannot explain: gcore of every
 process at once (it stops each one for the few seconds it takes, then lets it go on), with a
 deadline, after checking that the directory has room for them (their mapped memory, VmSize).
-Files are DIR/core.PID, private (0600). Read them with rankscope core bt.
+Files are DIR/core.PID, private (0600 from their first byte, written in a 0700 directory inside
+DIR and moved in when whole: a core.PID is never partial). Stopped by Ctrl-C, SIGTERM or SIGKILL,
+it leaves no gcore running, no process stopped and no partial core. Read them with rankscope core
+bt; as root, hand one to the job's owner with install -o USER -m 0600 DIR/core.PID ~USER/.
 
 --abort sends SIGABRT instead: the processes DIE and the kernel writes their cores where
 kernel.core_pattern says (rankscope core check); each one's ulimit -c is raised to its hard limit
@@ -299,9 +305,12 @@ def grab(
                 "pass --dir a larger file system, fewer pids, or --no-space-check",
                 ExitCode.BAD_INPUT,
             )
+        from rankscope.lifetime import sigterm_raises
+
         progress = tty_progress(min_interval=0.25)
         try:
-            results = grabbing.gcore_all(targets, str(directory), timeout, parallel, progress)
+            with sigterm_raises():  # gcores ended, partial cores removed, targets continued: exit 143
+                results = grabbing.gcore_all(targets, str(directory), timeout, parallel, progress)
         finally:
             if progress is not None:
                 progress.clear()

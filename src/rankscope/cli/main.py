@@ -104,9 +104,10 @@ def _click_main(argv: Optional[list[str]]) -> Any:
     except click.ClickException as exc:
         exc.show()
         return ExitCode.USAGE
-    except click.exceptions.Abort:
-        click.echo("rankscope: interrupted", err=True)
-        return 130
+    except click.exceptions.Abort as exc:  # Ctrl-C, or SIGTERM raised as rankscope.lifetime.Terminated
+        signum = int(getattr(exc.__cause__, "signum", 2))
+        click.echo("rankscope: interrupted" if signum == 2 else "rankscope: terminated (SIGTERM)", err=True)
+        return 128 + signum
 
 
 def main(argv: Optional[list[str]] = None) -> Any:

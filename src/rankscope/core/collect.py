@@ -3,16 +3,18 @@
 gdb gives the native backtrace of every thread (one batch run: ``bt`` of the thread that got the
 signal, then ``thread apply all bt``); pystack gives the Python frames (with the native ones and
 the library of each). py-spy cannot read cores written by gcore, pystack reads both kinds. Both run
-at the same time, each in a process group of its own (rankscope.lifetime), ended at the deadline.
+at the same time through rankscope.lifetime: a session of their own, output kept up to its bound,
+ended (with what they started) at the deadline, on SIGTERM or Ctrl-C, and when rankscope dies.
+
+A path given is opened without blocking and must be a regular file (core.notes): a FIFO or a
+device is one line in the list of unreadable files, never a hang.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,33 +72,27 @@ def pystack_argv(pystack: str, executable: Optional[str], core: str) -> list[str
     return [pystack, "core", "--native", "--no-color", core, *([executable] if executable else [])]
 
 
-def _start(tool: str, argv: list[str]) -> tuple[Optional[subprocess.Popen[bytes]], ToolRun]:
+def _start(tool: str, argv: list[str], timeout: float) -> tuple[Optional[lifetime.Child], ToolRun]:
     run = ToolRun(tool, argv)
     try:
-        process, _token = lifetime.start_group(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        child = lifetime.start(argv, timeout)
     except OSError as exc:
         run.error = f"{tool} could not start: {exc.strerror or exc}"
         return None, run
-    return process, run
+    return child, run
 
 
-def _finish(
-    process: Optional[subprocess.Popen[bytes]], run: ToolRun, started: float, deadline: float
-) -> ToolRun:
-    if process is None:
+def _finish(child: Optional[lifetime.Child], run: ToolRun) -> ToolRun:
+    if child is None:
         return run
-    try:
-        out, _ = process.communicate(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        lifetime.end_group(process)
-        out = process.stdout.read() if process.stdout else b""
-        run.error = f"{run.tool} did not finish within {deadline - started:.0f} s (raise --timeout)"
-    run.output = out.decode("utf-8", "replace")
-    run.returncode = process.returncode
-    run.elapsed = time.monotonic() - started
-    if not run.error and process.returncode != 0 and run.tool == "pystack":
+    if child.timed_out:
+        run.error = f"{run.tool} did not finish within {child.elapsed:.0f} s (raise --timeout)"
+    run.output = child.text()
+    run.returncode = child.returncode
+    run.elapsed = child.elapsed
+    if not run.error and child.returncode != 0 and run.tool == "pystack":
         last = [line for line in run.output.splitlines() if line.strip()]
-        run.error = f"pystack failed: {last[-1] if last else 'exit code ' + str(process.returncode)}"
+        run.error = f"pystack failed: {last[-1] if last else 'exit code ' + str(child.returncode)}"
     return run
 
 
@@ -104,15 +100,19 @@ def run_tools(
     gdb: str, pystack: Optional[str], executable: str, core: str, timeout: float
 ) -> tuple[ToolRun, Optional[ToolRun]]:
     """gdb (and pystack when given) on ``core`` at the same time; each ends by ``timeout`` seconds."""
-    started = time.monotonic()
-    deadline = started + timeout
-    gdb_process, gdb_run = _start("gdb", gdb_argv(gdb, executable, core))
-    py_process, py_run = (None, None)
+    gdb_child, gdb_run = _start("gdb", gdb_argv(gdb, executable, core), timeout)
+    py_child, py_run = (None, None)
     if pystack:
-        py_process, py_run = _start("pystack", pystack_argv(pystack, executable, core))
-    gdb_run = _finish(gdb_process, gdb_run, started, deadline)
+        py_child, py_run = _start("pystack", pystack_argv(pystack, executable, core), timeout)
+    children = [c for c in (gdb_child, py_child) if c is not None]
+    try:
+        lifetime.wait(children)
+    finally:
+        for child in children:
+            child.__exit__()
+    gdb_run = _finish(gdb_child, gdb_run)
     if py_run is not None:
-        py_run = _finish(py_process, py_run, started, deadline)
+        py_run = _finish(py_child, py_run)
     return gdb_run, py_run
 
 
@@ -189,8 +189,15 @@ def backtraces(
         return None
 
     with ThreadPoolExecutor(max_workers=jobs or min(len(paths), os.cpu_count() or 1) or 1) as pool:
-        for result in pool.map(one, paths):
-            if result is not None:
-                cores.append(result)
+        try:
+            for result in pool.map(one, paths):
+                if result is not None:
+                    cores.append(result)
+        except (
+            BaseException
+        ):  # SIGTERM or Ctrl-C: the workers' gdb and pystack end now, not at their deadline
+            pool.shutdown(wait=False, cancel_futures=True)
+            lifetime.end_all()
+            raise
     bad.sort(key=lambda b: list(paths).index(b.path))
     return BtReport(group(cores, host), bad, cores)

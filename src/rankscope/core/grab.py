@@ -6,6 +6,9 @@ the directory against the sum of the processes' mapped memory (VmSize). Measured
 2.13 CPU process: VmSize 721 MB, VmRSS 225 MB, its gcore 688 MB (671 MB on disk: not sparse), so
 resident memory would underestimate it threefold. ``abort`` instead sends SIGABRT: the process dies and the kernel writes the core where
 kernel.core_pattern says (its own ulimit -c is raised to its hard limit first when it is 0).
+
+Cores hold the process's memory (tokens, data, keys): each is created 0600 inside a private 0700
+directory and moved into place only when whole (:func:`gcore_all`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import os
 import resource
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -79,34 +81,26 @@ def needed_bytes(targets: Sequence[Target]) -> int:
     return int(sum(t.size for t in targets) * SPACE_MARGIN)
 
 
-def _collect(
-    running: dict[int, tuple[subprocess.Popen[bytes], Grabbed, float]], deadline: float, directory: str
-) -> None:
-    while running:
-        for pid, (process, result, started) in list(running.items()):
-            if process.poll() is None and time.monotonic() < deadline:
-                continue
-            if process.returncode is None:
-                lifetime.end_group(process)
-                result.error = f"gcore did not finish by the deadline ({deadline - started:.0f} s)"
-            elapsed = time.monotonic() - started
-            out = process.stdout.read().decode("utf-8", "replace") if process.stdout else ""
-            path = os.path.join(directory, f"core.{pid}")
-            result.elapsed = elapsed
-            if os.path.exists(path):
-                with contextlib.suppress(OSError):
-                    os.chmod(path, 0o600)  # memory of the process: private
-                if result.error:
-                    os.unlink(path)  # a partial core is worse than none (it looks whole)
-                else:
-                    result.path, result.size = path, os.path.getsize(path)
-            elif not result.error:
-                last = [line for line in out.splitlines() if line.strip()]
-                result.error = (
-                    f"gcore wrote no core: {last[-1] if last else 'exit code ' + str(process.returncode)}"
-                )
-            del running[pid]
-        time.sleep(0.05)
+def _finish(child: lifetime.Child, result: Grabbed, work: str, directory: str) -> None:
+    """One gcore ended: its core moved from the private ``work`` directory into ``directory``."""
+    result.elapsed = child.elapsed
+    partial = os.path.join(work, f"core.{result.pid}")
+    if child.timed_out:
+        result.error = f"gcore did not finish by the deadline ({child.elapsed:.0f} s)"
+    elif not os.path.exists(partial):
+        last = [line for line in child.text().splitlines() if line.strip()]
+        result.error = f"gcore wrote no core: {last[-1] if last else 'exit code ' + str(child.returncode)}"
+    if result.error:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)  # a partial core is worse than none (it looks whole)
+        return
+    path = os.path.join(directory, f"core.{result.pid}")
+    try:
+        os.replace(partial, path)  # replaces a link planted there, never writes through it
+    except OSError as exc:
+        result.error = f"could not move the core to {path}: {exc.strerror or exc}"
+        return
+    result.path, result.size = path, os.path.getsize(path)
 
 
 def gcore_all(
@@ -116,30 +110,56 @@ def gcore_all(
     parallel: int = 0,
     progress: Optional[Callable[[str], None]] = None,
 ) -> list[Grabbed]:
-    """gcore of every target into ``directory/core.PID``, ``parallel`` at a time (0: all at once)."""
+    """gcore of every target into ``directory/core.PID``, ``parallel`` at a time (0: all at once).
+
+    Each core is written 0600 (gcore runs with umask 077) into a private 0700 directory inside
+    ``directory`` and moved into place once whole: nobody else reads a byte of it, and a core that
+    is in ``directory`` is complete. gcore and its gdb die with rankscope (:mod:`rankscope.lifetime`,
+    SIGKILL included); a target is continued if it is left stopped; the private directory and any
+    partial core are removed on the deadline, SIGTERM, Ctrl-C or rankscope's death.
+    """
     gcore = shutil.which("gcore")
     results = [Grabbed(t.pid, t.label) for t in targets]
     deadline = time.monotonic() + timeout
     width = parallel or len(targets) or 1
     queue = list(zip(targets, results))
-    running: dict[int, tuple[subprocess.Popen[bytes], Grabbed, float]] = {}
-    while queue:
-        batch, queue = queue[:width], queue[width:]
+    with lifetime.private_tempdir(".rankscope-grab-", directory) as work:
+        while queue:
+            batch, queue = queue[:width], queue[width:]
+            _batch(batch, gcore or "gcore", work, directory, deadline)
+            if progress:
+                progress(f"{sum(1 for r in results if r.path)} of {len(results)} cores written")
+    return results
+
+
+def _batch(
+    batch: Sequence[tuple[Target, Grabbed]], gcore: str, work: str, directory: str, deadline: float
+) -> None:
+    running: list[tuple[lifetime.Child, Grabbed]] = []
+    try:
         for target, result in batch:
+            entry = procfs.process(target.pid)
+            lifetime.note_target(target.pid, entry.state if entry is not None else "")
             try:
-                process, _token = lifetime.start_group(
-                    [gcore or "gcore", "-o", os.path.join(directory, "core"), str(target.pid)],
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
+                child = lifetime.start(
+                    [gcore, "-o", os.path.join(work, "core"), str(target.pid)],
+                    max(0.0, deadline - time.monotonic()),
+                    umask=0o077,
+                    capture=1 << 20,
                 )
             except OSError as exc:
                 result.error = f"gcore could not start: {exc.strerror or exc}"
+                lifetime.release_target(target.pid)
                 continue
-            running[target.pid] = (process, result, time.monotonic())
-        _collect(running, deadline, directory)
-        if progress:
-            progress(f"{sum(1 for r in results if r.path)} of {len(results)} cores written")
-    return results
+            running.append((child, result))
+        lifetime.wait([child for child, _ in running])
+    finally:  # also on SIGTERM or Ctrl-C: what finished is kept, what runs is ended and removed
+        for child, result in running:
+            if child.returncode is None:
+                child.end()
+                child.timed_out = True
+            _finish(child, result, work, directory)
+            lifetime.release_target(result.pid)
 
 
 def _raise_core_limit(pid: int) -> None:

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from stat import S_ISREG
 from typing import Optional
 
 from rankscope import lifetime
@@ -49,11 +50,16 @@ class CoreList:
 
 
 def is_core(path: str) -> bool:
+    """Does ``path`` start like a core? Opened without blocking or following a link (a FIFO or a
+    link swapped in after the directory was listed is "no", never a hang)."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(18)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
+    with open(fd, "rb") as f:
+        if not S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = f.read(18)
     return len(head) == 18 and head[:4] == b"\x7fELF" and head[5] == 1 and head[16] == 4
 
 
@@ -127,14 +133,10 @@ def coredumpctl(timeout: float = COREDUMPCTL_TIMEOUT) -> list[FoundCore]:
     tool = shutil.which("coredumpctl")
     if tool is None:
         return []
-    process, _token = lifetime.start_group(
-        [tool, "list", "--json=short", "--no-pager"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-    )
-    try:
-        out, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        lifetime.end_group(process)
+    child = lifetime.run([tool, "list", "--json=short", "--no-pager"], timeout, stderr=subprocess.DEVNULL)
+    if child.timed_out:
         return []
+    out = child.output.bytes() if child.output is not None else b""
     try:
         entries = json.loads(out or b"[]")
     except ValueError:

@@ -18,6 +18,7 @@ import os
 import signal
 import struct
 from dataclasses import dataclass, field
+from stat import S_ISBLK, S_ISCHR, S_ISDIR, S_ISFIFO, S_ISREG, S_ISSOCK
 from typing import BinaryIO, Optional
 
 from rankscope.serial import OMIT_NONE, SKIP
@@ -197,10 +198,29 @@ def _rank_env(region: bytes) -> dict[str, str]:
     return env
 
 
+def _kind(mode: int) -> str:
+    kinds = (
+        (S_ISFIFO, "a FIFO"),
+        (S_ISDIR, "a directory"),
+        (S_ISCHR, "a character device"),
+        (S_ISBLK, "a block device"),
+        (S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a file")
+
+
 def read_notes(path: str) -> CoreNotes:
-    """The notes of the core file at ``path``; :class:`NotACoreError` when it is not one (or cut short)."""
-    with open(path, "rb") as f:
+    """The notes of the core file at ``path``; :class:`NotACoreError` when it is not one (or cut short).
+
+    Opened without blocking (a FIFO planted under a core's name would block ``open`` forever) and
+    read only when it is a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as f:
         stat = os.fstat(f.fileno())
+        if not S_ISREG(stat.st_mode):
+            raise NotACoreError(f"not a regular file ({_kind(stat.st_mode)})")
+        os.set_blocking(fd, True)
         size = stat.st_size
         segments = _headers(f, size)
         note_seg = next((s for s in segments if s.kind == _PT_NOTE), None)

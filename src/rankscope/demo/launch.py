@@ -7,9 +7,7 @@ forwards it), then SIGKILLs the process group of every worker and launcher still
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Optional
 
+from rankscope import lifetime
 from rankscope.procs import ProcessTable
 
 HANG_JOB = Path(__file__).with_name("hang_job.py")
@@ -77,24 +76,8 @@ class LaunchedJob:
 
 
 def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Iterable[int] = ()) -> None:
-    """SIGTERM a launcher (torchrun forwards it), then SIGKILL it and every descendant's process group.
-
-    Descendants are listed before anything is killed: torchrun and mpirun start their workers
-    outside their own process group, and once the launcher is gone those workers are orphans
-    that neither its process group nor its list of children reaches any more.
-    """
-    pids = set(known)
-    pids.update(ProcessTable().descendants(process.pid))
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(grace)
-    for pid in [process.pid, *sorted(pids)]:
-        for kill in (os.killpg, os.kill):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                kill(pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(grace)
+    """SIGTERM the launcher, then SIGKILL it and every descendant's group (rankscope.lifetime.kill_tree)."""
+    lifetime.kill_tree(process, grace, known)
 
 
 def start_torchrun(

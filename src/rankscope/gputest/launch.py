@@ -1,8 +1,9 @@
 """`gpu-test --nproc` / `--isolate` and `bench allreduce --nproc`: start rankscope under torchrun on this node.
 
-torchrun starts its workers in their own sessions; on a deadline, Ctrl-C or SIGTERM the whole tree is
-stopped (rankscope.demo.launch.kill_tree). Rank 0 writes its summary to a file named in the
-environment, so the launcher's exit code is the test's verdict and not torchrun's.
+torchrun starts its workers in their own sessions; on a deadline, Ctrl-C, SIGTERM or rankscope's
+death the whole tree is ended, the workers found by the token they inherit (rankscope.lifetime).
+Rank 0 writes its summary to a file named in the environment, so the launcher's exit code is the
+test's verdict and not torchrun's.
 """
 
 from __future__ import annotations
@@ -10,16 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from rankscope.demo.launch import kill_tree
+from rankscope import lifetime
 from rankscope.gputest.collect import DEVICES_ENV, VERDICT_ENV
 from rankscope.gputest.isolate import IsolateVerdict, Subset, plan_stages, read_results, skip_known_bad
 from rankscope.gputest.report import SCHEMA, Summary
@@ -37,24 +36,6 @@ class LocalRun:
     output: str = ""
 
 
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM stops the job as Ctrl-C does (the tree is killed on the way out)."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_local(
     nproc: int,
     rankscope_args: Sequence[str],
@@ -62,11 +43,13 @@ def run_local(
     env: Optional[Mapping[str, str]] = None,
     capture: bool = False,
 ) -> LocalRun:
-    """``torchrun --standalone --nproc-per-node N -m rankscope ARGS``; ``capture``: keep the ranks' output."""
-    workdir = Path(tempfile.mkdtemp(prefix="rankscope-gputest-"))
-    verdict = workdir / "verdict.json"
+    """``torchrun --standalone --nproc-per-node N -m rankscope ARGS``; ``capture``: keep the ranks' output.
+
+    torchrun, its workers (each a session leader) and the private directory that holds the verdict
+    and the ranks' log end with rankscope: at the deadline, on Ctrl-C, on SIGTERM (exit 143), and
+    through the guardian when rankscope is killed (rankscope.lifetime).
+    """
     job_env = dict(os.environ if env is None else env)
-    job_env[VERDICT_ENV] = str(verdict)
     job_env.setdefault("OMP_NUM_THREADS", "1")
     argv = [
         sys.executable,
@@ -79,33 +62,27 @@ def run_local(
         "rankscope",
         *rankscope_args,
     ]
-    log_path = workdir / "ranks.log"
-    timed_out = False
-    with open(log_path, "wb") as log, _sigterm_as_interrupt():
-        process = subprocess.Popen(
-            argv,
-            env=job_env,
-            stdout=log if capture else None,
-            stderr=subprocess.STDOUT if capture else None,
-            start_new_session=True,
-        )
-        try:
-            process.wait(timeout + START_SLACK)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            if process.poll() is None:
-                kill_tree(process, grace=3.0)
-    summary = None
-    with contextlib.suppress(OSError, ValueError):
-        summary = load_document(Summary, json.loads(verdict.read_text()), SCHEMA)
-    output = log_path.read_text(errors="replace") if capture else ""
-    for path in (verdict, log_path):
-        with contextlib.suppress(OSError):
-            path.unlink()
-    with contextlib.suppress(OSError):
-        workdir.rmdir()
-    return LocalRun(process.returncode, summary, timed_out, output)
+    with lifetime.private_tempdir("rankscope-gputest-") as workdir, lifetime.sigterm_raises():
+        verdict = Path(workdir) / "verdict.json"
+        job_env[VERDICT_ENV] = str(verdict)
+        log_path = Path(workdir) / "ranks.log"
+        with open(log_path, "wb") as log:
+            child = lifetime.start(
+                argv,
+                timeout + START_SLACK,
+                env=job_env,
+                capture=None,
+                grace=3.0,
+                stdout=log if capture else None,
+                stderr=subprocess.STDOUT if capture else None,
+            )
+        with child:
+            lifetime.wait([child])
+        summary = None
+        with contextlib.suppress(OSError, ValueError):
+            summary = load_document(Summary, json.loads(verdict.read_text()), SCHEMA)
+        text = log_path.read_text(errors="replace") if capture else ""
+    return LocalRun(child.returncode, summary, child.timed_out, text)
 
 
 @dataclass

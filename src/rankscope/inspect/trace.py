@@ -1,10 +1,11 @@
 """Attach strace to processes for a few seconds, detach, and summarise what they did.
 
-One ``strace -f -p PID -T -tt -qq -o FILE`` per process, all at once, each in a process group
-of its own (rankscope.lifetime): at the deadline (or on SIGINT/SIGTERM to rankscope) each gets
-SIGTERM, on which strace detaches and the traced process runs on. Its output goes to a private
-temporary file (strace's own ``-o``), read after it ended. A process left stopped is continued
-(rankscope.stacks.pstate's rule).
+One ``strace -f -p PID -T -tt -qq -o FILE`` per process, all at once, each started through
+rankscope.lifetime: at the deadline (or on SIGINT/SIGTERM to rankscope) each gets SIGTERM, on which
+strace detaches and the traced process runs on. Its output goes to a private temporary directory
+(strace's own ``-o``), read after it ended. A process left stopped is continued
+(rankscope.stacks.pstate's rule). When rankscope is killed (SIGKILL included) the guardian ends
+every strace the same way, continues a target left stopped and removes the directory.
 
 Full output, not ``-c``: ``-c`` counts calls but says neither what a thread is blocked on nor
 which paths failed, and a second ``-c`` pass would double the time the process is held.
@@ -13,20 +14,16 @@ which paths failed, and a second ``-c`` pass would double the time the process i
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
-import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-from rankscope import procfs
+from rankscope import lifetime, procfs
 from rankscope.errors import BadInputError, MissingToolError, RankscopeError
 from rankscope.inspect.collect import PermissionDeniedError, living, process_fds
 from rankscope.inspect.report import ProcessTrace
 from rankscope.inspect.syscalls import summarise
-from rankscope.lifetime import end_group, start_group
 from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.stacks.permissions import already_traced, explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running, proc_state
@@ -36,7 +33,7 @@ from rankscope.stacks.pstate import ensure_running, proc_state
 class _Running:
     pid: int
     rank: Optional[RankId]
-    process: subprocess.Popen[bytes]
+    child: lifetime.Child
     output: str
     state_before: str
 
@@ -83,13 +80,16 @@ def trace(
             if len(targets) == 1:
                 raise
             failures.append(_failure(pid, rank, exc))
-    with tempfile.TemporaryDirectory(prefix="rankscope-strace-") as scratch:
-        running = [_start(pid, rank, scratch) for pid, rank in runnable]
-        started = time.monotonic()
-        _wait(running, seconds, stop_fd)
-        ended_at = _seconds_of_day(time.time())
-        for item in running:
-            end_group(item.process)
+    with lifetime.private_tempdir("rankscope-strace-") as scratch:
+        running: list[_Running] = []
+        try:
+            running = [_start(pid, rank, scratch, seconds) for pid, rank in runnable]
+            started = time.monotonic()
+            lifetime.wait([item.child for item in running], -1 if stop_fd is None else stop_fd)
+            ended_at = _seconds_of_day(time.time())
+        finally:
+            for item in running:
+                item.child.__exit__()
         traced = time.monotonic() - started
         traces = []
         for item in running:
@@ -107,34 +107,18 @@ def _failure(pid: int, rank: Optional[RankId], exc: RankscopeError) -> Failure:
     return Failure(f"pid {pid}", Stage.ATTACH, exc.message, exc.hint, rank, kind)
 
 
-def _start(pid: int, rank: Optional[RankId], scratch: str) -> _Running:
+def _start(pid: int, rank: Optional[RankId], scratch: str, seconds: float) -> _Running:
     output = os.path.join(scratch, f"{pid}.strace")
     state_before = proc_state(pid)[0]
-    process, _token = start_group(strace_argv(pid, output), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return _Running(pid, rank, process, output, state_before)
-
-
-def _wait(running: list[_Running], seconds: float, stop_fd: Optional[int]) -> None:
-    """Until the deadline, a stop signal, or every strace has exited (all refused, or all targets gone)."""
-    deadline = time.monotonic() + seconds
-    with selectors.DefaultSelector() as selector:
-        if stop_fd is not None:
-            selector.register(stop_fd, selectors.EVENT_READ)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or all(item.process.poll() is not None for item in running):
-                return
-            if selector.get_map() and selector.select(min(left, 0.1)):
-                return
-            if not selector.get_map():
-                time.sleep(min(left, 0.1))
+    lifetime.note_target(pid, state_before)
+    child = lifetime.start(strace_argv(pid, output), seconds, capture=1 << 20)
+    return _Running(pid, rank, child, output, state_before)
 
 
 def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
-    stderr = item.process.stderr.read().decode("utf-8", "replace") if item.process.stderr else ""
-    if item.process.stderr:
-        item.process.stderr.close()
+    stderr = item.child.text()
     continued = ensure_running(item.pid, item.state_before)
+    lifetime.release_target(item.pid)
     state_after = proc_state(item.pid)[0]
     if "attach:" in stderr or not os.path.exists(item.output):
         if not state_after:

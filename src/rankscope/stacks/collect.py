@@ -279,12 +279,12 @@ def collect(
                 finished(outcome)
                 continue
             try:
-                run = runner.spawn(dump_argv(pyspy, target.pid, native, with_locals), remaining)
+                argv = dump_argv(pyspy, target.pid, native, with_locals)
+                run = runner.spawn(argv, remaining, target.pid, outcome.state_before)
             except OSError as exc:
                 _interpret(outcome, None, exc, intern, timeout)
                 finished(outcome)
                 continue
-            run.target, run.state_before = target.pid, outcome.state_before
             owner[run] = outcome
         if owner:
             until = min((start for start, _ in later), default=None)

@@ -4,7 +4,11 @@
 costs a thread, a Popen and a communicate() loop, and importing concurrent.futures and
 subprocess alone takes longer than several dumps. Here each command is spawned with
 os.posix_spawn, its stdout and stderr are read through a single select.poll(), and a
-command past its deadline is killed. Only os, select and time are imported.
+command past its deadline is killed. Only os, select and time are imported here.
+
+Every command dies with rankscope (rankscope.lifetime): it carries this run's token in its
+environment, the guardian is started before the first one, and the process it looks at is noted
+so that the guardian continues it if rankscope is killed while a dump holds it stopped.
 """
 
 from __future__ import annotations
@@ -73,13 +77,22 @@ class Runner:
     """Commands started with `spawn` and finished by `wait`; each is reaped exactly once."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self.env = env
+        from rankscope import lifetime
+
+        self._lifetime = lifetime
+        self.env = {**env, lifetime.STARTED_BY: lifetime.new_token()}
         self.running: list[Run] = []
         self._poll = select.poll()
         self._owner: dict[int, Run] = {}
 
-    def spawn(self, argv: Sequence[str], timeout: float) -> Run:
-        """Start ``argv`` (stdin /dev/null, stdout and stderr captured); OSError if it cannot start."""
+    def spawn(self, argv: Sequence[str], timeout: float, target: int = 0, state_before: str = "?") -> Run:
+        """Start ``argv`` (stdin /dev/null, stdout and stderr captured); OSError if it cannot start.
+
+        ``target``: the process it looks at, and ``state_before`` its state letter now.
+        """
+        self._lifetime.guardian()
+        if target:
+            self._lifetime.note_target(target, state_before)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         actions = [
@@ -97,6 +110,7 @@ class Runner:
             os.close(out_w)
             os.close(err_w)
         run = Run(tuple(argv), child, (out_r, err_r), timeout)
+        run.target, run.state_before = target, state_before
         for fd in (out_r, err_r):
             self._owner[fd] = run
             self._poll.register(fd, _READ)
@@ -115,6 +129,8 @@ class Runner:
         _, status = os.waitpid(run.child, 0)
         run.returncode = os.waitstatus_to_exitcode(status)
         self.running.remove(run)
+        if run.target:
+            self._lifetime.release_target(run.target, resume=False)  # the caller checks it running
 
     def kill(self, run: Run) -> None:
         """Stop a command now (SIGKILL) and reap it; it counts as timed out."""

@@ -1,0 +1,124 @@
+"""What a rankscope run left behind: processes carrying a mark, a target's state, temporary paths.
+
+A test starts rankscope with :func:`marked_env` (a variable with a fresh value that every process
+rankscope starts inherits, whatever session or parent it ends up in), kills it, then asks
+:func:`wait_gone` for what still carries the mark. Processes of other runs on the same machine
+(other gdb, strace or torchrun) never carry it, so the check is exact on a shared machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+MARK = "RANKSCOPE_TEST_LEFTOVER_MARK"
+
+
+def marked_env(**extra: str) -> tuple[dict[str, str], str]:
+    """The environment to start rankscope with, and its mark."""
+    mark = uuid.uuid4().hex
+    return {**os.environ, MARK: mark, **extra}, mark
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2]
+
+
+def carrying(mark: str, skip: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    """(pid, command name) of every live (not zombie) process whose environment has the mark."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in skip:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read().split(b"\0")
+        except OSError:
+            continue
+        stat = _stat(int(name))
+        if needle in environ and stat is not None and stat[1] not in ("Z", "X"):
+            found.append((int(name), stat[0]))
+    return found
+
+
+def wait_gone(mark: str, timeout: float = 15.0, skip: tuple[int, ...] = ()) -> list[tuple[int, str]]:
+    """What still carries ``mark`` after up to ``timeout`` seconds (empty: everything ended)."""
+    until = time.monotonic() + timeout
+    while True:
+        left = carrying(mark, skip)
+        if not left or time.monotonic() > until:
+            return left
+        time.sleep(0.1)
+
+
+def kill_marked(mark: str) -> None:
+    """Teardown: SIGKILL every process carrying ``mark``, and its process group."""
+    for pid, _ in carrying(mark):
+        for kill, target in ((os.killpg, pid), (os.kill, pid)):
+            with contextlib.suppress(OSError):
+                if kill is os.killpg and os.getpgid(pid) != pid:
+                    continue
+                kill(target, signal.SIGKILL)
+
+
+def state(pid: int) -> str:
+    """The state letter of ``pid`` in /proc/PID/stat ('' when gone)."""
+    stat = _stat(pid)
+    return stat[1] if stat else ""
+
+
+def tracer(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("TracerPid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
+    """Poll ``condition()`` until true; AssertionError naming ``what`` after ``timeout`` seconds."""
+    until = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > until:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def rankscope_marked(
+    *args: str, drop: Callable[[str], bool] = lambda _name: False, **extra_env: str
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``rankscope ARGS`` in a session of its own with a fresh mark (stdout and stderr piped), the
+    variables ``drop`` names removed; at the end everything carrying the mark and rankscope's
+    group are SIGKILLed."""
+    env, mark = marked_env(**extra_env)
+    env = {name: value for name, value in env.items() if not drop(name)}
+    rankscope = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        yield rankscope, mark
+    finally:
+        kill_marked(mark)
+        if rankscope.poll() is None:
+            os.killpg(rankscope.pid, signal.SIGKILL)
+        rankscope.communicate()
