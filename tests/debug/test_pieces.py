@@ -97,11 +97,12 @@ def test_a_process_without_a_terminal_names_itself_once_in_its_attach_line() -> 
         assert program.stderr is not None
         line = program.stderr.readline().rstrip("\n")
         found = re.fullmatch(
-            r"rankscope: process (\d+) on \S+ is stopped in pdb with no terminal; "
-            r"attach with: rankscope attach 127\.0\.0\.1:\d+ --token \S+",
+            r"rankscope: process (\d+) on (\S+) is stopped in pdb with no terminal; "
+            r"attach on (\S+) with: rankscope attach --pid (\d+)",
             line,
         )
-        assert found is not None and found[1] == str(program.pid), line
+        assert found is not None and found[1] == found[4] == str(program.pid), line
+        assert found[2] == found[3], line
     finally:
         os.killpg(program.pid, 9)
         program.wait()

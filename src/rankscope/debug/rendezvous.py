@@ -30,12 +30,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Callable, Optional
 
-#: Seconds between polls of a flag file (or an older torch's store): fast at first (a quick ``c``),
+#: Seconds between polls of a flag (a file, or a key in a store): fast at first (a quick ``c``),
 #: then every fifth of a second.
 _FIRST_POLL = 0.05
 _LAST_POLL = 0.2
-#: Seconds one blocking wait in a store lasts before Ctrl-C and the timeout are looked at again.
-_STORE_WAIT = 1.0
+#: Seconds to reach torchrun's store (and for each request to it) before giving up on it.
+AGENT_STORE_TIMEOUT = 10.0
+#: Flag files older than this (seconds) are removed when a new flag is set: their job is long past them.
+STALE_FLAG_AGE = 86400.0
 
 
 class Flag:
@@ -81,8 +83,10 @@ class Flag:
 
 
 class StoreFlag(Flag):
-    """A key in a ``torch.distributed`` store. Waiting blocks in the store (woken the moment the key
-    is set), one second at a time so that Ctrl-C and ``timeout`` are still seen."""
+    """A key in a ``torch.distributed`` store. Waiting polls it with ``check`` (one short request,
+    answered at once), never with the store's timed ``wait``: each timed-out wait made torch log a
+    warning in the job's output twice a second, and left the job aborting at exit
+    ("terminate called without an active exception")."""
 
     def __init__(self, store: Any, key: str) -> None:
         self._store = store
@@ -104,39 +108,6 @@ class StoreFlag(Flag):
             return None
         return bytes(self._store.get(key)).decode("utf-8", "replace")
 
-    def wait(self, timeout: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None) -> bool:
-        from datetime import timedelta
-
-        if not _cancellable_store_waits():
-            return super().wait(timeout, on_note)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            on_note = self._deliver(on_note)
-            chunk = _STORE_WAIT if deadline is None else min(_STORE_WAIT, deadline - time.monotonic())
-            if chunk <= 0:
-                return self.is_set()
-            began = time.monotonic()
-            try:
-                self._store.wait([self._key], timedelta(seconds=chunk))
-                return True
-            except Exception:  # torch's timeout error (its type changed across versions), or a store gone
-                if self.is_set():  # a store gone raises here
-                    return True
-            if time.monotonic() - began < chunk / 2:  # a wait that fails at once: do not spin
-                time.sleep(_LAST_POLL)
-
-
-def _cancellable_store_waits() -> bool:
-    """Whether a store wait that times out is withdrawn from the server (TCPStore's cancel_wait,
-    present in torch 2.13; taken to hold from 2.4 on). An older TCPStore could answer a timed-out
-    wait later, in the middle of another request: those poll ``check`` instead."""
-    torch = sys.modules.get("torch")
-    try:
-        major, minor = (int(part) for part in str(torch.__version__).split(".")[:2])  # type: ignore[union-attr]
-    except (AttributeError, ValueError):
-        return False
-    return (major, minor) >= (2, 4)
-
 
 def _write_atomically(path: str, text: str) -> None:
     """``path`` holds ``text`` (private to this user), whole or not at all."""
@@ -145,6 +116,23 @@ def _write_atomically(path: str, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
     os.replace(temporary, path)
+
+
+def _remove_stale_flags(directory: str) -> None:
+    """Remove this user's flag files in ``directory`` not touched for :data:`STALE_FLAG_AGE` seconds."""
+    cutoff = time.time() - STALE_FLAG_AGE
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.endswith((".released", ".released.note")):
+            continue
+        path = os.path.join(directory, name)
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if info.st_uid == os.getuid() and info.st_mtime < cutoff:
+                os.unlink(path)
 
 
 class FileFlag(Flag):
@@ -157,6 +145,7 @@ class FileFlag(Flag):
 
     def set(self) -> None:
         _write_atomically(self._path, "")
+        _remove_stale_flags(os.path.dirname(self._path))
 
     def is_set(self) -> bool:
         return self._fresh(self._path)
@@ -278,7 +267,10 @@ def agent_store(env: Mapping[str, str]) -> Optional[Any]:
     from datetime import timedelta
 
     _agent_store = dist.TCPStore(
-        env.get("MASTER_ADDR", "127.0.0.1"), int(port), is_master=False, timeout=timedelta(seconds=60)
+        env.get("MASTER_ADDR", "127.0.0.1"),
+        int(port),
+        is_master=False,
+        timeout=timedelta(seconds=AGENT_STORE_TIMEOUT),
     )
     return _agent_store
 
