@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -266,8 +267,13 @@ def agent_store(env: Mapping[str, str]) -> Optional[Any]:
         return None
     from datetime import timedelta
 
+    host = env.get("MASTER_ADDR", "127.0.0.1")
+    try:  # torch's own connect retries, logs a C++ trace per try, and takes twice its timeout
+        socket.create_connection((host, int(port)), timeout=AGENT_STORE_TIMEOUT).close()
+    except OSError as exc:
+        raise OSError(f"torchrun's store at {host}:{port} cannot be reached: {exc.strerror or exc}") from None
     _agent_store = dist.TCPStore(
-        env.get("MASTER_ADDR", "127.0.0.1"),
+        host,
         int(port),
         is_master=False,
         timeout=timedelta(seconds=AGENT_STORE_TIMEOUT),
