@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
-from tests.support.users import local_users  # noqa: F401  (a fixture of this directory's tests)
 
 from rankscope.demo.launch import kill_tree
 

@@ -12,7 +12,7 @@ What plain ``pdb.set_trace()`` and ``torch.distributed.breakpoint()`` get wrong,
 - The others wait for a flag (:mod:`rankscope.debug.rendezvous`), not in a collective
   with a timeout, so a long session does not end the job.
 - pdb talks to the terminal device itself (:mod:`rankscope.debug.terminal`), or, with no terminal
-  (srun, pdsh, a background launcher), to a socket on 127.0.0.1 (:mod:`rankscope.debug.remote`)
+  (srun, pdsh, a background launcher), to a Unix socket for its user and root (:mod:`rankscope.debug.remote`)
   that ``rankscope attach`` joins; the line to copy is written to file descriptor 2 directly, past
   any Python-level log filter.
 - A failure to set any of this up never raises into the job: one line on stderr, and the rank
@@ -162,7 +162,7 @@ class _Console(code.InteractiveConsole):
 class ForkedPdb(pdb.Pdb):
     """pdb for a process whose stdin is not the user's (a forked child, a launched worker).
 
-    It talks to the user's terminal when there is one to use, else serves itself on 127.0.0.1 for
+    It talks to the user's terminal when there is one to use, else serves itself on a Unix socket for
     ``rankscope attach`` (the line to copy goes to stderr). ``q`` and Ctrl-D detach: breakpoints
     are cleared and the program goes on. ``on_release`` runs once, when the session ends
     (``c``, ``q``, Ctrl-D, the remote client leaving); ``on_listen`` gets the attach line.
@@ -282,7 +282,7 @@ def breakpoint(
 
     Every rank must call it (the n-th call of each rank meets the n-th of the others).
     ``remote``: serve pdb on a socket even when a terminal is there (``RANKSCOPE_BREAKPOINT_REMOTE=1``).
-    ``host``/``port``: where to listen (``RANKSCOPE_BREAKPOINT_HOST``/``_PORT``; 127.0.0.1, any port).
+    ``host``/``port``: listen on TCP there (``RANKSCOPE_BREAKPOINT_HOST``/``_PORT``) instead of a Unix socket.
     ``timeout``: seconds the other ranks wait at most (default: as long as the session lasts).
     ``RANKSCOPE_BREAKPOINT=0`` turns every call into a no-op.
     """

@@ -11,7 +11,11 @@ default group initialised (any number of nodes), else in torchrun's store (``tor
 imported, the group not yet initialised: torchrun's workers share their agent's store, any number
 of nodes), else in a file under a directory keyed by the job (one node, or a directory every node
 shares: ``RANKSCOPE_BREAKPOINT_DIR``). A flag file older
-than the waiting process is left over from an earlier job with the same key, and ignored.
+than the waiting process is left over from an earlier job with the same key, and ignored; flag
+files a day old are removed when a new flag is set.
+
+Waiting polls (a store's ``check``, a file's ``stat``), never a store's timed ``wait``: silent in
+the job's log, and nothing left pending in the store client when the process exits.
 
 Imported inside training processes: Python 3.9, standard library only; torch only when the
 program imported it already.
