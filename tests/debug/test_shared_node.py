@@ -261,6 +261,37 @@ def test_a_slow_client_never_holds_the_socket(kind: str, stopped: list[Stopped])
         slow.conn.close()
 
 
+def test_a_crowd_of_wrong_tokens_never_keeps_the_owner_waiting(stopped: list[Stopped]) -> None:
+    stopped.append(Stopped(None, RANKSCOPE_BREAKPOINT_HOST="127.0.0.1"))
+    rank = stopped[-1]
+    found = re.search(r"rankscope attach 127\.0\.0\.1:(\d+) --token-file (\S+)", rank.how)
+    assert found is not None, rank.how
+    guessers = []
+    for guess in range(20):  # answered half a second apart: 10 s of refusals queued
+        guesser = socket.create_connection(("127.0.0.1", int(found[1])), timeout=60)
+        guesser.sendall(f"{remote.HELLO} wrong-{guess}\n".encode())
+        guessers.append(guesser)
+    try:
+        session = run_cli(
+            "attach",
+            f"127.0.0.1:{found[1]}",
+            "--token-file",
+            found[2],
+            "--timeout",
+            "3",
+            input="c\n",
+            timeout=60,
+        )
+        assert session.returncode == 0, session.stderr
+        assert (rank.finish()[:2]) == (0, "went on 42\n")
+        # None got in: each was refused (the last ones when the session began), or closed unread.
+        answers = [guesser.recv(100) for guesser in guessers]
+        assert set(answers) <= {f"{remote.REFUSED}\n".encode(), b""} and answers[0], answers
+    finally:
+        for guesser in guessers:
+            guesser.close()
+
+
 def test_a_slow_hello_is_cut_off_at_one_deadline(stopped: list[Stopped]) -> None:
     stopped.append(Stopped(None))
     rank = stopped[-1]

@@ -151,7 +151,7 @@ def breakpoint_socket(pid: int) -> Optional[str]:
             rows = [line.split() for line in table]
     except OSError:
         return None
-    prefix = f"@{remote.UNIX_PREFIX}{pid}-"
+    prefix = f"@{remote.UNIX_PREFIX}"  # then the pid the rank saw: another one inside a container
     for row in rows:  # Num RefCount Protocol Flags Type St Inode Path
         if len(row) >= 8 and row[6] in inodes and row[7].startswith(prefix):
             return row[7][1:]

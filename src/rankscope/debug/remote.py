@@ -16,9 +16,9 @@ Two kinds of socket:
 The protocol, shared with ``rankscope attach`` (:mod:`rankscope.debug.client`):
 
 1. The client connects and sends one line: ``RANKSCOPE-ATTACH 1`` (TCP: followed by the token).
-2. The server answers one line: ``OK rank R pid P`` or an ``ERR ...`` line, then closes (after a
-   wrong token it waits :data:`REFUSAL_PAUSE` seconds: no fast guessing). The rank keeps waiting
-   for a client it accepts.
+2. The server answers one line: ``OK rank R pid P`` or an ``ERR ...`` line, then closes (wrong
+   tokens are answered :data:`REFUSAL_PAUSE` seconds apart at most: no fast guessing). The rank
+   keeps waiting for a client it accepts.
 3. Then the stream is pdb's own text both ways. Each time pdb waits for a line, the server sends
    :data:`INPUT` (a NUL byte, which pdb's text never holds): the client shows the prompt, reads a
    line with line editing, and sends it. The client closing the connection (Ctrl-D) is an end of
@@ -57,7 +57,7 @@ NOT_YOURS = "ERR only this process's user and root may attach"
 INPUT = b"\x00"
 #: Seconds of wall-clock time a client has, in all, to send its hello line.
 HELLO_TIMEOUT = 5.0
-#: Seconds the server waits after a wrong token before it reads the next hello (no fast guessing).
+#: Seconds between two answers to a wrong token (no fast guessing); other clients are served meanwhile.
 REFUSAL_PAUSE = 0.5
 #: Longest hello line the server reads.
 _HELLO_MAX = 256
@@ -102,6 +102,8 @@ class RemoteIO:
         self._greeting = greeting
         self._conn: Optional[socket.socket] = None
         self._pending: list[bytes] = []
+        self._refusals: list[tuple[float, socket.socket]] = []  # (when to answer, client)
+        self._next_refusal = 0.0
         self._closed = False
         self.token_file: Optional[str] = None
         self.encoding = "utf-8"
@@ -182,7 +184,10 @@ class RemoteIO:
                 for late in [each for each in waiting if each.deadline <= now]:
                     waiting.remove(late)
                     _close(late.conn)
-                timeout = min((each.deadline for each in waiting), default=now + 60.0) - now
+                while self._refusals and self._refusals[0][0] <= now:
+                    _refuse(self._refusals.pop(0)[1])
+                due = [each.deadline for each in waiting] + [when for when, _ in self._refusals[:1]]
+                timeout = min(due, default=now + 60.0) - now
                 try:
                     readable = select.select(
                         [self._listener] + [each.conn for each in waiting], [], [], timeout
@@ -201,6 +206,8 @@ class RemoteIO:
         finally:
             for each in waiting:
                 _close(each.conn)
+            while self._refusals:
+                _refuse(self._refusals.pop(0)[1])
 
     def _take_client(self, waiting: list[_Hello]) -> None:
         try:
@@ -244,11 +251,13 @@ class RemoteIO:
                 return True
             self._conn = conn
             return True
-        with contextlib.suppress(OSError):
-            conn.send(f"{REFUSED}\n".encode())
-        _close(conn)
-        if self._token is not None:
-            time.sleep(REFUSAL_PAUSE)
+        # A wrong token is answered no sooner than REFUSAL_PAUSE after the one before (no fast
+        # guessing), without keeping the other clients waiting meanwhile.
+        when = max(time.monotonic(), self._next_refusal)
+        self._next_refusal = when + REFUSAL_PAUSE
+        self._refusals.append((when, conn))
+        if len(self._refusals) > _MAX_PENDING:
+            _close(self._refusals.pop(0)[1])
         return True
 
     def _drop(self) -> None:
@@ -270,6 +279,12 @@ class RemoteIO:
             with contextlib.suppress(OSError):
                 os.unlink(self.token_file)
             self.token_file = None
+
+
+def _refuse(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.send(f"{REFUSED}\n".encode())
+    _close(conn)
 
 
 def _close(conn: socket.socket) -> None:
