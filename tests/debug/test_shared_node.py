@@ -362,3 +362,37 @@ def test_attach_pid_runs_the_targets_interpreter_as_its_user_never_as_root(
         if worker is not None:
             kill_tree(worker, grace=1.0)
         shutil.rmtree(home, ignore_errors=True)
+
+
+_HOSTILE_RANK = """
+import os, socket
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(f"\\0rankscope-pdb-{os.getpid()}-fake")
+listener.listen(1)
+print("listening", flush=True)
+conn, _ = listener.accept()
+conn.recv(100)
+conn.sendall(b"OK rank 0 pid 1\\n\\x1b]0;retitled\\x07\\x1b[2Jcleared\\n\\x9b6n(Pdb) \\x00")
+conn.recv(100)
+"""
+
+
+def test_a_process_cannot_drive_the_terminal_of_whoever_attaches(
+    local_users: tuple[LocalUser, LocalUser],
+) -> None:
+    owner, _ = local_users
+    hostile = subprocess.Popen(
+        [USER_PYTHON, "-c", _HOSTILE_RANK],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **owner.popen_kwargs(_env()),
+    )
+    try:
+        assert hostile.stdout is not None and hostile.stdout.readline() == "listening\n"
+        out = run_cli("attach", "--pid", str(hostile.pid), input="c\n", timeout=60)  # as root
+        assert out.returncode == 0, out.stderr
+        assert "\x1b" not in out.stdout and "\x9b" not in out.stdout and "\x07" not in out.stdout
+        assert out.stdout.startswith("^[]0;retitled^G^[[2Jcleared\n\ufffd6n(Pdb) ")
+    finally:
+        kill_tree(hostile, grace=1.0)

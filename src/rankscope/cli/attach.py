@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -93,8 +94,19 @@ def attach(**params: Any) -> int:
     return _talk(conn, greeting)
 
 
+#: Control characters other than tab, newline and carriage return: a process sending them could
+#: drive the terminal of whoever attaches (escape sequences that retitle, recolour, clear or
+#: answer back), root's included. They are shown as ^X (C0, DEL) or U+FFFD (C1).
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` with its control characters made visible and inert."""
+    return _CONTROLS.sub(lambda m: f"^{chr(ord(m[0]) ^ 0x40)}" if ord(m[0]) <= 0x7F else "\ufffd", text)
+
+
 def _write(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(shown(text))
     sys.stdout.flush()
 
 
@@ -118,7 +130,7 @@ def _talk(conn: socket.socket, who: str) -> int:
                 _write(head + newline)
                 if index == len(pieces) - 1:
                     break
-                line = _read_line(partial)
+                line = _read_line(shown(partial))
                 partial = ""
                 if line is None:
                     conn.close()

@@ -2,6 +2,7 @@
 after (the group's store), and ends without destroy_process_group(), as many training scripts do."""
 
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -14,4 +15,4 @@ dist.init_process_group("gloo")
 rankscope.breakpoint(rank=1)
 value = torch.tensor([rank + 1])
 dist.all_reduce(value)
-print(f"rank {rank} done, sum={int(value)}", flush=True)
+sys.stdout.write(f"rank {rank} done, sum={int(value)}\n")  # one write: the ranks share a pipe
