@@ -217,3 +217,41 @@ def test_flag_files_a_day_old_are_removed_when_a_flag_is_set(tmp_path: Path) -> 
         "notes.txt",
         "slurm-7-0-1.released",
     ]
+
+
+class _CountedFlag(rendezvous.Flag):
+    """Set at its 30th poll."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def is_set(self) -> bool:
+        self.polls += 1
+        return self.polls >= 30
+
+    def note(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("world", "longest"), [(2, 0.2), (60, 0.2), (1024, 1024 / 300), (3000, 10.0)])
+def test_waiting_ranks_poll_less_often_in_a_large_job(
+    world: int, longest: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(rendezvous.time, "sleep", pauses.append)  # the pauses asked for, not waited
+    assert _CountedFlag().wait(world=world)
+    assert pauses[0] == 0.05 and pauses == sorted(pauses) and pauses[-1] == pytest.approx(longest)
+
+
+def test_the_ranks_go_on_together_at_the_moment_the_release_names(tmp_path: Path) -> None:
+    path = str(tmp_path / "job-1.released")
+    stopped, waiting = (
+        rendezvous.FileFlag(path, time.time() - 1.0),
+        rendezvous.FileFlag(path, time.time() - 1.0),
+    )
+    before = time.time()
+    stopped.release(world=2)  # returns at the moment it names
+    at = float(waiting.value())
+    assert before + 0.2 < at <= time.time()  # beyond the longest poll of a 2-rank job
+    assert waiting.wait(0)
+    assert time.time() >= at

@@ -330,19 +330,20 @@ def breakpoint(
                 # Rank 0 repeats the stopped rank's attach line: a launcher that shows rank 0's
                 # output alone (torchrun --local-ranks-filter=0) hides the stopped rank's own.
                 relay = (lambda note: say(f"rank 0 waits; {note}")) if me == 0 else None
-                if not flag.wait(timeout, relay):
+                if not flag.wait(timeout, relay, world):
                     say(f"breakpoint: rank {me}: gave up waiting for rank {rank} after {timeout} s")
             except KeyboardInterrupt:
                 raise
             except Exception as exc:
                 say(f"breakpoint: rank {me}: stopped waiting for rank {rank} ({exc})")
         return
-    _stop(caller, me, flag, remote, host, port)
+    _stop(caller, me, world, flag, remote, host, port)
 
 
 def _stop(
     caller: FrameType,
     me: Optional[int],
+    world: int,
     flag: Optional[rendezvous.Flag],
     remote_only: Optional[bool],
     host: Optional[str],
@@ -351,7 +352,7 @@ def _stop(
     def release() -> None:
         if flag is not None:
             try:
-                flag.set()
+                flag.release(world)
             except Exception as exc:
                 say(f"breakpoint: cannot release the other ranks ({exc}): they wait until their timeout")
 
