@@ -1,6 +1,7 @@
 """`rankscope attach` to a rank stopped with no terminal: a real 2-rank torchrun job (gloo), started
 without a terminal as srun or a background launcher would, showing rank 0's output alone
-(--local-ranks-filter=0: rank 0 repeats rank 1's attach line); the client typed at through a terminal."""
+(--local-ranks-filter=0: rank 0 repeats rank 1's attach line); the client typed at through a terminal.
+Who may attach (another user may not) is tested in test_shared_node.py."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from rankscope.demo.launch import kill_tree
 PROMPT = "(Pdb rank 1) "
 #: The line rank 0 repeats for rank 1, whose own output torchrun's --local-ranks-filter=0 hides.
 ATTACH_LINE = re.compile(
-    r"rankscope: rank 0 waits; rank 1 \(pid (\d+) on \S+\) is stopped in pdb with no terminal; "
-    r"attach with: rankscope attach (\S+) --token (\S+)"
+    r"rankscope: rank 0 waits; rank 1 \(pid (\d+) on (\S+)\) is stopped in pdb with no terminal; "
+    r"attach on (\S+) with: rankscope attach --pid (\d+)\n"
 )
 
 
@@ -54,38 +55,23 @@ def _read_until(stream: int, pattern: re.Pattern[str], timeout: float = 90) -> r
     return found
 
 
-def test_attach_refuses_a_wrong_token_then_drives_pdb_and_detaches(
+def test_attach_by_pid_drives_pdb_one_client_at_a_time_and_detaches(
     job_without_terminal: subprocess.Popen[bytes], terminal: Callable[..., Terminal]
 ) -> None:
     job = job_without_terminal
     assert job.stderr is not None and job.stdout is not None
-    pid, address, token = _read_until(job.stderr.fileno(), ATTACH_LINE).groups()
-    assert address.startswith("127.0.0.1:")
+    pid, node, attach_node, attach_pid = _read_until(job.stderr.fileno(), ATTACH_LINE).groups()
+    assert (attach_node, attach_pid) == (node, pid)  # no secret in the line, nor in the store it came through
 
-    wrong = run_cli("attach", address, "--token", token[::-1], timeout=60)
-    assert wrong.returncode == 7
-    assert wrong.stderr.strip() == (
-        f"rankscope: error: {address} refused the token — copy --token from the line the rank printed; "
-        "the rank still waits for it"
-    )
-
-    # The rank runs Python 3.11 here: --pid (PEP 768) says what it needs instead.
-    too_old = run_cli("attach", "--pid", pid, timeout=60)
-    assert too_old.returncode == 6
-    assert (
-        f"process {pid} runs Python 3.11: attaching pdb to a running process needs Python 3.14"
-        in too_old.stderr
-    )
-
-    client = terminal([sys.executable, "-m", "rankscope", "attach", address, "--token", token], job_env())
+    client = terminal([sys.executable, "-m", "rankscope", "attach", "--pid", pid], job_env())
     assert "-> value = torch.tensor([rank + 1])" in client.expect(PROMPT)
     client.send("p rank")
     assert client.expect(PROMPT).split("\n")[1] == "1"
     client.send("n")
     assert "-> dist.all_reduce(value)" in client.expect(PROMPT)
-    second = run_cli("attach", address, "--token", token, "--timeout", "1", timeout=60)
+    second = run_cli("attach", "--pid", pid, "--timeout", "1", timeout=60)
     assert second.returncode == 5, second.stderr  # one client at a time
-    assert f"{address} did not answer within 1 s" in second.stderr
+    assert f"process {pid} did not answer within 1 s" in second.stderr
     assert select.select([job.stdout], [], [], 0)[0] == [], "rank 0 went on while rank 1 was in pdb"
     client.send_eof()
     assert client.wait(30) == 0, client.seen
@@ -94,6 +80,20 @@ def test_attach_refuses_a_wrong_token_then_drives_pdb_and_detaches(
     out, _ = job.communicate(timeout=60)
     assert job.returncode == 0
     assert out.decode().splitlines() == ["rank 0 done, sum=3"]  # rank 1's output: filtered
+
+
+def test_attach_pid_without_a_breakpoint_needs_python_314() -> None:
+    # A Python process with no rankscope breakpoint: --pid means PEP 768, which Python 3.11 lacks.
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        too_old = run_cli("attach", "--pid", str(worker.pid), timeout=60)
+        assert too_old.returncode == 6
+        assert (
+            f"process {worker.pid} runs Python 3.11: attaching pdb to a running process needs Python 3.14"
+            in too_old.stderr
+        )
+    finally:
+        kill_tree(worker, grace=1.0)
 
 
 def test_attach_to_nothing_or_a_bad_address() -> None:
@@ -106,3 +106,4 @@ def test_attach_to_nothing_or_a_bad_address() -> None:
     assert run_cli("attach", "no-port-here", "--token", "t").returncode == 8
     assert run_cli("attach", "--pid", "999999999").returncode == 8
     assert run_cli("attach").returncode == 2
+    assert run_cli("attach", f"127.0.0.1:{port}").returncode == 2  # TCP needs its token file

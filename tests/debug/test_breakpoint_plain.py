@@ -119,16 +119,25 @@ def test_remote_pdb_on_python_39_and_q_over_attach(terminal: Callable[..., Termi
     try:
         assert ranks[1].stderr is not None
         line = ranks[1].stderr.readline()
-        found = re.search(r"attach with: rankscope attach (\S+) --token (\S+)$", line)
-        assert found is not None, line
+        found = re.search(r"attach on \S+ with: rankscope attach --pid (\d+)$", line)
+        assert found is not None and found[1] == str(ranks[1].pid), line
         client = terminal(
-            [sys.executable, "-m", "rankscope", "attach", found[1], "--token", found[2]],
+            [sys.executable, "-m", "rankscope", "attach", "--pid", found[1]],
             {**os.environ, "PYTHONPATH": str(SRC)},
         )
         client.expect("(Pdb rank 1) ")
         client.send("p rank")
         assert client.expect("(Pdb rank 1) ").split("\n")[1] == "1"
         assert ranks[0].poll() is None, "rank 0 did not wait"
+        # interact: an interpreter on the socket (not on the rank's own stdin and stdout).
+        client.send("interact")
+        client.expect(">>> ")
+        client.send("print(rank * 10)")
+        assert client.expect(">>> ").split("\n")[1] == "10"
+        client.send("rank * 7")
+        assert client.expect(">>> ").split("\n")[1] == "7"
+        client.send("exit()")  # back to pdb, the rank's stdin left open
+        client.expect("(Pdb rank 1) ")
         client.send("q")
         assert client.wait(30) == 0, client.seen
         assert "detached; the program goes on" in client.seen and "the session with rank 1" in client.seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -97,11 +98,12 @@ def test_a_process_without_a_terminal_names_itself_once_in_its_attach_line() -> 
         assert program.stderr is not None
         line = program.stderr.readline().rstrip("\n")
         found = re.fullmatch(
-            r"rankscope: process (\d+) on \S+ is stopped in pdb with no terminal; "
-            r"attach with: rankscope attach 127\.0\.0\.1:\d+ --token \S+",
+            r"rankscope: process (\d+) on (\S+) is stopped in pdb with no terminal; "
+            r"attach on (\S+) with: rankscope attach --pid (\d+)",
             line,
         )
-        assert found is not None and found[1] == str(program.pid), line
+        assert found is not None and found[1] == found[4] == str(program.pid), line
+        assert found[2] == found[3], line
     finally:
         os.killpg(program.pid, 9)
         program.wait()
@@ -143,3 +145,113 @@ def test_attach_pid_of_a_python_removed_since_it_started_is_one_line(tmp_path: P
     finally:
         os.killpg(worker.pid, 9)
         worker.wait()
+
+
+def _run_rank(code: str, tmp_path: Path, **env_vars: str) -> subprocess.CompletedProcess[str]:
+    """``code`` as one process of a job, without a terminal, in an environment of ``env_vars`` alone."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("TORCHELASTIC_", "SLURM_", "RANKSCOPE_", "MASTER_", "RANK", "WORLD_SIZE"))
+    }
+    env.update(
+        PYTHONPATH=str(Path(__file__).parents[2] / "src"), RANKSCOPE_BREAKPOINT_DIR=str(tmp_path), **env_vars
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_world_size_without_a_rank_stops_nobody(tmp_path: Path) -> None:
+    # Every process of such a job would take itself for the one to stop, and all would hang.
+    out = _run_rank(
+        "import rankscope\nrankscope.breakpoint(rank=1)\nprint('went on')\n", tmp_path, WORLD_SIZE="2"
+    )
+    assert (out.returncode, out.stdout) == (0, "went on\n"), out.stderr
+    assert (
+        out.stderr
+        == "rankscope: breakpoint: WORLD_SIZE=2 but no RANK says which process this is; nobody stops\n"
+    )
+
+
+def test_an_unreachable_torchrun_store_is_one_line_and_the_rank_goes_on(tmp_path: Path) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]  # closed when the block ends: nothing listens there
+    code = "import torch.distributed\nimport rankscope\nrankscope.breakpoint(rank=1)\nprint('went on')\n"
+    out = _run_rank(
+        code,
+        tmp_path,
+        RANK="0",
+        WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="True",
+        TORCHELASTIC_RUN_ID="job",
+    )
+    assert (out.returncode, out.stdout) == (0, "went on\n"), out.stderr
+    assert out.stderr == (
+        f"rankscope: breakpoint: rank 0: cannot share a flag with the other ranks (torchrun's store at "
+        f"127.0.0.1:{port} cannot be reached: Connection refused); they will not wait\n"
+    )
+
+
+def test_flag_files_a_day_old_are_removed_when_a_flag_is_set(tmp_path: Path) -> None:
+    started = time.time() - 1.0
+    old = [tmp_path / "torchrun-r0-0-1-2-1.released", tmp_path / "torchrun-r0-0-1-2-1.released.note"]
+    recent = tmp_path / "master-n1-1-1.released"
+    other = tmp_path / "notes.txt"  # not a flag: never touched
+    for path in (*old, recent, other):
+        path.write_text("")
+    day_ago = time.time() - rendezvous.STALE_FLAG_AGE - 60
+    for path in (*old, other):
+        os.utime(path, (day_ago, day_ago))
+    rendezvous.FileFlag(str(tmp_path / "slurm-7-0-1.released"), started).set()
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "master-n1-1-1.released",
+        "notes.txt",
+        "slurm-7-0-1.released",
+    ]
+
+
+class _CountedFlag(rendezvous.Flag):
+    """Set at its 30th poll."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+
+    def is_set(self) -> bool:
+        self.polls += 1
+        return self.polls >= 30
+
+    def note(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("world", "longest"), [(2, 0.2), (60, 0.2), (1024, 1024 / 300), (3000, 10.0)])
+def test_waiting_ranks_poll_less_often_in_a_large_job(
+    world: int, longest: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(rendezvous.time, "sleep", pauses.append)  # the pauses asked for, not waited
+    assert _CountedFlag().wait(world=world)
+    assert pauses[0] == 0.05 and pauses == sorted(pauses) and pauses[-1] == pytest.approx(longest)
+
+
+def test_the_ranks_go_on_together_at_the_moment_the_release_names(tmp_path: Path) -> None:
+    path = str(tmp_path / "job-1.released")
+    stopped, waiting = (
+        rendezvous.FileFlag(path, time.time() - 1.0),
+        rendezvous.FileFlag(path, time.time() - 1.0),
+    )
+    before = time.time()
+    stopped.release(world=2)  # returns at the moment it names
+    at = float(waiting.value())
+    assert before + 0.2 < at <= time.time()  # beyond the longest poll of a 2-rank job
+    assert waiting.wait(0)
+    assert time.time() >= at

@@ -21,6 +21,7 @@ from tests.support.netns import NetnsNodes, create_client
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
 from tests.support.system import ensure_tools
+from tests.support.users import local_users  # noqa: F401  (a fixture for every test directory)
 
 #: The "remote" rankscope every test node runs: this very install.
 REMOTE_RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))

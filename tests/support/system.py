@@ -46,6 +46,8 @@ TOOLS: dict[str, dict[str, str]] = {
     "gdb": {"gdb": "gdb", "gcore": "gdb"},
     "strace": {"strace": "strace"},
     "time": {"time": "time"},
+    "users": {"useradd": "passwd"},
+    "gcc": {"gcc": "gcc"},
 }
 
 #: The directory of stand-ins that hide undeclared tools (set by tests/support/tools.py).

@@ -28,6 +28,7 @@ FIXTURE_NEEDS: dict[str, tuple[str, ...]] = {
     "pdsh_installed": ("pdsh",),
     "slurm_cluster": ("slurm",),
     "netns_cluster": ("netns", "ssh"),
+    "local_users": ("users",),
 }
 
 _BLOCKER = """#!/bin/sh

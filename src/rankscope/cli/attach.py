@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import codecs
-import os
+import re
 import socket
 import sys
 from dataclasses import dataclass
@@ -13,20 +13,25 @@ import click
 
 from rankscope.cli.params import from_params
 from rankscope.debug import client, remote
-from rankscope.errors import ExitCode, RankscopeError
+from rankscope.errors import ExitCode
 
 HELP = """Attach to the pdb of a rank that rankscope.breakpoint() stopped without a terminal
 (srun, pdsh, a background torchrun): the rank prints the line to copy on its stderr.
 
 \b
 Examples:
-  rankscope attach 127.0.0.1:41234 --token 3q2Y...   # the line rank 1 printed, on its node
-  ssh -L 41234:127.0.0.1:41234 node7                 # from elsewhere: tunnel first, then the line above
-  rankscope attach --pid 4243                        # a rank running Python >= 3.14 (PEP 768), no breakpoint needed
+  rankscope attach --pid 48213               # the line rank 1 printed, run on its node
+  ssh -t node7 rankscope attach --pid 48213  # from another machine
+  rankscope attach --pid 4243                # no breakpoint: a rank on Python >= 3.14 (PEP 768)
+  rankscope attach 10.0.0.7:41234 --token-file /tmp/rankscope-1000/node7.pid-48213.pdb-41234.token
+
+Only the rank's user and root may attach (the kernel tells the rank who connects; no secret is
+printed or stored). A rank started with RANKSCOPE_BREAKPOINT_HOST/_PORT listens on TCP instead
+and names a token file that only its user and root can read.
 
 Line editing and history as in pdb. Ctrl-D or q detaches: the rank goes on and the other ranks
-are released; c continues (the session ends when no breakpoint is left). A wrong token is
-refused (exit 7) and the rank keeps waiting for the right one.
+are released; c continues (the session ends when no breakpoint is left). Another user is
+refused (exit 7), and so is a wrong token; the rank keeps waiting.
 """
 
 
@@ -36,6 +41,7 @@ class AttachRequest:
 
     address: Optional[str] = None
     token: Optional[str] = None
+    token_file: Optional[str] = None
     pid: Optional[int] = None
     timeout: float = client.CONNECT_TIMEOUT
 
@@ -48,8 +54,13 @@ class AttachRequest:
     envvar="RANKSCOPE_ATTACH_TOKEN",
     help="The token the rank printed (or RANKSCOPE_ATTACH_TOKEN, which other users cannot see in ps).",
 )
+@click.option("--token-file", metavar="FILE", help="The file holding the token, as a TCP rank printed it.")
 @click.option(
-    "--pid", type=int, metavar="PID", help="Attach to a running rank with python -m pdb -p (Python >= 3.14)."
+    "--pid",
+    type=int,
+    metavar="PID",
+    help="The rank stopped by rankscope.breakpoint(); without one, python -I -m pdb -p PID "
+    "(Python >= 3.14) as the process's own user.",
 )
 @click.option(
     "--timeout",
@@ -65,25 +76,37 @@ def attach(**params: Any) -> int:
     if request.pid is not None:
         if request.address is not None:
             raise click.UsageError("give HOST:PORT or --pid, not both")
-        argv = client.pdb_attach_argv(request.pid)
-        try:
-            os.execv(argv[0], argv)
-        except OSError as exc:
-            raise RankscopeError(
-                f"cannot run {argv[0]}: {exc.strerror or exc}",
-                "run pdb -p with the process's Python by hand: PYTHON -m pdb -p PID",
-                ExitCode.MISSING_TOOL,
-            ) from None
-    if request.address is None or not request.token:
-        raise click.UsageError("give HOST:PORT and --token T as the stopped rank printed them (or --pid PID)")
-    host, port = client.parse_address(request.address)
-    conn, greeting = client.connect(host, port, request.token, request.timeout)
+        name = client.breakpoint_socket(request.pid)
+        if name is None:  # no rankscope breakpoint there: PEP 768, as the process's own user
+            client.exec_as_owner(client.pdb_attach_argv(request.pid), request.pid)
+        conn, greeting = client.connect_pid(request.pid, name, request.timeout)
+    else:
+        token = request.token
+        if request.token_file:
+            token = client.read_token_file(request.token_file)
+        if request.address is None or not token:
+            raise click.UsageError(
+                "give --pid PID as the stopped rank printed it (or HOST:PORT and --token-file FILE)"
+            )
+        host, port = client.parse_address(request.address)
+        conn, greeting = client.connect(host, port, token, request.timeout)
     click.echo(f"rankscope: attached to {greeting}; Ctrl-D or q detaches (the rank goes on)", err=True)
     return _talk(conn, greeting)
 
 
+#: Control characters other than tab, newline and carriage return: a process sending them could
+#: drive the terminal of whoever attaches (escape sequences that retitle, recolour, clear or
+#: answer back), root's included. They are shown as ^X (C0, DEL) or U+FFFD (C1).
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """``text`` with its control characters made visible and inert."""
+    return _CONTROLS.sub(lambda m: f"^{chr(ord(m[0]) ^ 0x40)}" if ord(m[0]) <= 0x7F else "\ufffd", text)
+
+
 def _write(text: str) -> None:
-    sys.stdout.write(text)
+    sys.stdout.write(shown(text))
     sys.stdout.flush()
 
 
@@ -107,7 +130,7 @@ def _talk(conn: socket.socket, who: str) -> int:
                 _write(head + newline)
                 if index == len(pieces) - 1:
                     break
-                line = _read_line(partial)
+                line = _read_line(shown(partial))
                 partial = ""
                 if line is None:
                     conn.close()

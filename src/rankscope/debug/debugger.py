@@ -12,7 +12,7 @@ What plain ``pdb.set_trace()`` and ``torch.distributed.breakpoint()`` get wrong,
 - The others wait for a flag (:mod:`rankscope.debug.rendezvous`), not in a collective
   with a timeout, so a long session does not end the job.
 - pdb talks to the terminal device itself (:mod:`rankscope.debug.terminal`), or, with no terminal
-  (srun, pdsh, a background launcher), to a socket on 127.0.0.1 (:mod:`rankscope.debug.remote`)
+  (srun, pdsh, a background launcher), to a Unix socket for its user and root (:mod:`rankscope.debug.remote`)
   that ``rankscope attach`` joins; the line to copy is written to file descriptor 2 directly, past
   any Python-level log filter.
 - A failure to set any of this up never raises into the job: one line on stderr, and the rank
@@ -24,6 +24,7 @@ Python 3.9, standard library only; torch only when the program imported it alrea
 
 from __future__ import annotations
 
+import code
 import contextlib
 import io
 import os
@@ -92,19 +93,33 @@ def open_session(
     env_host, env_port = remote.listen_address()
     host = host or env_host
     port = env_port if port is None else port
-    try:
-        server, token = remote.serve(host, port, f"{who} pid {os.getpid()}")
-    except (OSError, ValueError, OverflowError) as exc:
-        say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {host}:{port} ({exc})")
-        return None
     node = socket.gethostname()
     subject = (
         f"{who} on {node}" if who == f"process {os.getpid()}" else f"{who} (pid {os.getpid()} on {node})"
     )
-    line = (
-        f"{subject} is stopped in pdb with no terminal; "
-        f"attach with: rankscope attach {remote.shown_host(host)}:{server.port} --token {token}"
-    )
+    greeting = who if who == f"process {os.getpid()}" else f"{who} pid {os.getpid()}"
+    server: remote.RemoteIO
+    try:
+        if host is None and port is None:
+            server, _name = remote.serve_unix(greeting)
+            how = f"attach on {node} with: rankscope attach --pid {os.getpid()}"
+        else:
+            host = host or "127.0.0.1"
+            server, token = remote.serve_tcp(host, port or 0, greeting)
+            try:
+                token_file = remote.write_token_file(server, token)
+            except OSError:
+                server.close()
+                raise
+            how = (
+                f"attach with: rankscope attach {remote.shown_host(host)}:{server.port} "
+                f"--token-file {token_file} (a file on {node} that only you and root can read)"
+            )
+    except (OSError, ValueError, OverflowError) as exc:
+        where = "a Unix socket" if host is None and port is None else f"{host}:{port or 0}"
+        say(f"{who}: cannot stop in pdb: no terminal, and cannot listen on {where} ({exc})")
+        return None
+    line = f"{subject} is stopped in pdb with no terminal; {how}"
     say(line)
     if on_listen is not None:
         try:
@@ -114,10 +129,40 @@ def open_session(
     return server
 
 
+class _LeaveConsole(SystemExit):
+    """``exit()`` or ``quit()`` typed in pdb's ``interact``: back to pdb."""
+
+
+def _leave_console(*args: Any) -> None:
+    raise _LeaveConsole
+
+
+class _Console(code.InteractiveConsole):
+    """pdb's ``interact`` on the session's own streams (the terminal or the socket), not on the
+    process's stdin and stdout, which belong to the launcher."""
+
+    def __init__(self, debugger: pdb.Pdb, namespace: dict[str, Any]) -> None:
+        super().__init__(namespace)
+        self._debugger = debugger
+        self.ended_by_eof = False
+
+    def raw_input(self, prompt: str = "") -> str:
+        self.write(prompt)
+        line = self._debugger.stdin.readline()
+        if not line:
+            self.ended_by_eof = True
+            raise EOFError
+        return line.rstrip("\r\n")
+
+    def write(self, data: str) -> None:
+        self._debugger.stdout.write(data)
+        self._debugger.stdout.flush()
+
+
 class ForkedPdb(pdb.Pdb):
     """pdb for a process whose stdin is not the user's (a forked child, a launched worker).
 
-    It talks to the user's terminal when there is one to use, else serves itself on 127.0.0.1 for
+    It talks to the user's terminal when there is one to use, else serves itself on a Unix socket for
     ``rankscope attach`` (the line to copy goes to stderr). ``q`` and Ctrl-D detach: breakpoints
     are cleared and the program goes on. ``on_release`` runs once, when the session ends
     (``c``, ``q``, Ctrl-D, the remote client leaving); ``on_listen`` gets the attach line.
@@ -178,6 +223,23 @@ class ForkedPdb(pdb.Pdb):
         self.set_continue()
         return True
 
+    def do_interact(self, arg: str) -> Optional[bool]:
+        """interact
+        An interactive interpreter in the current frame's names, on this session's terminal or
+        socket; exit() or Ctrl-D returns to pdb (over rankscope attach, Ctrl-D detaches)."""
+        frame = self.curframe
+        if frame is None:
+            return None
+        names: dict[str, Any] = {**frame.f_globals, **self.curframe_locals}
+        names["exit"] = names["quit"] = _leave_console  # site's exit() would close the job's stdin
+        console = _Console(self, names)
+        # print() and the values shown reach the session, not the job's stdout.
+        with contextlib.redirect_stdout(self.stdout), contextlib.suppress(_LeaveConsole):
+            console.interact(banner="*interactive*: exit() returns to pdb", exitmsg="")
+        if console.ended_by_eof and isinstance(self._session, remote.RemoteIO) and not self._session.attached:
+            return self.detach()  # the client left: as Ctrl-D at pdb's prompt
+        return None
+
     def do_quit(self, arg: str) -> bool:
         """q(uit) | exit
         Detach: clear the breakpoints and let the program go on (other ranks are released)."""
@@ -197,10 +259,14 @@ def _rank_and_world() -> tuple[Optional[int], int, bool]:
     from rankscope.ranks import rank_from_env, spans_nodes
 
     group = rendezvous.group_rank()
-    identity = rank_from_env(os.environ)
     if group is not None:
         return group[0], group[1], spans_nodes(os.environ)
-    return identity.rank, identity.world_size or 1, spans_nodes(os.environ)
+    identity = rank_from_env(os.environ)
+    world = identity.world_size
+    if identity.rank is None:  # a world size without a rank: a process of a job that cannot tell which
+        text = os.environ.get("WORLD_SIZE", "").strip()
+        world = int(text) if text.isdigit() else None
+    return identity.rank, world or 1, spans_nodes(os.environ)
 
 
 def breakpoint(
@@ -216,7 +282,7 @@ def breakpoint(
 
     Every rank must call it (the n-th call of each rank meets the n-th of the others).
     ``remote``: serve pdb on a socket even when a terminal is there (``RANKSCOPE_BREAKPOINT_REMOTE=1``).
-    ``host``/``port``: where to listen (``RANKSCOPE_BREAKPOINT_HOST``/``_PORT``; 127.0.0.1, any port).
+    ``host``/``port``: listen on TCP there (``RANKSCOPE_BREAKPOINT_HOST``/``_PORT``) instead of a Unix socket.
     ``timeout``: seconds the other ranks wait at most (default: as long as the session lasts).
     ``RANKSCOPE_BREAKPOINT=0`` turns every call into a no-op.
     """
@@ -235,6 +301,9 @@ def breakpoint(
     except Exception as exc:  # never raise into the job
         say(f"breakpoint: cannot tell this process's rank ({exc}); stopping it alone")
         me, world, spans = None, 1, False
+    if world > 1 and me is None:
+        say(f"breakpoint: WORLD_SIZE={world} but no RANK says which process this is; nobody stops")
+        return
     if world > 1 and not 0 <= rank < world:
         if me == 0:
             say(f"breakpoint: rank={rank} is not a rank of this job (world size {world}); nobody stops")
@@ -261,19 +330,20 @@ def breakpoint(
                 # Rank 0 repeats the stopped rank's attach line: a launcher that shows rank 0's
                 # output alone (torchrun --local-ranks-filter=0) hides the stopped rank's own.
                 relay = (lambda note: say(f"rank 0 waits; {note}")) if me == 0 else None
-                if not flag.wait(timeout, relay):
+                if not flag.wait(timeout, relay, world):
                     say(f"breakpoint: rank {me}: gave up waiting for rank {rank} after {timeout} s")
             except KeyboardInterrupt:
                 raise
             except Exception as exc:
                 say(f"breakpoint: rank {me}: stopped waiting for rank {rank} ({exc})")
         return
-    _stop(caller, me, flag, remote, host, port)
+    _stop(caller, me, world, flag, remote, host, port)
 
 
 def _stop(
     caller: FrameType,
     me: Optional[int],
+    world: int,
     flag: Optional[rendezvous.Flag],
     remote_only: Optional[bool],
     host: Optional[str],
@@ -282,7 +352,7 @@ def _stop(
     def release() -> None:
         if flag is not None:
             try:
-                flag.set()
+                flag.release(world)
             except Exception as exc:
                 say(f"breakpoint: cannot release the other ranks ({exc}): they wait until their timeout")
 

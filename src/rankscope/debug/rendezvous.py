@@ -11,7 +11,11 @@ default group initialised (any number of nodes), else in torchrun's store (``tor
 imported, the group not yet initialised: torchrun's workers share their agent's store, any number
 of nodes), else in a file under a directory keyed by the job (one node, or a directory every node
 shares: ``RANKSCOPE_BREAKPOINT_DIR``). A flag file older
-than the waiting process is left over from an earlier job with the same key, and ignored.
+than the waiting process is left over from an earlier job with the same key, and ignored; flag
+files a day old are removed when a new flag is set.
+
+Waiting polls (a store's ``check``, a file's ``stat``), never a store's timed ``wait``: silent in
+the job's log, and nothing left pending in the store client when the process exits.
 
 Imported inside training processes: Python 3.9, standard library only; torch only when the
 program imported it already.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import tempfile
 import time
@@ -30,12 +35,20 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, Callable, Optional
 
-#: Seconds between polls of a flag file (or an older torch's store): fast at first (a quick ``c``),
-#: then every fifth of a second.
+#: Seconds between polls of a flag (a file, or a key in a store): fast at first (a quick ``c``),
+#: then every fifth of a second, or less often in a large job (:data:`POLLS_PER_SECOND`).
 _FIRST_POLL = 0.05
 _LAST_POLL = 0.2
-#: Seconds one blocking wait in a store lasts before Ctrl-C and the timeout are looked at again.
-_STORE_WAIT = 1.0
+#: Polls a second of all the waiting ranks together, at most, once they have waited a while: the
+#: store's server answers them all (1024 ranks poll every 3.4 s).
+POLLS_PER_SECOND = 300.0
+#: The ranks go on together this long after the longest poll (and never more than 5 s) after a release.
+_RELEASE_MARGIN = 0.1
+_MAX_RELEASE_LEAD = 5.0
+#: Seconds to reach torchrun's store (and for each request to it) before giving up on it.
+AGENT_STORE_TIMEOUT = 10.0
+#: Flag files older than this (seconds) are removed when a new flag is set: their job is long past them.
+STALE_FLAG_AGE = 86400.0
 
 
 class Flag:
@@ -45,11 +58,24 @@ class Flag:
 
     where = ""
 
-    def set(self) -> None:
+    def set(self, value: str = "") -> None:
         raise NotImplementedError
 
     def is_set(self) -> bool:
         raise NotImplementedError
+
+    def value(self) -> str:
+        """What the flag was set to (``""`` when unreadable)."""
+        return ""
+
+    def release(self, world: int) -> None:
+        """Set the flag to a moment shortly ahead, by which every waiting rank has seen it, and
+        wait for that moment: the ranks go on together. Ranks that reach their next collective
+        far apart make a gloo job that never calls ``destroy_process_group()`` abort at exit
+        far more often (torch's behaviour: a plain job whose ranks were 0.2 s apart did, in 2 of 5 runs)."""
+        at = time.time() + min(longest_poll(world) + _RELEASE_MARGIN, _MAX_RELEASE_LEAD)
+        self.set(f"{at:.3f}")
+        _sleep_until(at)
 
     def post(self, note: str) -> None:
         raise NotImplementedError
@@ -67,30 +93,55 @@ class Flag:
         on_note(note)
         return None
 
-    def wait(self, timeout: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None) -> bool:
-        """Poll until the flag is set (True) or ``timeout`` seconds have passed (False)."""
+    def wait(
+        self,
+        timeout: Optional[float] = None,
+        on_note: Optional[Callable[[str], None]] = None,
+        world: int = 1,
+    ) -> bool:
+        """Poll until the flag is set (True) or ``timeout`` seconds have passed (False); the
+        ``world`` ranks of the job that wait together ask at most :data:`POLLS_PER_SECOND` times a second."""
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
+        longest = longest_poll(world)
         while not self.is_set():
             on_note = self._deliver(on_note)
             if deadline is not None and time.monotonic() >= deadline:
                 return False
             time.sleep(pause)
-            pause = min(pause * 1.5, _LAST_POLL)
+            pause = min(pause * 1.5, longest)
+        with contextlib.suppress(ValueError):
+            _sleep_until(float(self.value() or "0"))
         return True
 
 
+def longest_poll(world: int) -> float:
+    """Seconds between a waiting rank's polls, once it has waited a while, in a job of ``world`` ranks."""
+    return max(_LAST_POLL, world / POLLS_PER_SECOND)
+
+
+def _sleep_until(at: float) -> None:
+    """Sleep until ``at`` (seconds since the epoch), unless it is past or implausibly far (a skewed clock)."""
+    delay = at - time.time()
+    if 0 < delay <= _MAX_RELEASE_LEAD:
+        time.sleep(delay)
+
+
 class StoreFlag(Flag):
-    """A key in a ``torch.distributed`` store. Waiting blocks in the store (woken the moment the key
-    is set), one second at a time so that Ctrl-C and ``timeout`` are still seen."""
+    """A key in a ``torch.distributed`` store. Waiting polls it with ``check`` (one short request,
+    answered at once), never with the store's timed ``wait``: each timed-out wait made torch log a
+    warning in the job's output twice a second."""
 
     def __init__(self, store: Any, key: str) -> None:
         self._store = store
         self._key = key
         self.where = f"the job's store (key {key})"
 
-    def set(self) -> None:
-        self._store.set(self._key, "released")
+    def set(self, value: str = "") -> None:
+        self._store.set(self._key, value or "released")
+
+    def value(self) -> str:
+        return bytes(self._store.get(self._key)).decode("ascii", "replace")
 
     def is_set(self) -> bool:
         return bool(self._store.check([self._key]))
@@ -104,39 +155,6 @@ class StoreFlag(Flag):
             return None
         return bytes(self._store.get(key)).decode("utf-8", "replace")
 
-    def wait(self, timeout: Optional[float] = None, on_note: Optional[Callable[[str], None]] = None) -> bool:
-        from datetime import timedelta
-
-        if not _cancellable_store_waits():
-            return super().wait(timeout, on_note)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            on_note = self._deliver(on_note)
-            chunk = _STORE_WAIT if deadline is None else min(_STORE_WAIT, deadline - time.monotonic())
-            if chunk <= 0:
-                return self.is_set()
-            began = time.monotonic()
-            try:
-                self._store.wait([self._key], timedelta(seconds=chunk))
-                return True
-            except Exception:  # torch's timeout error (its type changed across versions), or a store gone
-                if self.is_set():  # a store gone raises here
-                    return True
-            if time.monotonic() - began < chunk / 2:  # a wait that fails at once: do not spin
-                time.sleep(_LAST_POLL)
-
-
-def _cancellable_store_waits() -> bool:
-    """Whether a store wait that times out is withdrawn from the server (TCPStore's cancel_wait,
-    present in torch 2.13; taken to hold from 2.4 on). An older TCPStore could answer a timed-out
-    wait later, in the middle of another request: those poll ``check`` instead."""
-    torch = sys.modules.get("torch")
-    try:
-        major, minor = (int(part) for part in str(torch.__version__).split(".")[:2])  # type: ignore[union-attr]
-    except (AttributeError, ValueError):
-        return False
-    return (major, minor) >= (2, 4)
-
 
 def _write_atomically(path: str, text: str) -> None:
     """``path`` holds ``text`` (private to this user), whole or not at all."""
@@ -147,6 +165,23 @@ def _write_atomically(path: str, text: str) -> None:
     os.replace(temporary, path)
 
 
+def _remove_stale_flags(directory: str) -> None:
+    """Remove this user's flag files in ``directory`` not touched for :data:`STALE_FLAG_AGE` seconds."""
+    cutoff = time.time() - STALE_FLAG_AGE
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.endswith((".released", ".released.note")):
+            continue
+        path = os.path.join(directory, name)
+        with contextlib.suppress(OSError):
+            info = os.lstat(path)
+            if info.st_uid == os.getuid() and info.st_mtime < cutoff:
+                os.unlink(path)
+
+
 class FileFlag(Flag):
     """A file, created atomically; one older than the waiting process is an earlier job's."""
 
@@ -155,8 +190,16 @@ class FileFlag(Flag):
         self._not_before = not_before
         self.where = path
 
-    def set(self) -> None:
-        _write_atomically(self._path, "")
+    def set(self, value: str = "") -> None:
+        _write_atomically(self._path, value)
+        _remove_stale_flags(os.path.dirname(self._path))
+
+    def value(self) -> str:
+        try:
+            with open(self._path, encoding="ascii", errors="replace") as handle:
+                return handle.read(64)
+        except OSError:
+            return ""
 
     def is_set(self) -> bool:
         return self._fresh(self._path)
@@ -277,8 +320,16 @@ def agent_store(env: Mapping[str, str]) -> Optional[Any]:
         return None
     from datetime import timedelta
 
+    host = env.get("MASTER_ADDR", "127.0.0.1")
+    try:  # torch's own connect retries, logs a C++ trace per try, and takes twice its timeout
+        socket.create_connection((host, int(port)), timeout=AGENT_STORE_TIMEOUT).close()
+    except OSError as exc:
+        raise OSError(f"torchrun's store at {host}:{port} cannot be reached: {exc.strerror or exc}") from None
     _agent_store = dist.TCPStore(
-        env.get("MASTER_ADDR", "127.0.0.1"), int(port), is_master=False, timeout=timedelta(seconds=60)
+        host,
+        int(port),
+        is_master=False,
+        timeout=timedelta(seconds=AGENT_STORE_TIMEOUT),
     )
     return _agent_store
 
