@@ -193,17 +193,34 @@ class _Pending:
     ends: float
 
 
-def _request(handler: Handler, kind: str, request_id: str, args: Optional[dict[str, Any]] = None) -> bool:
-    """Write one request line into the handler's FIFO; False when no thread reads it (or it is full)."""
+def _request(
+    handler: Handler,
+    kind: str,
+    request_id: str,
+    args: Optional[dict[str, Any]] = None,
+    until: float = 0.0,
+    stop: Optional[Stop] = None,
+) -> bool:
+    """Write one request line into the handler's FIFO; False when no thread reads it.
+
+    A full FIFO (its thread busy with the requests of others) is tried again every poll until
+    ``until`` (a time.monotonic() instant) or a stop signal.
+    """
     line = json.dumps({"v": VERSION, "id": request_id, "kind": kind, "args": args or {}}).encode() + b"\n"
     try:
         fd = runtime.open_owned(handler.path("req"), os.O_WRONLY, handler.uid, fifo=True)
     except OSError:
         return False
     try:
-        return os.write(fd, line) == len(line)
-    except OSError:
-        return False
+        while True:
+            try:
+                return os.write(fd, line) == len(line)
+            except BlockingIOError:
+                if time.monotonic() >= until or (stop is not None and stop.signum):
+                    return False
+                time.sleep(POLL)
+            except OSError:
+                return False
     finally:
         os.close(fd)
 
@@ -223,7 +240,9 @@ def _read_reply(handler: Handler, request_id: str, limit: int) -> Optional[dict[
     return reply if isinstance(reply, dict) else {"ok": False, "error": "the reply is not a JSON object"}
 
 
-def _start(target: Target, host: str, timeout: float, deadline: Optional[float]) -> DumpOutcome | _Pending:
+def _start(
+    target: Target, host: str, timeout: float, deadline: Optional[float], stop: Optional[Stop]
+) -> DumpOutcome | _Pending:
     outcome = DumpOutcome(target=target)
     failure, outcome.state_before = precheck(target)
     if failure is None:
@@ -235,12 +254,12 @@ def _start(target: Target, host: str, timeout: float, deadline: Optional[float])
     now = time.monotonic()
     ends = now + timeout if deadline is None else min(now + timeout, deadline)
     request_id = secrets.token_hex(8)
-    if not _request(handler, "stacks", request_id):
+    if not _request(handler, "stacks", request_id, until=ends, stop=stop):
         outcome.failure = target.failure(
             Stage.DUMP,
             f"its in-process handler does not read its requests ({handler.path('req')})",
-            "its handler thread is gone or its request queue is full: py-spy (without --via-signal) "
-            "takes its stacks",
+            "its handler thread is gone, or its request queue stayed full until the deadline: py-spy "
+            "(without --via-signal) takes its stacks",
             FailureKind.NO_HANDLER,
         )
         return outcome
@@ -358,7 +377,7 @@ def collect_via_signal(
             )
             results[index] = outcome
             continue
-        begun = _start(target, host, timeout, deadline)
+        begun = _start(target, host, timeout, deadline, stop)
         if isinstance(begun, _Pending):
             begun.outcome.seconds = 0.0
             pending.append(begun)
@@ -429,7 +448,7 @@ def request_all(
             answer.problem = f"its handler does not answer {kind!r} requests (an older rankscope in the job)"
             continue
         answer.request_id = secrets.token_hex(8)
-        if not _request(handler, kind, answer.request_id, {"id": answer.request_id}):
+        if not _request(handler, kind, answer.request_id, {"id": answer.request_id}, deadline, stop):
             answer.problem = "its handler's request thread does not read its requests"
             continue
         waiting.append(answer)
