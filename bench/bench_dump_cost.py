@@ -17,6 +17,9 @@ counted in the block it started in. Request modes, each against its own quiet bl
 - ``cli``: ``rankscope stacks --pid P --via-signal --no-fr`` run back to back (a user watching; the
   command's own start-up shares the machine's cores with the job);
 - ``cli+fr``: the same with the flight recorder asked for too (the default).
+
+``--torch``: every iteration also makes an all_reduce in a one-rank gloo group, so the recorder holds
+entries and ``cli+fr`` dumps a real one (its first dump in the process included).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -53,8 +57,15 @@ while spent < 0.2:
     rounds *= 2
     start = time.perf_counter(); work(rounds); spent = time.perf_counter() - start
 rounds = int(rounds * iteration / spent)
-def step():
-    work(rounds)
+step = lambda: work(rounds)
+if sys.argv[3] == "torch":
+    # A one-rank gloo group: every iteration also records an all_reduce in the flight recorder.
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    tensor = torch.ones(1024)
+    def step():
+        work(rounds)
+        dist.all_reduce(tensor)
 print("up", flush=True)
 times = []
 while not os.path.exists(stop):
@@ -92,13 +103,20 @@ def cli_requests(pid: int, until: threading.Event, extra: list[str]) -> None:
         assert done.returncode == 0, done.stderr
 
 
-def run_mode(mode: str, blocks: int, block: float, iteration_ms: float, scratch: Path) -> dict[str, float]:
+def run_mode(
+    mode: str, blocks: int, block: float, iteration_ms: float, scratch: Path, torch: bool
+) -> dict[str, float]:
     directory = scratch / mode / "rt"
     stop = scratch / mode / "stop"
     stop.parent.mkdir(parents=True)
-    env = {**os.environ, "RANKSCOPE_INPROC": "1", "RANKSCOPE_RUNTIME_DIR": str(directory)}
+    env = {**os.environ, "RANKSCOPE_INPROC": "1", "RANKSCOPE_RUNTIME_DIR": str(directory), "RANK": "0"}
+    if torch:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="1")
     job = subprocess.Popen(
-        [sys.executable, "-c", JOB, str(iteration_ms), str(stop)],
+        [sys.executable, "-c", JOB, str(iteration_ms), str(stop), "torch" if torch else "plain"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -153,16 +171,22 @@ def main() -> None:
     parser.add_argument("--block", type=float, default=2.0, help="seconds per block")
     parser.add_argument("--iteration-ms", type=float, default=20.0)
     parser.add_argument("--modes", nargs="+", default=["raw", "cli", "cli+fr"])
+    parser.add_argument(
+        "--torch",
+        action="store_true",
+        help="the job also runs an all_reduce per iteration in a one-rank gloo group (a real flight recorder)",
+    )
     args = parser.parse_args()
     print(
         f"median iteration time, {args.iteration_ms:g} ms iterations, {args.blocks} blocks of {args.block:g} s "
-        f"quiet / with requests (Python {sys.version.split()[0]}, {os.cpu_count()} cores, "
+        f"quiet / with requests{' (torch job)' if args.torch else ''} (Python {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cores, "
         f"load {os.getloadavg()[0]:.1f}):"
     )
     print(f"  {'mode':<8} {'quiet':>9} {'requests':>9} {'ratio':>6} {'delta':>8}   iterations")
     with tempfile.TemporaryDirectory(prefix="rankscope-bench-dump-") as scratch:
         for mode in args.modes:
-            r = run_mode(mode, args.blocks, args.block, args.iteration_ms, Path(scratch))
+            r = run_mode(mode, args.blocks, args.block, args.iteration_ms, Path(scratch), args.torch)
             ratio = r["requests_ms"] / r["quiet_ms"]
             delta = r["requests_ms"] - r["quiet_ms"]
             ok = ratio <= 1.10 and delta <= 5.0

@@ -149,11 +149,32 @@ def _stacks(args: dict[str, Any]) -> Any:
     return {"text": text, "threads": _threads(args), "current": threading.get_ident()}
 
 
+def _main_thread_still(samples: int = 4, gap: float = 0.05) -> bool:
+    """Whether the main thread stays at one instruction of one frame for ``samples`` looks ``gap`` apart:
+    blocked (in a collective that hangs, say) rather than running the job's loop."""
+    main = threading.main_thread().ident
+    if main is None:
+        return False
+    first = sys._current_frames().get(main)
+    if first is None:
+        return False
+    where = first.f_lasti
+    for _ in range(samples - 1):
+        time.sleep(gap)
+        now = sys._current_frames().get(main)
+        if now is not first or now.f_lasti != where:
+            return False
+    return True
+
+
 def _fr(args: dict[str, Any]) -> Any:
     """This rank's flight recorder (every entry, with frames), written beside the handler's files.
 
     ``args``: ``{"id": "<hex>"}`` names the file ``<base>.<id>.fr`` (one per request: two requesters
-    never read each other's); ``{"only_active": true}`` keeps only entries not yet completed. The
+    never read each other's); ``{"only_active": true}`` keeps only entries not yet completed. Entries
+    carry their Python frames when that costs the job nothing: torch's symbolizer is already imported,
+    or the main thread is blocked (the job hangs); else (a running job's first dump) they are left out,
+    and the answer's problem says so; ``{"frames": true}`` asks for them anyway. The
     answer is ``{"name": "<file name>", "problem": null}``, or ``{"name": null, "problem": "why"}``
     (torch not imported, no recorder in this torch), or both when the file was written but the recorder
     was turned off. torch is never imported here: only a process that imported it has a recorder.
@@ -167,7 +188,8 @@ def _fr(args: dict[str, Any]) -> Any:
     from rankscope.inproc.frdump import dump_flight_recorder
 
     name = state.name(f"{ident}.fr")
-    problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")))
+    frames = args.get("frames") is True or "torch._inductor" in sys.modules or _main_thread_still()
+    problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")), frames)
     written = problem is None or problem.startswith("written")
     return {"name": name if written else None, "problem": problem}
 
