@@ -14,6 +14,7 @@ counted in the block it started in. Request modes, each against its own quiet bl
 
 - ``raw``: a ``stacks`` request written into the handler's FIFO every 50 ms by this process (as a
   ``--samples`` run at ``--interval 0.05`` does), its reply read and removed;
+- ``raw-fr``: the same with ``fr`` requests (the handler's side of the flight recorder alone);
 - ``cli``: ``rankscope stacks --pid P --via-signal --no-fr`` run back to back (a user watching; the
   command's own start-up shares the machine's cores with the job);
 - ``cli+fr``: the same with the flight recorder asked for too (the default).
@@ -76,7 +77,7 @@ print(json.dumps(times), flush=True)
 """
 
 
-def raw_requests(directory: Path, pid: int, until: threading.Event) -> None:
+def raw_requests(directory: Path, pid: int, until: threading.Event, kind: str = "stacks") -> None:
     from rankscope.inproc import runtime
 
     info = json.loads(Path(runtime.files_of(str(directory), pid)["inproc"]).read_text())
@@ -85,13 +86,14 @@ def raw_requests(directory: Path, pid: int, until: threading.Event) -> None:
     while not until.is_set():
         ident = f"b{count:x}"
         fd = os.open(f"{base}.req", os.O_WRONLY | os.O_NONBLOCK)
-        os.write(fd, json.dumps({"v": 2, "id": ident, "kind": "stacks"}).encode() + b"\n")
+        os.write(fd, json.dumps({"v": 2, "id": ident, "kind": kind, "args": {"id": ident}}).encode() + b"\n")
         os.close(fd)
         reply = Path(f"{base}.{ident}.reply")
         deadline = time.monotonic() + 5
         while not reply.exists() and time.monotonic() < deadline:
             time.sleep(0.002)
         reply.unlink(missing_ok=True)
+        Path(f"{base}.{ident}.fr").unlink(missing_ok=True)
         count += 1
         until.wait(0.05)
 
@@ -129,8 +131,9 @@ def run_mode(
         for _ in range(blocks):
             time.sleep(block)  # quiet
             until = threading.Event()
-            if mode == "raw":
-                sender = threading.Thread(target=raw_requests, args=(directory, job.pid, until))
+            if mode in ("raw", "raw-fr"):
+                kind = "fr" if mode == "raw-fr" else "stacks"
+                sender = threading.Thread(target=raw_requests, args=(directory, job.pid, until, kind))
             else:
                 extra = ["--no-fr"] if mode == "cli" else []
                 sender = threading.Thread(target=cli_requests, args=(job.pid, until, extra))

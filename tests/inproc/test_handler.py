@@ -266,3 +266,16 @@ def _pid_of(directory: Path) -> int:
     parsed = runtime.parse_name(name)
     assert parsed is not None
     return parsed[2]
+
+
+def test_a_faulthandler_the_job_enables_later_wins(tmp_path: Path) -> None:
+    code = (
+        "import faulthandler, os, sys\n"
+        "faulthandler.enable(file=sys.stderr)  # the job's own, after the handler's start\n"
+        "os.abort()\n"
+    )
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT
+    assert "Fatal Python error: Aborted" in proc.stderr
+    assert Path(runtime.files_of(str(tmp_path / "rt"), _pid_of(tmp_path / "rt"))["crash"]).read_text() == ""

@@ -334,18 +334,17 @@ class _Enabled:
         self.write_atomic(self.name(f"{ident}.reply"), json.dumps(reply, default=str).encode())
 
     def close(self) -> None:
-        """At a normal exit: close and remove what this process created."""
+        """At a normal exit: close and remove what this process created.
+
+        faulthandler is left as it is (the job may have enabled its own since), and so is the crash
+        file's descriptor: a crash later in the exit still writes into a file of its own (unlinked),
+        never into whatever file would reuse the descriptor's number.
+        """
         if self.pid != os.getpid():
             return
-        if self.crash_fd >= 0:
-            import faulthandler
-
-            with contextlib.suppress(Exception):
-                faulthandler.disable()
-        for fd in (self.fifo_fd, self.crash_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if self.fifo_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fifo_fd)
         leftovers: list[str] = []
         with contextlib.suppress(OSError):  # recorder dumps and replies a requester did not remove
             leftovers = [
@@ -517,16 +516,12 @@ def _after_fork_in_child() -> None:
     if state is None:
         return
     _state = None
-    try:
-        if state.crash_fd >= 0:
-            import faulthandler
-
-            faulthandler.disable()
-        for fd in (state.fifo_fd, state.crash_fd, state.dir_fd):
-            if fd >= 0:
+    # faulthandler and its descriptor stay: a worker that dies of a fatal signal appends its dump to
+    # the crash file (and the job's own faulthandler, if it enabled one since, is not touched).
+    for fd in (state.fifo_fd, state.dir_fd):
+        if fd >= 0:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-    except Exception:  # noqa: BLE001
-        pass
 
 
 if hasattr(os, "register_at_fork"):

@@ -490,6 +490,7 @@ def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[in
         directory = runtime.runtime_dir(environ, uid)
         if directory not in listed:
             try:
+                runtime.check_private(os.lstat(directory), uid)  # not a link, the job user's own
                 listed[directory] = os.listdir(directory)
             except OSError:
                 listed[directory] = []
