@@ -240,42 +240,40 @@ def test_the_jobs_own_signal_handlers_stay_its_own(tmp_path: Path) -> None:
     assert out.stdout.split() == ["True", "True", "True"], out.stderr
 
 
+def _abort(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run ``code`` (which aborts) with the handler enabled: the run, and its crash file."""
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT
+    (name,) = [n for n in os.listdir(tmp_path / "rt") if n.endswith(".crash")]
+    return proc, tmp_path / "rt" / name
+
+
 def test_a_process_dying_of_abort_leaves_a_c_level_dump(tmp_path: Path) -> None:
     """The one all-threads dump made from a signal handler: in a process that dies anyway. Its exit
     status is the signal's; the dump stays after the crash, and the next start leaves it there."""
-    code = (
+    _, crash = _abort(
+        tmp_path,
         "import os, threading, time\n"
         "threading.Thread(target=time.sleep, args=(60,), name='sleeper', daemon=True).start()\n"
         "def going_down():\n"
         "    os.abort()\n"
-        "going_down()\n"
+        "going_down()\n",
     )
-    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -signal.SIGABRT
-    crash = Path(runtime.files_of(str(tmp_path / "rt"), _pid_of(tmp_path / "rt"))["crash"])
     text = crash.read_text()
     assert "Fatal Python error: Aborted" in text and "in going_down" in text
     assert text.count("(most recent call first)") == 3  # the sleeper and the handler thread too
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
     again = subprocess.run([sys.executable, "-c", "pass"], env=env, timeout=60)
     assert again.returncode == 0 and crash.read_text() == text
 
 
-def _pid_of(directory: Path) -> int:
-    (name,) = [n for n in os.listdir(directory) if n.endswith(".crash")]
-    parsed = runtime.parse_name(name)
-    assert parsed is not None
-    return parsed[2]
-
-
 def test_a_faulthandler_the_job_enables_later_wins(tmp_path: Path) -> None:
-    code = (
+    proc, crash = _abort(
+        tmp_path,
         "import faulthandler, os, sys\n"
         "faulthandler.enable(file=sys.stderr)  # the job's own, after the handler's start\n"
-        "os.abort()\n"
+        "os.abort()\n",
     )
-    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == -signal.SIGABRT
     assert "Fatal Python error: Aborted" in proc.stderr
-    assert Path(runtime.files_of(str(tmp_path / "rt"), _pid_of(tmp_path / "rt"))["crash"]).read_text() == ""
+    assert crash.read_text() == ""
