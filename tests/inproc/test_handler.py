@@ -1,5 +1,6 @@
 """The in-process handler in real processes: the .pth bootstrap (unset: nothing; set: enabled), the
-faulthandler dump on its signal, the request channel, cleanup at exit, and the .pth in a built wheel."""
+stacks request, the request channel and its protocol versions, the crash dump, cleanup at exit, the
+job's own signal handlers, and the .pth in a built wheel."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rankscope.inproc import runtime
+from rankscope.inproc import handler, runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 SLEEPER = """
@@ -73,42 +75,49 @@ def test_unset_variable_imports_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "rt0").exists()
 
 
-def test_signal_dumps_every_thread_and_requests_are_answered(
+def _ask(directory: Path, base: str, requests: bytes, idents: list[str]) -> dict[str, Any]:
+    """Write request lines into the handler's FIFO; its replies by id (waiting up to 10 s for all)."""
+    fd = os.open(directory / f"{base}.req", os.O_WRONLY | os.O_NONBLOCK)
+    os.write(fd, requests)
+    os.close(fd)
+    replies: dict[str, Any] = {}
+    deadline = time.monotonic() + 10
+    while len(replies) < len(idents) and time.monotonic() < deadline:
+        for ident in idents:
+            path = directory / f"{base}.{ident}.reply"
+            if ident not in replies and path.exists():
+                replies[ident] = json.loads(path.read_text())
+        time.sleep(0.02)
+    return replies
+
+
+def test_stacks_request_dumps_every_thread_and_requests_are_answered(
     enabled_process: tuple[subprocess.Popen[str], Path],
 ) -> None:
     proc, directory = enabled_process
     files = runtime.files_of(str(directory), proc.pid)
-    assert {"inproc", "stacks", "req"} <= set(files)
+    assert {"inproc", "req", "crash"} <= set(files) and "stacks" not in files
     info = json.loads(Path(files["inproc"]).read_text())
-    assert info["pid"] == proc.pid and info["signal_name"].startswith("SIGRTMIN+")
-    assert {"ping", "threads", "fr"} <= set(info["kinds"])
+    assert info["pid"] == proc.pid and info["version"] == handler.VERSION == 2
+    assert {"stacks", "ping", "threads", "fr"} <= set(info["kinds"])
+    # No signal is caught for the dump (protocol 1's signal is named only so a rankscope of
+    # protocol 1 reads it, finds it not caught and does not signal).
     caught = int(Path(f"/proc/{proc.pid}/status").read_text().split("SigCgt:")[1].split()[0], 16)
-    assert caught & (1 << (info["signal"] - 1))
+    assert not caught & (1 << (info["signal"] - 1))
 
-    os.kill(proc.pid, info["signal"])
-    stacks = Path(files["stacks"])
-    deadline = time.monotonic() + 10
-    while "wait_here" not in stacks.read_text() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    text = stacks.read_text()
-    assert "in wait_here" in text and "in beat" in text and text.count("(most recent call first)") == 3
-    assert proc.poll() is None  # the signal did not end it
-
-    fd = os.open(files["req"], os.O_WRONLY | os.O_NONBLOCK)
-    os.write(
-        fd,
-        b'{"v": 1, "id": "ab12", "kind": "threads"}\n{"v": 1, "id": "cd34", "kind": "nope"}\n'
-        b'{"v": 1, "id": "ef56", "kind": "fr", "args": {"id": "ef56"}}\n',
+    replies = _ask(
+        directory,
+        info["base"],
+        b'{"v": 2, "id": "aa01", "kind": "stacks"}\n{"v": 2, "id": "ab12", "kind": "threads"}\n'
+        b'{"v": 2, "id": "cd34", "kind": "nope"}\n{"v": 2, "id": "ef56", "kind": "fr", "args": {"id": "ef56"}}\n',
+        ["aa01", "ab12", "cd34", "ef56"],
     )
-    os.close(fd)
-    replies = {}
-    deadline = time.monotonic() + 10
-    while len(replies) < 3 and time.monotonic() < deadline:
-        for ident in ("ab12", "cd34", "ef56"):
-            path = directory / f"{info['base']}.{ident}.reply"
-            if path.exists():
-                replies[ident] = json.loads(path.read_text())
-        time.sleep(0.02)
+    dump = replies["aa01"]["result"]
+    text = dump["text"]
+    assert "in wait_here" in text and "in beat" in text and text.count("(most recent call first)") == 3
+    assert f"Current thread 0x{info['handler_thread']:016x}" in text  # the handler's own thread
+    assert {name for name, _native, _daemon in dump["threads"].values()} >= {"MainThread", "heartbeat-0"}
+    assert proc.poll() is None
     names = {name for name, _native, _daemon in replies["ab12"]["result"].values()}
     assert {"MainThread", "heartbeat-0", "rankscope-inproc"} <= names
     assert replies["cd34"]["ok"] is False and "unknown request kind 'nope'" in replies["cd34"]["error"]
@@ -118,6 +127,24 @@ def test_signal_dumps_every_thread_and_requests_are_answered(
         "problem": "torch is not imported in this process: no flight recorder",
     }
     assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
+
+
+def test_requests_of_another_protocol_version(enabled_process: tuple[subprocess.Popen[str], Path]) -> None:
+    """An older requester's requests are answered; a newer one's are refused, both versions named."""
+    proc, directory = enabled_process
+    base = json.loads(Path(runtime.files_of(str(directory), proc.pid)["inproc"]).read_text())["base"]
+    replies = _ask(
+        directory,
+        base,
+        b'{"v": 1, "id": "01", "kind": "threads"}\n{"v": 3, "id": "03", "kind": "stacks"}\n'
+        b'{"id": "04", "kind": "ping"}\n',
+        ["01", "03", "04"],
+    )
+    assert replies["01"]["ok"] is True and replies["01"]["v"] == 2
+    assert replies["03"]["ok"] is False and replies["03"]["v"] == 2
+    assert "in-process protocol 3, the job's rankscope speaks 2" in replies["03"]["error"]
+    assert replies["04"]["ok"] is False and "without a protocol version" in replies["04"]["error"]
+    assert proc.poll() is None
 
 
 def test_normal_exit_removes_the_files_and_a_crash_leaves_them(tmp_path: Path) -> None:
@@ -196,15 +223,57 @@ def test_wheel_install_in_a_fresh_venv_enables_the_handler(tmp_path: Path) -> No
     assert on.stdout.split() == ["True", "True"], on.stderr
 
 
-def test_a_signal_the_process_already_catches_is_not_taken(tmp_path: Path) -> None:
+def test_the_jobs_own_signal_handlers_stay_its_own(tmp_path: Path) -> None:
+    """enable() installs no handler of its own: the job's handlers (the old default signal's too) stay,
+    and a faulthandler the job enabled itself is left as it is (no crash file of rankscope's)."""
     code = (
-        "import signal, rankscope.inproc.handler as h\n"
-        "signal.signal(h.default_signal(), lambda *a: None)  # the job's own handler\n"
-        "print(h.enable(), h.last_error())\n"
+        "import faulthandler, signal, sys, rankscope.inproc.handler as h\n"
+        "mine = lambda *a: None\n"
+        "signal.signal(h.legacy_signal(), mine)\n"
+        "signal.signal(signal.SIGUSR1, mine)\n"
+        "faulthandler.enable(file=sys.stderr)\n"
+        "print(h.enable(), signal.getsignal(h.legacy_signal()) is mine, signal.getsignal(signal.SIGUSR1) is mine)\n"
     )
     env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt")}
     env.pop("RANKSCOPE_INPROC", None)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.stdout.startswith("False RuntimeError: SIGRTMIN+4 is already caught"), out.stderr
-    assert "RANKSCOPE_INPROC_SIGNAL" in out.stdout
-    assert os.listdir(tmp_path / "rt") == []  # what it had created is removed again
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr
+
+
+def _abort(tmp_path: Path, code: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Run ``code`` (which aborts) with the handler enabled: the run, and its crash file."""
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT
+    (name,) = [n for n in os.listdir(tmp_path / "rt") if n.endswith(".crash")]
+    return proc, tmp_path / "rt" / name
+
+
+def test_a_process_dying_of_abort_leaves_a_c_level_dump(tmp_path: Path) -> None:
+    """The one all-threads dump made from a signal handler: in a process that dies anyway. Its exit
+    status is the signal's; the dump stays after the crash, and the next start leaves it there."""
+    _, crash = _abort(
+        tmp_path,
+        "import os, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), name='sleeper', daemon=True).start()\n"
+        "def going_down():\n"
+        "    os.abort()\n"
+        "going_down()\n",
+    )
+    text = crash.read_text()
+    assert "Fatal Python error: Aborted" in text and "in going_down" in text
+    assert text.count("(most recent call first)") == 3  # the sleeper and the handler thread too
+    env = {**os.environ, runtime.ENV_DIR: str(tmp_path / "rt"), "RANKSCOPE_INPROC": "1"}
+    again = subprocess.run([sys.executable, "-c", "pass"], env=env, timeout=60)
+    assert again.returncode == 0 and crash.read_text() == text
+
+
+def test_a_faulthandler_the_job_enables_later_wins(tmp_path: Path) -> None:
+    proc, crash = _abort(
+        tmp_path,
+        "import faulthandler, os, sys\n"
+        "faulthandler.enable(file=sys.stderr)  # the job's own, after the handler's start\n"
+        "os.abort()\n",
+    )
+    assert "Fatal Python error: Aborted" in proc.stderr
+    assert crash.read_text() == ""

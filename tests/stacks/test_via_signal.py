@@ -157,10 +157,10 @@ def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
     try:
         description = runtime.files_of(str(tmp_path / "rt"), damaged.pid)["inproc"]
         Path(description).write_text("{cut sh")
-        # A hard link to another file where the stack file was: rankscope would empty it.
-        stacks_file = Path(runtime.files_of(str(tmp_path / "rt"), planted.pid)["stacks"])
-        stacks_file.unlink()
-        os.link(victim, stacks_file)
+        # A hard link to another file where the request FIFO was: rankscope would write into it.
+        fifo = Path(runtime.files_of(str(tmp_path / "rt"), planted.pid)["req"])
+        fifo.unlink()
+        os.link(victim, fifo)
         gone = subprocess.run(
             [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
         )
@@ -179,7 +179,7 @@ def test_each_rank_without_a_usable_handler_says_why(tmp_path: Path) -> None:
     assert "RANKSCOPE_INPROC=1" in no_handler["hint"]
     assert "unreadable handler description" in failures[f"pid {damaged.pid}"]["reason"]
     assert failures[f"pid {dead}"]["stage"] == "discover"
-    assert "not a regular file with a single link" in failures[f"pid {planted.pid}"]["reason"]
+    assert "does not read its requests" in failures[f"pid {planted.pid}"]["reason"]
     assert victim.read_text() == "not rankscope's to truncate\n"
     assert {p.returncode for p in procs} == {-signal.SIGKILL}  # none was ended by a signal of ours
 
@@ -200,24 +200,25 @@ hold_gil_forever()
 """
 
 
-def test_a_rank_that_holds_the_gil_is_still_dumped(tmp_path: Path) -> None:
-    """faulthandler's dump is C code in the signal handler: it needs no GIL. The names of the threads
-    need the request thread, which cannot run: the main thread is still known, the others unnamed."""
+def test_a_rank_that_holds_the_gil_fails_with_why_and_runs_on(tmp_path: Path) -> None:
+    """The stacks are taken by the handler's thread, under the GIL: a rank that never releases the GIL
+    cannot answer. It fails within --timeout with the reason and the way around (py-spy), unharmed."""
     env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(tmp_path / "rt"), "RANK": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDS_GIL], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
-        out = stacks("--pid", str(proc.pid), "--via-signal", "--json")
+        out = stacks("--pid", str(proc.pid), "--via-signal", "--json", "--timeout", "1")
         assert proc.poll() is None
+        pyspy = stacks("--pid", str(proc.pid), "--json")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    assert out.returncode == 0, out.stderr
-    document = json.loads(out.stdout)
-    main = next(g for g in document["groups"] if g["is_main"])
-    assert [f["function"] for f in main["frames"]] == ["<module>", "hold_gil_forever"]
-    others = [g for g in document["groups"] if not g["is_main"]]
-    assert [g["thread"] for g in others] == ["unnamed"]
-    assert others[0]["frames"][-1]["function"] == "beat"
+    assert out.returncode == 5, out.stderr
+    (failure,) = json.loads(out.stdout)["failures"]
+    assert failure["kind"] == "timed-out" and "no answer from its in-process handler" in failure["reason"]
+    assert "py-spy (without --via-signal)" in failure["hint"]
+    assert pyspy.returncode == 0, pyspy.stderr
+    main = next(g for g in json.loads(pyspy.stdout)["groups"] if g["is_main"])
+    assert [f["function"] for f in main["frames"]][-1] == "hold_gil_forever"

@@ -12,7 +12,8 @@ import fcntl
 import os
 import pwd
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,10 @@ class LocalUser:
     uid: int
     gid: int
     home: Path
+
+    def argv(self, *command: str) -> list[str]:
+        """``command`` run as this user (from root), with no supplementary groups."""
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--", *command]
 
     def popen_kwargs(self, env: Mapping[str, str]) -> dict[str, Any]:
         """``subprocess`` arguments that run a command as this user (no supplementary groups)."""
@@ -73,3 +78,23 @@ def local_users() -> tuple[LocalUser, LocalUser]:
                 )
     first, second = (_user(name) for name in NAMES)
     return first, second
+
+
+@pytest.fixture(scope="session")
+def job_user(local_users: tuple[LocalUser, LocalUser]) -> LocalUser:
+    """The job's owner: the first of :func:`local_users`."""
+    return local_users[0]
+
+
+@pytest.fixture(scope="session")
+def other_user(local_users: tuple[LocalUser, LocalUser]) -> LocalUser:
+    """A second user who must not get at the job's owner's processes."""
+    return local_users[1]
+
+
+@contextmanager
+def system_lock() -> Iterator[None]:
+    """Hold the machine-wide lock (waits for another test run that holds it)."""
+    with open(SYSTEM_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield

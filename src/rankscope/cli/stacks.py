@@ -132,7 +132,8 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 @click.option(
     "--via-signal",
     is_flag=True,
-    help="Take the stacks through each rank's in-process handler (a signal; no ptrace, no py-spy): for "
+    help="Take the stacks through each rank's in-process handler (a request its own thread answers; no "
+    "ptrace, no py-spy, no signal despite the name): for "
     "jobs started with RANKSCOPE_INPROC=1. Used by itself for ranks py-spy may not attach to. Python frames only.",
 )
 @click.option(

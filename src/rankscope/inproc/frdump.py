@@ -48,8 +48,17 @@ def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any
     return pickled, as_json
 
 
-def dump_flight_recorder(path: str, only_active: bool = False) -> Optional[str]:
-    """Write the recorder to ``path``; None when written, else why not (one line). Never raises."""
+#: What a dump without Python frames says (the file is written).
+WITHOUT_FRAMES = "written without Python frames"
+
+
+def dump_flight_recorder(path: str, only_active: bool = False, with_frames: bool = True) -> Optional[str]:
+    """Write the recorder to ``path``; None when written, else why not (one line). Never raises.
+
+    ``with_frames=False`` leaves each entry's Python frames out (torch's first dump with frames in a
+    process imports ``torch._inductor`` and ``torch._dynamo``: seconds of the job's GIL); the answer
+    then starts with :data:`WITHOUT_FRAMES`.
+    """
     try:
         if "torch" not in sys.modules:
             return "torch is not imported in this process: no flight recorder"
@@ -59,7 +68,7 @@ def dump_flight_recorder(path: str, only_active: bool = False) -> Optional[str]:
             data = as_json(True, only_active)
         elif pickled is not None:
             try:
-                data = pickled(True, True, only_active)
+                data = pickled(True, with_frames, only_active)
             except TypeError:  # an older signature without the stack-trace flag
                 data = pickled()
         else:
@@ -80,6 +89,11 @@ def dump_flight_recorder(path: str, only_active: bool = False) -> Optional[str]:
         os.replace(tmp, path)
         if recorder_disabled():
             return "written, but TORCH_FR_BUFFER_SIZE=0 turned the recorder off: it holds no entries"
+        if not with_frames:
+            return (
+                f"{WITHOUT_FRAMES}: the rank was running, and torch's first dump with frames would import "
+                "torch._inductor and torch._dynamo into it (seconds of its time)"
+            )
         return None
     except BaseException as err:  # noqa: BLE001 - never into the training process
         if isinstance(err, (KeyboardInterrupt, SystemExit)):

@@ -4,20 +4,27 @@
 installed with rankscope enables it at interpreter start, see :mod:`rankscope.inproc.bootstrap`)
 prepares, in the process's private runtime directory (:mod:`rankscope.inproc.runtime`):
 
-- ``<base>.stacks``: faulthandler is registered on :func:`default_signal` with this file
-  (``all_threads=True``). On the signal, the interpreter's C-level handler writes every thread's
-  Python stack there at once, even while a thread holds the GIL or is blocked in a collective.
-  The requester truncates the file, sends the signal, and reads it when its size settles.
 - ``<base>.req``: a FIFO read by a daemon thread (``rankscope-inproc``). A request is one line of
-  JSON, ``{"v": 1, "id": "<hex>", "kind": "<kind>", "args": {...}}``, written in one ``write``
+  JSON, ``{"v": 2, "id": "<hex>", "kind": "<kind>", "args": {...}}``, written in one ``write``
   (at most 4096 bytes, so it is atomic); the answer is ``<base>.<id>.reply``, JSON
-  ``{"v": 1, "id", "kind", "ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``,
+  ``{"v": 2, "id", "kind", "ok": true, "result": ...}`` or ``{"ok": false, "error": "..."}``,
   written to a temporary name and renamed, so a reader never sees half of it. The requester
   removes the reply after reading it. Kinds are a registry: :func:`register_request`. Built in:
-  ``ping``, ``threads`` (the names of the threads), ``fr`` (the flight recorder written to
-  ``<base>.<id>.fr``, see :func:`_fr`; torch is imported only by the job, never by the handler).
-- ``<base>.inproc``: this description (JSON): pid, host, rank, the signal's number and name, the
-  main thread's identifier, the files' names, the request kinds known, the process start time.
+  ``stacks`` (every thread's Python stack, see :func:`_stacks`), ``ping``, ``threads`` (the names
+  of the threads), ``fr`` (the flight recorder written to ``<base>.<id>.fr``, see :func:`_fr`;
+  torch is imported only by the job, never by the handler).
+- ``<base>.inproc``: this description (JSON): pid, host, rank, the main thread's identifier, the
+  files' names, the request kinds known, the protocol version, the process start time.
+- ``<base>.crash``: faulthandler's C-level dump of every thread when the process dies of a fatal
+  signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), unless the process enabled faulthandler itself.
+
+No signal handler walks the threads: the stacks are taken by the handler's own thread, under the
+GIL, from ``sys._current_frames()`` (protocol 1 had faulthandler dump from a signal handler, which
+crashed processes that start and end threads while being dumped). So no rate or timing of requests
+can crash the process; the cost of a request is the GIL held for the dump (well under a millisecond
+for a few threads) and a dumps are at most one per :data:`MIN_INTERVAL` (requests that arrive
+together share one dump). The crash dump is made only when the process is dying anyway; the
+previous handlers of those signals run after it (faulthandler chains them).
 
 ``<base>`` is ``<host>.[rank-<r>.]pid-<pid>``. Everything is removed at a normal exit; a crash
 leaves the files (the reader checks the pid's start time against the description's).
@@ -35,16 +42,22 @@ import re
 import signal
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from rankscope.inproc import runtime
 
-VERSION = 1
-#: Overrides the dump signal (a number or a name such as ``SIGRTMIN+4``); see :func:`default_signal`.
-ENV_SIGNAL = "RANKSCOPE_INPROC_SIGNAL"
-#: How far above SIGRTMIN the default signal is.
-RT_OFFSET = 4
+#: The request protocol. 1: stacks by faulthandler from a signal handler; 2: the ``stacks`` request.
+VERSION = 2
+#: The signal protocol 1 used. Written into the description (a protocol-1 rankscope reads it, finds
+#: it not caught, and does not signal); never caught since protocol 2.
+LEGACY_SIGNAL_OFFSET = 4
 REQUEST_MAX = 4096
+#: The least time between two stack dumps: requests that come faster share one dump.
+MIN_INTERVAL = 0.02
+#: faulthandler's limits, kept so a dump reads the same: frames per thread, threads per dump.
+MAX_FRAMES = 100
+MAX_THREADS = 100
 _ID = re.compile(r"^[0-9a-f]{1,32}$")
 
 RequestHandler = Callable[[dict[str, Any]], Any]
@@ -54,35 +67,8 @@ _state: Optional[_Enabled] = None
 _error = ""
 
 
-def default_signal() -> int:
-    """SIGRTMIN+4, unless ``RANKSCOPE_INPROC_SIGNAL`` names another.
-
-    Not SIGUSR1/SIGUSR2 (SLURM's ``--signal``, submitit, PyTorch Lightning and others use them for
-    preemption), nor SIGTERM/SIGINT/SIGHUP/SIGQUIT (torchrun's agent forwards them to stop the
-    workers), nor the faulthandler crash signals. Real-time signals are free in CPython, torch and
-    py-spy (which uses ptrace, no signal). Its default action ends a process: rankscope sends it
-    only to a process whose /proc/PID/status shows it caught (SigCgt).
-    """
-    raw = os.environ.get(ENV_SIGNAL, "").strip()
-    if raw:
-        if raw.isdigit():
-            return int(raw)
-        name = raw.upper().replace(" ", "")
-        if name.startswith("SIGRTMIN+") and name[9:].isdigit():
-            return int(signal.SIGRTMIN) + int(name[9:])
-        value = getattr(signal, name, None)
-        if isinstance(value, int):
-            return int(value)
-    return int(signal.SIGRTMIN) + RT_OFFSET
-
-
-def signal_name(signum: int) -> str:
-    if int(signal.SIGRTMIN) <= signum <= int(signal.SIGRTMAX):
-        return f"SIGRTMIN+{signum - int(signal.SIGRTMIN)}"
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return str(signum)
+def legacy_signal() -> int:
+    return int(signal.SIGRTMIN) + LEGACY_SIGNAL_OFFSET
 
 
 def register_request(kind: str, handler: RequestHandler) -> None:
@@ -105,7 +91,7 @@ def request_kinds() -> list[str]:
 
 
 def _ping(args: dict[str, Any]) -> Any:
-    return {"pid": os.getpid(), "kinds": request_kinds(), "python": sys.version.split()[0]}
+    return {"pid": os.getpid(), "kinds": request_kinds(), "python": sys.version.split()[0], "v": VERSION}
 
 
 def _threads(args: dict[str, Any]) -> Any:
@@ -117,11 +103,78 @@ def _threads(args: dict[str, Any]) -> Any:
     }
 
 
+def format_stacks(frames: dict[int, Any], current: int) -> str:
+    """Threads' frames in faulthandler's text (most recent call first), as its ``all_threads`` dump.
+
+    ``frames`` is ``sys._current_frames()``; ``current`` the identifier written as the current thread.
+    At most :data:`MAX_FRAMES` frames per thread (a cut stack ends with ``  ...``) and
+    :data:`MAX_THREADS` threads (a cut dump ends with ``...``).
+    """
+    lines: list[str] = []
+    for count, (ident, frame) in enumerate(sorted(frames.items(), key=lambda item: item[0] != current)):
+        if count >= MAX_THREADS:
+            lines.append("...")
+            break
+        if lines:
+            lines.append("")
+        title = "Current thread" if ident == current else "Thread"
+        lines.append(f"{title} 0x{ident:016x} (most recent call first):")
+        depth = 0
+        while frame is not None:
+            if depth >= MAX_FRAMES:
+                lines.append("  ...")
+                break
+            code = frame.f_code
+            line = frame.f_lineno
+            lines.append(
+                f'  File "{code.co_filename}", line {"???" if line is None else line} in {code.co_name}'
+            )
+            frame = frame.f_back
+            depth += 1
+        if not depth:
+            lines.append("  <no Python frame>")
+    return "\n".join(lines) + "\n"
+
+
+def _stacks(args: dict[str, Any]) -> Any:
+    """Every thread's Python stack, taken on this thread under the GIL; with the threads' names.
+
+    ``{"text": <faulthandler's all-threads text>, "threads": <as the threads request>, "current":
+    <this thread's identifier>}``. ``sys._current_frames()`` reads the threads' states under the
+    interpreter's own lock and the GIL: a thread starting or ending meanwhile is seen or not, never half.
+    """
+    frames = sys._current_frames()
+    text = format_stacks(frames, threading.get_ident())
+    del frames
+    return {"text": text, "threads": _threads(args), "current": threading.get_ident()}
+
+
+def _main_thread_still(samples: int = 4, gap: float = 0.05) -> bool:
+    """Whether the main thread stays at one instruction of one frame for ``samples`` looks ``gap`` apart:
+    blocked (in a collective that hangs, say) rather than running the job's loop."""
+    main = threading.main_thread().ident
+    if main is None:
+        return False
+    first = sys._current_frames().get(main)
+    if first is None:
+        return False
+    where = first.f_lasti
+    for _ in range(samples - 1):
+        time.sleep(gap)
+        now = sys._current_frames().get(main)
+        if now is not first or now.f_lasti != where:
+            return False
+    return True
+
+
 def _fr(args: dict[str, Any]) -> Any:
     """This rank's flight recorder (every entry, with frames), written beside the handler's files.
 
     ``args``: ``{"id": "<hex>"}`` names the file ``<base>.<id>.fr`` (one per request: two requesters
-    never read each other's); ``{"only_active": true}`` keeps only entries not yet completed. The
+    never read each other's); ``{"only_active": true}`` keeps only entries not yet completed. Entries
+    carry their Python frames when that costs the job nothing: torch's symbolizer is already imported,
+    or the main thread is blocked (the job hangs); else (a running job's first dump) they are left out,
+    and the answer's problem says so; ``{"frames": true}`` asks for them anyway. The
     answer is ``{"name": "<file name>", "problem": null}``, or ``{"name": null, "problem": "why"}``
     (torch not imported, no recorder in this torch), or both when the file was written but the recorder
     was turned off. torch is never imported here: only a process that imported it has a recorder.
@@ -135,28 +188,47 @@ def _fr(args: dict[str, Any]) -> Any:
     from rankscope.inproc.frdump import dump_flight_recorder
 
     name = state.name(f"{ident}.fr")
-    problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")))
+    frames = args.get("frames") is True or "torch._inductor" in sys.modules or _main_thread_still()
+    problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")), frames)
     written = problem is None or problem.startswith("written")
     return {"name": name if written else None, "problem": problem}
 
 
+_kinds["stacks"] = _stacks
 _kinds["ping"] = _ping
 _kinds["threads"] = _threads
 _kinds["fr"] = _fr
 
 
+def _version_problem(request: dict[str, Any]) -> Optional[str]:
+    """Why a request of another protocol cannot be answered (None when it can).
+
+    An older requester's requests are answered (the kinds it knows kept their meaning); a newer one's
+    are refused with both versions named, so its user is told to install the same rankscope in the job.
+    """
+    version = request.get("v")
+    if type(version) is not int or version < 1:
+        return f"request without a protocol version (this process's rankscope speaks {VERSION})"
+    if version > VERSION:
+        return (
+            f"the request is of in-process protocol {version}, the job's rankscope speaks {VERSION} "
+            "(an older rankscope in the job): install the same rankscope in the job's environment"
+        )
+    return None
+
+
 class _Enabled:
-    def __init__(self, directory: str, dir_fd: int, base: str, signum: int) -> None:
+    def __init__(self, directory: str, dir_fd: int, base: str) -> None:
         self.pid = os.getpid()
         self.directory = directory
         self.dir_fd = dir_fd
         self.base = base
-        self.signum = signum
-        self.stacks_fd = -1
         self.fifo_fd = -1
+        self.crash_fd = -1
         self.created: list[str] = []
         #: The identifier of the daemon thread answering requests (rankscope's, not the job's).
         self.thread_ident: Optional[int] = None
+        self.last_dump = 0.0
 
     def name(self, kind: str) -> str:
         return f"{self.base}.{kind}"
@@ -164,17 +236,18 @@ class _Enabled:
     def describe(self) -> None:
         from rankscope.inproc.progress import self_start_ticks
 
+        legacy = legacy_signal()
         info = {
             "version": VERSION,
             "pid": self.pid,
             "start_ticks": self_start_ticks(),
             "base": self.base,
-            "signal": self.signum,
-            "signal_name": signal_name(self.signum),
+            "signal": legacy,
+            "signal_name": f"SIGRTMIN+{LEGACY_SIGNAL_OFFSET}",
             "main_thread": threading.main_thread().ident,
             "handler_thread": self.thread_ident,
-            "stacks": self.name("stacks"),
             "requests": self.name("req"),
+            "crash": self.name("crash") if self.crash_fd >= 0 else None,
             "kinds": request_kinds(),
             "python": sys.version.split()[0],
             "pid_namespace": _pid_namespace(),
@@ -185,15 +258,24 @@ class _Enabled:
         temporary = f".{name}.tmp"
         fd = runtime.open_file(self.dir_fd, temporary, os.O_WRONLY | os.O_TRUNC)
         try:
-            os.write(fd, data)
-        finally:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
             os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(temporary, dir_fd=self.dir_fd)
+            raise
+        os.close(fd)
         os.rename(temporary, name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         if name not in self.created and not name.endswith(".reply"):
             self.created.append(name)
 
     def serve(self) -> None:
-        """The daemon thread: read request lines from the FIFO, answer each."""
+        """The daemon thread: read request lines from the FIFO, answer each.
+
+        Lines that arrive together are answered together: their ``stacks`` requests share one dump.
+        """
         pending = b""
         while True:
             try:
@@ -203,48 +285,73 @@ class _Enabled:
             if not chunk:
                 return
             pending += chunk
-            while b"\n" in pending:
-                line, pending = pending.split(b"\n", 1)
-                with contextlib.suppress(Exception):
-                    self.answer(line)
+            lines = pending.split(b"\n")
+            pending = lines.pop()
+            with contextlib.suppress(Exception):
+                self.answer_all(lines)
             if len(pending) > REQUEST_MAX:
                 pending = b""
 
-    def answer(self, line: bytes) -> None:
+    def answer_all(self, lines: list[bytes]) -> None:
+        shared: dict[str, Any] = {}
+        for line in lines:
+            with contextlib.suppress(Exception):
+                self.answer(line, shared)
+
+    def answer(self, line: bytes, shared: dict[str, Any]) -> None:
         request = json.loads(line)
+        if not isinstance(request, dict):
+            return
         ident = str(request.get("id", ""))
         if not _ID.match(ident):
             return
         kind = str(request.get("kind", ""))
         reply: dict[str, Any] = {"v": VERSION, "id": ident, "kind": kind}
         handler = _kinds.get(kind)
-        if handler is None:
+        problem = _version_problem(request)
+        if problem is not None:
+            reply.update(ok=False, error=problem)
+        elif handler is None:
             reply.update(
                 ok=False, error=f"unknown request kind {kind!r} (known: {', '.join(request_kinds())})"
             )
         else:
             try:
                 args = request.get("args") or {}
-                reply.update(ok=True, result=handler(args if isinstance(args, dict) else {}))
+                if kind == "stacks":
+                    if "stacks" not in shared:
+                        wait = self.last_dump + MIN_INTERVAL - time.monotonic()
+                        if wait > 0:
+                            time.sleep(wait)
+                        shared["stacks"] = handler({})
+                        self.last_dump = time.monotonic()
+                    result = shared["stacks"]
+                else:
+                    result = handler(args if isinstance(args, dict) else {})
+                reply.update(ok=True, result=result)
             except Exception as exc:  # noqa: BLE001
                 reply.update(ok=False, error=f"{type(exc).__name__}: {exc}")
         self.write_atomic(self.name(f"{ident}.reply"), json.dumps(reply, default=str).encode())
 
     def close(self) -> None:
-        """At a normal exit: unregister, close and remove what this process created."""
+        """At a normal exit: close and remove what this process created.
+
+        faulthandler is left as it is (the job may have enabled its own since), and so is the crash
+        file's descriptor: a crash later in the exit still writes into a file of its own (unlinked),
+        never into whatever file would reuse the descriptor's number.
+        """
         if self.pid != os.getpid():
             return
-        import faulthandler
-
-        with contextlib.suppress(Exception):
-            faulthandler.unregister(self.signum)
-        for fd in (self.stacks_fd, self.fifo_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if self.fifo_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fifo_fd)
         leftovers: list[str] = []
-        with contextlib.suppress(OSError):  # recorder dumps a requester did not remove
-            leftovers = [n for n in os.listdir(self.dir_fd) if n.startswith(self.base + ".") and ".fr" in n]
+        with contextlib.suppress(OSError):  # recorder dumps and replies a requester did not remove
+            leftovers = [
+                n
+                for n in os.listdir(self.dir_fd)
+                if n.startswith(self.base + ".") and (".fr" in n or n.endswith(".reply"))
+            ]
         for name in [*self.created, *leftovers]:
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self.dir_fd)
@@ -252,8 +359,9 @@ class _Enabled:
             os.close(self.dir_fd)
 
 
-#: Kinds of files the handler creates (the progress file is left for reading after a crash).
-HANDLER_KINDS = ("inproc", "stacks", "req")
+#: Kinds of files the handler creates and removes (the progress file is left for reading after a
+#: crash, and so is a crash dump that is not empty).
+HANDLER_KINDS = ("inproc", "req", "stacks")
 
 
 def _pid_namespace() -> int:
@@ -262,6 +370,19 @@ def _pid_namespace() -> int:
         return os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         return 0
+
+
+def _read_description(dir_fd: int, name: str) -> Any:
+    """A description file of this directory: only a regular file, never a FIFO or a link (bounded)."""
+    import stat
+
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        return json.loads(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
 
 
 def _remove_stale(dir_fd: int, host: str) -> None:
@@ -284,11 +405,7 @@ def _remove_stale(dir_fd: int, host: str) -> None:
         except OSError:
             continue  # alive, another user's
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            try:
-                info = json.loads(os.read(fd, 1 << 16))
-            finally:
-                os.close(fd)
+            info = _read_description(dir_fd, name)
             if not namespace or info.get("pid_namespace") != namespace:
                 continue
         except (OSError, ValueError, AttributeError):
@@ -296,26 +413,33 @@ def _remove_stale(dir_fd: int, host: str) -> None:
         base = name[: -len(".inproc")]
         for other in names:
             kind = other[len(base) + 1 :] if other.startswith(base + ".") else ""
-            if kind in HANDLER_KINDS or kind.endswith((".reply", ".fr")):
+            empty_crash = False
+            if kind == "crash":
+                with contextlib.suppress(OSError):
+                    empty_crash = os.stat(other, dir_fd=dir_fd, follow_symlinks=False).st_size == 0
+            if kind in HANDLER_KINDS or kind.endswith((".reply", ".fr")) or empty_crash:
                 with contextlib.suppress(OSError):
                     os.unlink(other, dir_fd=dir_fd)
 
 
-def _caught_here(signum: int) -> bool:
-    """Whether this process already catches ``signum`` (SigCgt: C-level handlers too, not only Python's)."""
-    try:
-        with open("/proc/self/status", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"SigCgt:"):
-                    return bool(int(line.split()[1], 16) & (1 << (signum - 1)))
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
+def _enable_crash_dump(state: _Enabled) -> None:
+    """faulthandler on the fatal signals, into ``<base>.crash``, unless the process enabled it itself.
 
-
-def _start(signum: Optional[int]) -> _Enabled:
+    Runs only in a process that is dying anyway; faulthandler then restores the signal's previous
+    handler and raises it again, so the job's own handlers (and the exit status) are kept.
+    """
     import faulthandler
 
+    if faulthandler.is_enabled():
+        return  # the job's own (PYTHONFAULTHANDLER, -X faulthandler, its code): left as it is
+    name = state.name("crash")
+    fd = runtime.open_file(state.dir_fd, name, os.O_WRONLY | os.O_APPEND | os.O_TRUNC)
+    state.created.append(name)
+    state.crash_fd = fd
+    faulthandler.enable(file=fd, all_threads=True)
+
+
+def _start() -> _Enabled:
     from rankscope.ranks import rank_from_env, short_hostname
 
     host = short_hostname()
@@ -324,13 +448,8 @@ def _start(signum: Optional[int]) -> _Enabled:
     dir_fd = runtime.open_private_dir(directory)
     with contextlib.suppress(OSError):
         _remove_stale(dir_fd, host)
-    state = _Enabled(directory, dir_fd, runtime.file_name(host, os.getpid(), "", rank)[:-1], signum or 0)
+    state = _Enabled(directory, dir_fd, runtime.file_name(host, os.getpid(), "", rank)[:-1])
     try:
-        state.signum = signum if signum is not None else default_signal()
-        stacks = state.name("stacks")
-        # O_APPEND: after the requester truncates the file, the next dump starts at its beginning.
-        state.stacks_fd = runtime.open_file(dir_fd, stacks, os.O_WRONLY | os.O_APPEND | os.O_TRUNC)
-        state.created.append(stacks)
         fifo = state.name("req")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(fifo, dir_fd=dir_fd)  # a file of an earlier process of the same pid
@@ -338,12 +457,8 @@ def _start(signum: Optional[int]) -> _Enabled:
         state.created.append(fifo)
         # Read and write: the FIFO then always has a writer, so a read waits for data, never sees EOF.
         state.fifo_fd = os.open(fifo, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-        if _caught_here(state.signum):
-            raise RuntimeError(
-                f"{signal_name(state.signum)} is already caught in this process; "
-                f"name another signal in {ENV_SIGNAL}"
-            )
-        faulthandler.register(state.signum, file=state.stacks_fd, all_threads=True, chain=False)
+        with contextlib.suppress(Exception):
+            _enable_crash_dump(state)
         thread = threading.Thread(target=state.serve, name="rankscope-inproc", daemon=True)
         thread.start()
         state.thread_ident = thread.ident
@@ -354,18 +469,18 @@ def _start(signum: Optional[int]) -> _Enabled:
     return state
 
 
-def enable(signum: Optional[int] = None) -> bool:
+def enable() -> bool:
     """Enable the handler in this process (once; again after a fork). True when it is enabled.
 
-    Never raises: on failure (no private runtime directory, a signal that cannot be registered)
-    it returns False and :func:`last_error` says why.
+    Never raises: on failure (no private runtime directory, a full file system) it returns False
+    and :func:`last_error` says why. Installs no signal handler of its own (see the module's notes).
     """
     global _state, _error
     try:
         with _lock:
             if _state is not None and _state.pid == os.getpid():
                 return True
-            _state = _start(signum)
+            _state = _start()
             _error = ""
             import atexit
 
@@ -395,21 +510,18 @@ def description_path() -> Optional[str]:
 
 
 def _after_fork_in_child() -> None:
-    """A forked child (a data-loader worker) is not the process the files describe: stop dumping into them."""
+    """A forked child (a data-loader worker) is not the process the files describe: stop using them."""
     global _state
     state = _state
     if state is None:
         return
     _state = None
-    try:
-        import faulthandler
-
-        faulthandler.unregister(state.signum)
-        os.close(state.stacks_fd)
-        os.close(state.fifo_fd)
-        os.close(state.dir_fd)
-    except Exception:  # noqa: BLE001
-        pass
+    # faulthandler and its descriptor stay: a worker that dies of a fatal signal appends its dump to
+    # the crash file (and the job's own faulthandler, if it enabled one since, is not touched).
+    for fd in (state.fifo_fd, state.dir_fd):
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 if hasattr(os, "register_at_fork"):

@@ -33,9 +33,11 @@ Python 3.9 compatible, standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
+import stat
 import struct
 import time
 from dataclasses import dataclass, field
@@ -159,11 +161,14 @@ class _Writer:
         try:
             fd = runtime.open_file(dir_fd, name, os.O_RDWR | os.O_TRUNC)
             try:
-                os.ftruncate(fd, SIZE)
+                # Blocks first: a page of a file system that is full would be SIGBUS at the first store.
+                os.posix_fallocate(fd, 0, SIZE)
                 mm = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             finally:
                 os.close(fd)
         except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)  # what could not be made whole is not left half made
             os.close(dir_fd)
             self._off = True
             return None
@@ -277,12 +282,20 @@ def parse(raw: bytes) -> ProgressRecord:
     )
 
 
-def read(path: str, attempts: int = 5) -> ProgressRecord:
-    """Read a marker file (a write half done is read again); OSError or ValueError when it cannot be."""
+def read(path: str, attempts: int = 5, uid: Optional[int] = None) -> ProgressRecord:
+    """Read a marker file (a write half done is read again); OSError or ValueError when it cannot be.
+
+    Only a regular file (never through a link, never waiting on a FIFO), owned by ``uid`` when given.
+    """
     error: Optional[ValueError] = None
     for _ in range(attempts):
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise runtime.NotOwned(f"{path} is not a regular file")
+            if uid is not None and st.st_uid != uid:
+                raise runtime.NotOwned(f"{path} is owned by uid {st.st_uid}, not {uid}")
             raw = os.read(fd, SIZE)
         finally:
             os.close(fd)

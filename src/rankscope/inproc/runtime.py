@@ -10,8 +10,9 @@ The convention (written by the training process, read from the outside by ``rank
   ``<host>.rank-<rank>.pid-<pid>.<kind>``; they are created 0600 relative to the directory's
   descriptor, never through a symbolic link (``O_NOFOLLOW``).
 
-Kinds: ``progress`` (rankscope.progress), ``inproc`` (the handler's description, JSON), ``stacks``
-(faulthandler's dumps), ``req`` (the request FIFO), ``<id>.reply`` (answers to requests).
+Kinds: ``progress`` (rankscope.progress), ``inproc`` (the handler's description, JSON), ``req`` (the
+request FIFO), ``<id>.reply`` (answers to requests), ``<id>.fr`` (flight recorder dumps), ``crash``
+(faulthandler's dump when the process died of a fatal signal).
 
 Python 3.9 compatible, standard library only: imported inside training processes.
 """
@@ -106,10 +107,12 @@ class NotOwned(OSError):
 def open_owned(path: str, flags: int, uid: int, fifo: bool = False) -> int:
     """Open ``path`` for a reader from the outside (often root): only a file of ``uid`` itself.
 
-    Never through a symbolic link; a regular file with one link (a hard link planted to a file of
-    another user, root's say, is refused: rankscope truncates and writes these files), or a FIFO.
+    Never through a symbolic link, and never waiting: ``O_NONBLOCK``, so a FIFO planted where a
+    regular file should be does not block ``open`` (it is refused after opening). A regular file
+    with one link (a hard link planted to a file of another user, root's say, is refused: rankscope
+    writes some of these files), or a FIFO when ``fifo`` is set.
     """
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_NONBLOCK if fifo else 0))
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
         if st.st_uid != uid:
@@ -124,10 +127,28 @@ def open_owned(path: str, flags: int, uid: int, fifo: bool = False) -> int:
     return fd
 
 
+class TooLarge(OSError):
+    """A file of a runtime directory larger than its reader reads."""
+
+
 def read_owned(path: str, uid: int, limit: int) -> bytes:
-    """At most ``limit`` bytes of a file of ``uid`` (see :func:`open_owned`)."""
+    """The bytes of a regular file of ``uid`` (see :func:`open_owned`); TooLarge past ``limit`` bytes."""
     fd = open_owned(path, os.O_RDONLY, uid)
     try:
-        return os.read(fd, limit)
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise TooLarge(f"{path} holds {size} bytes, more than the {limit} read")
+        chunks: list[bytes] = []
+        left = limit + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit:
+            raise TooLarge(f"{path} grew past the {limit} bytes read")
+        return data
     finally:
         os.close(fd)

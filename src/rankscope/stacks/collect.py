@@ -55,6 +55,8 @@ class DumpOutcome:
     retries: int = 0
     #: Who held it the last time it was refused (a tracer's name and pid).
     held_by: str = ""
+    #: Dumped through an in-process handler: the job's rankscope's protocol (docs/inproc.md).
+    handler_version: Optional[int] = None
 
 
 def precheck(target: Target) -> tuple[Optional[Failure], str]:

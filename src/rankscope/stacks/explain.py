@@ -9,6 +9,7 @@ from typing import Optional
 
 from rankscope.folding import describe_members, fold_ints
 from rankscope.model import Frame, Member, RankId
+from rankscope.stacks.inproc_collect import version_note
 from rankscope.stacks.merge import job_reports
 from rankscope.stacks.pyspy import UNKNOWN_NATIVE
 from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
@@ -366,7 +367,12 @@ def _diagnose(report: StacksReport) -> Diagnosis:
     if by_signal:
         notes.append(
             f"{who(by_signal)} {'were' if len(by_signal) > 1 else 'was'} dumped through the in-process handler "
-            "(a signal, no ptrace): Python frames only, function names without their class"
+            "(a request to its own thread, no ptrace): Python frames only, function names without their class"
+        )
+    newer = [p for p in report.processes if p.handler_version is not None]
+    if newer:
+        notes.append(
+            f"{who([p.member for p in newer])}: {version_note(max(p.handler_version or 0 for p in newer))}"
         )
     missing = _missing(report)
     if missing:

@@ -22,6 +22,7 @@ from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_live_dump
 from rankscope.fr.records import Cache, RankDump
 from rankscope.fr.report import FrReport
+from rankscope.inproc.frdump import WITHOUT_FRAMES
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
 from rankscope.stacks.inproc_collect import request_all
@@ -39,6 +40,8 @@ class LiveRecorders:
     missing: dict[int, str] = field(default_factory=dict)
     #: rank -> why the dump it gave was not read (refused by the unpickler, over the cap ...).
     refused: dict[int, str] = field(default_factory=dict)
+    #: rank -> what its dump lacks (written without Python frames: the rank was running).
+    partial: dict[int, str] = field(default_factory=dict)
     #: The job's world size, where the ranks' launcher says it.
     world_size: Optional[int] = None
 
@@ -82,6 +85,8 @@ def gather(
             live.missing[rank] = f"its handler named an unexpected file {name!r}: not read"
             continue
         why = ""
+        if isinstance(problem, str) and problem.startswith(WITHOUT_FRAMES):
+            live.partial[rank] = problem
         try:
             live.dumps.append(read_live_dump(path, answer.handler.uid, rank, cache))
         except (OSError, ValueError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as err:
@@ -118,6 +123,7 @@ def combine(documents: Sequence[Any]) -> LiveRecorders:
         # JSON keys are strings.
         combined.missing.update({int(rank): str(why) for rank, why in live.missing.items()})
         combined.refused.update({int(rank): str(why) for rank, why in live.refused.items()})
+        combined.partial.update({int(rank): str(why) for rank, why in live.partial.items()})
         if live.world_size:
             sizes.append(live.world_size)
     combined.world_size = max(sizes) if sizes else None
@@ -130,6 +136,9 @@ def verdict(live: LiveRecorders) -> FrReport:
     for reason, ranks in _by_reason(live.missing).items():
         word = "ranks" if len(ranks) > 1 else "rank"
         report.notes.insert(0, f"no flight recorder from {word} {fold_ints(ranks)}: {reason}")
+    for reason, ranks in _by_reason(live.partial).items():
+        word = "ranks" if len(ranks) > 1 else "rank"
+        report.notes.append(f"flight recorder of {word} {fold_ints(ranks)} {reason}")
     return report
 
 

@@ -1,29 +1,32 @@
-"""Stacks without ptrace: signal each rank's in-process handler and read what it wrote.
+"""Stacks without ptrace: ask each rank's in-process handler for its stacks and read its answer.
 
 For every target: find its runtime directory from its own environment and uid
 (:mod:`rankscope.inproc.runtime`), read the handler's description (``<base>.inproc``), check that
-the process is the one described (its start time) and that it still catches the signal
-(``SigCgt`` in /proc/PID/status: an uncaught real-time signal would end it), lock and empty its
-``.stacks`` file, ask its request thread for the names of its threads, send the signal, and read
-the dump once its size settles. All targets are signalled first and read in one poll loop, so the
-cost is that of the slowest rank, not the sum. Every failure is a :class:`Failure` of its rank.
+the process is the one described (its start time) and that its handler speaks this rankscope's
+protocol, and write a ``stacks`` request into its FIFO. The handler's thread takes every thread's
+stack under the GIL and answers with a reply file. No signal is sent (protocol 1 signalled, and the
+dump made in the signal handler crashed processes that start and end threads). All targets are asked
+first and read in one poll loop, so the cost is that of the slowest rank, not the sum. Every file is
+opened without waiting (a FIFO planted in its place is refused, never waited on), the deadline holds
+in every phase and a stop signal ends the wait at the next poll. Every failure is a
+:class:`Failure` of its rank.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from rankscope import procfs
 from rankscope.inproc import progress as progress_file
 from rankscope.inproc import runtime
+from rankscope.inproc.handler import VERSION
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, Stage
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, precheck
@@ -34,14 +37,13 @@ ENABLE_HINT = (
     "start the job with RANKSCOPE_INPROC=1 in its environment (no code change; rankscope installed in the "
     "job's Python), or call rankscope.inproc.enable() early in the script"
 )
-#: A dump is complete when its size has not changed for this long (faulthandler writes it at once, in
-#: one signal handler; only a preemption of the rank between two of its writes pauses it).
-SETTLE = 0.05
-#: After the dump, how long to wait for the names of the threads (the request thread needs the GIL).
-NAMES_WAIT = 0.5
+UPGRADE_HINT = (
+    "install this rankscope in the job's environment and restart the job; until then py-spy (without "
+    "--via-signal) takes its stacks"
+)
 POLL = 0.01
-#: The most read of a reply and of a dump (faulthandler's own limits, 100 threads of 100 frames, stay
-#: well below): a file another process grew without bound is not read whole.
+#: The most read of a reply, and of a stack dump's reply (faulthandler's limits, 100 threads of 100
+#: frames, stay well below): a file another process grew without bound is not read.
 REPLY_MAX = 1 << 20
 STACKS_MAX = 16 << 20
 
@@ -54,12 +56,12 @@ class Handler:
     #: The process's uid: every file read or written must be its own.
     uid: int
     base: str
-    signum: int
-    signal_name: str
     main_thread: Optional[int]
     handler_thread: Optional[int]
     #: The request kinds the handler answers (its description lists them).
     kinds: tuple[str, ...] = ()
+    #: The in-process protocol of the job's rankscope (its description's ``version``).
+    version: int = 1
 
     def path(self, kind: str) -> str:
         return os.path.join(self.directory, f"{self.base}.{kind}")
@@ -84,13 +86,30 @@ def locate(pid: int, host: Optional[str] = None) -> tuple[str, int, dict[str, st
     return directory, uid, runtime.files_of(directory, pid, host)
 
 
-def caught_signals(pid: int) -> int:
-    value = procfs.status_field(pid, "SigCgt")
-    return int(value, 16) if value else 0
+def version_note(version: int) -> Optional[str]:
+    """What to tell the user when the job's rankscope speaks another protocol (None when the same)."""
+    if version > VERSION:
+        return (
+            f"a newer rankscope runs inside the job (in-process protocol {version}; this command line speaks "
+            f"{VERSION}): install the same rankscope for the command line"
+        )
+    if version < VERSION:
+        return (
+            f"an older rankscope runs inside the job (in-process protocol {version}; this command line speaks "
+            f"{VERSION}): its handler dumps stacks from a signal handler, which can crash a process that "
+            "starts and ends threads, so it is not asked"
+        )
+    return None
 
 
-def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional[Failure]]:
-    """The target's handler, or the failure that says why it has none (with the fix)."""
+def find_handler(
+    target: Target, host: str, for_stacks: bool = True
+) -> tuple[Optional[Handler], Optional[Failure]]:
+    """The target's handler, or the failure that says why it has none (with the fix).
+
+    ``for_stacks``: the handler must answer ``stacks`` requests (protocol 2 or later); other requests
+    go to a handler of any protocol (it answers or says it does not know the kind).
+    """
     try:
         directory, uid, files = locate(target.pid, host)
     except runtime.UnsafeDirectory as exc:
@@ -127,12 +146,13 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
             directory=directory,
             uid=uid,
             base=str(info["base"]),
-            signum=int(info["signal"]),
-            signal_name=str(info.get("signal_name") or info["signal"]),
             main_thread=info.get("main_thread"),
             handler_thread=info.get("handler_thread"),
             kinds=tuple(str(k) for k in info.get("kinds") or ()),
+            version=int(info.get("version") or 1),
         )
+        if "/" in handler.base or handler.base in ("", ".", ".."):
+            raise ValueError(f"bad base name {handler.base!r}")
         ticks = int(info.get("start_ticks") or 0)
     except PermissionError as exc:
         return None, target.failure(
@@ -155,12 +175,11 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
             ENABLE_HINT,
             FailureKind.NO_HANDLER,
         )
-    if not caught_signals(target.pid) & (1 << (handler.signum - 1)):
+    if for_stacks and (handler.version < VERSION or "stacks" not in handler.kinds):
         return None, target.failure(
             Stage.ATTACH,
-            f"its in-process handler is gone: it no longer catches {handler.signal_name}"
-            " (the script may have replaced the signal's handler)",
-            "rankscope did not signal it; " + ENABLE_HINT,
+            version_note(min(handler.version, VERSION - 1)) or "",
+            UPGRADE_HINT,
             FailureKind.NO_HANDLER,
         )
     return handler, None
@@ -170,54 +189,60 @@ def find_handler(target: Target, host: str) -> tuple[Optional[Handler], Optional
 class _Pending:
     outcome: DumpOutcome
     handler: Handler
-    stacks_fd: int
     request_id: str
     ends: float
-    size: int = -1
-    size_since: float = 0.0
-    text: str = ""
-    names: Optional[dict[int, tuple[str, Optional[int]]]] = None
-    names_until: float = 0.0
-    done_at: float = field(default=0.0)
-    #: The dump had fewer threads than the process named: it was read once more after another settle.
-    recounted: bool = False
 
 
-def _request(handler: Handler, kind: str, request_id: str, args: Optional[dict[str, Any]] = None) -> bool:
-    """Write one request line into the handler's FIFO; False when no thread reads it."""
-    line = json.dumps({"v": 1, "id": request_id, "kind": kind, "args": args or {}}).encode() + b"\n"
+def _request(
+    handler: Handler,
+    kind: str,
+    request_id: str,
+    args: Optional[dict[str, Any]] = None,
+    until: float = 0.0,
+    stop: Optional[Stop] = None,
+) -> bool:
+    """Write one request line into the handler's FIFO; False when no thread reads it.
+
+    A full FIFO (its thread busy with the requests of others) is tried again every poll until
+    ``until`` (a time.monotonic() instant) or a stop signal.
+    """
+    line = json.dumps({"v": VERSION, "id": request_id, "kind": kind, "args": args or {}}).encode() + b"\n"
     try:
         fd = runtime.open_owned(handler.path("req"), os.O_WRONLY, handler.uid, fifo=True)
     except OSError:
         return False
     try:
-        return os.write(fd, line) == len(line)
-    except OSError:
-        return False
+        while True:
+            try:
+                return os.write(fd, line) == len(line)
+            except BlockingIOError:
+                if time.monotonic() >= until or (stop is not None and stop.signum):
+                    return False
+                time.sleep(POLL)
+            except OSError:
+                return False
     finally:
         os.close(fd)
 
 
-def _read_names(pending: _Pending) -> Optional[dict[int, tuple[str, Optional[int]]]]:
-    path = pending.handler.path(f"{pending.request_id}.reply")
+def _read_reply(handler: Handler, request_id: str, limit: int) -> Optional[dict[str, Any]]:
+    """The reply to a request, removed once read; None while there is none. A reply that cannot be
+    read (refused, too large, not JSON) is an answer too: ``{"ok": false, "error": why}``."""
+    path = handler.path(f"{request_id}.reply")
     try:
-        reply = json.loads(runtime.read_owned(path, pending.handler.uid, REPLY_MAX))
-    except (OSError, ValueError):
+        reply: Any = json.loads(runtime.read_owned(path, handler.uid, limit))
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as exc:
+        reply = {"ok": False, "error": f"unreadable reply: {exc}"}
     with contextlib.suppress(OSError):
         os.unlink(path)
-    result = reply.get("result") if isinstance(reply, dict) and reply.get("ok") else None
-    if not isinstance(result, dict):
-        return {}
-    names: dict[int, tuple[str, Optional[int]]] = {}
-    for ident, value in result.items():
-        with contextlib.suppress(ValueError, TypeError, IndexError):
-            native = value[1]
-            names[int(ident)] = (str(value[0]), int(native) if native is not None else None)
-    return names
+    return reply if isinstance(reply, dict) else {"ok": False, "error": "the reply is not a JSON object"}
 
 
-def _start(target: Target, host: str, timeout: float, deadline: Optional[float]) -> DumpOutcome | _Pending:
+def _start(
+    target: Target, host: str, timeout: float, deadline: Optional[float], stop: Optional[Stop]
+) -> DumpOutcome | _Pending:
     outcome = DumpOutcome(target=target)
     failure, outcome.state_before = precheck(target)
     if failure is None:
@@ -226,62 +251,30 @@ def _start(target: Target, host: str, timeout: float, deadline: Optional[float])
         outcome.failure = failure
         return outcome
     assert handler is not None
-    stacks = handler.path("stacks")
-    try:
-        fd = runtime.open_owned(stacks, os.O_RDWR, handler.uid)
-    except OSError as exc:
-        refused = isinstance(exc, (PermissionError, runtime.NotOwned))
-        kind = FailureKind.PERMISSION if refused else FailureKind.NO_HANDLER
-        outcome.failure = target.failure(
-            Stage.ATTACH,
-            f"cannot open {stacks}: {exc.strerror or exc}",
-            "run as the job's user, or as root",
-            kind,
-        )
-        return outcome
     now = time.monotonic()
     ends = now + timeout if deadline is None else min(now + timeout, deadline)
-    # Another rankscope dumping this process: wait for it (it empties the file too).
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() >= ends:
-                os.close(fd)
-                outcome.failure = target.failure(
-                    Stage.DUMP,
-                    "another rankscope held its stack file until the deadline",
-                    "wait for the other run to finish, then rerun",
-                    FailureKind.TIMED_OUT,
-                )
-                return outcome
-            time.sleep(POLL)
-    os.ftruncate(fd, 0)
     request_id = secrets.token_hex(8)
-    pending = _Pending(outcome, handler, fd, request_id, ends)
-    if not _request(handler, "threads", request_id):
-        pending.names = {}  # no request thread: threads are named by role only
-    try:
-        os.kill(target.pid, handler.signum)
-    except OSError as exc:
-        os.close(fd)
+    if not _request(handler, "stacks", request_id, until=ends, stop=stop):
         outcome.failure = target.failure(
             Stage.DUMP,
-            f"could not signal it: {exc.strerror}",
-            "its log says whether it exited",
-            FailureKind.GONE,
+            f"its in-process handler does not read its requests ({handler.path('req')})",
+            "its handler thread is gone, or its request queue stayed full until the deadline: py-spy "
+            "(without --via-signal) takes its stacks",
+            FailureKind.NO_HANDLER,
         )
         return outcome
-    return pending
+    return _Pending(outcome, handler, request_id, ends)
 
 
-def _ends_line(fd: int, size: int) -> bool:
-    return os.pread(fd, 1, size - 1) == b"\n"
-
-
-def _headers(text: str) -> int:
-    return sum(1 for line in text.splitlines() if line.startswith(("Thread 0x", "Current thread 0x")))
+def _names(result: Any) -> dict[int, tuple[str, Optional[int]]]:
+    names: dict[int, tuple[str, Optional[int]]] = {}
+    if not isinstance(result, dict):
+        return names
+    for ident, value in result.items():
+        with contextlib.suppress(ValueError, TypeError, IndexError):
+            native = value[1]
+            names[int(ident)] = (str(value[0]), int(native) if native is not None else None)
+    return names
 
 
 def _failed(pending: _Pending, failure: Failure) -> DumpOutcome:
@@ -289,16 +282,30 @@ def _failed(pending: _Pending, failure: Failure) -> DumpOutcome:
     return pending.outcome
 
 
-def _finish(pending: _Pending, intern: dict[Frame, Frame]) -> DumpOutcome:
+def _finish(pending: _Pending, reply: dict[str, Any], intern: dict[Frame, Frame]) -> DumpOutcome:
     outcome, handler = pending.outcome, pending.handler
     target = outcome.target
+    result = reply.get("result") if reply.get("ok") else None
+    text = result.get("text") if isinstance(result, dict) else None
+    if not isinstance(text, str):
+        return _failed(
+            pending,
+            target.failure(
+                Stage.DUMP,
+                f"its in-process handler answered without stacks: {reply.get('error') or 'no text'}",
+                "rerun; py-spy (without --via-signal) takes its stacks",
+                FailureKind.BAD_OUTPUT,
+            ),
+        )
+    assert isinstance(result, dict)
+    current = result.get("current")
     try:
         threads = parse_faulthandler(
-            pending.text,
+            text,
             target.pid,
             main_ident=handler.main_thread,
-            names=pending.names,
-            skip=handler.handler_thread,
+            names=_names(result.get("threads")),
+            skip=current if isinstance(current, int) else handler.handler_thread,
             intern=intern,
         )
     except ValueError as exc:
@@ -306,7 +313,7 @@ def _finish(pending: _Pending, intern: dict[Frame, Frame]) -> DumpOutcome:
             pending,
             target.failure(
                 Stage.PARSE,
-                f"unreadable dump in {handler.path('stacks')}: {exc}",
+                f"unreadable stacks from its in-process handler: {exc}",
                 "rerun",
                 FailureKind.BAD_OUTPUT,
             ),
@@ -315,7 +322,34 @@ def _finish(pending: _Pending, intern: dict[Frame, Frame]) -> DumpOutcome:
         pid=target.pid, rank=target.rank, threads=threads, cmdline=target.cmdline
     )
     outcome.raw = as_pyspy_json(threads)
+    outcome.handler_version = handler.version
     return outcome
+
+
+def _interrupted(item: _Pending, stop: Stop) -> DumpOutcome:
+    return _failed(
+        item,
+        item.outcome.target.failure(
+            Stage.INTERRUPTED, f"not dumped: {stop.name} stopped the run", "run again", FailureKind.OTHER
+        ),
+    )
+
+
+def _timed_out(item: _Pending, started: float) -> DumpOutcome:
+    target = item.outcome.target
+    state = procfs.process(target.pid)
+    letter = state.state if state is not None else "gone"
+    return _failed(
+        item,
+        target.failure(
+            Stage.DUMP,
+            f"no answer from its in-process handler within {item.ends - started:.1f}s (process state {letter})",
+            "its handler thread needs the GIL: a thread that holds it and never releases it, a stopped "
+            "process (T) or one in the kernel (D) keeps it from answering; py-spy (without --via-signal) "
+            "dumps such a process, or raise --timeout",
+            FailureKind.TIMED_OUT,
+        ),
+    )
 
 
 def collect_via_signal(
@@ -326,14 +360,24 @@ def collect_via_signal(
     stop: Optional[Stop] = None,
     host: Optional[str] = None,
 ) -> list[DumpOutcome]:
-    """Dump every target through its in-process handler; outcomes in the targets' order."""
+    """Dump every target through its in-process handler; outcomes in the targets' order.
+
+    (The name is kept from protocol 1, when a signal asked for the dump; no signal is sent now.)
+    """
     host = host or short_hostname()
     intern: dict[Frame, Frame] = {}
     started = time.monotonic()
     results: dict[int, DumpOutcome] = {}
     pending: list[_Pending] = []
     for index, target in enumerate(targets):
-        begun = _start(target, host, timeout, deadline)
+        if stop is not None and stop.signum:
+            outcome = DumpOutcome(target=target)
+            outcome.failure = target.failure(
+                Stage.INTERRUPTED, f"not dumped: {stop.name} stopped the run", "run again", FailureKind.OTHER
+            )
+            results[index] = outcome
+            continue
+        begun = _start(target, host, timeout, deadline, stop)
         if isinstance(begun, _Pending):
             begun.outcome.seconds = 0.0
             pending.append(begun)
@@ -346,71 +390,19 @@ def collect_via_signal(
     while pending:
         if stop is not None and stop.signum:
             for item in pending:
-                _failed(
-                    item,
-                    item.outcome.target.failure(
-                        Stage.INTERRUPTED,
-                        f"not dumped: {stop.name} stopped the run",
-                        "run again",
-                        FailureKind.OTHER,
-                    ),
-                )
-                os.close(item.stacks_fd)
+                _interrupted(item, stop)
             break
         time.sleep(POLL)
         now = time.monotonic()
         for item in list(pending):
             finished: Optional[DumpOutcome] = None
-            if not item.done_at:
-                if item.names is None:
-                    item.names = _read_names(item)
-                size = os.fstat(item.stacks_fd).st_size
-                if size != item.size:
-                    item.size, item.size_since = size, now
-                elif size > 0 and _ends_line(item.stacks_fd, size):
-                    # Complete when it settled, or sooner: unchanged for one poll and holding as many
-                    # threads as the process named.
-                    settled = now - item.size_since >= SETTLE
-                    text = ""
-                    if not settled and item.names:
-                        text = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0).decode("utf-8", "replace")
-                    if settled or (text and _headers(text) >= len(item.names or ())):
-                        if not text:
-                            text = os.pread(item.stacks_fd, min(size, STACKS_MAX), 0).decode(
-                                "utf-8", "replace"
-                            )
-                        item.text = text
-                        item.done_at = now
-                        item.names_until = min(now + NAMES_WAIT, item.ends)
-            if item.done_at:
-                if item.names is None:
-                    item.names = _read_names(item)
-                if item.names is not None or now >= item.names_until:
-                    if item.names and not item.recounted and _headers(item.text) < len(item.names):
-                        # Fewer threads than the process has: perhaps a dump still being written (its
-                        # writer preempted). Wait for it to settle once more (a thread started since the
-                        # dump, or more than faulthandler's 100, would never match: once is enough).
-                        item.recounted, item.done_at, item.size = True, 0.0, -1
-                        continue
-                    finished = _finish(item, intern)
+            reply = _read_reply(item.handler, item.request_id, STACKS_MAX)
+            if reply is not None:
+                finished = _finish(item, reply, intern)
             elif now >= item.ends:
-                target = item.outcome.target
-                state = procfs.process(target.pid)
-                letter = state.state if state is not None else "gone"
-                finished = _failed(
-                    item,
-                    target.failure(
-                        Stage.DUMP,
-                        f"no stack dump within {item.ends - started:.1f}s of {item.handler.signal_name}"
-                        f" (process state {letter})",
-                        "a stopped process (T) runs no signal handler until continued; one in the kernel (D) "
-                        "not until it returns: try py-spy (without --via-signal), or raise --timeout",
-                        FailureKind.TIMED_OUT,
-                    ),
-                )
+                finished = _timed_out(item, started)
             if finished is not None:
                 finished.seconds = now - started
-                os.close(item.stacks_fd)  # releases the lock
                 pending.remove(item)
                 done += 1
                 if progress is not None:
@@ -446,7 +438,7 @@ def request_all(
     answers = [Answer(t) for t in targets]
     waiting: list[Answer] = []
     for answer in answers:
-        handler, failure = find_handler(answer.target, host)
+        handler, failure = find_handler(answer.target, host, for_stacks=False)
         if handler is None:
             answer.problem = failure.reason if failure is not None else "no in-process handler"
             answer.no_handler = True
@@ -456,27 +448,20 @@ def request_all(
             answer.problem = f"its handler does not answer {kind!r} requests (an older rankscope in the job)"
             continue
         answer.request_id = secrets.token_hex(8)
-        if not _request(handler, kind, answer.request_id, {"id": answer.request_id}):
+        if not _request(handler, kind, answer.request_id, {"id": answer.request_id}, deadline, stop):
             answer.problem = "its handler's request thread does not read its requests"
             continue
         waiting.append(answer)
     while waiting:
         for answer in list(waiting):
             assert answer.handler is not None
-            path = answer.handler.path(f"{answer.request_id}.reply")
-            try:
-                reply = json.loads(runtime.read_owned(path, answer.handler.uid, REPLY_MAX))
-            except FileNotFoundError:
+            reply = _read_reply(answer.handler, answer.request_id, REPLY_MAX)
+            if reply is None:
                 continue
-            except (OSError, ValueError) as exc:
-                reply = {"ok": False, "error": f"unreadable reply: {exc}"}
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            if isinstance(reply, dict) and reply.get("ok"):
+            if reply.get("ok"):
                 answer.result = reply.get("result")
             else:
-                error = reply.get("error") if isinstance(reply, dict) else None
-                answer.problem = f"its handler answered with an error: {error or 'no answer'}"
+                answer.problem = f"its handler answered with an error: {reply.get('error') or 'no answer'}"
             waiting.remove(answer)
         if not waiting or time.monotonic() >= deadline or (stop is not None and stop.signum):
             break
@@ -505,6 +490,7 @@ def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[in
         directory = runtime.runtime_dir(environ, uid)
         if directory not in listed:
             try:
+                runtime.check_private(os.lstat(directory), uid)  # not a link, the job user's own
                 listed[directory] = os.listdir(directory)
             except OSError:
                 listed[directory] = []
@@ -522,7 +508,7 @@ def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[in
         if name is None:
             continue
         try:
-            record = progress_file.read(os.path.join(directory, name))
+            record = progress_file.read(os.path.join(directory, name), uid=uid)
         except (OSError, ValueError):
             continue
         if record.pid != target.pid or record.start_ticks != progress_file.start_ticks(target.pid):

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope import procfs
+from rankscope.inproc.handler import VERSION as HANDLER_VERSION
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
     Job,
@@ -299,6 +300,9 @@ def run_local(
                 held_by=held_by.get(target.pid),
                 via="signal" if target.pid in via_signal and outcome.snapshot is not None else None,
                 progress=steps.get(target.pid),
+                handler_version=outcome.handler_version
+                if outcome.handler_version != HANDLER_VERSION
+                else None,
             )
         )
         if outcome.failure is not None:

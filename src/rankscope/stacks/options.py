@@ -37,7 +37,7 @@ class StacksOptions:
     timeout: float = _flag("--timeout", DEFAULT_TIMEOUT)
     deadline: float = _flag("--deadline", DEFAULT_DEADLINE)
     parallelism: Optional[int] = _flag("--jobs", None)
-    #: Stacks through each process's in-process handler (a signal, no ptrace) instead of py-spy.
+    #: Stacks through each process's in-process handler (a request to its own thread, no ptrace) instead of py-spy.
     via_signal: bool = _flag("--via-signal", False)
     #: Do not ask the ranks' in-process handlers for their flight recorders (asked by default).
     no_fr: bool = _flag("--no-fr", False)

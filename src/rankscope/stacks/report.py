@@ -73,6 +73,9 @@ class ProcessInfo:
     held_by: Optional[str] = field(default=None, metadata=OMIT_NONE)
     #: How its stacks were taken when not by py-spy: ``signal`` (its in-process handler, docs/inproc.md).
     via: Optional[str] = field(default=None, metadata=OMIT_NONE)
+    #: The in-process protocol of the job's rankscope, when it differs from the command line's (a
+    #: newer rankscope in the job answered; docs/inproc.md).
+    handler_version: Optional[int] = field(default=None, metadata=OMIT_NONE)
     #: Its progress marker (rankscope.progress), when it records one.
     progress: Optional[StepInfo] = field(default=None, metadata=OMIT_NONE)
 
