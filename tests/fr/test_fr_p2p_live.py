@@ -1,0 +1,83 @@
+"""A hung gloo pipeline (tests/fr/fr_job.py ``pipeline``, 4 ranks, torch 2.13, TORCH_FR_BUFFER_SIZE=2000
+RANKSCOPE_INPROC=1): rank 0 never sends its activations and waits in a barrier; ranks 1-3 wait in
+``recv`` from the stage before them. gloo records no send/recv, so the recorders alone say only that
+ranks 1-3 never issued the barrier; `rankscope stacks` joins their live stacks and names the wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.fr.ranks import inproc_job
+from tests.support.cli import run_cli
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    pytest.importorskip("torch")
+    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline", WORLD) as pids:
+        yield [arg for pid in pids for arg in ("--pid", str(pid))]
+
+
+def _hung(pids: list[str], *more: str) -> dict[str, Any]:
+    """The --json report once ranks 1-3 wait in recv (the job hangs within seconds of its handlers' start)."""
+    deadline = time.monotonic() + 120
+    while True:
+        document: dict[str, Any] = run_cli("stacks", *pids, "--json", *more).json()
+        divergences = document.get("fr", {}).get("divergences", [])
+        if any(d.get("p2p_waits") for d in divergences) or time.monotonic() > deadline:
+            return document
+        time.sleep(1)
+
+
+def test_ranks_waiting_in_recv_are_named_as_a_point_to_point_wait(
+    pipeline: list[str], tmp_path: Path
+) -> None:
+    document = _hung(pipeline)
+    first = document["fr"]["divergences"][0]
+    assert (first["kind"], first["suspects"]) == ("missing", [1, 2, 3])
+    [wait] = first["p2p_waits"]
+    assert (wait["ranks"], wait["op"], wait["call_site"]["function"]) == (
+        "1-3",
+        "recv",
+        "receive_activations",
+    )
+    assert "peer" not in wait  # py-spy without --locals cannot read recv's src
+    headline = document["fr"]["headline"]
+    assert headline.startswith(
+        "ranks 1-3 wait in recv (point-to-point; gloo records no send/recv) called from receive_activations "
+        "(fr_job.py:"
+    ), headline
+    assert "peer not known (`rankscope stacks --locals` reads src/dst from the stacks); so ranks 1-3 never " \
+        "issued barrier #4" in headline  # fmt: skip
+
+    text = run_cli("stacks", *pipeline)
+    assert text.returncode == 0, text.stderr + text.stdout
+    out = text.stdout
+    assert (
+        out.index("Collective desync (flight recorder)")
+        < out.index("ranks 1-3 wait in recv")
+        < out.index("Main thread")
+    )
+
+    # --locals: py-spy reads recv's src, so every rank's peer is named.
+    with_locals = _hung(pipeline, "--locals")["fr"]["divergences"][0]
+    peers = {w["ranks"]: w.get("peer") for w in with_locals["p2p_waits"]}
+    assert peers == {"1": 0, "2": 1, "3": 2}
+    assert with_locals["text"].startswith(
+        "ranks 1-3 wait in recv (point-to-point; gloo records no send/recv) called from receive_activations "
+        "(fr_job.py:56): rank 1 from rank 0, rank 2 from rank 1, rank 3 from rank 2; so ranks 1-3 never issued "
+    ), with_locals["text"]
+    assert "peer not known" not in with_locals["text"]
+
+    # --out keeps the joined verdict; --from shows it as it was, joined once.
+    saved = tmp_path / "saved"
+    assert run_cli("stacks", *pipeline, "--out", str(saved)).returncode == 0
+    again = run_cli("stacks", "--from", str(saved)).stdout
+    assert again.count("wait in recv (point-to-point") == 1, again
