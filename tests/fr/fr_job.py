@@ -94,11 +94,12 @@ def main():
             dist.recv(t, 0)
             dist.recv(t, 0)
         dist.barrier()
-    elif SCENARIO == "pipeline":
-        # Rank 0 never sends its activations: it is elsewhere (a barrier); every later stage waits in
-        # recv from the stage before it (gloo records no send/recv).
+    elif SCENARIO in ("pipeline", "pipeline-idle"):
+        # Rank 0 never sends its activations: it is elsewhere (a barrier; or, idle, its own code, where
+        # the recorders agree); every later stage waits in recv from the stage before it (gloo records
+        # no send/recv).
         if RANK == 0:
-            dist.barrier()
+            dist.barrier() if SCENARIO == "pipeline" else evaluate()
         else:
             receive_activations(t, RANK - 1)
             if int(os.environ["WORLD_SIZE"]) > RANK + 1:

@@ -81,3 +81,28 @@ def test_ranks_waiting_in_recv_are_named_as_a_point_to_point_wait(
     assert run_cli("stacks", *pipeline, "--out", str(saved)).returncode == 0
     again = run_cli("stacks", "--from", str(saved)).stdout
     assert again.count("wait in recv (point-to-point") == 1, again
+
+
+@pytest.fixture(scope="module")
+def idle_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    pytest.importorskip("torch")
+    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline-idle", WORLD) as pids:
+        yield [arg for pid in pids for arg in ("--pid", str(pid))]
+
+
+def test_with_no_desync_the_ranks_waiting_in_recv_are_still_named(idle_pipeline: list[str]) -> None:
+    # Rank 0 sits in its own code: every rank completed the same collectives, so the recorders see no
+    # desync; the stacks show ranks 1-3 waiting in recv, and the verdict says so after "no desync".
+    deadline = time.monotonic() + 120
+    while True:
+        result = run_cli("stacks", *idle_pipeline, "--json")
+        fr = result.json().get("fr", {})
+        if fr.get("p2p_waits") or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert result.returncode == 0, result.stderr
+    assert fr["desync"] is False and fr["divergences"] == []
+    assert [(w["ranks"], w["op"]) for w in fr["p2p_waits"]] == [("1-3", "recv")]
+    assert fr["headline"].startswith("no desync: ranks 0-3 issued the same collectives (last completed #3); "
+                                     "ranks 1-3 wait in recv (point-to-point; gloo records no send/recv) called "
+                                     "from receive_activations (fr_job.py:"), fr["headline"]  # fmt: skip

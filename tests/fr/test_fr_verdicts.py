@@ -380,7 +380,14 @@ def test_a_rank_waiting_in_send_is_joined_into_the_verdict_once_and_a_rank_in_it
     )
     assert [g.divergence for g in joined.groups if g.divergence is not None] == [first]
     assert join_p2p_waits(joined, waits) is joined  # joined once (a saved verdict shown again)
-    assert join_p2p_waits(report, {0: waits[1]}) is report  # rank 0 is no suspect: nothing to say
+    # A waiting rank no divergence names (rank 0 issued the collective) is said after the headline.
+    other = join_p2p_waits(report, {0: waits[1]})
+    assert other.divergences == report.divergences
+    assert other.headline == report.headline + "; rank 0 waits in send (point-to-point; gloo records no " \
+        "send/recv) called from push (train.py:12), peer not known (`rankscope stacks --locals` reads " \
+        "src/dst from the stacks)"  # fmt: skip
+    assert report_document(other)["p2p_waits"][0]["rank_list"] == [0]
+    assert join_p2p_waits(other, waits) is other
     document = report_document(joined)
     assert document["divergences"][0]["p2p_waits"] == [
         {

@@ -91,16 +91,19 @@ def _peer_words(wait: P2PWait) -> str:
     return f"{'ranks' if len(wait.rank_list) > 1 else 'rank'} {wait.ranks} {way} rank {wait.peer}"
 
 
-def _joined(divergence: Divergence, waits: Mapping[int, LiveWait]) -> Divergence:
+def _grouped(ranks: Sequence[int], waits: Mapping[int, LiveWait]) -> list[P2PWait]:
     by_wait: dict[LiveWait, list[int]] = {}
-    for rank in divergence.suspects:
+    for rank in ranks:
         if rank in waits:
             by_wait.setdefault(waits[rank], []).append(rank)
-    p2p = sorted(
-        (P2PWait(fold_ints(ranks), ranks, w.op, w.call_site, w.peer) for w, ranks in by_wait.items()),
+    return sorted(
+        (P2PWait(fold_ints(r), r, w.op, w.call_site, w.peer) for w, r in by_wait.items()),
         key=lambda w: w.rank_list,
     )
-    # One phrase per call and line; the peers, where the stacks' locals name them, after it.
+
+
+def _wait_phrases(p2p: Sequence[P2PWait]) -> str:
+    """One phrase per call and line; the peers, where the stacks' locals name them, after it."""
     calls: dict[tuple[str, Optional[Frame]], list[P2PWait]] = {}
     for wait in p2p:
         calls.setdefault((wait.op, wait.call_site), []).append(wait)
@@ -115,28 +118,29 @@ def _joined(divergence: Divergence, waits: Mapping[int, LiveWait]) -> Divergence
         if len(known) < len(same):
             phrase += ", peer not known (`rankscope stacks --locals` reads src/dst from the stacks)"
         phrases.append(phrase)
-    return replace(divergence, text=f"{'; '.join(phrases)}; so {divergence.text}", p2p_waits=p2p)
+    return "; ".join(phrases)
 
 
 def join_p2p_waits(report: FrReport, waits: Mapping[int, LiveWait]) -> FrReport:
-    """The verdict with the ranks that never issued a collective, where their live stack shows them
-    waiting in ``recv``/``send``/``batch_isend_irecv``, named as a point-to-point wait first (gloo records
-    no send/recv, so only the stacks tell). ``report`` is not changed; joined once only."""
-    if not waits:
+    """The verdict joined with the ranks whose live stack waits in ``recv``/``send``/``batch_isend_irecv``
+    (gloo records no send/recv, so only the stacks tell): a ``missing`` divergence's suspects that wait
+    so are named as a point-to-point wait first; the other waiting ranks after the headline (``no
+    desync`` says nothing of them otherwise). ``report`` is not changed; joined once only."""
+    if not waits or report.p2p_waits is not None or any(d.p2p_waits is not None for d in report.divergences):
         return report
-    divergences = [
-        _joined(d, waits)
-        if d.kind == MISSING and d.p2p_waits is None and any(r in waits for r in d.suspects)
-        else d
-        for d in report.divergences
-    ]
-    if all(new is old for new, old in zip(divergences, report.divergences)):
-        return report
-    swapped = {id(old): new for old, new in zip(report.divergences, divergences)}
-    groups = [
-        replace(g, divergence=swapped.get(id(g.divergence), g.divergence)) if g.divergence is not None else g
-        for g in report.groups
-    ]
-    joined = replace(report, divergences=divergences, groups=groups)
-    joined.headline = headline(joined)
+    swapped: dict[int, Divergence] = {}
+    named: set[int] = set()
+    for d in report.divergences:
+        if d.kind == MISSING and any(r in waits for r in d.suspects):
+            p2p = _grouped(d.suspects, waits)
+            swapped[id(d)] = replace(d, text=f"{_wait_phrases(p2p)}; so {d.text}", p2p_waits=p2p)
+            named.update(r for w in p2p for r in w.rank_list)
+    rest = _grouped([r for r in sorted(waits) if r not in named], waits)
+    joined = replace(
+        report,
+        divergences=[swapped.get(id(d), d) for d in report.divergences],
+        groups=[replace(g, divergence=swapped.get(id(g.divergence), g.divergence)) for g in report.groups],
+        p2p_waits=rest or None,
+    )
+    joined.headline = headline(joined) + (f"; {_wait_phrases(rest)}" if rest else "")
     return joined

@@ -154,6 +154,8 @@ class FrReport:
     versions: list[str] = field(default_factory=list)
     #: With one dump only: that rank's last collectives, oldest first (nothing to compare them with).
     recent: list[RecentEntry] = field(default_factory=list)
+    #: Joined from live stacks: ranks waiting in a point-to-point call that no divergence names.
+    p2p_waits: Optional[list[P2PWait]] = field(default=None, metadata=OMIT_NONE)
     #: NCCL RAS findings joined in (``--ras``), when given.
     ras: Optional[RasReport] = field(default=None, metadata=OMIT_NONE)
 
