@@ -19,9 +19,14 @@ WORLD = 4
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+def pipeline_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dumps")
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory: pytest.TempPathFactory, pipeline_dumps: Path) -> Iterator[list[str]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline", WORLD) as pids:
+    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline", WORLD, dumps=pipeline_dumps) as pids:
         yield [arg for pid in pids for arg in ("--pid", str(pid))]
 
 
@@ -106,3 +111,20 @@ def test_with_no_desync_the_ranks_waiting_in_recv_are_still_named(idle_pipeline:
     assert fr["headline"].startswith("no desync: ranks 0-3 issued the same collectives (last completed #3); "
                                      "ranks 1-3 wait in recv (point-to-point; gloo records no send/recv) called "
                                      "from receive_activations (fr_job.py:"), fr["headline"]  # fmt: skip
+
+
+def test_stacks_with_dump_files_joins_the_waits_and_fr_alone_cannot(
+    pipeline: list[str], pipeline_dumps: Path
+) -> None:
+    # The same ranks' recorders written to files (a dump thread in each rank, once hung).
+    alone = run_cli("fr", str(pipeline_dumps))
+    assert alone.returncode == 14, alone.stderr + alone.stdout
+    assert "ranks 1-3 never issued barrier #4 from main (fr_job.py:" in alone.stdout
+    assert "recv" not in alone.stdout  # the files alone hold no trace of the receives
+    joined = run_cli("stacks", *pipeline, "--fr", str(pipeline_dumps))
+    assert joined.returncode == 0, joined.stderr + joined.stdout
+    assert (
+        "ranks 1-3 wait in recv (point-to-point; gloo records no send/recv) called from receive_activations "
+        "(fr_job.py:56), peer not known (`rankscope stacks --locals` reads src/dst from the stacks); so ranks "
+        "1-3 never issued barrier #4 from main (fr_job.py:" in joined.stdout
+    ), joined.stdout
