@@ -9,6 +9,7 @@ import json
 import os
 import pickle
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from rankscope.fr.records import dump_from_raw
 from rankscope.fr.report import load_report, report_document
 from rankscope.model import Frame, Member
 from rankscope.serial import to_json
-from rankscope.stacks.fr_live import LiveRecorders, combine, compact, p2p_waits, verdict
+from rankscope.stacks.fr_live import LiveRecorders, combine, compact, node_peers, p2p_waits, verdict
 from rankscope.stacks.report import StackGroup
 
 DATA = Path(__file__).parent.parent / "data"
@@ -398,3 +399,21 @@ def test_a_rank_waiting_in_send_is_joined_into_the_verdict_once_and_a_rank_in_it
         }  # fmt: skip
     ]
     assert "p2p_waits" not in report_document(report)["divergences"][0]  # unchanged without stacks
+
+
+def test_the_peer_a_node_read_from_its_locals_reaches_the_head() -> None:
+    # A node ran with --locals: it read recv's src (rank 0) of its rank 1 and sends it beside its records;
+    # the head, which sees merged stacks only, names the peer from there.
+    user = Frame("receive_activations", "/job/pp.py", 7)
+    receiving = stack_group([1], Frame("main", "/job/pp.py", 3), user, Frame("recv", C10D, 2799))
+    on_node = {1: LiveWait("recv", user, 0)}
+    dump = dump_from_raw({"version": "2.10", "entries": [nccl_entry(0, 1)]}, 1, "rank_1")
+    sent = json.loads(
+        json.dumps(to_json(replace(compact(LiveRecorders(dumps=[dump])), p2p_peers=node_peers(on_node))))
+    )
+    assert sent["p2p_peers"] == {"1": 0}
+    peers = combine([sent]).p2p_peers
+    assert p2p_waits([receiving], peers=peers) == on_node
+    assert p2p_waits([receiving]) == {1: LiveWait("recv", user)}  # without: peer unknown
+    assert p2p_waits([receiving], peers={"1": True}) == {1: LiveWait("recv", user)}  # type: ignore[dict-item]
+    assert combine([dict(sent, p2p_peers={"1": "zero"})]).dumps == []  # not a node's JSON: skipped

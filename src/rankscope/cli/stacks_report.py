@@ -59,10 +59,13 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         return int(code)
     if request.local and request.as_json and result.recorders is not None:
         # `--local --json` is what every node of a multi-node run answers: the head aligns all ranks.
-        from rankscope.serial import to_json
-        from rankscope.stacks.fr_live import compact
+        from dataclasses import replace
 
-        report.fr_records = to_json(compact(result.recorders))
+        from rankscope.serial import to_json
+        from rankscope.stacks.fr_live import compact, node_peers
+
+        peers = node_peers(stack_waits(request, result, True))
+        report.fr_records = to_json(replace(compact(result.recorders), p2p_peers=peers))
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
     live = live_verdict(result)
     waits = stack_waits(request, result, live)

@@ -48,6 +48,9 @@ class LiveRecorders:
     #: ``max_frames``), and per rank (as a string: a JSON key) the index of each entry's stack (-1: none).
     stacks: list[list[Frame]] = field(default_factory=list)
     stack_of: dict[str, list[int]] = field(default_factory=dict)
+    #: rank (as a string) -> the peer its main thread waits for in recv/send, where the node read its
+    #: stacks' local variables (``--locals``): the head sees only merged stacks, not the locals.
+    p2p_peers: dict[str, int] = field(default_factory=dict)
 
 
 def gather(
@@ -148,6 +151,7 @@ def combine(documents: Sequence[Any]) -> LiveRecorders:
         # JSON keys are strings.
         combined.missing.update({int(rank): str(why) for rank, why in live.missing.items()})
         combined.refused.update({int(rank): str(why) for rank, why in live.refused.items()})
+        combined.p2p_peers.update(live.p2p_peers)
         if live.world_size:
             sizes.append(live.world_size)
     combined.world_size = max(sizes) if sizes else None
@@ -190,9 +194,19 @@ def _wait(
     return LiveWait(call.function, site, peer)
 
 
-def p2p_waits(groups: Sequence[StackGroup], snapshots: Sequence[ProcessSnapshot] = ()) -> dict[int, LiveWait]:
+def node_peers(waits: dict[int, LiveWait]) -> dict[str, int]:
+    """What a node sends the head of the waits it found (:attr:`LiveRecorders.p2p_peers`)."""
+    return {str(rank): wait.peer for rank, wait in waits.items() if wait.peer is not None}
+
+
+def p2p_waits(
+    groups: Sequence[StackGroup],
+    snapshots: Sequence[ProcessSnapshot] = (),
+    peers: Optional[dict[str, int]] = None,
+) -> dict[int, LiveWait]:
     """rank -> the point-to-point call its main thread waits in, from the stack groups; the peer from
-    the snapshots' local variables where they were collected (``--locals``)."""
+    the snapshots' local variables where they were collected (``--locals``), or from ``peers`` (what
+    the nodes of a multi-node run read, :func:`node_peers`)."""
     waits: dict[int, LiveWait] = {}
     for group in groups:
         wait = _wait(group.frames, None) if group.is_main else None
@@ -206,6 +220,10 @@ def p2p_waits(groups: Sequence[StackGroup], snapshots: Sequence[ProcessSnapshot]
         found = _wait(main.frames, main.locals)
         if found is not None and found.peer is not None:
             waits[rank] = found
+    for rank, wait in list(waits.items()):
+        peer = (peers or {}).get(str(rank))
+        if wait.peer is None and isinstance(peer, int) and not isinstance(peer, bool):
+            waits[rank] = replace(wait, peer=peer)
     return waits
 
 
