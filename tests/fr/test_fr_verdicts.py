@@ -417,3 +417,9 @@ def test_the_peer_a_node_read_from_its_locals_reaches_the_head() -> None:
     assert p2p_waits([receiving]) == {1: LiveWait("recv", user)}  # without: peer unknown
     assert p2p_waits([receiving], peers={"1": True}) == {1: LiveWait("recv", user)}  # type: ignore[dict-item]
     assert combine([dict(sent, p2p_peers={"1": "zero"})]).dumps == []  # not a node's JSON: skipped
+
+
+def test_nodes_whose_records_are_all_unreadable_give_no_verdict() -> None:
+    # Not "no desync: rank  issued the same collectives": there is nothing to judge.
+    assert verdict(combine([{"dumps": "garbage"}, ["not", "an", "object"]])).empty
+    assert not verdict(combine([{"missing": {"3": "no in-process handler"}, "world_size": 4}])).empty

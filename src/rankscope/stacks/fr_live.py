@@ -230,6 +230,8 @@ def p2p_waits(
 def verdict(live: LiveRecorders) -> FrReport:
     """rankscope.fr's verdict over the live dumps; the ranks that gave none are named in its notes."""
     report = analyse(live.dumps, world_size=live.world_size, refused=live.refused)
+    if not (live.dumps or live.missing or live.refused):  # every node's records unreadable: nothing to say
+        report.empty = True
     for reason, ranks in _by_reason(live.missing).items():
         word = "ranks" if len(ranks) > 1 else "rank"
         report.notes.insert(0, f"no flight recorder from {word} {fold_ints(ranks)}: {reason}")
