@@ -52,6 +52,10 @@ def evaluate():
     time.sleep(3600)
 
 
+def receive_activations(t, src):
+    dist.recv(t, src)
+
+
 def main():
     dist.init_process_group("gloo")
     if PREFIX != "-":
@@ -90,6 +94,17 @@ def main():
             dist.recv(t, 0)
             dist.recv(t, 0)
         dist.barrier()
+    elif SCENARIO in ("pipeline", "pipeline-idle"):
+        # Rank 0 never sends its activations: it is elsewhere (a barrier; or, idle, its own code, where
+        # the recorders agree); every later stage waits in recv from the stage before it (gloo records
+        # no send/recv).
+        if RANK == 0:
+            dist.barrier() if SCENARIO == "pipeline" else evaluate()
+        else:
+            receive_activations(t, RANK - 1)
+            if int(os.environ["WORLD_SIZE"]) > RANK + 1:
+                dist.send(t, RANK + 1)
+            dist.barrier()
     time.sleep(3600)
 
 

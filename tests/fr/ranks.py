@@ -7,8 +7,15 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Optional
+
+from tests.support.sshd import free_port
+
+from rankscope.inproc.runtime import ENV_DIR
+from rankscope.stacks.inproc_collect import locate
 
 JOB = Path(__file__).with_name("fr_job.py")
 
@@ -41,3 +48,38 @@ def stop_ranks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     for proc in procs:
         proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def inproc_job(
+    runtime: Path,
+    scenario: str,
+    world: int,
+    without_handler: Collection[int] = (),
+    dumps: Optional[Path] = None,
+) -> Iterator[list[int]]:
+    """The pids of a ``fr_job.py SCENARIO`` job run as a user would, TORCH_FR_BUFFER_SIZE=2000 and
+    RANKSCOPE_INPROC=1 (no dump code), once every handler is enabled; the ranks in ``without_handler``
+    run with RANKSCOPE_INPROC=0. The handlers' files go under ``runtime``, private to the test. With
+    ``dumps``, each rank also writes its recorder there (``rank_N``) 5 s after its start, once hung."""
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(world):
+            env = {
+                "TORCH_FR_BUFFER_SIZE": "2000",
+                "RANKSCOPE_INPROC": "0" if rank in without_handler else "1",
+                ENV_DIR: str(runtime / "rt"),
+            }
+            args = [scenario, str(dumps / "rank_"), "5"] if dumps is not None else [scenario, "-", "0"]
+            procs.append(start_rank(rank, world, port, args, env))
+        deadline = time.monotonic() + 240  # torch's import on a loaded machine
+        while not all(
+            "inproc" in locate(p.pid)[2] for i, p in enumerate(procs) if i not in without_handler
+        ) or (dumps is not None and not all((dumps / f"rank_{r}").exists() for r in range(world))):
+            assert all(p.poll() is None for p in procs), "a rank of the job ended"
+            assert time.monotonic() < deadline, "the ranks never enabled their handlers"
+            time.sleep(0.2)
+        yield [p.pid for p in procs]
+    finally:
+        stop_ranks(procs)

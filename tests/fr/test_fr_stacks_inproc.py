@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fr.ranks import start_rank, stop_ranks
+from tests.fr.ranks import inproc_job
 from tests.support.cli import run_cli
-from tests.support.sshd import free_port
 
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
-from rankscope.inproc.runtime import ENV_DIR
 from rankscope.serial import to_json
 from rankscope.stacks.fr_live import LiveRecorders, combine, compact, verdict
 from rankscope.stacks.inproc_collect import locate
@@ -35,25 +32,8 @@ NO_HANDLER = 2
 @pytest.fixture(scope="module")
 def hung_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     pytest.importorskip("torch")
-    runtime = tmp_path_factory.mktemp("runtime")
-    port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for rank in range(WORLD):
-            env = {
-                "TORCH_FR_BUFFER_SIZE": "2000",
-                "RANKSCOPE_INPROC": "0" if rank == NO_HANDLER else "1",
-                ENV_DIR: str(runtime / "rt"),  # the handlers' files, private to this test
-            }
-            procs.append(start_rank(rank, WORLD, port, ["extra", "-", "0"], env))
-        deadline = time.monotonic() + 240  # torch's import on a loaded machine
-        while not all("inproc" in locate(p.pid)[2] for i, p in enumerate(procs) if i != NO_HANDLER):
-            assert all(p.poll() is None for p in procs), "a rank of the job ended"
-            assert time.monotonic() < deadline, "the ranks never enabled their handlers"
-            time.sleep(0.2)
-        yield [p.pid for p in procs]
-    finally:
-        stop_ranks(procs)
+    with inproc_job(tmp_path_factory.mktemp("runtime"), "extra", WORLD, without_handler={NO_HANDLER}) as pids:
+        yield pids
 
 
 def _hung_document(pids: list[str]) -> dict[str, Any]:

@@ -9,16 +9,21 @@ import json
 import os
 import pickle
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tests.support.cli import run_cli
 
-from rankscope.fr.align import analyse
+from rankscope.fr.align import analyse, place
 from rankscope.fr.collect import read_dumps
-from rankscope.fr.join import group_note
+from rankscope.fr.join import LiveWait, group_note, join_p2p_waits
+from rankscope.fr.records import dump_from_raw
 from rankscope.fr.report import load_report, report_document
-from rankscope.model import Member
+from rankscope.model import Frame, Member
+from rankscope.serial import to_json
+from rankscope.stacks.fr_live import LiveRecorders, combine, compact, node_peers, p2p_waits, verdict
+from rankscope.stacks.report import StackGroup
 
 DATA = Path(__file__).parent.parent / "data"
 NCCL_1RANK = DATA / "gpu-h100" / "fr_nccl_1rank.pkl"
@@ -296,3 +301,125 @@ def test_a_dump_with_frames_beside_one_without_is_compared_without_call_sites(tm
     code, text, _ = verdict_of(tmp_path)
     assert code == 0, text
     assert "no desync: ranks 0-1 issued the same collectives" in text
+
+
+def test_a_dump_that_names_no_group_says_so_in_words(tmp_path: Path) -> None:
+    # Entries without process_group and without pg_id: the group has no name to print.
+    def unnamed(record: int, seq: int, op: str = "all_reduce") -> dict[str, Any]:
+        entry = nccl_entry(record, seq, op, state="scheduled")
+        del entry["process_group"]
+        return entry
+
+    directory = write_dumps(
+        tmp_path, {0: [unnamed(0, 1), unnamed(1, 2)], 1: [unnamed(0, 1), unnamed(1, 2, "broadcast")]}
+    )
+    code, text, document = verdict_of(directory)
+    assert code == 14
+    assert "group " + "(" not in text and "group ," not in text and "group :" not in text
+    assert "collective #2 of the group the dumps do not name: different collectives" in text
+    assert "  the group the dumps do not name, ranks 0-1" in text
+    assert document["divergences"][0]["pg"] == ""
+    note = group_note(load_report(document))([Member(host="h", pid=1, rank=0)])
+    assert note == "fr in the group the dumps do not name: enqueued #2 all_reduce, none completed", note
+
+
+def test_across_nodes_the_verdict_names_the_same_diverging_line_as_on_one_node() -> None:
+    # Rank 0 on one node, rank 1 on another: each node sends its compact records (JSON, as over ssh),
+    # the head combines them. The stacks travel in a table (one copy per distinct stack), so the line
+    # where the stacks part is found as when the files are read on one machine.
+    rank_0 = [nccl_entry(0, 1, frames=STEP), nccl_entry(1, 2, frames=LOG), nccl_entry(2, 3, frames=STEP)]
+    rank_1 = [nccl_entry(0, 1, frames=STEP), nccl_entry(1, 2, frames=STEP), nccl_entry(2, 3, op="barrier", frames=HANG)]  # fmt: skip
+    dumps = [dump_from_raw({"version": "2.10", "entries": e}, r, f"rank_{r}") for r, e in ((0, rank_0), (1, rank_1))]  # fmt: skip
+    one_node = analyse(dumps)
+    sent = [json.loads(json.dumps(to_json(compact(LiveRecorders(dumps=[d], world_size=2))))) for d in dumps]
+    assert len(sent[0]["stacks"]) == 2 and sent[0]["stack_of"] == {"0": [0, 1, 0]}  # STEP sent once
+    assert not any(e["frames"] for s in sent for d in s["dumps"] for e in d["entries"])
+    assert all("site-packages" not in f["filename"] for s in sent for stack in s["stacks"] for f in stack)
+    across = verdict(combine(sent))
+    assert across.headline == one_node.headline
+    assert "reached from main (train.py:31)" in across.headline
+    lines = {s.ranks: s.diverges_at.line for s in across.divergences[0].sides if s.diverges_at}
+    assert lines == {"0": 31, "1": 30}
+
+
+def test_a_node_stack_table_that_does_not_fit_its_entries_leaves_the_call_sites_only() -> None:
+    dump = dump_from_raw({"version": "2.10", "entries": [nccl_entry(0, 1, frames=STEP)]}, 0, "rank_0")
+    sent = to_json(compact(LiveRecorders(dumps=[dump])))
+    assert combine([sent]).dumps[0].entries[0].frames[0].line == 10  # the table read back
+    for bad in ([], [0, 0], [7], [-5]):  # too few, too many, out of the table
+        [entry] = combine([dict(sent, stack_of={"0": bad})]).dumps[0].entries
+        assert entry.frames == () and place(entry.call_site()) == "sync_grads (train.py:10)"
+    assert combine([dict(sent, stack_of={"0": ["x"]})]).dumps == []  # not JSON of a node: skipped
+
+
+C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+
+
+def stack_group(ranks: list[int], *frames: Frame) -> StackGroup:
+    return StackGroup("MainThread", True, frames, [Member(host="h", pid=100 + r, rank=r) for r in ranks])
+
+
+def test_a_rank_waiting_in_send_is_joined_into_the_verdict_once_and_a_rank_in_its_own_code_is_not() -> None:
+    # The skip scenario (real gloo dumps): rank 1 never issued all_reduce #3. Its live stack waits in send.
+    files = read_dumps(DATA / "fr" / "gloo-torch2.13" / "skip")
+    report = analyse(files.dumps)
+    user = Frame("push", "/job/train.py", 12)
+    sending = stack_group([1], Frame("main", "/job/train.py", 3), user, Frame("send", C10D, 2700))
+    own_code = stack_group([1], Frame("main", "/job/train.py", 3), Frame("send", "/job/train.py", 9))
+    assert p2p_waits([own_code]) == {}  # a function of the user's named send is not torch's
+    waits = p2p_waits([sending])
+    assert waits == {1: LiveWait("send", user)}
+    joined = join_p2p_waits(report, waits)
+    first = joined.divergences[0]
+    assert first.text.startswith(
+        "rank 1 waits in send (point-to-point; gloo records no send/recv) called from push (train.py:12), "
+        "peer not known"
+    )
+    assert first.text.endswith("; so " + report.divergences[0].text)
+    assert joined.headline.startswith("rank 1 waits in send") and not report.headline.startswith(
+        "rank 1 waits"
+    )
+    assert [g.divergence for g in joined.groups if g.divergence is not None] == [first]
+    assert join_p2p_waits(joined, waits) is joined  # joined once (a saved verdict shown again)
+    # A waiting rank no divergence names (rank 0 issued the collective) is said after the headline.
+    other = join_p2p_waits(report, {0: waits[1]})
+    assert other.divergences == report.divergences
+    assert other.headline == report.headline + "; rank 0 waits in send (point-to-point; gloo records no " \
+        "send/recv) called from push (train.py:12), peer not known (`rankscope stacks --locals` reads " \
+        "src/dst from the stacks)"  # fmt: skip
+    assert report_document(other)["p2p_waits"][0]["rank_list"] == [0]
+    assert join_p2p_waits(other, waits) is other
+    document = report_document(joined)
+    assert document["divergences"][0]["p2p_waits"] == [
+        {
+            "ranks": "1",
+            "rank_list": [1],
+            "op": "send",
+            "call_site": {"function": "push", "filename": "/job/train.py", "line": 12},
+        }  # fmt: skip
+    ]
+    assert "p2p_waits" not in report_document(report)["divergences"][0]  # unchanged without stacks
+
+
+def test_the_peer_a_node_read_from_its_locals_reaches_the_head() -> None:
+    # A node ran with --locals: it read recv's src (rank 0) of its rank 1 and sends it beside its records;
+    # the head, which sees merged stacks only, names the peer from there.
+    user = Frame("receive_activations", "/job/pp.py", 7)
+    receiving = stack_group([1], Frame("main", "/job/pp.py", 3), user, Frame("recv", C10D, 2799))
+    on_node = {1: LiveWait("recv", user, 0)}
+    dump = dump_from_raw({"version": "2.10", "entries": [nccl_entry(0, 1)]}, 1, "rank_1")
+    sent = json.loads(
+        json.dumps(to_json(replace(compact(LiveRecorders(dumps=[dump])), p2p_peers=node_peers(on_node))))
+    )
+    assert sent["p2p_peers"] == {"1": 0}
+    peers = combine([sent]).p2p_peers
+    assert p2p_waits([receiving], peers=peers) == on_node
+    assert p2p_waits([receiving]) == {1: LiveWait("recv", user)}  # without: peer unknown
+    assert p2p_waits([receiving], peers={"1": True}) == {1: LiveWait("recv", user)}  # type: ignore[dict-item]
+    assert combine([dict(sent, p2p_peers={"1": "zero"})]).dumps == []  # not a node's JSON: skipped
+
+
+def test_nodes_whose_records_are_all_unreadable_give_no_verdict() -> None:
+    # Not "no desync: rank  issued the same collectives": there is nothing to judge.
+    assert verdict(combine([{"dumps": "garbage"}, ["not", "an", "object"]])).empty
+    assert not verdict(combine([{"missing": {"3": "no in-process handler"}, "world_size": 4}])).empty

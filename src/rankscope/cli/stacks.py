@@ -127,7 +127,11 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
     "--native-all", is_flag=True, help="Like --native, but dump every rank natively (cost grows with ranks)."
 )
 @click.option(
-    "--locals", "with_locals", is_flag=True, help="Collect local variables (kept in --json and --out)."
+    "--locals",
+    "with_locals",
+    is_flag=True,
+    help="Collect local variables (kept in --json and --out); the flight-recorder verdict then names the "
+    "peer (src/dst) of ranks waiting in recv/send.",
 )
 @click.option(
     "--via-signal",

@@ -66,15 +66,22 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     report.seconds = time.monotonic() - started
     report.nodes = result.node_statuses()
     live = None
+    peers: dict[str, int] = {}
     if result.fr_records:
         from rankscope.stacks.fr_live import combine
 
-        live = verdict_of(combine(result.fr_records))
-    document = with_fr(request, report_document(report), live)
+        recorders = combine(result.fr_records)
+        live, peers = verdict_of(recorders), recorders.p2p_peers
+    waits = None
+    if live is not None or request.fr is not None:
+        from rankscope.stacks.fr_live import p2p_waits
+
+        waits = p2p_waits(report.main_groups(), peers=peers)
+    document = with_fr(request, report_document(report), live, waits)
     title = nodes_title(report.nodes)
     if target.jobid:
         title = f"SLURM job {target.jobid}, {title}"
-    kept, shown = render_for(request, report, diagnosis, title, live=live)
+    kept, shown = render_for(request, report, diagnosis, title, live=live, waits=waits)
     if request.out_dir is not None:
         write_node_files(
             request.out_dir,

@@ -59,14 +59,18 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         return int(code)
     if request.local and request.as_json and result.recorders is not None:
         # `--local --json` is what every node of a multi-node run answers: the head aligns all ranks.
-        from rankscope.serial import to_json
-        from rankscope.stacks.fr_live import compact
+        from dataclasses import replace
 
-        report.fr_records = to_json(compact(result.recorders))
+        from rankscope.serial import to_json
+        from rankscope.stacks.fr_live import compact, node_peers
+
+        peers = node_peers(stack_waits(request, result, True))
+        report.fr_records = to_json(replace(compact(result.recorders), p2p_peers=peers))
     document = report_document(report) if request.as_json or request.out_dir is not None else {}
     live = live_verdict(result)
-    with_fr(request, document, live)
-    kept, shown = render_for(request, report, diagnosis, live=live)
+    waits = stack_waits(request, result, live)
+    with_fr(request, document, live, waits)
+    kept, shown = render_for(request, report, diagnosis, live=live, waits=waits)
     if request.out_dir is not None:
         save_outputs(request.out_dir, result, document, kept or "", request.force)
     # One place for a failure: the report (text or JSON) on stdout lists every one; stderr is only
@@ -138,6 +142,16 @@ def live_verdict(result: LocalResult) -> Any:
     return verdict_of(result.recorders)
 
 
+def stack_waits(request: StacksRequest, result: LocalResult, live: Any) -> Any:
+    """The ranks whose live stack waits in recv/send (peers from --locals), when there is a verdict to join."""
+    if live is None and request.fr is None:
+        return None
+    from rankscope.stacks.fr_live import p2p_waits
+
+    snapshots = [o.snapshot for _, o in result.outcomes if o.snapshot is not None]
+    return p2p_waits(result.report.main_groups(), snapshots)
+
+
 def verdict_of(recorders: Any) -> Any:
     """rankscope.fr's verdict over live recorders (LiveRecorders); None without any, or when empty."""
     if recorders is None:
@@ -148,21 +162,29 @@ def verdict_of(recorders: Any) -> Any:
     return None if report.empty else report
 
 
-def fr_verdict(request: StacksRequest, live: Any = None) -> Any:
+def fr_verdict(request: StacksRequest, live: Any = None, waits: Any = None) -> Any:
     """The `--fr` dumps analysed once (a rankscope.fr FrReport); without --fr, the live recorders'
-    verdict ``live`` (None when there is none)."""
-    if request.fr is None:
-        return live
-    if request.fr not in _FR_CACHE:
-        from rankscope.cli.fr import analyse_path
+    verdict ``live`` (None when there is none). ``waits``: the ranks the stacks show waiting in a
+    point-to-point call (rankscope.stacks.fr_live.p2p_waits), joined into the verdict."""
+    verdict = live
+    if request.fr is not None:
+        if request.fr not in _FR_CACHE:
+            from rankscope.cli.fr import analyse_path
 
-        _FR_CACHE[request.fr] = analyse_path(request.fr)
-    return _FR_CACHE[request.fr]
+            _FR_CACHE[request.fr] = analyse_path(request.fr)
+        verdict = _FR_CACHE[request.fr]
+    if verdict is not None and waits:
+        from rankscope.fr.join import join_p2p_waits
+
+        verdict = join_p2p_waits(verdict, waits)
+    return verdict
 
 
-def with_fr(request: StacksRequest, document: dict[str, Any], live: Any = None) -> dict[str, Any]:
+def with_fr(
+    request: StacksRequest, document: dict[str, Any], live: Any = None, waits: Any = None
+) -> dict[str, Any]:
     """The stacks document with the `--fr` (or live) verdict under ``fr`` (the rankscope.fr document)."""
-    verdict = fr_verdict(request, live)
+    verdict = fr_verdict(request, live, waits)
     if verdict is not None and document:
         from rankscope.fr.report import report_document as fr_document
 
@@ -177,13 +199,14 @@ def render_for(
     title: str = "",
     subtitle: str = "",
     live: Any = None,
+    waits: Any = None,
 ) -> tuple[Optional[str], Optional[str]]:
     """The text report as --out keeps it (plain; None without --out) and as printed (None with --json).
 
     Nothing is rendered that is not used: a --json run renders no text unless --out keeps it.
     """
     use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
-    verdict = fr_verdict(request, live)
+    verdict = fr_verdict(request, live, waits)
     joined: dict[str, Any] = {}
     if verdict is not None:
         from rankscope.fr.join import group_note, verdict_lines

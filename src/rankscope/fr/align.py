@@ -215,10 +215,15 @@ def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[
     return groups
 
 
-def _group_name(pg: str, desc: str) -> str:
+def group_name(pg: str, desc: str) -> str:
+    """``the default group``, ``group 3 (tp)``, ``group 3``; a dump that names no group (no
+    ``process_group``, no ``pg_id``): ``the group the dumps do not name``."""
     if desc == DEFAULT_PG:
         return "the default group"
-    if desc and desc != "undefined":
+    named = desc and desc != "undefined"
+    if not pg:
+        return f"the group {desc!r}" if named else "the group the dumps do not name"
+    if named:
         return f"group {pg} ({desc})"
     return f"group {pg}"
 
@@ -286,7 +291,7 @@ def _judge_seq(
     by_rank: dict[int, dict[int, Ops]],
     latest: dict[int, Entry],
 ) -> Optional[Divergence]:
-    where = _group_name(pg, desc)
+    where = group_name(pg, desc)
     # Stacks are compared only where every rank's records have them (a JSON dump beside a pickle: not).
     stacks = all(_stack_key(e) is not None for ops in present.values() for e in ops)
     keys = {r: _seq_key(ops, stacks) for r, ops in present.items()}
@@ -365,7 +370,7 @@ def _judge_seq(
         for rank in behind:
             now = latest.get(rank)
             if now is not None and now.pg != pg and not now.done:
-                last_words += f"; rank {rank} waits in {_describe(now)} of {_group_name(now.pg, now.pg_desc)}"
+                last_words += f"; rank {rank} waits in {_describe(now)} of {group_name(now.pg, now.pg_desc)}"
         text = (
             f"{_ranks_word(behind)} never issued {_describe(entry, ops)} in {where}, which {_ranks_word(done)} "
             f"issued ({'completed' if finished(done) else 'waiting'}); {last_words}"
@@ -461,7 +466,7 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
                 view.divergence = found
                 break
     if view.divergence is None and absent and dumped:
-        where = _group_name(pg, desc)
+        where = group_name(pg, desc)
         last = max((p.last_enqueued for p in view.progress), default=-1)
         view.divergence = Divergence(
             pg,
@@ -571,7 +576,7 @@ def analyse(
         report.groups.append(judge_group(pg, desc, members, by_rank))
         for rank in cut_away(pg, members, by_rank):
             report.notes.append(
-                f"rank {rank}'s kept entries hold none of {_group_name(pg, desc)}: not compared there"
+                f"rank {rank}'s kept entries hold none of {group_name(pg, desc)}: not compared there"
             )
     divergences = [g.divergence for g in report.groups if g.divergence is not None]
     divergences.extend(judge_p2p(by_rank))
@@ -622,7 +627,7 @@ def analyse(
                 "(gaps in op_id: gloo records no send/recv in torch 2.13)"
             )
     report.refused = [Refused(rank, why) for rank, why in sorted((refused or {}).items())]
-    report.headline = _headline(report)
+    report.headline = headline(report)
     return report
 
 
@@ -637,7 +642,7 @@ def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
         RecentEntry(
             seq=e.p2p_seq if e.is_p2p else e.seq,
             op=e.op,
-            group=_group_name(e.pg, e.pg_desc),
+            group=group_name(e.pg, e.pg_desc),
             state="completed" if e.done else (e.state or "scheduled"),
             sizes=[list(s) for s in e.sizes],
             dtypes=list(e.dtypes),
@@ -649,7 +654,7 @@ def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
     ]
 
 
-def _headline(report: FrReport) -> str:
+def headline(report: FrReport) -> str:
     parts = []
     for refused in report.refused:
         parts.append(f"rank {refused.rank}'s dump was refused ({refused.reason}): look at it first")

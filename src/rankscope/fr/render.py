@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rankscope.folding import fold_ints
-from rankscope.fr.align import _group_name, number, place
+from rankscope.fr.align import group_name, number, place
 from rankscope.fr.report import FrReport, GroupView, RecentEntry
 
 
@@ -57,7 +57,7 @@ def render_text(report: FrReport, source: str = "") -> str:
         lines.append("")
         lines.append("Where every rank is (last collective enqueued / completed, per group)")
         for group in report.groups:
-            lines.append(f"  {_group_name(group.pg, group.desc)}, ranks {group.members}")
+            lines.append(f"  {group_name(group.pg, group.desc)}, ranks {group.members}")
             lines.extend(f"    {line}" for line in progress_lines(group))
     if report.recent:
         lines.append("")

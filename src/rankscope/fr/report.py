@@ -50,6 +50,20 @@ class Side:
 
 
 @dataclass
+class P2PWait:
+    """Ranks the live stacks show waiting in a point-to-point call (gloo records none of them)."""
+
+    ranks: str
+    rank_list: list[int]
+    #: ``recv``, ``send`` or ``batch_isend_irecv``: torch.distributed's call they wait in.
+    op: str
+    #: The user's line that called it.
+    call_site: Optional[Frame] = field(default=None, metadata=OMIT_NONE)
+    #: The other rank (``src`` of recv, ``dst`` of send) where the stacks' local variables tell.
+    peer: Optional[int] = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass
 class Divergence:
     pg: str
     pg_desc: str
@@ -61,6 +75,8 @@ class Divergence:
     sides: list[Side] = field(default_factory=list)
     #: The records of a side carry no frames (JSON dumps): the cause may be an earlier call they cannot show.
     no_call_sites: bool = False
+    #: Joined from live stacks: the suspects that wait in a point-to-point call (absent without stacks).
+    p2p_waits: Optional[list[P2PWait]] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
@@ -138,6 +154,8 @@ class FrReport:
     versions: list[str] = field(default_factory=list)
     #: With one dump only: that rank's last collectives, oldest first (nothing to compare them with).
     recent: list[RecentEntry] = field(default_factory=list)
+    #: Joined from live stacks: ranks waiting in a point-to-point call that no divergence names.
+    p2p_waits: Optional[list[P2PWait]] = field(default=None, metadata=OMIT_NONE)
     #: NCCL RAS findings joined in (``--ras``), when given.
     ras: Optional[RasReport] = field(default=None, metadata=OMIT_NONE)
 
