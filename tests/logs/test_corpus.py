@@ -8,11 +8,11 @@ formats (corpus/README.md says where each format comes from).
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 from tests.support.cli import run_cli
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -152,6 +152,8 @@ class Grouper:
     def add(self, tb: RankTraceback) -> None:
         self.count += 1
         self.truncated += tb.truncated
+        if tb.truncated and not tb.frames:
+            return  # a header and nothing else: no error to show (counted as cut off)
         side = 0 if tb.label is not None else 1
         if tb.label is not None:
             host = host_and_rank(tb.label)[0]
