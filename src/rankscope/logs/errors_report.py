@@ -91,16 +91,19 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
-            counts.unprefixed += unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
-            collector.feed(chunk, lines)
-            evidence.feed(chunk, lines)
+            unprefixed = unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
+            counts.unprefixed += unprefixed
+            collector.feed(chunk, lines, unprefixed)
+            evidence.feed(chunk, lines, unprefixed)
             asserts.feed(chunk, labels)
             if opened.continues:  # a later piece of a line longer than MAX_LINE
                 collector.continued_line()
                 evidence.continued_line()
                 counts.lines -= 1
                 counts.unprefixed -= unlabelled_lines(chunk, labels)  # the piece is one line
-            if b"Failures:" in chunk or b"Root Cause (first" in chunk:
+            # torchrun's summary lines carry no rank prefix (unless a launcher prefixes every line)
+            summary_here = unprefixed or not bracketed
+            if summary_here and (b"Failures:" in chunk or b"Root Cause (first" in chunk):
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
     counts.tracebacks = grouper.count

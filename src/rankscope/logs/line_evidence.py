@@ -108,7 +108,9 @@ class LineEvidence:
         """A position comparable across sources: input order, then line."""
         return (self._index << 40) + line
 
-    def feed(self, chunk: bytes, lines: int) -> None:
+    def feed(self, chunk: bytes, lines: int, unprefixed: int = 1) -> None:
+        """Read a block of whole lines; ``unprefixed``: how many of its lines carry no rank prefix
+        (launchers' own lines never do, so a block without such lines is not searched for them)."""
         cursor = [0, 0]
 
         def line_at(start: int) -> int:
@@ -118,13 +120,8 @@ class LineEvidence:
             cursor[0] = start
             return self._lines_before + cursor[1] + 1
 
-        for needle, handler in (
-            (b"Error", self._exception_line),
-            (b"Exception", self._exception_line),
-            (b"NCCL WARN", self._nccl),
-            (b"Watchdog caught", self._watchdog),
-            (b"timeout from rank", self._dump_from),
-        ):
+        # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan
+        for needle, handler in ((b"Error", self._exception_line), (b"NCCL", self._nccl_or_torch)):
             pos = chunk.find(needle)
             last = -1
             while pos >= 0:
@@ -135,11 +132,20 @@ class LineEvidence:
                     last = start
                     handler(chunk[start:end], line_at(start))
                 pos = chunk.find(needle, end)
-        if b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk:
+        launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
+        if launchers and (b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk):
             self._launcher(chunk, line_at)
         if b"*** Process received signal" in chunk:
             self._native(chunk, line_at)
         self._lines_before += lines
+
+    def _nccl_or_torch(self, line: bytes, line_no: int) -> None:
+        if b"NCCL WARN" in line:
+            self._nccl(line, line_no)
+        elif b"Watchdog caught" in line:
+            self._watchdog(line, line_no)
+        elif b"timeout from rank" in line:
+            self._dump_from(line, line_no)
 
     def continued_line(self) -> None:
         self._lines_before -= 1
@@ -147,7 +153,7 @@ class LineEvidence:
     # -- per kind --------------------------------------------------------------------------
 
     def _split(self, line: bytes) -> tuple[Optional[bytes], bytes, bytes]:
-        split = split_line(line, self._labels.allow_srun)
+        split = split_line(line, self._labels.allow_srun, self._labels.dialect)
         return self._labels.label(split.label), split.raw_prefix, split.text
 
     def _exception_line(self, line: bytes, line_no: int) -> None:

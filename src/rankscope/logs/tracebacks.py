@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.prefixes import PLAIN, Dialect, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -140,6 +140,7 @@ class TracebackCollector:
         self._sink = sink if sink is not None else self.tracebacks.append
         self._labels = PLAIN
         self._allow_srun = False
+        self._dialect: Optional[Dialect] = None
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
@@ -155,15 +156,20 @@ class TracebackCollector:
         self._source = name
         self._labels = labels
         self._allow_srun = labels.allow_srun
+        self._dialect = labels.dialect
         self._lines_before = 0
 
-    def feed(self, chunk: bytes, lines: Optional[int] = None) -> None:
-        """Read one block of whole lines (``lines``: its newline count, when the caller has it)."""
+    def feed(self, chunk: bytes, lines: Optional[int] = None, unprefixed: int = 1) -> None:
+        """Read one block of whole lines (``lines``: its newline count, when the caller has it;
+        ``unprefixed``: how many of its lines carry no rank prefix, when the caller has counted them)."""
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
         self._cursor = (0, 0)
         self._chunk_has_times = TIMESTAMP.search(chunk, 0, 1 << 16) is not None
-        restart = chunk.find(RESTART_MARKER)
+        # torchrun's agent writes the restart line without a rank prefix (unless a launcher
+        # prefixes every line: srun --label, a dialect)
+        agent_lines = unprefixed or self._allow_srun or self._dialect is not None
+        restart = chunk.find(RESTART_MARKER) if agent_lines else -1
         self._count_limit = len(chunk) if restart < 0 else restart
         for building in list(self._active.values()):
             building.count_from = 0
@@ -172,14 +178,16 @@ class TracebackCollector:
         # Headers and chain markers, in the order they appear: a marker turns a finished
         # traceback of its rank into a chain that the rank's next header continues.
         events = [(pos, True) for pos in _find_all(chunk, HEADER)]
-        # Both chain markers contain "above exception": one scan finds either.
-        events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
+        if events or any(b.state in ("after", "tail") for b in self._active.values()):
+            # A chain marker follows a finished traceback: with none open and no header in the
+            # block there is nothing it could continue. Both markers contain "above exception".
+            events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
         events.sort()
         for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
-            split = split_line(chunk[start:end], self._allow_srun)
+            split = split_line(chunk[start:end], self._allow_srun, self._dialect)
             if not is_header:
                 waiting = self._active.get(split.raw_prefix)
                 if (
@@ -356,7 +364,7 @@ class TracebackCollector:
                 end = len(chunk) if end < 0 else end
                 if (
                     self._labels.fixed_label is not None
-                    or split_line(chunk[start:end], self._allow_srun).label is None
+                    or split_line(chunk[start:end], self._allow_srun, self._dialect).label is None
                 ):
                     return (start, end)
                 start = end + 1
@@ -381,7 +389,7 @@ class TracebackCollector:
                     building.state = "after"  # the message continues no further in this block
                 return
             start = line_end + 1
-            text = split_line(chunk[line_start:line_end], self._allow_srun).text
+            text = split_line(chunk[line_start:line_end], self._allow_srun, self._dialect).text
             if building.indent and text.startswith(building.indent):
                 text = text[len(building.indent) :]
             was_chain = building.state == "chain"
