@@ -183,6 +183,7 @@ class Grouper:
     def report(self) -> ErrorsReport:
         """The groups in report order and the root cause."""
         side = 0 if self._groups[0] else 1
+        _caught_without_marker(list(self._groups[0].values()))
         root = root_cause(list(self._groups[side].values()))
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
         if side == 0:
@@ -194,6 +195,17 @@ class Grouper:
         """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
         return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def _caught_without_marker(groups: list[ErrorGroup]) -> None:
+    """Where torch marked the uncaught tracebacks (``[rankN]:``, its excepthook), one without the
+    marker whose rank wrote on after it was printed by the program: caught and logged."""
+    if not any(g.example.uncaught for g in groups):
+        return
+    for group in groups:
+        example = group.example
+        if group.role is Role.CULPRIT and not example.uncaught and example.lines_after > 0:
+            group.role = Role.HANDLED
 
 
 def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:

@@ -81,8 +81,10 @@ class RankTraceback:
     #: The lines that followed the exception line (its message continued, or whatever the rank
     #: wrote next): read for known notes, not printed.
     tail: list[str] = field(default_factory=list)
-    #: The rank wrote :data:`HANDLED_LINES` more lines after it: the exception was caught.
+    #: The rank wrote :data:`HANDLED_LINES` more lines after it, or a later traceback: it was caught.
     handled: bool = False
+    #: Lines the rank wrote after it (counted until decided; 0 when not counted).
+    lines_after: int = 0
 
     @property
     def uncaught(self) -> bool:
@@ -210,6 +212,7 @@ class TracebackCollector:
     def finish(self) -> None:
         for building in self._active.values():
             tb = building.tb
+            tb.lines_after = building.after_lines
             tb.truncated = building.state == "frames" or (building.state == "chain" and not tb.exception)
             self._sink(tb)
         self._active.clear()
@@ -240,8 +243,16 @@ class TracebackCollector:
                 return
             if existing.state == "after":
                 self._count_after(chunk, existing, start)
-                existing.tb.handled = existing.after_lines >= HANDLED_LINES
+                existing.tb.handled = True  # the same rank's next traceback: it lived on
             self._close(key, truncated=existing.state == "frames")
+        new_label = self._labels.label(label)
+        for other_key, other in list(self._active.items()):
+            if other_key != key and other.state == "after" and other.tb.label == new_label:
+                # a later traceback of the same rank (its prefix may differ: torch's marker): the
+                # earlier exception did not end the process
+                self._count_after(chunk, other, start)
+                other.tb.handled = True
+                self._close(other_key)
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
@@ -259,14 +270,16 @@ class TracebackCollector:
         self._follow(chunk, building, end + 1)
 
     def _needle(self, raw_prefix: bytes, uncaught: bool) -> Optional[bytes]:
-        """What to count to see whether the rank writes on: its prefix without torch's marker.
+        """What to count to see whether the rank writes on: its prefix without torch's marker
+        (the rank's ordinary lines carry the outer prefix alone, whatever its traceback carries).
 
-        None (not counted) for an uncaught exception, and for lines without a prefix unless the
-        whole source is one rank's (a torchrun --log-dir file): there, other ranks write too.
+        None (not counted) for lines without a prefix unless the whole source is one rank's (a
+        torchrun --log-dir file): there, other ranks write too; and for torch's marker alone
+        (``[rank3]: ...`` with nothing around it: the rank's other lines carry no prefix at all).
         """
-        if uncaught:
-            return None
-        if not raw_prefix:
+        if not raw_prefix or (uncaught and raw_prefix.startswith(b"[rank")):
+            if uncaught:
+                return None
             return b"\n" if self._labels.fixed_label is not None else None
         outer = raw_prefix
         for inner in (b"[rank", b"<std"):
@@ -350,6 +363,7 @@ class TracebackCollector:
     def _close(self, key: bytes, truncated: bool = False) -> None:
         building = self._active.pop(key)
         building.tb.truncated = truncated
+        building.tb.lines_after = building.after_lines
         self._sink(building.tb)
 
     def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int, stop: int = -1) -> tuple[int, int]:
