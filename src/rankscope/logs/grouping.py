@@ -198,13 +198,14 @@ class Grouper:
 
 
 def _caught_without_marker(groups: list[ErrorGroup]) -> None:
-    """Where torch marked the uncaught tracebacks (``[rankN]:``, its excepthook), one without the
-    marker whose rank wrote on after it was printed by the program: caught and logged."""
-    if not any(g.example.uncaught for g in groups):
-        return
+    """A traceback whose rank wrote on after it, and that a logger's ERROR line introduced or that
+    lacks torch's marker while torch marked the log's uncaught ones (``[rankN]:``, its excepthook),
+    was printed by the program: caught and logged."""
+    marked = any(g.example.uncaught for g in groups)
     for group in groups:
         example = group.example
-        if group.role is Role.CULPRIT and not example.uncaught and example.lines_after > 0:
+        printed = example.logged or (marked and not example.uncaught)
+        if group.role is Role.CULPRIT and printed and example.lines_after > 0:
             group.role = Role.HANDLED
 
 

@@ -48,6 +48,8 @@ TAIL_REACH = 256 << 10
 RESTART_MARKER = b"will restart worker group"
 #: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
 _LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
+#: A logger's ERROR line: ``ERROR:name:msg`` (logging's default), ``... ERROR name: msg``, ``[ERROR]``.
+_LOGGED = re.compile(rb"^\s*(?:ERROR:|\[ERROR\]|\S.{0,60}?\b(?:ERROR|CRITICAL)\b)")
 #: More undecided tracebacks than this in a block: count all line prefixes in one pass.
 BATCH_COUNT = 10
 
@@ -85,6 +87,9 @@ class RankTraceback:
     handled: bool = False
     #: Lines the rank wrote after it (counted until decided; 0 when not counted).
     lines_after: int = 0
+    #: The rank's line right before it was a logger's ERROR line (``logging.exception`` writes the
+    #: message, then the traceback): a sign that the program caught and logged it.
+    logged: bool = False
 
     @property
     def uncaught(self) -> bool:
@@ -262,6 +267,7 @@ class TracebackCollector:
             line_number=line_number,
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
+        tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.global_rank = torch_global_rank(raw_prefix)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
@@ -350,6 +356,19 @@ class TracebackCollector:
             if pos < 0:
                 return None
         return None
+
+    def _logged_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> bool:
+        """Is the rank's line just before ``start`` (this block, 64 KiB back at most) a logger's ERROR line?"""
+        cut = raw_prefix.find(b"[rank", 1)
+        outer = raw_prefix[:cut] if cut > 0 else raw_prefix
+        if not outer or start == 0:
+            return False
+        found = chunk.rfind(b"\n" + outer, max(0, start - (1 << 16)), start - 1)
+        line_start = found + 1 if found >= 0 else (0 if chunk.startswith(outer) else -1)
+        if line_start < 0:
+            return False
+        line = chunk[line_start + len(outer) : start - 1]
+        return _LOGGED.search(line[:200]) is not None
 
     def _line_number(self, chunk: bytes, start: int) -> int:
         """1-based line number of ``start``; counts only from the last position asked about."""
