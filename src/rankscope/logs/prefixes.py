@@ -91,7 +91,9 @@ class Dialect:
     - ``paren``: Ray's ``(Actor pid=N, ip=A) text`` (label ``A,pid=N``, or ``pid=N``) and vLLM's
       ``(VllmWorker rank=R pid=N) text`` (label ``R``, a global rank); a logger head after it
       (``ERROR 04-25 10:31:09 [file.py:N] ``) is removed from the text;
-    - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``).
+    - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
+    - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
+      ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix.
     """
 
     name: str
@@ -111,6 +113,11 @@ class Dialect:
             label = match.group(1)
             if label in _NOT_HOSTS:
                 return None
+        elif self.name == "sglang":
+            parts = [part for part in (match.group(1), match.group(2)) if part]
+            if not parts:
+                return None  # the server's own lines: "[2025-01-30 18:11:27] ..."
+            label = b",".join(parts)
         else:
             fields = dict(_PAREN_FIELD.findall(match.group(1)))
             if b"rank" in fields:
@@ -136,6 +143,7 @@ DIALECTS = (
     Dialect("pdsh", re.compile(rb"([A-Za-z0-9][\w.-]{0,62}): ")),
     Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
+    Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
 )
 
 

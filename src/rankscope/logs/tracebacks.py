@@ -148,6 +148,7 @@ class TracebackCollector:
         self._labels = PLAIN
         self._allow_srun = False
         self._dialect: Optional[Dialect] = None
+        self._unprefixed_frames = False
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
@@ -164,6 +165,8 @@ class TracebackCollector:
         self._labels = labels
         self._allow_srun = labels.allow_srun
         self._dialect = labels.dialect
+        #: sglang logs a traceback as one message: the header ends its prefixed line, the rest has no prefix
+        self._unprefixed_frames = labels.dialect is not None and labels.dialect.name == "sglang"
         self._lines_before = 0
 
     def feed(self, chunk: bytes, lines: Optional[int] = None, unprefixed: int = 1) -> None:
@@ -207,6 +210,15 @@ class TracebackCollector:
             elif start not in self._consumed and split.text.lstrip(b" ").startswith(HEADER):
                 indent = split.text[: len(split.text) - len(split.text.lstrip(b" "))]
                 self._begin(chunk, start, end, split.raw_prefix, split.label, indent)
+            elif (
+                self._unprefixed_frames
+                and start not in self._consumed
+                and split.text.rstrip().endswith(HEADER + b":")
+            ):
+                # a logger's message that ends in a traceback ("[... TP1] Scheduler hit an
+                # exception: Traceback (most recent call last):"): its frames follow without the
+                # prefix, so they are read as the lines without one, for this rank's label
+                self._begin(chunk, start, end, b"", split.label)
         self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n") if lines is None else lines
 
