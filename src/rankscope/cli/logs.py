@@ -463,13 +463,17 @@ def split(
 each distinct error once with its ranks and hosts.
 
 \b
-The first line names the root cause: the first fatal culprit (by timestamp where the lines
-carry one, else by log order), its ranks, exception, the user's own frame, and why.
+The first line names the root cause, weighed over every kind of evidence (strongest
+first): NCCL WARN lines of a failed CUDA/network call, tracebacks and rank-prefixed exception
+lines, native crash backtraces, launchers reporting a death by signal (SIGKILL: OOM killer
+or scheduler), watchdog timeouts and desyncs, cut tracebacks, a launcher's summary alone.
+Among tracebacks: the first fatal culprit (by timestamp where the lines carry one, else by
+log order), its ranks, exception, the user's own frame, and why.
 Each error has a role:
   culprit   the rank's own error, a candidate root cause
   victim    a consequence of another failure: lost peer (gloo "Connection closed by
             peer"), NCCL remote error or watchdog timeout, socket timeout, a signal
-  handled   caught: the same rank wrote 100+ more lines after it
+  handled   caught: the same rank wrote 100+ more lines after it, or a later traceback
 CUDA errors reported asynchronously are flagged with the CUDA_LAUNCH_BLOCKING=1 rerun;
 device-side assertion lines are folded; out-of-memory errors show asked, capacity, free.
 
@@ -481,6 +485,7 @@ site-packages paths normalised), frames and whether it was caught agree.
 Examples:
   rankscope logs errors job.log
   rankscope logs errors job.log --json | jq .root_cause
+  rankscope logs errors job.log --json | jq .verdict       # any kind of evidence
   rankscope logs errors torchrun-logs/ --json
   srun --label python train.py 2>&1 | rankscope logs errors -
 """

@@ -345,7 +345,8 @@ _KIND_WORDS = {
 def verdict_lines(verdict: Finding) -> list[str]:
     """The first lines of the report when the root cause is not a traceback."""
     who = verdict.who or "(no rank named)"
-    if verdict.who is not None and verdict.who.isdigit():
+    launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
+    if verdict.who is not None and verdict.who.isdigit() and not launcher:
         who = f"rank {who}"
     if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
         who += f" (global rank {verdict.global_rank})"

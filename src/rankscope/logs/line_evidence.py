@@ -51,6 +51,8 @@ _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited o
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
+#: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
+_NOUNS = {"deepspeed": "local rank", "torchrun": "local rank", "srun": "task", "mpirun": "rank"}
 _SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
 
 KILLED_STEP = (
@@ -296,12 +298,12 @@ class LineEvidence:
         kind = Kind.LAUNCHER
         if code < 0:
             cause = signal_cause(-code)
-            what = f"{launcher}: the process was killed by signal {-code}"
+            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} was killed by signal {-code}"
             step = KILLED_STEP if cause == "sigkill" else ""
         else:
             # an exit code: the process raised, and its traceback went to its own output
             kind, cause, step = Kind.LAUNCHER_SUMMARY, "tracebacks_elsewhere", ELSEWHERE_STEP
-            what = f"{launcher}: the process exited with code {code}"
+            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} exited with code {code}"
         role = VICTIM if cause == "sigterm" else CULPRIT
         self.findings_.append(
             Finding(
