@@ -32,6 +32,10 @@ _EXCEPTION_LINE = re.compile(
     rb"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::[^\n]*)?)$", re.M
 )
 
+#: Tracebacks per rank kept to tell its exception lines from those of its tracebacks (the evidence
+#: keeps a rank's first few exception lines; these are its first tracebacks').
+TRACED_PER_RANK = 16
+
 PREFIX_ADVICE = (
     "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
     "mpirun --tag-output, or rankscope prefix -- CMD"
@@ -62,9 +66,13 @@ class LineCounts:
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     grouper = Grouper()
     traced: set[tuple[Optional[bytes], str]] = set()
+    per_label: Counter[Optional[bytes]] = Counter()
 
     def sink(tb: RankTraceback) -> None:
-        traced.add((tb.label, tb.exception))
+        # a rank's first exception lines are matched against its first tracebacks: bounded per rank
+        if per_label[tb.label] < TRACED_PER_RANK:
+            per_label[tb.label] += 1
+            traced.add((tb.label, tb.exception))
         grouper.add(tb)
 
     collector = TracebackCollector(sink=sink)

@@ -198,14 +198,15 @@ class Grouper:
 
 
 def _caught_without_marker(groups: list[ErrorGroup]) -> None:
-    """A traceback whose rank wrote on after it, and that a logger's ERROR line introduced or that
+    """A traceback whose rank wrote on after it (lines, or another traceback), and that a logger's ERROR line introduced or that
     lacks torch's marker while torch marked the log's uncaught ones (``[rankN]:``, its excepthook),
     was printed by the program: caught and logged."""
     marked = any(g.example.uncaught for g in groups)
     for group in groups:
         example = group.example
         printed = example.logged or (marked and not example.uncaught)
-        if group.role is Role.CULPRIT and printed and example.lines_after > 0:
+        lived = example.lines_after > 0 or example.followed
+        if group.role is Role.CULPRIT and printed and lived:
             group.role = Role.HANDLED
 
 

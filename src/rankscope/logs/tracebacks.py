@@ -90,6 +90,8 @@ class RankTraceback:
     #: The rank's line right before it was a logger's ERROR line (``logging.exception`` writes the
     #: message, then the traceback): a sign that the program caught and logged it.
     logged: bool = False
+    #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
+    followed: bool = False
 
     @property
     def uncaught(self) -> bool:
@@ -260,16 +262,17 @@ class TracebackCollector:
                 return
             if existing.state == "after":
                 self._count_after(chunk, existing, start)
-                existing.tb.handled = True  # the same rank's next traceback: it lived on
+                existing.tb.handled = existing.after_lines >= HANDLED_LINES
+                existing.tb.followed = True  # the rank printed another traceback after it
             self._close(key, truncated=existing.state == "frames")
-        new_label = self._labels.label(label)
-        for other_key, other in list(self._active.items()):
-            if other_key != key and other.state == "after" and other.tb.label == new_label:
-                # a later traceback of the same rank (its prefix may differ: torch's marker): the
-                # earlier exception did not end the process
-                self._count_after(chunk, other, start)
-                other.tb.handled = True
-                self._close(other_key)
+        cut = raw_prefix.find(b"[rank", 1)
+        other = self._active.get(raw_prefix[:cut]) if cut > 0 else None
+        if other is not None and other.state == "after":
+            # the same rank's traceback under torch's marker (its excepthook printed it) after one
+            # without it: the earlier one was printed by the program, caught
+            self._count_after(chunk, other, start)
+            other.tb.handled = True
+            self._close(raw_prefix[:cut])
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
