@@ -177,16 +177,18 @@ def test_a_rank_that_writes_on_caught_its_exception(tmp_path: Path, after: int, 
     assert data["root_cause"]["label"] == ("n:1" if role == "handled" else "n:0")
 
 
-def test_torch_excepthook_marker_means_uncaught(tmp_path: Path) -> None:
-    """torch prefixes only uncaught tracebacks with [rankN]: whatever follows, it ended that process."""
+@pytest.mark.parametrize(("after", "role"), [(HANDLED_LINES * 2, "handled"), (0, "culprit")])
+def test_torch_marker_does_not_outweigh_the_rank_writing_on(tmp_path: Path, after: int, role: str) -> None:
+    """A real 512-rank log had a traceback under [host:16]:[rank368]: whose rank then wrote thousands
+    of lines under [host:16]: alone: the rank's lines are counted by its identity, marker or not."""
     log = tmp_path / "job.log"
-    log.write_text(_caught_then_lines(HANDLED_LINES * 2, marker="[rank0]:"))
+    log.write_text(_caught_then_lines(after, marker="[rank0]:"))
     data = _errors(log)
     assert {g["exception_type"]: g["role"] for g in data["groups"]} == {
-        "KeyError": "culprit",
+        "KeyError": role,
         "ZeroDivisionError": "culprit",
     }
-    assert data["root_cause"]["label"] == "n:0"
+    assert data["root_cause"]["label"] == ("n:1" if role == "handled" else "n:0")
 
 
 def test_lines_after_a_torchrun_restart_are_new_processes(tmp_path: Path) -> None:

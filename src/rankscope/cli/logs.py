@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, ClassVar, Protocol
+from typing import Any, BinaryIO, ClassVar, Optional, Protocol
 
 import click
 
 from rankscope.cli.outfiles import FORCE_OPTION
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import BadInputError, ExitCode, NothingFoundError
+from rankscope.errors import BadInputError, ExitCode, NothingFoundError, RankscopeError
 from rankscope.logs.demux import RankGrep
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import ReadSummary, discover
@@ -84,6 +85,7 @@ def _reading(
     try:
         with StopSignals() as stop:
             reading = Reading(discover(inputs), host_from_filename, progress, stop=stop)
+            click.get_current_context().meta[_READING] = reading
             yield reading
             if stop.signum:
                 click.get_current_context().meta[_INTERRUPTED] = (stop.signum, stop.name)
@@ -99,12 +101,55 @@ class _Document(Protocol):
     read: ReadSummary
 
 
-def _emit_json(document: _Document, reading: Reading) -> None:
-    """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read."""
+_EMITTED = "rankscope.logs.json_written"
+_READING = "rankscope.logs.reading"
+
+
+def _emit_json(document: _Document, reading: Reading, error: Optional[RankscopeError] = None) -> None:
+    """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read,
+    and the error the verb ends with, if any (its exit code is the command's)."""
     from rankscope.serial import dump_document
 
     document.read = reading.summary()
-    click.echo(json.dumps(dump_document(document.SCHEMA, document), indent=2))
+    data = dump_document(document.SCHEMA, document)
+    if error is not None:
+        data["error"] = _error_object(error)
+    click.echo(json.dumps(data, indent=2))
+    click.get_current_context().meta[_EMITTED] = True
+
+
+def _error_object(error: RankscopeError) -> dict[str, Any]:
+    return {"message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
+
+
+def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """With ``--json``, a verb that ends in an error (nothing found, bad input) still prints one
+    ``rankscope.logs.<verb>/1`` document: ``{"schema", "error": {"message", "hint", "exit_code"},
+    "read"}`` (``read`` is null when reading never started), then exits with the error's code."""
+
+    def wrap(command: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> int:
+            try:
+                return command(*args, **kwargs)
+            except RankscopeError as error:
+                meta = click.get_current_context().meta
+                if kwargs.get("as_json") and not meta.get(_EMITTED):
+                    from rankscope.serial import to_json
+
+                    reading = meta.get(_READING)
+                    read = to_json(reading.summary()) if reading is not None else None
+                    document = {
+                        "schema": f"rankscope.logs.{verb}/1",
+                        "error": _error_object(error),
+                        "read": read,
+                    }
+                    click.echo(json.dumps(document, indent=2))
+                raise
+
+        return run
+
+    return wrap
 
 
 def _read_notes(reading: Reading) -> list[str]:
@@ -141,6 +186,7 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.ranks/1).")
+@_json_on_every_exit("ranks")
 def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.inventory import Inventory
     from rankscope.logs.labels import fold_labels
@@ -208,6 +254,7 @@ Examples:
 )
 @click.option("--keep-prefix", is_flag=True, help="Print lines as they are, prefix included.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.grep/1).")
+@_json_on_every_exit("grep")
 def grep(
     inputs: tuple[str, ...],
     ranks_: tuple[str, ...],
@@ -302,9 +349,10 @@ def _grep_json(
 
     out = sys.stdout
     head = {"schema": "rankscope.logs.grep/1", "ranks": list(ranks_), "matched": ways}
-    out.write(json.dumps(head)[:-1] + ', "lines": [')
     found = 0
     with _reading(inputs, host_from_filename, show_progress=False) as reading:
+        # written once the inputs are found: a missing path ends in the error document alone
+        out.write(json.dumps(head)[:-1] + ', "lines": [')
         reading.repair_interleaved = False
         for opened in reading.sources():
             name = opened.source.name
@@ -331,10 +379,17 @@ def _grep_json(
                     found += 0 if continues else 1
                 lines_before += data.count(b"\n", lo, hi) - (1 if continues else 0)
     reading.stats.interleaved_lines += finder.interleaved_lines
-    reading.check_something_read()
-    summary = reading.summary()
-    out.write("\n], " + json.dumps({"found": found, "read": to_json(summary)})[1:] + "\n")
-    out.flush()
+    tail: dict[str, Any] = {"found": found}
+    try:
+        reading.check_something_read()
+    except RankscopeError as error:
+        tail["error"] = _error_object(error)  # the document is already open: close it with the error
+        raise
+    finally:
+        tail["read"] = to_json(reading.summary())
+        out.write("\n], " + json.dumps(tail)[1:] + "\n")
+        out.flush()
+        click.get_current_context().meta[_EMITTED] = True
     return found, reading
 
 
@@ -367,6 +422,7 @@ Examples:
 )
 @FORCE_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.split/1).")
+@_json_on_every_exit("split")
 def split(
     inputs: tuple[str, ...], out_dir: Path, force: bool, as_json: bool, host_from_filename: bool
 ) -> int:
@@ -407,13 +463,17 @@ def split(
 each distinct error once with its ranks and hosts.
 
 \b
-The first line names the root cause: the first fatal culprit (by timestamp where the lines
-carry one, else by log order), its ranks, exception, the user's own frame, and why.
+The first line names the root cause, weighed over every kind of evidence (strongest
+first): NCCL WARN lines of a failed CUDA/network call, tracebacks and rank-prefixed exception
+lines, native crash backtraces, launchers reporting a death by signal (SIGKILL: OOM killer
+or scheduler), watchdog timeouts and desyncs, cut tracebacks, a launcher's summary alone.
+Among tracebacks: the first fatal culprit (by timestamp where the lines carry one, else by
+log order), its ranks, exception, the user's own frame, and why.
 Each error has a role:
   culprit   the rank's own error, a candidate root cause
   victim    a consequence of another failure: lost peer (gloo "Connection closed by
             peer"), NCCL remote error or watchdog timeout, socket timeout, a signal
-  handled   caught: the same rank wrote 100+ more lines after it
+  handled   caught: the same rank wrote 100+ more lines after it, or a later traceback
 CUDA errors reported asynchronously are flagged with the CUDA_LAUNCH_BLOCKING=1 rerun;
 device-side assertion lines are folded; out-of-memory errors show asked, capacity, free.
 
@@ -425,6 +485,7 @@ site-packages paths normalised), frames and whether it was caught agree.
 Examples:
   rankscope logs errors job.log
   rankscope logs errors job.log --json | jq .root_cause
+  rankscope logs errors job.log --json | jq .verdict       # any kind of evidence
   rankscope logs errors torchrun-logs/ --json
   srun --label python train.py 2>&1 | rankscope logs errors -
 """
@@ -433,6 +494,7 @@ Examples:
 @HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.errors/1).")
 @click.option("--frames", default=6, show_default=True, metavar="N", help="Innermost frames shown per error.")
+@_json_on_every_exit("errors")
 def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filename: bool) -> int:
     from rankscope.logs.errors_report import errors_document, render_errors, scan_errors
 
@@ -471,6 +533,7 @@ Examples:
 @click.argument("inputs", nargs=-1, required=True)
 @HOST_FROM_FILENAME
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.logs.nccl/1).")
+@_json_on_every_exit("nccl")
 def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> int:
     from rankscope.logs.nccl import NcclScan, render_nccl
     from rankscope.logs.nccl_host import read_host_facts
@@ -483,10 +546,13 @@ def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> in
     reading.check_something_read()
     result = scan.result(read_host_facts())
     if not result.ranks and not result.findings:
-        raise NothingFoundError(
+        error = NothingFoundError(
             f"no NCCL lines in {', '.join(inputs)}",
             "run the job with NCCL_DEBUG=INFO (and NCCL_DEBUG_SUBSYS=INIT,NET) and keep its output",
         )
+        if as_json:
+            _emit_json(result, reading, error)
+        raise error
     if as_json:
         _emit_json(result, reading)
     else:

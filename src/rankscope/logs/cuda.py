@@ -79,7 +79,7 @@ class DeviceAsserts:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
-            split = split_line(chunk[start:end], labels.allow_srun)
+            split = split_line(chunk[start:end], labels.allow_srun, labels.dialect)
             match = _ASSERT.search(split.text)
             if match is not None:
                 key = (match["file"], int(match["line"]), match["kernel"], match["condition"])

@@ -133,7 +133,7 @@ class RankGrep:
             if len(pieces) > 1:
                 self.interleaved_lines += 1
             for piece in pieces:
-                split = split_line(piece, labels.allow_srun)
+                split = split_line(piece, labels.allow_srun, labels.dialect)
                 label = labels.label(split.label)
                 if label is not None and label in self.labels:
                     yield start, label, piece.rstrip(b"\r") if self.keep_prefix else split.text
@@ -159,7 +159,7 @@ class GlobalRanks:
                 start = chunk.rfind(b"\n", 0, pos) + 1
                 end = chunk.find(b"\n", pos)
                 end = len(chunk) if end < 0 else end
-                split = split_line(chunk[start:end], labels.allow_srun)
+                split = split_line(chunk[start:end], labels.allow_srun, labels.dialect)
                 label = labels.label(split.label)
                 if (
                     label is not None

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from rankscope.evidence import Finding, Kind, decide
 from rankscope.folding import fold_ints
 from rankscope.logs.cuda import (
     DeviceAssert,
@@ -18,6 +19,7 @@ from rankscope.logs.cuda import (
 )
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, RootCause, normalise_message
 from rankscope.logs.labels import fold_label_hosts, fold_labels, host_and_rank, label_text
+from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, LineEvidence, signal_cause
 from rankscope.logs.prefixes import unlabelled_lines
 from rankscope.logs.reading import Reading
 from rankscope.logs.roles import Role, user_frame
@@ -29,6 +31,10 @@ from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, FrameLine, RankTrac
 _EXCEPTION_LINE = re.compile(
     rb"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::[^\n]*)?)$", re.M
 )
+
+#: Tracebacks per rank kept to tell its exception lines from those of its tracebacks (the evidence
+#: keeps a rank's first few exception lines; these are its first tracebacks').
+TRACED_PER_RANK = 16
 
 PREFIX_ADVICE = (
     "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
@@ -51,16 +57,34 @@ class LineCounts:
     exception_lines: Counter[str] = field(default_factory=Counter)
     #: CUDA device-side assertion lines, folded.
     device_asserts: list[DeviceAssert] = field(default_factory=list)
+    #: Every piece of evidence as a finding (tracebacks, exception lines, NCCL, watchdog, launchers).
+    findings: list[Finding] = field(default_factory=list)
+    #: The root cause :func:`rankscope.evidence.decide` chose among them.
+    verdict: Optional[Finding] = None
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     grouper = Grouper()
-    collector = TracebackCollector(sink=grouper.add)
+    traced: set[tuple[Optional[bytes], str]] = set()
+    per_label: Counter[Optional[bytes]] = Counter()
+
+    def sink(tb: RankTraceback) -> None:
+        # a rank's first exception lines are matched against its first tracebacks: bounded per rank
+        if per_label[tb.label] < TRACED_PER_RANK:
+            per_label[tb.label] += 1
+            traced.add((tb.label, tb.exception))
+        grouper.add(tb)
+
+    collector = TracebackCollector(sink=sink)
     asserts = DeviceAsserts()
     counts = LineCounts()
+    evidence = LineEvidence()
+    sources: dict[str, int] = {}
     for opened in reading.sources():
         labels = opened.labels
         collector.start_source(opened.source.name, labels)
+        evidence.start_source(opened.source.name, labels)
+        sources.setdefault(opened.source.name, len(sources))
         # Counted on bracket-prefixed sources only (not torchrun log dirs nor srun --label output).
         bracketed = labels.fixed_label is None and not labels.allow_srun
         unprefixed_source: Optional[bool] = None
@@ -75,20 +99,91 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
-            counts.unprefixed += unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
-            collector.feed(chunk, lines)
+            unprefixed = unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
+            counts.unprefixed += unprefixed
+            collector.feed(chunk, lines, unprefixed)
+            evidence.feed(chunk, lines, unprefixed)
             asserts.feed(chunk, labels)
             if opened.continues:  # a later piece of a line longer than MAX_LINE
                 collector.continued_line()
+                evidence.continued_line()
                 counts.lines -= 1
                 counts.unprefixed -= unlabelled_lines(chunk, labels)  # the piece is one line
-            if b"Failures:" in chunk or b"Root Cause (first" in chunk:
+            # torchrun's summary lines carry no rank prefix (unless a launcher prefixes every line)
+            summary_here = unprefixed or not bracketed
+            if summary_here and (b"Failures:" in chunk or b"Root Cause (first" in chunk):
                 counts.exits.extend(find_summaries(chunk))
         collector.finish()
     counts.tracebacks = grouper.count
     counts.truncated = grouper.truncated
     counts.device_asserts = asserts.result()
-    return grouper.report(), counts
+    report = grouper.report()
+    counts.findings = [
+        *_traceback_findings(report, sources),
+        *evidence.findings(traced),
+        *_summary_findings(counts.exits),
+    ]
+    counts.verdict = decide(counts.findings)
+    return report, counts
+
+
+def _traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Finding]:
+    """One finding per distinct error of a rank: its earliest traceback (by time, else log order)."""
+    out = []
+    for group in report.groups:
+        tb = group.timed or group.example
+        frame = user_frame(tb.frames)
+        out.append(
+            Finding(
+                Kind.CUT_TRACEBACK if tb.truncated else Kind.TRACEBACK,
+                "python_exception",
+                str(group.role),
+                label_text(tb.label),
+                tb.exception or tb.exception_type,
+                f"{frame.filename}:{frame.line}" if frame is not None else None,
+                tb.source,
+                tb.line_number,
+                (sources.get(tb.source, 0) << 40) + tb.line_number,
+                global_rank=tb.global_rank,
+                time=tb.time,
+                exception=tb.exception_type,
+                ranks=fold_labels(group.labels),
+            )
+        )
+    return out
+
+
+def _summary_findings(exits: list[RankExit]) -> list[Finding]:
+    """torchrun's failure summary: ranks killed by a signal, or failed with an exit code."""
+    out = []
+    for entry in exits:
+        code = entry.exitcode
+        killed = entry.signal is not None or (code is not None and code < 0)
+        if killed:
+            number = -code if code is not None and code < 0 else 0
+            cause = signal_cause(number) if number else (entry.signal or "signal").lower()
+            kind = Kind.LAUNCHER
+            step = KILLED_STEP if cause == "sigkill" else ""
+        elif code:
+            cause, kind, step = "tracebacks_elsewhere", Kind.LAUNCHER_SUMMARY, ELSEWHERE_STEP
+        else:
+            continue
+        out.append(
+            Finding(
+                kind,
+                cause,
+                "victim" if cause == "sigterm" else "culprit",
+                str(entry.rank),
+                f"torchrun: rank {entry.rank} on {entry.host}: {entry.how}",
+                None,
+                "(torchrun summary)",
+                0,
+                (1 << 62) + (0 if entry.root_cause else 1),
+                global_rank=entry.rank,
+                next_step=step,
+            )
+        )
+    return out
 
 
 def _where(tb: RankTraceback) -> str:
@@ -245,6 +340,38 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     return out
 
 
+_KIND_WORDS = {
+    Kind.NCCL: "an NCCL call of this process failed (NCCL WARN)",
+    Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
+    Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
+    Kind.LAUNCHER: "the launcher reported this process's death",
+    Kind.WATCHDOG: "torch's NCCL watchdog",
+    Kind.LAUNCHER_SUMMARY: "only the launcher's failure summary is in this log",
+}
+
+
+def verdict_lines(verdict: Finding) -> list[str]:
+    """The first lines of the report when the root cause is not a traceback."""
+    who = verdict.who or "(no rank named)"
+    launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
+    if verdict.who is not None and verdict.who.isdigit() and not launcher:
+        who = f"rank {who}"
+    if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
+        who += f" (global rank {verdict.global_rank})"
+    where = f" at {verdict.where}" if verdict.where else ""
+    ranks = f" (rank(s) {verdict.ranks})" if verdict.ranks and verdict.ranks != verdict.who else ""
+    out = [f"root cause: {who}: {verdict.what}{where}{ranks} [{verdict.cause}]"]
+    out.append(
+        f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}; the strongest evidence in the log "
+        f"(docs/logs.md, precedence) — {verdict.source} line {verdict.line}"
+        if verdict.line
+        else f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}"
+    )
+    if verdict.next_step:
+        out.append(f"  next: {verdict.next_step}")
+    return out
+
+
 def _reason(report: ErrorsReport, root: RootCause) -> str:
     """Why the root cause was chosen, and what the other errors were."""
     victims = [g for g in report.groups if g.role is Role.VICTIM]
@@ -282,10 +409,15 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     launcher = _launcher(counts, report)
     asserts = counts.device_asserts
     shown_asserts: set[int] = set()
+    verdict = counts.verdict
+    other = verdict is not None and verdict.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK)
+    if verdict is not None and other:
+        out.extend(verdict_lines(verdict))
     if not groups:
         out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
     else:
-        out.extend(_root_lines(report, counts))
+        if not other:
+            out.extend(_root_lines(report, counts))
         all_labels = {label for g in groups for label in g.labels}
         without = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
         roles = Counter(g.role for g in groups)
@@ -298,7 +430,8 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
             mine = [a for a in _asserts_of(group, asserts) if id(a) not in shown_asserts]
             shown_asserts.update(id(a) for a in mine)
             out.append("")
-            out.extend(_render_group(group, index, len(groups), frames, report.root_cause, launcher, mine))
+            root = None if other else report.root_cause
+            out.extend(_render_group(group, index, len(groups), frames, root, launcher, mine))
         for index, group in enumerate(report.unprefixed, 1):
             out.append("")
             out.extend(
@@ -484,6 +617,9 @@ class ErrorsDocument:
     unprefixed_exception_lines: list[ExceptionLineCount]
     root_cause: Optional[RootCauseEntry] = None
     device_asserts: list[DeviceAssert] = field(default_factory=list)
+    #: The root cause weighed over every kind of evidence (docs/logs.md, precedence), and the evidence.
+    verdict: Optional[Finding] = None
+    findings: list[Finding] = field(default_factory=list)
     read: ReadSummary = field(default_factory=ReadSummary)
 
 
@@ -560,6 +696,8 @@ def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
         ],
         root_cause=_root_entry(report, counts),
         device_asserts=counts.device_asserts,
+        verdict=counts.verdict,
+        findings=counts.findings,
     )
 
 

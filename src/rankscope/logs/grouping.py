@@ -152,6 +152,8 @@ class Grouper:
     def add(self, tb: RankTraceback) -> None:
         self.count += 1
         self.truncated += tb.truncated
+        if tb.truncated and not tb.frames:
+            return  # a header and nothing else: no error to show (counted as cut off)
         side = 0 if tb.label is not None else 1
         if tb.label is not None:
             host = host_and_rank(tb.label)[0]
@@ -181,6 +183,7 @@ class Grouper:
     def report(self) -> ErrorsReport:
         """The groups in report order and the root cause."""
         side = 0 if self._groups[0] else 1
+        _caught_without_marker(list(self._groups[0].values()))
         root = root_cause(list(self._groups[side].values()))
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
         if side == 0:
@@ -192,6 +195,19 @@ class Grouper:
         """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
         return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def _caught_without_marker(groups: list[ErrorGroup]) -> None:
+    """A traceback whose rank wrote on after it (lines, or another traceback), and that a logger's ERROR line introduced or that
+    lacks torch's marker while torch marked the log's uncaught ones (``[rankN]:``, its excepthook),
+    was printed by the program: caught and logged."""
+    marked = any(g.example.uncaught for g in groups)
+    for group in groups:
+        example = group.example
+        printed = example.logged or (marked and not example.uncaught)
+        lived = example.lines_after > 0 or example.followed
+        if group.role is Role.CULPRIT and printed and lived:
+            group.role = Role.HANDLED
 
 
 def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:

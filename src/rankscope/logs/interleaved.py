@@ -36,6 +36,9 @@ from rankscope.logs.sources import ReadStats, Window
 #: A bracket rank marker with a separator: ``[name<digits>]`` then ``:`` or a space.
 _MARKER = re.compile(rb"\[([^\[\]\s]{0,200}?)\d+\]([: ])")
 _DIGITS = re.compile(rb"\d+")
+#: NCCL's ``host:pid:tid `` right before a marker: that ``[0]`` is NCCL's device field, not a rank's
+#: marker (``[0] node0:12:12 [0] NCCL INFO ...`` under MPICH's -prepend-rank); the host may be empty.
+_NCCL_HEAD = re.compile(rb"(?:^|\s)[^\s:\[\]]*:\d+:\d+ $")
 #: Most newlines a log may owe at once (a bound, not a limit anyone meets: ranks x 2).
 _MAX_OWED = 1 << 20
 _CACHE = 4096
@@ -98,7 +101,9 @@ class InterleaveRepair:
                 own_end = 0 if head is None else head.end()
             if own is None or pos < own_end or (pos == own_end and data.startswith(b"[rank", pos)):
                 continue  # a line without a rank prefix, or torch's nested marker right after it
-            if self._family(match.group(1), match.group(2)) == own:
+            if self._family(match.group(1), match.group(2)) == own and not _NCCL_HEAD.search(
+                data, max(start, pos - 64), pos
+            ):
                 cuts.append(pos)
         return cuts
 

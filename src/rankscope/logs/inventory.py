@@ -17,6 +17,8 @@ from rankscope.serial import SKIP
 _HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
 #: Most distinct heads whose parse is remembered (a bound on memory, not on correctness).
 _HEAD_CACHE = 1 << 16
+#: A head that is a bare number in brackets ("[80746]", MPICH's "[0]"): read line by line.
+_NUMBER_HEAD = re.compile(rb"\[\d+\]")
 _FIRST_HEAD = re.compile(rb"(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
 
 
@@ -72,7 +74,7 @@ class Inventory:
 
     def feed(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
         self._host = labels.host
-        if labels.fixed_label is None and not labels.allow_srun:
+        if labels.fixed_label is None and not labels.allow_srun and labels.dialect is None:
             self._feed_bracketed(chunk)
             return
         self._feed_lines(chunk, labels)
@@ -88,6 +90,11 @@ class Inventory:
         first = _FIRST_HEAD.match(chunk)
         if first is not None:
             heads[first.group(1)] += 1
+        if any(_NUMBER_HEAD.fullmatch(head) for head in heads):
+            # "[80746] [rank0]:": a number before torch's marker; split_line reads the marker
+            self.lines -= total
+            self._feed_lines(chunk, PLAIN if self._host is None else SourceLabels(host=self._host))
+            return
         prefixed = 0
         for head, count in heads.items():
             label = self._head_labels.get(head, b"?")
@@ -157,7 +164,7 @@ class Inventory:
     def continued_line(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
         """``chunk`` (just fed) was a later piece of a cut line: count it with the line it continues."""
         self.lines -= 1
-        label = labels.label(split_line(chunk[:4096], labels.allow_srun).label)
+        label = labels.label(split_line(chunk[:4096], labels.allow_srun, labels.dialect).label)
         entry = None if label is None else self.ranks.get(label)
         if entry is not None:
             entry.lines -= 1

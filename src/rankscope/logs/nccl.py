@@ -90,7 +90,7 @@ class NcclScan:
         self._line_no = line_no + chunk.count(b"\n", counted)
 
     def _line(self, line: bytes, labels: SourceLabels, line_no: int) -> None:
-        split = split_line(line, labels.allow_srun)
+        split = split_line(line, labels.allow_srun, labels.dialect)
         label = labels.label(split.label)
         match = LINE.search(split.text)
         if match is None:  # torch's or gloo's line, not NCCL's own

@@ -16,7 +16,7 @@ from rankscope.model import Member
 from rankscope.serial import OMIT_NONE, SKIP
 
 LINE = re.compile(
-    rb"(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
+    rb"(?P<host>[^\s:\[\]]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>[^\]]*)\] "
     rb"(?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|ABORT|TRACE) ?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (\S+)")
@@ -244,9 +244,32 @@ SIGNALS = (
     Signal("connect_failed", re.compile(r"Connect to (\S+) failed : (.+)$"), ("Connect to",)),
     Signal(
         "remote_error",
-        re.compile(r"remote process exited or there was a network error|Connection closed by remote peer"),
-        ("remote process exited", "closed by remote peer"),
+        re.compile(
+            r"remote process exited or there was a network error|Connection closed by remote peer"
+            r"|failed : Broken pipe"
+        ),
+        ("remote process exited", "closed by remote peer", "Broken pipe"),
     ),
+    Signal("cuda_oom", re.compile(r"Cuda failure (?:\d+ )?'out of memory'"), ("out of memory",)),
+    Signal(
+        "cuda_init_error",
+        re.compile(r"Cuda failure (?:\d+ )?'initialization error'"),
+        ("initialization error",),
+    ),
+    Signal(
+        "cuda_invalid_argument",
+        re.compile(r"Cuda failure (?:\d+ )?'invalid argument'"),
+        ("invalid argument",),
+    ),
+    Signal(
+        "cuda_failure",
+        re.compile(
+            r"Cuda failure (?:(\d+) )?'(?!peer access|out of memory|initialization error|invalid argument)([^']*)'"
+        ),
+        ("Cuda failure",),
+    ),
+    Signal("no_algorithm", re.compile(r"no algorithm/protocol available"), ("no algorithm",)),
+    Signal("net_ofi_error", re.compile(r"NET/OFI .*(?:[Ee]rror|failed)"), ("NET/OFI",)),
     Signal(
         "watchdog_timeout",
         re.compile(

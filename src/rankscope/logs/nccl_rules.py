@@ -133,10 +133,60 @@ RULES = {
         Rule(
             "remote_error",
             "`remote process exited or there was a network error` (ncclRemoteError), "
-            "`Connection closed by remote peer`",
+            "`Connection closed by remote peer`, `Call to send to ADDR failed : Broken pipe`",
             "a peer process exited or the network between them failed; these ranks are victims of it",
             "find the rank that failed first (`rankscope logs errors`) and fix that; if no rank failed, "
             "check the link between the nodes",
+        ),
+        Rule(
+            "cuda_oom",
+            "`Cuda failure 'out of memory'` in an NCCL WARN (alloc.h, enqueue.cc)",
+            "this process's GPU had no memory left when NCCL allocated its buffers or launched a kernel: "
+            "this rank failed, the ranks that then lost it are victims",
+            "free GPU memory on this rank (smaller batch, activation checkpointing, "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), or give NCCL less (NCCL_BUFFSIZE, fewer "
+            "channels: NCCL_MAX_NCHANNELS); check that no other process shares the GPU (`nvidia-smi`)",
+        ),
+        Rule(
+            "cuda_init_error",
+            "`Cuda failure 'initialization error'`",
+            "CUDA could not start in this process: CUDA was used before fork (a forked worker of a "
+            "process that already initialised CUDA), a driver/library mismatch, or no GPU visible",
+            "start workers with the spawn start method (torch.multiprocessing.set_start_method('spawn')), "
+            "do not touch CUDA before fork; check `nvidia-smi` and that the driver supports this CUDA",
+        ),
+        Rule(
+            "cuda_invalid_argument",
+            "`Cuda failure 1 'invalid argument'`",
+            "a CUDA call NCCL made was refused as invalid: usually memory registration or IPC between "
+            "processes that see different GPUs, or an NCCL build that does not match the driver",
+            "let every process see the same GPUs and select its own (set_device(LOCAL_RANK)); try "
+            "NCCL_CUMEM_ENABLE=0 or NCCL_P2P_DISABLE=1 to confirm, and run one NCCL build everywhere",
+        ),
+        Rule(
+            "cuda_failure",
+            "any other `Cuda failure N 'message'` in an NCCL WARN",
+            "a CUDA call of this process failed inside NCCL: this rank failed, the ranks that lost it "
+            "are victims",
+            "the CUDA message names the failure; rerun this rank with CUDA_LAUNCH_BLOCKING=1 and "
+            "`compute-sanitizer` if it is a kernel fault",
+        ),
+        Rule(
+            "no_algorithm",
+            "`no algorithm/protocol available` (`Error : no algorithm/protocol available for function ...`)",
+            "NCCL_ALGO / NCCL_PROTO force an algorithm or protocol that this collective, data type or "
+            "topology cannot use (NVLS without NVLink SHARP, CollNet without the plugin, a protocol "
+            "excluded for this operation)",
+            "unset NCCL_ALGO and NCCL_PROTO (or allow more: NCCL_ALGO=Ring,Tree), then set them again "
+            "only with the values `NCCL_DEBUG=INFO` shows as possible",
+        ),
+        Rule(
+            "net_ofi_error",
+            "a `NET/OFI` error in an NCCL WARN (the aws-ofi-nccl plugin, EFA and other libfabric networks)",
+            "the libfabric network under NCCL failed a request: an EFA/libfabric problem on this node, "
+            "a peer that died, or a plugin that does not match NCCL or the libfabric version",
+            "check the node's EFA devices (`fi_info -p efa`), the plugin and libfabric versions against "
+            "NCCL's, and whether a peer died first (`rankscope logs errors`)",
         ),
         Rule(
             "watchdog_timeout",
@@ -344,8 +394,10 @@ def duplicate_gpu_findings(hits: dict[str, list[Hit]], procs: list[NcclProcess])
     warned = hits.get("duplicate_gpu", [])
     by_gpu: dict[tuple[str, str, str], list[NcclProcess]] = {}
     for proc in procs:
-        if proc.bus_id is not None and proc.comm_id is not None:
-            by_gpu.setdefault((proc.host, proc.comm_id, proc.bus_id), []).append(proc)
+        if proc.bus_id is not None:
+            # older NCCL prints no commId: ranks of one size on one host and bus are one communicator's
+            comm = proc.comm_id if proc.comm_id is not None else f"nranks={proc.nranks}"
+            by_gpu.setdefault((proc.host, comm, proc.bus_id), []).append(proc)
     shared = {key: group for key, group in by_gpu.items() if len(group) > 1}
     if not warned and not shared:
         return []
@@ -498,6 +550,28 @@ _ONE_SIGNAL: tuple[tuple[str, str, Callable[[list[Hit]], str]], ...] = (
         lambda h: f"CUDA peer access between two GPUs is not supported ({len(h)}x, {_ranks_text(h)})",
     ),
     ("remote_error", "remote_error", lambda h: f"a peer exited or the network failed ({_ranks_text(h)})"),
+    ("cuda_oom", "cuda_oom", lambda h: f"CUDA out of memory inside NCCL ({len(h)}x, {_ranks_text(h)})"),
+    (
+        "cuda_init_error",
+        "cuda_init_error",
+        lambda h: f"CUDA 'initialization error' inside NCCL ({len(h)}x, {_ranks_text(h)})",
+    ),
+    (
+        "cuda_invalid_argument",
+        "cuda_invalid_argument",
+        lambda h: f"CUDA 'invalid argument' inside NCCL ({len(h)}x, {_ranks_text(h)})",
+    ),
+    (
+        "cuda_failure",
+        "cuda_failure",
+        lambda h: f"a CUDA call failed inside NCCL: '{h[0].groups[1]}' ({len(h)}x, {_ranks_text(h)})",
+    ),
+    (
+        "no_algorithm",
+        "no_algorithm",
+        lambda h: f"no NCCL algorithm/protocol available for a collective ({len(h)}x, {_ranks_text(h)})",
+    ),
+    ("net_ofi_error", "net_ofi_error", lambda h: f"NET/OFI errors ({len(h)}x, {_ranks_text(h)})"),
     (
         "system_error",
         "unhandled_system_error",

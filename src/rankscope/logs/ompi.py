@@ -19,6 +19,21 @@ from rankscope.logs.sources import MAX_LINE
 TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err|diag)>:")
 
 
+#: ``mpirun --timestamp-output``: the date in front of each tag (``Fri Aug 11 12:31:45 2023[1,0]<stdout>:``).
+TIMESTAMP = re.compile(rb"(?m)^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}(?=\[\d+,\d+\]<std)")
+
+
+def without_timestamps(data: bytes) -> bytes:
+    """The tags of ``--timestamp-output`` lines brought to the start of their lines (dates dropped)."""
+    return TIMESTAMP.sub(b"", data)
+
+
+def looks_timestamped(sample: bytes) -> bool:
+    """Do most lines start with ``--timestamp-output``'s date and then an Open MPI tag?"""
+    lines = [line for line in sample.split(b"\n")[:2000] if line]
+    return bool(lines) and len(TIMESTAMP.findall(sample)) > len(lines) // 2
+
+
 def looks_tagged(sample: bytes) -> bool:
     """Do most lines start with an Open MPI tag?"""
     lines = [line for line in sample.split(b"\n")[:2000] if line]

@@ -26,6 +26,7 @@ _BRACKET = (
     rb"|\[(?P<name>[^\[\]\s]{0,200}?)(?P<num>\d+)\](?P<sep>:|\x20)?"  # torchrun, torch, rankscope
 )
 _SRUN = rb"|(?P<srun>\x20{0,8}\d{1,7}): "
+_SRUN_EMPTY = re.compile(rb"\x20{0,8}\d{1,7}:")
 
 BRACKET_PREFIX = re.compile(_BRACKET)
 ANY_PREFIX = re.compile(_BRACKET + _SRUN)
@@ -70,6 +71,93 @@ def label_of(match: re.Match[bytes]) -> bytes:
     return srun.strip()
 
 
+#: A logger's head after a Ray/vLLM prefix: ``ERROR 04-25 10:31:09 [multiproc_executor.py:470] ``.
+_LOGGER_HEAD = re.compile(
+    rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+:\d+\] ?"
+)
+_PAREN_FIELD = re.compile(rb"\b(rank|pid|ip)=([\w.:]+)")
+#: Words that head ordinary lines ("INFO: ...") and are no pdsh host.
+_NOT_HOSTS = frozenset(
+    {b"INFO", b"WARNING", b"WARN", b"ERROR", b"DEBUG", b"CRITICAL", b"NOTE", b"Note", b"note", b"Traceback"}
+)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A per-source prefix form that is not recognised line by line (it looks too much like text),
+    only when most lines of the source's head have it (:func:`sniff_dialect`).
+
+    - ``pdsh``: ``worker-1: text``, ``10.1.2.3: text`` (pdsh, DeepSpeed's multi-node runner): the host;
+    - ``paren``: Ray's ``(Actor pid=N, ip=A) text`` (label ``A,pid=N``, or ``pid=N``) and vLLM's
+      ``(VllmWorker rank=R pid=N) text`` (label ``R``, a global rank); a logger head after it
+      (``ERROR 04-25 10:31:09 [file.py:N] ``) is removed from the text;
+    - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
+    - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
+      ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix.
+    """
+
+    name: str
+    pattern: re.Pattern[bytes]
+
+    def split(self, line: bytes) -> Optional[Split]:
+        match = self.pattern.match(line)
+        if match is None:
+            return None
+        end = match.end()
+        if self.name == "indent":
+            inner = split_line(line[end:])
+            if inner.label is None:
+                return None
+            return Split(line[:end] + inner.raw_prefix, inner.label, inner.text)
+        if self.name == "pdsh":
+            label = match.group(1)
+            if label in _NOT_HOSTS:
+                return None
+        elif self.name == "sglang":
+            parts = [part for part in (match.group(1), match.group(2)) if part]
+            if not parts:
+                return None  # the server's own lines: "[2025-01-30 18:11:27] ..."
+            label = b",".join(parts)
+        else:
+            fields = dict(_PAREN_FIELD.findall(match.group(1)))
+            if b"rank" in fields:
+                label = fields[b"rank"]
+            elif b"pid" in fields:
+                label = (fields[b"ip"] + b"," if b"ip" in fields else b"") + b"pid=" + fields[b"pid"]
+            else:
+                return None
+        raw_end = end
+        if line.startswith(b"[rank", end):
+            inner_rank = TORCH_RANK.match(line, end)
+            if inner_rank is not None:
+                end = raw_end = inner_rank.end()
+        text = line[end:]
+        if self.name == "paren":
+            head = _LOGGER_HEAD.match(text)
+            if head is not None:
+                text = text[head.end() :]
+        return Split(line[:raw_end], label, text)
+
+
+DIALECTS = (
+    Dialect("pdsh", re.compile(rb"([A-Za-z0-9][\w.-]{0,62}): ")),
+    Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
+    Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
+    Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
+)
+
+
+def sniff_dialect(sample: bytes) -> Optional[Dialect]:
+    """The dialect most lines of a source's head have, when the standard prefixes do not lead."""
+    lines = [line for line in sample.split(b"\n")[:2000] if line.strip()]
+    if not lines or sum(1 for line in lines if BRACKET_PREFIX.match(line)) > len(lines) // 2:
+        return None
+    for dialect in DIALECTS:
+        if sum(1 for line in lines if dialect.split(line) is not None) > len(lines) // 2:
+            return dialect
+    return None
+
+
 @dataclass(frozen=True)
 class SourceLabels:
     """How the lines of one source get their rank label.
@@ -82,6 +170,7 @@ class SourceLabels:
     fixed_label: Optional[bytes] = None
     allow_srun: bool = False
     host: Optional[bytes] = None
+    dialect: Optional[Dialect] = None
 
     def label(self, parsed: Optional[bytes]) -> Optional[bytes]:
         """The label of a line whose prefix parsed to ``parsed``."""
@@ -95,9 +184,9 @@ class SourceLabels:
             for line in lines:
                 yield fixed, line
             return
-        host, allow_srun = self.host, self.allow_srun
+        host, allow_srun, dialect = self.host, self.allow_srun, self.dialect
         for line in lines:
-            split = split_line(line, allow_srun)
+            split = split_line(line, allow_srun, dialect)
             yield qualify(split.label, host), split.text
 
 
@@ -113,25 +202,37 @@ def chunk_lines(chunk: bytes) -> list[bytes]:
     return lines
 
 
-def split_line(line: bytes, allow_srun: bool = False) -> Split:
+def split_line(line: bytes, allow_srun: bool = False, dialect: Optional[Dialect] = None) -> Split:
     """Split one line (without its newline) into prefix, label and text.
 
     ANSI colour codes and a trailing CR are removed first. A line with no prefix gets
-    ``label=None`` and ``raw_prefix=b""``.
+    ``label=None`` and ``raw_prefix=b""``. ``dialect``: the source's own prefix form, tried first.
     """
     if line.endswith(b"\r"):
         line = line[:-1]
     if b"\x1b" in line:
         line = ANSI.sub(b"", line)
+    if dialect is not None:
+        found = dialect.split(line)
+        if found is not None:
+            return found
     pattern = ANY_PREFIX if allow_srun else BRACKET_PREFIX
     match = pattern.match(line)
     if match is None:
+        if allow_srun and _SRUN_EMPTY.fullmatch(line):
+            return Split(line, line.strip()[:-1], b"")  # "3:" on an empty line (its space trimmed)
         return Split(b"", None, line)
     end = match.end()
     if end == len(line) and match.group("name") == b"":
         # "[3]:" alone is how torchrun's failure summary heads each failed rank; an empty
         # print under a "[${rank}]:" template looks the same and loses nothing by this.
         return Split(b"", None, line)
+    if match.group("name") == b"" and match.group("sep") == b" " and line.startswith(b"[rank", end):
+        inner = TORCH_RANK.match(line, end)
+        if inner is not None:
+            # "[80746] [rank0]:": a number in front of torch's marker is a pasted line number (or
+            # MPICH's -prepend-rank, the same rank): the label is torch's global rank
+            return Split(line[: inner.end()], inner.group(1), line[inner.end() :])
     label = label_of(match)
     if match.group("num") is None and line.startswith(b"[", end) and not line.startswith(b"[rank", end):
         # srun --label or mpirun --tag-output around torchrun --tee: "0: [default3]:text" is
@@ -179,7 +280,8 @@ def unlabelled_lines(
     """
     if labels.fixed_label is not None:
         return 0
-    if labels.allow_srun or b"\x1b" in chunk:  # srun labels; colour codes split_line removes first
+    if labels.allow_srun or labels.dialect is not None or b"\x1b" in chunk:
+        # srun labels, a dialect; colour codes split_line removes first
         return sum(1 for label, _text in labels.lines(chunk) if label is None)
     if newlines is None:
         newlines = chunk.count(b"\n")

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.interleaved import InterleaveRepair
-from rankscope.logs.ompi import OmpiJoiner, looks_tagged
-from rankscope.logs.prefixes import SourceLabels, sniff_srun, split_line
+from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
+from rankscope.logs.prefixes import Dialect, SourceLabels, sniff_dialect, sniff_srun, split_line
 from rankscope.logs.sources import (
     CHUNK,
     MAX_LINE,
@@ -124,9 +124,16 @@ class Reading:
             data, start, end = first
             head = data[start : min(end, start + _SNIFF)]
             allow_srun = source.fixed_label is None and sniff_srun(head)
-            if allow_srun:
-                shape.prefix_of = _prefix_reader(allow_srun)
+            dialect = None if source.fixed_label is not None or allow_srun else sniff_dialect(head)
+            if allow_srun or dialect is not None:
+                shape.prefix_of = _prefix_reader(allow_srun, dialect)
             stream: Iterator[Window] = itertools.chain([first], windows)
+            if source.fixed_label is None and looks_timestamped(head):
+                head = without_timestamps(head)
+                stream = (
+                    (stamped, 0, len(stamped))
+                    for stamped in (without_timestamps(window_bytes(w)) for w in stream)
+                )
             tagged = source.fixed_label is None and looks_tagged(head)
             if tagged:
                 stream = _joined(stream)
@@ -138,7 +145,7 @@ class Reading:
                 stream = self._tracked(stream, source.name, total)
             if self.stop is not None:
                 stream = self._stoppable(stream)
-            labels = SourceLabels(source.fixed_label, allow_srun, host)
+            labels = SourceLabels(source.fixed_label, allow_srun, host, dialect)
             yield OpenedSource(source, labels, stream, shape, repair)
 
     def _total_mb(self) -> str:
@@ -227,9 +234,9 @@ def _joined(windows: Iterator[Window]) -> Iterator[Window]:
         yield (rest, 0, len(rest))
 
 
-def _prefix_reader(allow_srun: bool) -> Callable[[bytes], bytes]:
+def _prefix_reader(allow_srun: bool, dialect: Optional[Dialect] = None) -> Callable[[bytes], bytes]:
     def prefix_of(line: bytes) -> bytes:
-        return split_line(line, allow_srun).raw_prefix
+        return split_line(line, allow_srun, dialect).raw_prefix
 
     return prefix_of
 

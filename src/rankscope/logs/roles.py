@@ -49,6 +49,8 @@ VICTIM_MESSAGES = re.compile(
             r"got signal: \d+",
             r"\bSignalException\b",
             r"\bChildFailedError\b",
+            # accelerate (and other launchers built on subprocess) reporting a child that died
+            r"\bCalledProcessError\b.*(?:died with <Signals|returned non-zero exit status)",
         )
     ),
     re.IGNORECASE,

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.prefixes import PLAIN, Dialect, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -48,6 +48,8 @@ TAIL_REACH = 256 << 10
 RESTART_MARKER = b"will restart worker group"
 #: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
 _LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
+#: A logger's ERROR line: ``ERROR:name:msg`` (logging's default), ``... ERROR name: msg``, ``[ERROR]``.
+_LOGGED = re.compile(rb"^\s*(?:ERROR:|\[ERROR\]|\S.{0,60}?\b(?:ERROR|CRITICAL)\b)")
 #: More undecided tracebacks than this in a block: count all line prefixes in one pass.
 BATCH_COUNT = 10
 
@@ -81,8 +83,15 @@ class RankTraceback:
     #: The lines that followed the exception line (its message continued, or whatever the rank
     #: wrote next): read for known notes, not printed.
     tail: list[str] = field(default_factory=list)
-    #: The rank wrote :data:`HANDLED_LINES` more lines after it: the exception was caught.
+    #: The rank wrote :data:`HANDLED_LINES` more lines after it, or a later traceback: it was caught.
     handled: bool = False
+    #: Lines the rank wrote after it (counted until decided; 0 when not counted).
+    lines_after: int = 0
+    #: The rank's line right before it was a logger's ERROR line (``logging.exception`` writes the
+    #: message, then the traceback): a sign that the program caught and logged it.
+    logged: bool = False
+    #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
+    followed: bool = False
 
     @property
     def uncaught(self) -> bool:
@@ -140,6 +149,8 @@ class TracebackCollector:
         self._sink = sink if sink is not None else self.tracebacks.append
         self._labels = PLAIN
         self._allow_srun = False
+        self._dialect: Optional[Dialect] = None
+        self._unprefixed_frames = False
         self._active: dict[bytes, _Building] = {}
         self._order = 0
         self._source = ""
@@ -155,15 +166,22 @@ class TracebackCollector:
         self._source = name
         self._labels = labels
         self._allow_srun = labels.allow_srun
+        self._dialect = labels.dialect
+        #: sglang logs a traceback as one message: the header ends its prefixed line, the rest has no prefix
+        self._unprefixed_frames = labels.dialect is not None and labels.dialect.name == "sglang"
         self._lines_before = 0
 
-    def feed(self, chunk: bytes, lines: Optional[int] = None) -> None:
-        """Read one block of whole lines (``lines``: its newline count, when the caller has it)."""
+    def feed(self, chunk: bytes, lines: Optional[int] = None, unprefixed: int = 1) -> None:
+        """Read one block of whole lines (``lines``: its newline count, when the caller has it;
+        ``unprefixed``: how many of its lines carry no rank prefix, when the caller has counted them)."""
         # Tracebacks still open from the previous chunk continue from its start.
         self._consumed = set()
         self._cursor = (0, 0)
         self._chunk_has_times = TIMESTAMP.search(chunk, 0, 1 << 16) is not None
-        restart = chunk.find(RESTART_MARKER)
+        # torchrun's agent writes the restart line without a rank prefix (unless a launcher
+        # prefixes every line: srun --label, a dialect)
+        agent_lines = unprefixed or self._allow_srun or self._dialect is not None
+        restart = chunk.find(RESTART_MARKER) if agent_lines else -1
         self._count_limit = len(chunk) if restart < 0 else restart
         for building in list(self._active.values()):
             building.count_from = 0
@@ -172,14 +190,16 @@ class TracebackCollector:
         # Headers and chain markers, in the order they appear: a marker turns a finished
         # traceback of its rank into a chain that the rank's next header continues.
         events = [(pos, True) for pos in _find_all(chunk, HEADER)]
-        # Both chain markers contain "above exception": one scan finds either.
-        events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
+        if events or any(b.state in ("after", "tail") for b in self._active.values()):
+            # A chain marker follows a finished traceback: with none open and no header in the
+            # block there is nothing it could continue. Both markers contain "above exception".
+            events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
         events.sort()
         for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)
             end = len(chunk) if end < 0 else end
-            split = split_line(chunk[start:end], self._allow_srun)
+            split = split_line(chunk[start:end], self._allow_srun, self._dialect)
             if not is_header:
                 waiting = self._active.get(split.raw_prefix)
                 if (
@@ -192,6 +212,15 @@ class TracebackCollector:
             elif start not in self._consumed and split.text.lstrip(b" ").startswith(HEADER):
                 indent = split.text[: len(split.text) - len(split.text.lstrip(b" "))]
                 self._begin(chunk, start, end, split.raw_prefix, split.label, indent)
+            elif (
+                self._unprefixed_frames
+                and start not in self._consumed
+                and split.text.rstrip().endswith(HEADER + b":")
+            ):
+                # a logger's message that ends in a traceback ("[... TP1] Scheduler hit an
+                # exception: Traceback (most recent call last):"): its frames follow without the
+                # prefix, so they are read as the lines without one, for this rank's label
+                self._begin(chunk, start, end, b"", split.label)
         self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n") if lines is None else lines
 
@@ -202,6 +231,7 @@ class TracebackCollector:
     def finish(self) -> None:
         for building in self._active.values():
             tb = building.tb
+            tb.lines_after = building.after_lines
             tb.truncated = building.state == "frames" or (building.state == "chain" and not tb.exception)
             self._sink(tb)
         self._active.clear()
@@ -233,7 +263,16 @@ class TracebackCollector:
             if existing.state == "after":
                 self._count_after(chunk, existing, start)
                 existing.tb.handled = existing.after_lines >= HANDLED_LINES
+                existing.tb.followed = True  # the rank printed another traceback after it
             self._close(key, truncated=existing.state == "frames")
+        cut = raw_prefix.find(b"[rank", 1)
+        other = self._active.get(raw_prefix[:cut]) if cut > 0 else None
+        if other is not None and other.state == "after":
+            # the same rank's traceback under torch's marker (its excepthook printed it) after one
+            # without it: the earlier one was printed by the program, caught
+            self._count_after(chunk, other, start)
+            other.tb.handled = True
+            self._close(raw_prefix[:cut])
         self._order += 1
         line_number = self._line_number(chunk, start)
         tb = RankTraceback(
@@ -243,6 +282,7 @@ class TracebackCollector:
             line_number=line_number,
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
+        tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.global_rank = torch_global_rank(raw_prefix)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
@@ -251,14 +291,16 @@ class TracebackCollector:
         self._follow(chunk, building, end + 1)
 
     def _needle(self, raw_prefix: bytes, uncaught: bool) -> Optional[bytes]:
-        """What to count to see whether the rank writes on: its prefix without torch's marker.
+        """What to count to see whether the rank writes on: its prefix without torch's marker
+        (the rank's ordinary lines carry the outer prefix alone, whatever its traceback carries).
 
-        None (not counted) for an uncaught exception, and for lines without a prefix unless the
-        whole source is one rank's (a torchrun --log-dir file): there, other ranks write too.
+        None (not counted) for lines without a prefix unless the whole source is one rank's (a
+        torchrun --log-dir file): there, other ranks write too; and for torch's marker alone
+        (``[rank3]: ...`` with nothing around it: the rank's other lines carry no prefix at all).
         """
-        if uncaught:
-            return None
-        if not raw_prefix:
+        if not raw_prefix or (uncaught and raw_prefix.startswith(b"[rank")):
+            if uncaught:
+                return None
             return b"\n" if self._labels.fixed_label is not None else None
         outer = raw_prefix
         for inner in (b"[rank", b"<std"):
@@ -330,6 +372,19 @@ class TracebackCollector:
                 return None
         return None
 
+    def _logged_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> bool:
+        """Is the rank's line just before ``start`` (this block, 64 KiB back at most) a logger's ERROR line?"""
+        cut = raw_prefix.find(b"[rank", 1)
+        outer = raw_prefix[:cut] if cut > 0 else raw_prefix
+        if not outer or start == 0:
+            return False
+        found = chunk.rfind(b"\n" + outer, max(0, start - (1 << 16)), start - 1)
+        line_start = found + 1 if found >= 0 else (0 if chunk.startswith(outer) else -1)
+        if line_start < 0:
+            return False
+        line = chunk[line_start + len(outer) : start - 1]
+        return _LOGGED.search(line[:200]) is not None
+
     def _line_number(self, chunk: bytes, start: int) -> int:
         """1-based line number of ``start``; counts only from the last position asked about."""
         pos, lines = self._cursor
@@ -342,6 +397,7 @@ class TracebackCollector:
     def _close(self, key: bytes, truncated: bool = False) -> None:
         building = self._active.pop(key)
         building.tb.truncated = truncated
+        building.tb.lines_after = building.after_lines
         self._sink(building.tb)
 
     def _next_line(self, chunk: bytes, raw_prefix: bytes, start: int, stop: int = -1) -> tuple[int, int]:
@@ -356,7 +412,7 @@ class TracebackCollector:
                 end = len(chunk) if end < 0 else end
                 if (
                     self._labels.fixed_label is not None
-                    or split_line(chunk[start:end], self._allow_srun).label is None
+                    or split_line(chunk[start:end], self._allow_srun, self._dialect).label is None
                 ):
                     return (start, end)
                 start = end + 1
@@ -381,7 +437,7 @@ class TracebackCollector:
                     building.state = "after"  # the message continues no further in this block
                 return
             start = line_end + 1
-            text = split_line(chunk[line_start:line_end], self._allow_srun).text
+            text = split_line(chunk[line_start:line_end], self._allow_srun, self._dialect).text
             if building.indent and text.startswith(building.indent):
                 text = text[len(building.indent) :]
             was_chain = building.state == "chain"

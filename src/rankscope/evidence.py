@@ -1,0 +1,115 @@
+"""One kind of finding for every piece of evidence, and the one precedence that decides between them.
+
+A finding says who (the identity as the evidence names it: a rank label, a host, a Ray pid), what
+happened, where (the user's code line, NCCL's source line, a native frame, a collective), its cause
+id, and its role: ``culprit`` (a candidate root cause), ``victim`` (a consequence of another
+failure) or ``handled`` (caught; the process lived on). ``logs errors`` turns every piece of
+evidence of a log into findings and asks :func:`decide` for the root cause; a command that weighs
+other signals (stacks, flight recorder dumps, cores) does the same with its own findings.
+
+The precedence between kinds of evidence (:data:`PRECEDENCE`), strongest first:
+
+1. ``nccl``: an NCCL WARN saying a CUDA or network call failed *in that process* (``Cuda failure
+   'out of memory'``, ``no algorithm/protocol available``, NET/OFI errors): the rank whose own
+   call failed, more precise than the Python error it raises afterwards;
+2. ``traceback`` and ``exception_line``: the program's own uncaught error (a complete traceback,
+   or a rank-prefixed exception line whose header is not in the log);
+3. ``native_crash``: a signal backtrace (Open MPI, c10's ``*** Received signal``);
+4. ``launcher``: a launcher reporting a rank killed by a signal or failed with an exit code
+   (SIGKILL: the OOM killer or the scheduler);
+5. ``watchdog``: collectives that timed out (the ranks named are the ones that waited); a desync
+   (different collectives at one sequence number); torch's pointer to the first rank that timed out;
+6. ``cut_traceback``: a traceback the log ends in the middle of (no exception line);
+7. ``launcher_summary``: only a launcher's failure summary (every rank exited): the tracebacks are
+   elsewhere.
+
+Within one kind the earliest finding wins: by timestamp when any of them carries one, else by
+order in the input. Victims and handled findings are never the root cause.
+
+Shared vocabulary (stdlib only): no room imports are allowed here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Optional
+
+from rankscope.model import Words
+
+
+class Kind(Words):
+    NCCL = "nccl"
+    TRACEBACK = "traceback"
+    EXCEPTION_LINE = "exception_line"
+    NATIVE_CRASH = "native_crash"
+    LAUNCHER = "launcher"
+    WATCHDOG = "watchdog"
+    CUT_TRACEBACK = "cut_traceback"
+    LAUNCHER_SUMMARY = "launcher_summary"
+
+
+CULPRIT = "culprit"
+VICTIM = "victim"
+HANDLED = "handled"
+
+#: Strongest first; kinds on one row are weighed together (the earliest wins).
+PRECEDENCE: tuple[tuple[Kind, ...], ...] = (
+    (Kind.NCCL,),
+    (Kind.TRACEBACK, Kind.EXCEPTION_LINE),
+    (Kind.NATIVE_CRASH,),
+    (Kind.LAUNCHER,),
+    (Kind.WATCHDOG,),
+    (Kind.CUT_TRACEBACK,),
+    (Kind.LAUNCHER_SUMMARY,),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of evidence, read as who, what, where, cause and role."""
+
+    kind: Kind
+    #: A stable id of the cause: ``python_exception``, ``nccl:cuda_oom``, ``watchdog_timeout``,
+    #: ``collective_desync``, ``sigkill``, ``native_crash``, ``tracebacks_elsewhere``, ...
+    cause: str
+    role: str
+    #: The identity as the evidence names it (``node7:3``, ``worker-2``, ``pid=2657301``), or None.
+    who: Optional[str]
+    what: str
+    #: The user's code line, NCCL's source line, a native frame or a collective; None if unknown.
+    where: Optional[str]
+    source: str
+    line: int
+    #: Position in the input (across files), for "earliest in log order".
+    order: int = 0
+    global_rank: Optional[int] = None
+    time: Optional[str] = None
+    #: The exception type, for Python exceptions.
+    exception: Optional[str] = None
+    #: The ranks the finding is about, folded (the ranks whose watchdog timed out, say).
+    ranks: Optional[str] = None
+    next_step: str = ""
+
+
+def _sortable(time: str) -> str:
+    """Timestamps as written (``2024-05-01 10:00:01,5``, ``...T...``) in one comparable form."""
+    return re.sub(r"[T ]", " ", time).replace(",", ".")
+
+
+def _earliest(findings: list[Finding]) -> Finding:
+    timed = [f for f in findings if f.time is not None]
+    if timed:
+        return min(timed, key=lambda f: (_sortable(f.time or ""), f.order))
+    return min(findings, key=lambda f: f.order)
+
+
+def decide(findings: Iterable[Finding]) -> Optional[Finding]:
+    """The root cause: the earliest culprit of the strongest kind present (see :data:`PRECEDENCE`)."""
+    culprits = [f for f in findings if f.role == CULPRIT]
+    for kinds in PRECEDENCE:
+        tier = [f for f in culprits if f.kind in kinds]
+        if tier:
+            return _earliest(tier)
+    return None

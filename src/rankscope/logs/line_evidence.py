@@ -1,0 +1,443 @@
+"""Evidence that is one line (or a few): exception lines without their traceback, NCCL WARN lines,
+torch's watchdog lines, launchers reporting a rank's death, native signal backtraces.
+
+Each kind is found with one ``bytes.find`` loop per block for a word every such line holds, so a
+block without any costs a few C-speed scans; only the lines found are split and parsed. The result
+is a list of :class:`rankscope.evidence.Finding`, weighed with the tracebacks by
+:func:`rankscope.evidence.decide`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
+from rankscope.folding import fold_ints
+from rankscope.logs.labels import host_and_rank, label_text
+from rankscope.logs.nccl_lines import LINE, SIGNALS
+from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.roles import VICTIM_MESSAGES
+
+#: An exception line: ``ValueError: x``, ``torch.OutOfMemoryError: y``, ``pkg.SomeException``.
+EXCEPTION_LINE = re.compile(rb"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s|:?$)")
+#: Exception lines kept per rank (the first ones: a rank's first error is the one that matters).
+PER_RANK = 4
+#: NCCL signals whose rank is the one whose own call failed (the rest are victims or set-up facts).
+NCCL_CULPRITS = {
+    "cuda_oom": "nccl:cuda_oom",
+    "cuda_init_error": "nccl:cuda_init_error",
+    "cuda_invalid_argument": "nccl:cuda_invalid_argument",
+    "cuda_failure": "nccl:cuda_failure",
+    "no_algorithm": "nccl:no_algorithm",
+    "net_ofi_error": "nccl:net_ofi_error",
+    "p2p_unsupported": "nccl:p2p_unsupported",
+    "shm_segment": "nccl:shm_too_small",
+}
+NCCL_VICTIMS = {"remote_error": "nccl:remote_error"}
+_SIGNALS = tuple(s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS)
+
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
+_WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
+_RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
+_DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
+_DEEPSPEED_EXIT = re.compile(rb"--local_rank=(\d+).*exits with return code = (-?\d+)")
+_TORCHRUN_FAILED = re.compile(rb"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_SRUN = re.compile(
+    rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Exited with exit code (\d+))"
+)
+_MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
+_SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
+_OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
+_OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
+#: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
+_NOUNS = {"deepspeed": "local rank", "torchrun": "local rank", "srun": "task", "mpirun": "rank"}
+_SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
+
+KILLED_STEP = (
+    "SIGKILL comes from outside the process: the kernel's OOM killer (host memory) or the scheduler "
+    "(time or memory limit); confirm on that node with `dmesg -T | grep -i -e oom -e killed` or "
+    "`journalctl -k`, and with `sacct -j JOB --format=JobID,State,ExitCode,MaxRSS` under SLURM"
+)
+ELSEWHERE_STEP = (
+    "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
+    "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
+    "torch.distributed.elastic.multiprocessing.errors.record so the error file holds the traceback"
+)
+
+
+def signal_cause(number: int) -> str:
+    return _SIGNAL_NAMES.get(number, f"signal_{number}")
+
+
+@dataclass
+class _Watch:
+    """Watchdog lines of one rank: the first collective that timed out."""
+
+    who: Optional[str]
+    rank: Optional[int]
+    seq: str
+    op: str
+    numel: str
+    pg: Optional[str]
+    source: str
+    line: int
+    order: int
+    time: Optional[str] = None
+
+
+@dataclass
+class LineEvidence:
+    """Feed it blocks of whole lines per source; read :meth:`findings` at the end."""
+
+    #: Exception lines per rank label: (text, source, line, order, global rank), the first few.
+    exception_lines: dict[bytes, list[tuple[str, str, int, int, Optional[int]]]] = field(default_factory=dict)
+    findings_: list[Finding] = field(default_factory=list)
+    watch: dict[object, _Watch] = field(default_factory=dict)
+    first_timeout: list[Finding] = field(default_factory=list)
+    _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
+    _source: str = ""
+    _index: int = -1
+    _labels: SourceLabels = PLAIN
+    _lines_before: int = 0
+
+    def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
+        self._source, self._labels, self._lines_before = name, labels, 0
+        self._index += 1
+
+    def order(self, line: int) -> int:
+        """A position comparable across sources: input order, then line."""
+        return (self._index << 40) + line
+
+    def feed(self, chunk: bytes, lines: int, unprefixed: int = 1) -> None:
+        """Read a block of whole lines; ``unprefixed``: how many of its lines carry no rank prefix
+        (launchers' own lines never do, so a block without such lines is not searched for them)."""
+        cursor = [0, 0]
+
+        def line_at(start: int) -> int:
+            if start < cursor[0]:
+                cursor[0], cursor[1] = 0, 0
+            cursor[1] += chunk.count(b"\n", cursor[0], start)
+            cursor[0] = start
+            return self._lines_before + cursor[1] + 1
+
+        # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan
+        for needle, handler in ((b"Error", self._exception_line), (b"NCCL", self._nccl_or_torch)):
+            pos = chunk.find(needle)
+            last = -1
+            while pos >= 0:
+                start = chunk.rfind(b"\n", 0, pos) + 1
+                end = chunk.find(b"\n", pos)
+                end = len(chunk) if end < 0 else end
+                if start != last:
+                    last = start
+                    handler(chunk[start:end], line_at(start))
+                pos = chunk.find(needle, end)
+        launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
+        if launchers and (b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk):
+            self._launcher(chunk, line_at)
+        if b"*** Process received signal" in chunk:
+            self._native(chunk, line_at)
+        self._lines_before += lines
+
+    def _nccl_or_torch(self, line: bytes, line_no: int) -> None:
+        if b"NCCL WARN" in line:
+            self._nccl(line, line_no)
+        elif b"Watchdog caught" in line:
+            self._watchdog(line, line_no)
+        elif b"timeout from rank" in line:
+            self._dump_from(line, line_no)
+
+    def continued_line(self) -> None:
+        self._lines_before -= 1
+
+    # -- per kind --------------------------------------------------------------------------
+
+    def _split(self, line: bytes) -> tuple[Optional[bytes], bytes, bytes]:
+        split = split_line(line, self._labels.allow_srun, self._labels.dialect)
+        return self._labels.label(split.label), split.raw_prefix, split.text
+
+    def _exception_line(self, line: bytes, line_no: int) -> None:
+        label, raw, text = self._split(line)
+        if label is None:
+            return
+        text = text.strip()
+        match = EXCEPTION_LINE.match(text)
+        if match is None:
+            return
+        kept = self.exception_lines.setdefault(label, [])
+        if len(kept) < PER_RANK:
+            decoded = text[:1000].decode("utf-8", "replace")
+            kept.append((decoded, self._source, line_no, self.order(line_no), torch_global_rank(raw)))
+
+    def _nccl(self, line: bytes, line_no: int) -> None:
+        label, _raw, text = self._split(line)
+        match = LINE.search(text)
+        if match is None:
+            return
+        msg = match.group("msg").decode("utf-8", "replace").rstrip("\r")
+        where = re.search(r"\] (\S+:\d+) NCCL", text.decode("utf-8", "replace"))
+        who = (
+            label_text(label)
+            or f"{match.group('host').decode('utf-8', 'replace')},pid={int(match.group('pid'))}"
+        )
+        for signal in _SIGNALS:
+            if signal.search(msg) is None:
+                continue
+            culprit = signal.name in NCCL_CULPRITS
+            cause = NCCL_CULPRITS.get(signal.name) or NCCL_VICTIMS[signal.name]
+            if (who, cause) in self._nccl_seen:
+                return  # one finding per process and cause (NCCL repeats its WARNs)
+            self._nccl_seen.add((who, cause))
+            self.findings_.append(
+                Finding(
+                    Kind.NCCL,
+                    cause,
+                    CULPRIT if culprit else VICTIM,
+                    who,
+                    f"NCCL WARN {msg}",
+                    where.group(1) if where else None,
+                    self._source,
+                    line_no,
+                    self.order(line_no),
+                    next_step="`rankscope logs nccl` explains this NCCL warning and its fix",
+                )
+            )
+            return
+
+    def _who(self, label: Optional[bytes], text: str) -> tuple[Optional[str], Optional[int]]:
+        """The rank a torch line is about: its prefix, else torch's own ``[Rank N]`` in the text."""
+        if label is not None:
+            return label_text(label), host_and_rank(label)[1]
+        found = _RANK_IN_TEXT.search(text)
+        if found is not None:
+            return found.group(2), int(found.group(2))
+        return None, None
+
+    def _watchdog(self, line: bytes, line_no: int) -> None:
+        label, _raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace")
+        work = _WATCHDOG.search(text)
+        if work is None:
+            return
+        fields = dict(_WORK.findall(work.group(1)))
+        pg = _RANK_IN_TEXT.search(text)
+        who, rank = self._who(label, text)
+        key = who if who is not None else (self._source, line_no)
+        if key in self.watch:
+            return
+        self.watch[key] = _Watch(
+            who,
+            rank,
+            fields.get("SeqNum", "?"),
+            fields.get("OpType", "?"),
+            fields.get("NumelIn", "?"),
+            pg.group(1) if pg is not None else None,
+            self._source,
+            line_no,
+            self.order(line_no),
+        )
+
+    def _dump_from(self, line: bytes, line_no: int) -> None:
+        found = _DUMP_FROM.search(line)
+        if found is None or self.first_timeout:
+            return
+        rank = found.group(1).decode()
+        self.first_timeout.append(
+            Finding(
+                Kind.WATCHDOG,
+                "watchdog_timeout",
+                CULPRIT,
+                rank,
+                f"torch: the first collective timeout was on rank {rank} (the ranks dumped their "
+                "flight recorders on its signal)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=int(rank),
+                next_step="look at rank "
+                + rank
+                + "'s own lines and its stack while it hangs (`rankscope stacks`, `rankscope fr`)",
+            )
+        )
+
+    def _launcher(self, chunk: bytes, line_at: object) -> None:
+        assert callable(line_at)
+        for pattern, read in (
+            (_DEEPSPEED_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "deepspeed")),
+            (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
+            (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
+            (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
+        ):
+            for match in pattern.finditer(chunk):
+                who, code, launcher = read(match)
+                self._death(who, code, launcher, line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
+        for match in _SRUN.finditer(chunk):
+            how = match.group(3)
+            code = (
+                -9
+                if how == b"Killed"
+                else -15
+                if how == b"Terminated"
+                else -11
+                if how.startswith(b"Seg")
+                else -6
+            )
+            if match.group(4) is not None:
+                code = int(match.group(4))
+            who = match.group(2).decode()
+            self._death(who, code, "srun", line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
+
+    def _death(
+        self, who: Optional[str], code: int, launcher: str, line_no: int, match: re.Match[bytes]
+    ) -> None:
+        if code == 0:
+            return
+        kind = Kind.LAUNCHER
+        if code < 0:
+            cause = signal_cause(-code)
+            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} was killed by signal {-code}"
+            step = KILLED_STEP if cause == "sigkill" else ""
+        else:
+            # an exit code: the process raised, and its traceback went to its own output
+            kind, cause, step = Kind.LAUNCHER_SUMMARY, "tracebacks_elsewhere", ELSEWHERE_STEP
+            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} exited with code {code}"
+        role = VICTIM if cause == "sigterm" else CULPRIT
+        self.findings_.append(
+            Finding(
+                kind,
+                cause,
+                role,
+                who,
+                what,
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step=step,
+            )
+        )
+
+    def _native(self, chunk: bytes, line_at: object) -> None:
+        assert callable(line_at)
+        for match in _OMPI_SIGNAL.finditer(chunk):
+            host, pid = match.group(1).decode("utf-8", "replace"), int(match.group(2))
+            head = f"[{match.group(1).decode('utf-8', 'replace')}:"
+            block = chunk[match.end() : match.end() + 8192].decode("utf-8", "replace").splitlines()
+            signal, frame = "", None
+            for text in block:
+                text = text.strip()
+                if not text.startswith(head):
+                    continue
+                body = text.split("] ", 1)[-1]
+                if body.startswith("Signal:"):
+                    signal = body.split(":", 1)[1].strip()
+                found = _OMPI_FRAME.match(body)
+                if found is not None and frame is None and "libc.so" not in found.group(2):
+                    frame = found.group(2).rsplit("[", 1)[0]
+                if "End of error message" in body:
+                    break
+            line_no = line_at(match.start() + (1 if chunk[match.start() : match.start() + 1] == b"\n" else 0))
+            self.findings_.append(
+                Finding(
+                    Kind.NATIVE_CRASH,
+                    "native_crash",
+                    CULPRIT,
+                    f"{host},pid={pid}",
+                    f"native crash: {signal or 'a fatal signal'}",
+                    frame,
+                    self._source,
+                    line_no,
+                    self.order(line_no),
+                    next_step="the frames name the native library that crashed; a core file (`rankscope core`) "
+                    "shows the rest",
+                )
+            )
+
+    # -- the result --------------------------------------------------------------------------
+
+    def findings(self, traced: set[tuple[Optional[bytes], str]]) -> list[Finding]:
+        """Every finding; exception lines that a rebuilt traceback of their rank holds (``traced``:
+        label and exception line) are left out, the traceback says it better."""
+        out = list(self.findings_)
+        for label, kept in self.exception_lines.items():
+            for text, source, line, order, global_rank in kept:
+                if (label, text) in traced:
+                    continue
+                name = EXCEPTION_LINE.match(text.encode())
+                out.append(
+                    Finding(
+                        Kind.EXCEPTION_LINE,
+                        "python_exception",
+                        VICTIM if VICTIM_MESSAGES.search(text) else CULPRIT,
+                        label_text(label),
+                        text,
+                        None,
+                        source,
+                        line,
+                        order,
+                        global_rank=global_rank,
+                        exception=name.group(1).decode() if name else None,
+                    )
+                )
+                break
+        out.extend(self._watchdog_findings())
+        return out
+
+    def _watchdog_findings(self) -> list[Finding]:
+        if not self.watch:
+            return list(self.first_timeout)
+        watches = sorted(self.watch.values(), key=lambda w: w.order)
+        first = watches[0]
+        ranks = sorted({w.rank for w in watches if w.rank is not None})
+        by_seq: dict[tuple[Optional[str], str], set[tuple[str, str]]] = {}
+        for w in watches:
+            by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
+        desync = next(((key, ops) for key, ops in by_seq.items() if len(ops) > 1), None)
+        folded = fold_ints(ranks) if ranks else None
+        # one rank named: torch's own pointer ("what(): [PG 3 Rank 5] ..."); several: they all waited
+        who = str(ranks[0]) if len(ranks) == 1 else None
+        if desync is not None:
+            (_pg, seq), ops = desync
+            names = ", ".join(sorted(f"{op} ({numel} elements)" for op, numel in ops))
+            out = [
+                Finding(
+                    Kind.WATCHDOG,
+                    "collective_desync",
+                    CULPRIT,
+                    None,
+                    f"ranks called different collectives at one sequence number: {names}",
+                    f"SeqNum={seq}" if _pg is None else f"PG {_pg} SeqNum={seq}",
+                    first.source,
+                    first.line,
+                    first.order,
+                    ranks=folded,
+                    next_step="the ranks took different code paths (a collective inside a condition that "
+                    "differs between ranks, or a different order): compare their stacks (`rankscope stacks`) "
+                    "or flight recorders (`rankscope fr`)",
+                )
+            ]
+        else:
+            out = [
+                Finding(
+                    Kind.WATCHDOG,
+                    "watchdog_timeout",
+                    CULPRIT,
+                    who,
+                    f"collective {first.op} timed out on rank(s) {folded or '?'}: "
+                    "they waited for a rank that never joined it",
+                    f"SeqNum={first.seq} {first.op}",
+                    first.source,
+                    first.line,
+                    first.order,
+                    ranks=folded,
+                    next_step="find the rank that is missing from these (stuck, dead or elsewhere): "
+                    "`rankscope stacks` while it hangs, torch's flight recorder (`rankscope fr`)",
+                )
+            ]
+        if self.first_timeout:
+            # torch named the first rank that timed out: it comes before the collective's own finding
+            out = [*self.first_timeout, *out]
+        return out
