@@ -2,7 +2,9 @@
 
 Registered through ``pytest_plugins`` in tests/conftest.py, so any test can ask for them.
 Each fixture installs what it needs (apt-get, see system.py) and tears down in ``finally``;
-requesting one declares its tools (``FIXTURE_NEEDS`` in tools.py: keep it in step).
+requesting one declares its tools (``FIXTURE_NEEDS`` in tools.py: keep it in step). Under
+pytest-xdist each worker that needs one starts its own: its own free ports, scratch directory
+and names (process id), so two never meet (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -28,24 +30,6 @@ REMOTE_RANKSCOPE = str(Path(sys.executable).with_name("rankscope"))
 REMOTE_SETUP = f"export PATH={Path(sys.executable).parent}:$PATH"
 
 SSH_NODES = [f"node{i:02d}" for i in range(1, 5)]
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """How pytest-xdist (``--dist loadgroup``, pyproject) shares the tests among its workers.
-
-    A file's tests go to one worker, so its module-scoped jobs start once. Every file that uses
-    ``slurm_cluster`` goes to one worker, so one SLURM cluster starts per run. Session fixtures
-    (sshd, namespaces) otherwise start once per worker that needs them: each has its own ports
-    and names. Machine-wide changes hold ``machine_lock`` (docs/testing.md).
-    """
-    if config.getoption("dist", "no") != "loadgroup":
-        return
-    slurm_files = {item.path for item in items if "slurm_cluster" in getattr(item, "fixturenames", ())}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = "slurm-cluster" if item.path in slurm_files else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
