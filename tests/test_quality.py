@@ -94,7 +94,7 @@ def test_no_tool():
 """
 
 
-def _run_guarded(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]:
+def _run_guarded(tmp_path: Path, tests: str, *options: str) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     tool = bin_dir / "rankscope-fake-tool"
@@ -107,18 +107,20 @@ def _run_guarded(tmp_path: Path, tests: str) -> subprocess.CompletedProcess[str]
     (tmp_path / "test_guarded.py").write_text(tests)
     env = dict(os.environ, PATH=os.pathsep.join([str(bin_dir), real_path()]), PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", *options, str(tmp_path)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=240,  # workers start slowly on a loaded machine
     )
 
 
-def test_a_test_that_runs_an_undeclared_system_tool_fails(tmp_path: Path) -> None:
-    """The tool guard (tests/support/tools.py): declared tools run, undeclared ones fail the test."""
-    result = _run_guarded(tmp_path, GUARDED_TESTS)
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_test_that_runs_an_undeclared_system_tool_fails(tmp_path: Path, workers: str) -> None:
+    """The tool guard (tests/support/tools.py): declared tools run, undeclared ones fail the test,
+    in one process and in pytest-xdist workers (as the suite runs)."""
+    result = _run_guarded(tmp_path, GUARDED_TESTS, "-n", workers)
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
     outcomes = {

@@ -1,8 +1,8 @@
 """Real crashes and real hung processes, with their core files: made here, deleted in teardown.
 
 kernel.core_pattern is machine-wide: the fixture points it at the test's directory and puts the
-old value back afterwards. Run these tests under ``flock /tmp/rankscope-system.lock`` when other
-runs share the machine (docs/testing.md).
+old value back afterwards, holding ``machine_lock("core-pattern")`` all the while, so other tests
+and test runs that crash processes or read the pattern wait for it (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from tests.support.machine_lock import machine_lock
 
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 
@@ -107,14 +108,15 @@ def crashes(tmp_path: Path) -> Iterator[Crashes]:
     """Crashing programs whose cores land in tmp_path as core.PID (core_pattern restored afterwards)."""
     if os.geteuid() != 0:
         pytest.skip("setting kernel.core_pattern needs root")
-    saved = CORE_PATTERN.read_text().strip()
-    CORE_PATTERN.write_text(f"{tmp_path}/core.%p\n")
-    try:
-        yield Crashes(tmp_path)
-    finally:
-        CORE_PATTERN.write_text(saved + "\n")
-        for core in tmp_path.glob("core.*"):
-            core.unlink()
+    with machine_lock("core-pattern"):
+        saved = CORE_PATTERN.read_text().strip()
+        CORE_PATTERN.write_text(f"{tmp_path}/core.%p\n")
+        try:
+            yield Crashes(tmp_path)
+        finally:
+            CORE_PATTERN.write_text(saved + "\n")
+            for core in tmp_path.glob("core.*"):
+                core.unlink()
 
 
 @contextlib.contextmanager

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from tests.support.machine_lock import machine_lock
+
 from rankscope.core.setup import SUGGESTED_PATTERN, read_setup
 from rankscope.doctor.system import System
 
@@ -67,6 +69,11 @@ def _limit_core(soft: int) -> Callable[[], None]:
 
 
 def test_this_node_read_for_real() -> None:
+    with machine_lock("core-pattern"):  # another test may be pointing core_pattern elsewhere
+        _check_this_node()
+
+
+def _check_this_node() -> None:
     for soft, expected in ((0, False), (resource.getrlimit(resource.RLIMIT_CORE)[1], True)):
         proc = subprocess.run(
             [sys.executable, "-m", "rankscope", "core", "check", "--json"],

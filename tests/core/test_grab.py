@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.core.conftest import HANG, Crashes, real_python
 from tests.support.cli import run_cli
+from tests.support.machine_lock import machine_lock
 
 from rankscope.core.grab import SPACE_MARGIN, Target, needed_bytes
 from rankscope.core.notes import read_notes
+
+GRAB_JOB = Path(__file__).with_name("grab_job.py")
 
 
 @pytest.fixture
@@ -100,27 +106,45 @@ def test_space_needed_is_the_mapped_memory_with_a_margin() -> None:
 @pytest.mark.needs("gdb")
 def test_grab_job_takes_every_rank_of_a_hung_torchrun_job(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
-    from rankscope.demo.launch import start_torchrun
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace")
     from rankscope.ranks import short_hostname
 
-    job = start_torchrun(
-        nproc=2, script_args=("--scenario", "skip-barrier", "--culprit", "1"), workdir=tmp_path
-    )
+    # The job and the grab share a PID namespace of their own: --job finds this job and no other.
     out = tmp_path / "cores"
+    driver = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            sys.executable,
+            str(GRAB_JOB),
+            str(tmp_path),
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        job.wait_ready(timeout=180)
-        result = run_cli("core", "grab", "--job", "--dir", str(out), timeout=300)
-        assert result.returncode == 0, result.stdout + result.stderr
+        stdout, stderr = driver.communicate(timeout=280)
+        assert driver.returncode == 0, stderr
+        result = json.loads(stdout)
+        assert result["returncode"] == 0, result["stdout"] + result["stderr"]
         host = short_hostname()
-        assert f"{host}:0 (pid" in result.stdout and f"{host}:1 (pid" in result.stdout
+        assert f"{host}:0 (pid" in result["stdout"] and f"{host}:1 (pid" in result["stdout"]
         cores = sorted(map(str, out.iterdir()))
-        assert len(cores) == 2
+        assert cores == sorted(str(out / f"core.{pid}") for pid in result["pids"])
         bt = run_cli("core", "bt", *cores, timeout=300)
         assert bt.returncode == 0, bt.stderr
         assert "rank 0" in bt.stdout and "rank 1" in bt.stdout  # the culprit's stack differs from rank 0's
         assert "load_batch" in bt.stdout  # rank 1's Python frame, via pystack
     finally:
-        job.stop()
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)  # unshare's child is the namespace's init: all go
+            driver.wait()
         for core in out.glob("core.*"):
             core.unlink()
 
@@ -133,12 +157,13 @@ def test_too_little_space_is_refused_before_any_process_is_touched(
         pytest.skip("mounting a small tmpfs needs root")
     small = tmp_path / "small"
     small.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
-    try:
-        result = run_cli("core", "grab", str(hung.pid), "--dir", str(small))
-        assert result.returncode == 8, result.stdout + result.stderr
-        assert "GB free, the cores need about" in result.stderr and "--no-space-check" in result.stderr
-        assert list(small.iterdir()) == []
-        assert hung.poll() is None
-    finally:
-        subprocess.run(["umount", str(small)], check=True)
+    with machine_lock("mount"):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], check=True)
+        try:
+            result = run_cli("core", "grab", str(hung.pid), "--dir", str(small))
+            assert result.returncode == 8, result.stdout + result.stderr
+            assert "GB free, the cores need about" in result.stderr and "--no-space-check" in result.stderr
+            assert list(small.iterdir()) == []
+            assert hung.poll() is None
+        finally:
+            subprocess.run(["umount", str(small)], check=True)

@@ -70,9 +70,11 @@ def test_strace_of_the_launcher_traces_every_rank_at_once_and_leaves_them_runnin
     for process in processes:
         assert process["threads"] >= 2 and process["blocked"]
         assert process["state_after"] not in ("T", "t", "gone")
-    # Each rank's gloo thread waits in epoll_wait on its connection to the other rank.
+    # Each rank's gloo thread waits in epoll_wait on its connection to the other rank. The
+    # launcher's pid again: with --job, another job's rank 0 could stand in for this one's.
     fds = {
-        process["rank"]["rank"]: process for process in run_cli("fds", "--job", "--json").json()["processes"]
+        process["rank"]["rank"]: process
+        for process in run_cli("fds", str(gloo_job.pid), "--json").json()["processes"]
     }
     for process in processes:
         rank = process["rank"]["rank"]

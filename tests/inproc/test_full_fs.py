@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.users import system_lock
+from tests.support.machine_lock import machine_lock
 
 from rankscope.inproc import runtime
 
@@ -32,7 +32,7 @@ def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
         pytest.skip("mounting a tmpfs needs root")
     mount = tmp_path / "small"
     mount.mkdir()
-    with system_lock():
+    with machine_lock("mount"):
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(mount)], check=True)
     try:
         (mount / "rt").mkdir(mode=0o700)
@@ -46,7 +46,7 @@ def full_tmpfs(tmp_path: Path) -> Iterator[Path]:
             os.close(filler)
         yield mount
     finally:
-        with system_lock():
+        with machine_lock("mount"):
             subprocess.run(["umount", str(mount)], check=True)
 
 

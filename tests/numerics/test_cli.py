@@ -8,10 +8,9 @@ import sys
 import pytest
 from tests.support.cli import run_cli
 
-pytest.importorskip("torch")
-
 
 def test_demo_compares_float32_and_float64_here_and_its_json_parses() -> None:
+    pytest.importorskip("torch")  # only this test needs it: the next one runs where torch is missing
     text = run_cli("numerics", "demo")
     assert text.returncode == 0, text.stderr
     assert "devices here: cpu" in text.stdout

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rankscope.cli.rerun import RerunRequest, _warnings
 from rankscope.doctor import facts
 from rankscope.doctor.facts import TorchInfo
 from rankscope.logs.tracebacks import FrameLine
+from rankscope.rerun.advice import sync_warnings
 from rankscope.rerun.collect import Capture
 from rankscope.rerun.compare import Agreement, FailurePoint, compare
 
@@ -59,20 +59,20 @@ def test_capture_keeps_the_end_from_a_line_start() -> None:
 )
 def test_sync_warns_with_doctors_nccl_rule(monkeypatch: pytest.MonkeyPatch, nccl: str, expected: str) -> None:
     monkeypatch.setattr(facts, "torch_from_metadata", lambda: TorchInfo("2.0.0", cuda="12.1", nccl=nccl))
-    (warning,) = _warnings(RerunRequest(command=("python",), sync=True))
+    (warning,) = sync_warnings(sync=True, cpu=False)
     assert warning.startswith(expected)
     assert "unset CUDA_LAUNCH_BLOCKING for NCCL jobs" in warning
-    assert _warnings(RerunRequest(command=("python",), sync=True, cpu=True)) == []
+    assert sync_warnings(sync=True, cpu=True) == []
 
 
 def test_no_warning_for_a_cpu_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(facts, "torch_from_metadata", lambda: TorchInfo("2.13.0+cpu"))
-    assert _warnings(RerunRequest(command=("python",), sync=True)) == []
+    assert sync_warnings(sync=True, cpu=False) == []
 
 
 def test_rerun_reads_every_option_by_name() -> None:
     from rankscope.cli.params import from_params
-    from rankscope.cli.rerun import rerun
+    from rankscope.cli.rerun import RerunRequest, rerun
 
     argv = ["--sync", "--cpu", "--compare", "job.log", "--timeout", "5", "--json", "--", "python", "-x"]
     with rerun.make_context("rerun", argv) as ctx:

@@ -100,9 +100,12 @@ def test_pyspy_missing(tmp_path: Path, python_sleeper: subprocess.Popen[bytes]) 
 
 
 def test_no_job_found_message() -> None:
-    result = run_cli("stacks")
-    if result.returncode != 3:
-        pytest.skip("a distributed job is running on this machine")
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace")
+    # In a PID namespace of its own, no job of another test (or user) of this machine is visible.
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "rankscope", "stacks"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
     assert "no distributed job found on this node" in result.stderr and "--pid" in result.stderr
     assert result.stdout == ""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -37,11 +38,12 @@ def test_runner_kills_a_command_at_its_deadline() -> None:
     slow = runner.spawn([PY, "-c", "import time; print('started', flush=True); time.sleep(60)"], timeout=1.0)
     quick = runner.spawn([PY, "-c", "print('done')"], timeout=30)
     ended = runner.finish_all()
+    assert time.monotonic() >= slow.deadline  # not killed before its deadline
     assert set(ended) == {slow, quick}
     assert quick.returncode == 0 and quick.stdout == b"done\n"
+    # Killed (SIGKILL, marked timed out) rather than left to sleep out its 60 s.
     assert slow.timed_out and slow.returncode == -9
     assert slow.stdout == b"started\n"  # what it wrote before the deadline is kept
-    assert 0.9 < slow.seconds < 30
 
 
 def test_runner_spawn_of_a_missing_program_raises_and_leaks_nothing() -> None:

@@ -2,7 +2,9 @@
 
 Registered through ``pytest_plugins`` in tests/conftest.py, so any test can ask for them.
 Each fixture installs what it needs (apt-get, see system.py) and tears down in ``finally``;
-requesting one declares its tools (``FIXTURE_NEEDS`` in tools.py: keep it in step).
+requesting one declares its tools (``FIXTURE_NEEDS`` in tools.py: keep it in step). Under
+pytest-xdist each worker that needs one starts its own: its own free ports, scratch directory
+and names (process id), so two never meet (docs/testing.md).
 """
 
 from __future__ import annotations

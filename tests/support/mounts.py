@@ -1,29 +1,19 @@
 """Small real tmpfs mounts for tests that need a full (or nearly full) filesystem.
 
-A mount is machine-wide state: it is made and removed under ``MOUNT_LOCK`` (a lock of its own, so a
-run wrapped in ``flock /tmp/rankscope-system.lock`` cannot deadlock on it), and always unmounted
-in teardown. Mounting needs root: elsewhere the test is skipped.
+A mount is machine-wide state: it is made and removed under ``machine_lock("mount")``, and always
+unmounted in teardown. Mounting needs root: elsewhere the test is skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-MOUNT_LOCK = Path("/tmp/rankscope-tests-mount.lock")
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
-    with open(MOUNT_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+from tests.support.machine_lock import machine_lock
 
 
 @contextlib.contextmanager
@@ -35,7 +25,7 @@ def small_tmpfs(where: Path, size: str, *, fill: bool = False) -> Iterator[Path]
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     where.mkdir(parents=True, exist_ok=True)
-    with _locked():
+    with machine_lock("mount"):
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], check=True)
     try:
         if fill:
@@ -44,5 +34,5 @@ def small_tmpfs(where: Path, size: str, *, fill: bool = False) -> Iterator[Path]
                     pass
         yield where
     finally:
-        with _locked():
+        with machine_lock("mount"):
             subprocess.run(["umount", str(where)], check=True)

@@ -3,7 +3,8 @@
 Node N is namespace ``<tag>-nN`` with address 10.232.N.2/24 on a veth whose other end
 (10.232.N.1) sits in the router namespace, which forwards between them. Every node runs its own
 sshd on port 22; one ssh config (``ssh_config``) names them all. Names carry this process id;
-:meth:`Fabric.delete` removes everything and is safe to call twice. The addresses exist only
+:meth:`Fabric.delete` removes everything and is safe to call twice. Building, firewall rules and
+deleting hold ``machine_lock("netns")`` (docs/testing.md). The addresses exist only
 inside these namespaces.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from tests.support.cli import CliResult
+from tests.support.machine_lock import machine_lock
 from tests.support.netns import ip
 from tests.support.sshd import Sshd, start_sshd, stop_all
 
@@ -63,6 +65,10 @@ class Fabric:
                 *[f"--address={node}={self.addresses[node]}" for node in nodes]]  # fmt: skip
 
     def iptables(self, node: str, *rule: str) -> None:
+        with machine_lock("netns"):
+            self._iptables(node, *rule)
+
+    def _iptables(self, node: str, *rule: str) -> None:
         subprocess.run(
             self.netns_argv(node, ["iptables", *rule]), check=True, capture_output=True, timeout=20
         )
@@ -75,13 +81,19 @@ class Fabric:
     def delete(self) -> None:
         stop_all(self.servers)
         self.servers.clear()
-        for namespace in [*self.namespaces.values(), self.router]:
-            with contextlib.suppress(Exception):
-                subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
+        with machine_lock("netns"):
+            for namespace in [*self.namespaces.values(), self.router]:
+                with contextlib.suppress(Exception):
+                    subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
         self.namespaces.clear()
 
 
 def build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool = True) -> Fabric:
+    with machine_lock("netns"):
+        return _build_fabric(nodes, workdir, with_sshd)
+
+
+def _build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool) -> Fabric:
     pid = os.getpid() % 100000
     tag = f"rsnet{pid}"
     fabric = Fabric(router=f"{tag}-router")

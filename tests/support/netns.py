@@ -4,7 +4,8 @@ The client namespace holds one veth end per node (10.231.N.1/24); node N holds t
 (10.231.N.2/24). A node can be left bare (a closed port: the kernel answers with a reset),
 have everything dropped by iptables (a black hole: no answer at all), or run a real sshd.
 Every name carries this process id, so parallel test runs never collide; :meth:`delete`
-removes the namespaces (which removes their veths) and is safe to call twice.
+removes the namespaces (which removes their veths) and is safe to call twice. Creating and deleting
+hold ``machine_lock("netns")`` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from tests.support.machine_lock import machine_lock
 
 
 def ip(*args: str, netns: str | None = None) -> None:
@@ -32,6 +35,10 @@ class NetnsNodes:
         return ["ip", "netns", "exec", self.client, *argv]
 
     def add_node(self, name: str) -> str:
+        with machine_lock("netns"):
+            return self._add_node(name)
+
+    def _add_node(self, name: str) -> str:
         index = len(self.nodes) + 1
         tag = f"rs{os.getpid() % 10_000_000}"
         namespace = f"{tag}-{name}"
@@ -52,22 +59,25 @@ class NetnsNodes:
 
     def black_hole(self, name: str) -> None:
         """Drop every packet that reaches the node: connections neither succeed nor fail."""
-        subprocess.run(
-            ["ip", "netns", "exec", self.namespaces[name], "iptables", "-A", "INPUT", "-j", "DROP"],
-            check=True,
-            capture_output=True,
-            timeout=20,
-        )
+        with machine_lock("netns"):
+            subprocess.run(
+                ["ip", "netns", "exec", self.namespaces[name], "iptables", "-A", "INPUT", "-j", "DROP"],
+                check=True,
+                capture_output=True,
+                timeout=20,
+            )
 
     def delete(self) -> None:
-        for namespace in [*self.namespaces.values(), self.client]:
-            with contextlib.suppress(Exception):
-                subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
+        with machine_lock("netns"):
+            for namespace in [*self.namespaces.values(), self.client]:
+                with contextlib.suppress(Exception):
+                    subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
         self.namespaces.clear()
 
 
 def create_client() -> NetnsNodes:
     client = f"rs{os.getpid() % 10_000_000}-client"
-    subprocess.run(["ip", "netns", "add", client], check=True, timeout=20)
-    ip("link", "set", "lo", "up", netns=client)
+    with machine_lock("netns"):
+        subprocess.run(["ip", "netns", "add", client], check=True, timeout=20)
+        ip("link", "set", "lo", "up", netns=client)
     return NetnsNodes(client=client)

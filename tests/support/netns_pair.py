@@ -1,7 +1,8 @@
 """Two network namespaces joined by one veth pair: two "nodes" that reach each other only over it.
 
 Each end keeps its own interface name (`<tag>a`, `<tag>b`), so a node's *_SOCKET_IFNAME names its
-own end. Names carry this process id; everything is deleted on the way out.
+own end. Names carry this process id; everything is deleted on the way out. Creating and deleting
+hold ``machine_lock("netns")`` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+
+from tests.support.machine_lock import machine_lock
 
 
 @dataclass
@@ -32,16 +35,18 @@ def veth_pair_nodes(subnet: str = "10.232.0") -> Iterator[TwoNodes]:
     tag = f"gt{os.getpid() % 1_000_000}"
     nodes = TwoNodes((f"{tag}-a", f"{tag}-b"), (f"{tag}a", f"{tag}b"), (f"{subnet}.1", f"{subnet}.2"))
     try:
-        for ns in nodes.namespaces:
-            _ip("netns", "add", ns)
-        _ip("link", "add", nodes.interfaces[0], "type", "veth", "peer", "name", nodes.interfaces[1])
-        for ns, iface, address in zip(nodes.namespaces, nodes.interfaces, nodes.addresses):
-            _ip("link", "set", iface, "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{address}/24", "dev", iface)
-            _ip("-n", ns, "link", "set", iface, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
+        with machine_lock("netns"):
+            for ns in nodes.namespaces:
+                _ip("netns", "add", ns)
+            _ip("link", "add", nodes.interfaces[0], "type", "veth", "peer", "name", nodes.interfaces[1])
+            for ns, iface, address in zip(nodes.namespaces, nodes.interfaces, nodes.addresses):
+                _ip("link", "set", iface, "netns", ns)
+                _ip("-n", ns, "addr", "add", f"{address}/24", "dev", iface)
+                _ip("-n", ns, "link", "set", iface, "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
         yield nodes
     finally:
-        for ns in nodes.namespaces:
-            with contextlib.suppress(subprocess.SubprocessError):
-                _ip("netns", "del", ns)
+        with machine_lock("netns"):
+            for ns in nodes.namespaces:
+                with contextlib.suppress(subprocess.SubprocessError):
+                    _ip("netns", "del", ns)

@@ -3,21 +3,20 @@
 A test names the tools it runs with ``@pytest.mark.needs("pdsh", ...)`` (names: the keys of
 :data:`TOOLS`); tests/support/tools.py installs them before the test and hides every other one
 from it. The fixtures that start a tool install it too (:func:`ensure_tools`), so they also work
-on their own. Installing is ``apt-get`` as root, under a file lock, ``apt-get update`` once per run.
+on their own. Installing is ``apt-get`` as root, under a file lock, ``apt-get update`` once per run
+(per process: each pytest-xdist worker updates before its first install).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
-from pathlib import Path
 from typing import Optional
 
 import pytest
+from tests.support.machine_lock import machine_lock
 
-_LOCK = Path("/tmp/rankscope-tests-apt.lock")
 _updated = False
 
 #: Tool name -> {command it provides: the Debian package that installs that command}.
@@ -89,8 +88,7 @@ def ensure_commands(packages: dict[str, str]) -> None:
     if os.geteuid() != 0 or which("apt-get") is None:
         pytest.skip(f"needs {', '.join(sorted(missing))}: install {' '.join(sorted(set(missing.values())))}")
     global _updated
-    with open(_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with machine_lock("apt"):  # /tmp/rankscope-tests-apt.lock
         still = sorted({pkg for cmd, pkg in missing.items() if which(cmd) is None})
         if still:
             env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", PATH=real_path())

@@ -1,28 +1,26 @@
 """Two real unprivileged local users, for tests of what one user can do to another's processes.
 
 ``local_users`` creates ``rankscope-u1`` and ``rankscope-u2`` (each with a home and a group of its
-own) the first time any test asks, under the machine-wide lock ``/tmp/rankscope-system.lock``, and
+own) the first time any test asks, under ``machine_lock("users")``, and
 reuses them afterwards: creating is idempotent, and they are never removed (another test run on
 the machine may be using them). Needs root: without it the test is skipped.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pwd
 import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.machine_lock import machine_lock
 from tests.support.system import ensure_tools
 
 NAMES = ("rankscope-u1", "rankscope-u2")
-SYSTEM_LOCK = Path("/tmp/rankscope-system.lock")
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,7 @@ def local_users() -> tuple[LocalUser, LocalUser]:
     if os.geteuid() != 0:
         pytest.skip("creating local users needs root")
     ensure_tools("users")
-    with open(SYSTEM_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with machine_lock("users"):
         for name in NAMES:
             if not _exists(name):
                 subprocess.run(
@@ -90,11 +87,3 @@ def job_user(local_users: tuple[LocalUser, LocalUser]) -> LocalUser:
 def other_user(local_users: tuple[LocalUser, LocalUser]) -> LocalUser:
     """A second user who must not get at the job's owner's processes."""
     return local_users[1]
-
-
-@contextmanager
-def system_lock() -> Iterator[None]:
-    """Hold the machine-wide lock (waits for another test run that holds it)."""
-    with open(SYSTEM_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield

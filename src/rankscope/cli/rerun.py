@@ -14,6 +14,7 @@ import click
 from rankscope.cli.params import from_params
 from rankscope.cli.prefix import run_passing_through
 from rankscope.errors import ExitCode
+from rankscope.rerun.advice import sync_warnings
 from rankscope.rerun.collect import Capture, failure_in_log, failure_in_output, rerun_environment, settings
 from rankscope.rerun.compare import Comparison, FailurePoint, compare
 from rankscope.serial import dump_document
@@ -73,20 +74,6 @@ class RerunDocument:
     error: Optional[FailurePoint]
     comparison: Optional[Comparison]
     warnings: list[str] = field(default_factory=list)
-
-
-def _warnings(request: RerunRequest) -> list[str]:
-    """doctor's rule for CUDA_LAUNCH_BLOCKING and NCCL, for the torch of this Python."""
-    if not request.sync or request.cpu:
-        return []
-    from rankscope.doctor.checks import launch_blocking_hang
-    from rankscope.doctor.facts import torch_from_metadata
-
-    risk = launch_blocking_hang(torch_from_metadata())
-    if risk is None:
-        return []
-    _, problem, fix = risk
-    return [f"{problem} — {fix}"]
 
 
 def _frame_lines(point: FailurePoint) -> list[str]:
@@ -153,7 +140,7 @@ def rerun(**params: Any) -> int:
         raise click.UsageError("choose --sync (CUDA_LAUNCH_BLOCKING=1), --cpu (no GPU), or both")
     # The first run's log is read before the command runs: a wrong path fails at once.
     first = failure_in_log(request.compare) if request.compare is not None else None
-    warnings = _warnings(request)
+    warnings = sync_warnings(request.sync, request.cpu)
     for warning in warnings:
         click.echo(f"rankscope: warning: {warning}", err=True)
     capture = Capture()
