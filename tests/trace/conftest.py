@@ -116,3 +116,11 @@ def run_program(
     return subprocess.run(
         [python, str(script), *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=tmp_path
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test of the C hot path may compile the extension for another interpreter: it runs gcc."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents and "hot_path" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.needs("gcc"))
