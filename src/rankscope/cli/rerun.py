@@ -14,7 +14,14 @@ import click
 from rankscope.cli.params import from_params
 from rankscope.cli.prefix import run_passing_through
 from rankscope.errors import ExitCode
-from rankscope.rerun.collect import Capture, failure_in_log, failure_in_output, rerun_environment, settings
+from rankscope.rerun.collect import (
+    Capture,
+    failure_in_log,
+    failure_in_output,
+    no_cuda_device,
+    rerun_environment,
+    settings,
+)
 from rankscope.rerun.compare import Comparison, FailurePoint, compare
 from rankscope.serial import dump_document
 
@@ -35,8 +42,9 @@ not the standard library) on stderr. With --compare it reads the first run's log
 
 \b
 CMD runs in a process group of its own; signals to rankscope reach the whole group; what
-CMD leaves running is ended when it exits. --sync warns when this Python's NCCL is known to
-hang under CUDA_LAUNCH_BLOCKING=1 (rerun one rank without NCCL then, e.g. --cpu).
+CMD leaves running is ended when it exits. --sync says so when no CUDA device is visible
+here (it changes nothing then), and warns when this Python's NCCL is known to hang under
+CUDA_LAUNCH_BLOCKING=1 (rerun one rank without NCCL then, e.g. --cpu).
 
 \b
 Examples:
@@ -76,9 +84,18 @@ class RerunDocument:
 
 
 def _warnings(request: RerunRequest) -> list[str]:
-    """doctor's rule for CUDA_LAUNCH_BLOCKING and NCCL, for the torch of this Python."""
+    """--sync where no CUDA device is visible; else doctor's rule for CUDA_LAUNCH_BLOCKING and NCCL,
+    for the torch of this Python."""
     if not request.sync or request.cpu:
         return []
+    from rankscope.gputest import collect
+
+    hidden = no_cuda_device(os.environ, collect.gpus_present())
+    if hidden:
+        return [
+            f"--sync changes nothing here: no CUDA device is visible ({hidden}); CUDA_LAUNCH_BLOCKING=1"
+            " only orders GPU kernel launches — rerun on a node with the GPU, or use --cpu"
+        ]
     from rankscope.doctor.checks import launch_blocking_hang
     from rankscope.doctor.facts import torch_from_metadata
 
