@@ -49,3 +49,24 @@ class Stack(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+class Mixer(nn.Module):
+    """A projection kept in float32 whatever the model's dtype (a buffer made with an explicit dtype)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("proj", torch.eye(dim, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.proj  # bfloat16 @ float32: torch refuses
+
+
+class Float32Buffer(nn.Module):
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Linear(dim, dim)
+        self.mix = nn.Sequential(nn.Identity(), Mixer(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mix(self.embed(x))

@@ -57,3 +57,37 @@ def test_without_a_planted_divergence_every_layer_agrees() -> None:
     assert "every module's output is within tolerance" in str(result)
     exact = compare_modules(Stack, x, dtypes=(torch.float32, torch.float64), rtol=0, atol=0)
     assert exact.first_divergent == "rotary"  # bit for bit, the first layer already differs
+
+
+def test_a_side_that_raises_is_one_line_naming_the_side_and_the_module() -> None:
+    from tests.numerics.models import Float32Buffer
+
+    from rankscope.numerics import SideRaisedError
+
+    x = torch.randn(2, 8)
+    with pytest.raises(SideRaisedError) as raised:
+        compare_modules(Float32Buffer, x, dtypes=(torch.float32, torch.bfloat16))
+    message = str(raised.value)
+    assert "\n" not in message, message
+    assert message.startswith(
+        "the other side (cpu bfloat16) raised in module 'mix.1' (Mixer): RuntimeError: "
+    )
+    assert "models.py:" in message and "in forward" in message  # the user's own line
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # not the torch traceback
+    assert isinstance(raised.value.original, RuntimeError)
+
+
+def test_a_factory_that_raises_is_named_with_its_side() -> None:
+    from rankscope.numerics import SideRaisedError
+
+    def factory() -> torch.nn.Module:
+        if torch.get_default_dtype() == torch.float64:
+            raise ValueError("no float64 here\nsecond line")
+        return torch.nn.Linear(2, 2)
+
+    with pytest.raises(SideRaisedError) as raised:
+        compare_modules(factory, torch.ones(1, 2), dtypes=(torch.float32, torch.float64))
+    assert str(raised.value).startswith(
+        "the other side (cpu float64) raised while building the model: ValueError: no float64 here"
+    ), str(raised.value)
+    assert "second line" not in str(raised.value)
