@@ -70,3 +70,18 @@ class Float32Buffer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.mix(self.embed(x))
+
+
+class Offset(nn.Module):
+    """Adds and removes 1000: bfloat16 holds values near 1000 to 4 only, float32 to 6e-5."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + 1000) - 1000
+
+
+def blocks(dim: int = 16, depth: int = 4, offset_at: int = -1) -> nn.Sequential:
+    """Pre-norm blocks with no planted trouble, and an Offset at ``offset_at`` when it is set."""
+    layers: list[nn.Module] = []
+    for index in range(depth):
+        layers.append(Offset() if index == offset_at else Block(dim))
+    return nn.Sequential(*layers, nn.Linear(dim, 4))

@@ -20,7 +20,7 @@ from rankscope.numerics.devices import DeviceArg, make_sides, move, on_side
 from rankscope.numerics.diff import diff_leaf, diff_trees
 from rankscope.numerics.raised import side_raises
 from rankscope.numerics.result import ModuleComparison, ModuleRow, Side, TensorDiff, summarise
-from rankscope.numerics.tolerance import resolve
+from rankscope.numerics.tolerance import noise_words, resolve
 from rankscope.numerics.torchload import load_torch
 from rankscope.numerics.tree import flatten, tree_map
 
@@ -125,10 +125,11 @@ def _state_diffs(
 def _row(torch: Any, ref: Call, oth: Optional[Call], tolerances: Optional[tuple[float, float]]) -> ModuleRow:
     if oth is None:
         return ModuleRow(ref.key, ref.type, ref.depth, 0.0, 0.0, 1, 1, False, None)
-    out = summarise(Side("-"), Side("-"), diff_trees(torch, ref.output, oth.output, tolerances))
+    out = summarise(Side("-"), Side("-"), diff_trees(torch, ref.output, oth.output, tolerances, noise=True))
     inputs_ok: Optional[bool] = None
     if ref.inputs or oth.inputs:
-        inputs_ok = summarise(Side("-"), Side("-"), diff_trees(torch, ref.inputs, oth.inputs, tolerances)).ok
+        inputs = diff_trees(torch, ref.inputs, oth.inputs, tolerances, noise=True)
+        inputs_ok = summarise(Side("-"), Side("-"), inputs).ok
     return ModuleRow(
         ref.key,
         ref.type,
@@ -211,7 +212,7 @@ def compare_modules(
     by_finish = sorted(zip(ref_calls.values(), rows), key=lambda pair: pair[0].finished)
     divergent = [row for _, row in by_finish if not row.ok]
     introduced = [row for row in divergent if row.starts_here]
-    output = summarise(reference, other, diff_trees(torch, outputs[0], outputs[1], tolerances))
+    output = summarise(reference, other, diff_trees(torch, outputs[0], outputs[1], tolerances, noise=True))
     return ModuleComparison(
         reference=reference,
         other=other,
@@ -228,4 +229,5 @@ def compare_modules(
         output=output,
         ok=output.ok and not divergent and not any(not d.diff.ok for d in buffer_diffs),
         notes=tuple(notes),
+        tolerance_words=None if tolerances else noise_words(*(s.dtype or "" for s in (reference, other))),
     )
