@@ -29,8 +29,20 @@ def test_the_rank_the_others_wait_for_is_named() -> None:
     result = analyse("gloo", [1024, 4096, 16384], 4, ranks, 0, 1)
     (outlier,) = result.outliers
     assert (outlier.host, outlier.rank) == ("n2", 1)
-    assert "rank n2:1: the others wait for it" in outlier.describe()
-    assert any(line.startswith("outlier: rank n2:1") for line in table_lines(result))
+    lines = table_lines(result)
+    # the slow rank is named plainly, with how long the others wait for it (their median is 25x its time)
+    (slowest,) = [line for line in lines if line.startswith("slowest:")]
+    assert slowest.startswith("slowest: rank n2:1 — the others wait for it: 25.0x its own time"), slowest
+    assert "at 3 of 3 payload sizes" in slowest
+    assert not any("fast/slow" in line for line in lines)  # no column of rank pairs to decode
+
+
+def test_when_no_rank_stands_out_the_table_says_so() -> None:
+    ranks = [RankTimes("n1", r, [0.004, 0.005]) for r in range(3)]
+    lines = table_lines(analyse("gloo", [1024, 4096], 4, ranks, 0, 1))
+    assert [line for line in lines if line.startswith("slowest:")] == [
+        "slowest: no rank stands out (no rank makes the others wait at most payload sizes)"
+    ]
 
 
 def test_sizes_and_sweep() -> None:

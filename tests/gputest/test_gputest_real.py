@@ -148,6 +148,32 @@ def test_bench_names_the_rank_the_others_wait_for() -> None:
     assert [o["rank"] for o in document["outliers"]] == [1]
 
 
+def hide_module(directory: Path, module: str) -> str:
+    """A PYTHONPATH whose import hook finds no ``module``: an environment without it."""
+    (directory / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r} or name.startswith({module + '.'!r}):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+    )
+    return str(directory)
+
+
+@pytest.mark.parametrize("args", [["--nproc", "2"], []])
+def test_plot_without_matplotlib_stops_at_once_with_exit_6(tmp_path: Path, args: list[str]) -> None:
+    png = tmp_path / "busbw.png"
+    result = run_cli(
+        "bench", "allreduce", *args, "--plot", str(png), env=env(PYTHONPATH=hide_module(tmp_path, "matplotlib")),
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr  # one line
+    assert "pip install matplotlib" in result.stderr and "Traceback" not in result.stderr
+    assert result.stdout == "" and not png.exists()  # checked before any rank ran
+
+
 @pytest.mark.parametrize(
     "args", [["gpu-test"], ["gpu-test", "--nproc", "2"], ["bench", "allreduce", "--nproc", "2"]]
 )

@@ -50,3 +50,17 @@ def test_bad_input_is_one_line() -> None:
     )
     assert run_cli("launch", "t.py", "--hosts", "-oProxyCommand=x").returncode == 8
     assert run_cli("launch", "t.py", "--job-name", "a\nb").returncode == 8
+
+
+def test_a_hostfile_slot_count_that_is_not_a_number_is_one_error_naming_file_and_line(tmp_path: Path) -> None:
+    hostfile = tmp_path / "hosts"
+    for bad in ("b slots=abc", "b slots=0", "b max_slots=-1", "b slots="):
+        hostfile.write_text(f"# two nodes\na slots=8\n{bad}\n")
+        result = run_cli("launch", "train.py", "--hostfile", str(hostfile), "--gpus", "8")
+        assert result.returncode == 8, (bad, result.stdout, result.stderr)
+        assert result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"rankscope: error: {hostfile}:3: "), line
+        assert repr(bad.split()[1]) in line and "a whole number of slots" in line, line
+    hostfile.write_text("a slots=8 max_slots=8\nb:4\n")
+    assert run_cli("launch", "train.py", "--hostfile", str(hostfile)).returncode == 0

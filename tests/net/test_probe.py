@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -187,6 +188,13 @@ def test_master_single_node_free_port_passes_and_busy_port_warns(listener: socke
 def test_master_unset_or_unresolvable() -> None:
     unset = run_cli("net", "check", "--master", env=master_env())
     assert unset.returncode == 5 and "MASTER_ADDR is not set" in unset.stdout
+    # the options it suggests are the ones the command accepts: filled in, they run
+    suggested = re.search(r"pass (--master-addr HOST --master-port PORT)\b", unset.stdout)
+    assert suggested, unset.stdout
+    argv = suggested[1].replace("HOST", "127.0.0.1").replace("PORT", str(closed_port())).split()
+    filled = run_cli("net", "check", "--master", *argv, "--nnodes", "1", env=master_env())
+    assert filled.returncode == 0, filled.stdout + filled.stderr
+    assert "PASS  MASTER_ADDR=127.0.0.1 resolves" in filled.stdout
     bad = run_cli(
         "net", "check", "--master", "--json", env=master_env(MASTER_ADDR="no-such.invalid", MASTER_PORT="1")
     )

@@ -49,3 +49,39 @@ class Stack(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.head(x)
+
+
+class Mixer(nn.Module):
+    """A projection kept in float32 whatever the model's dtype (a buffer made with an explicit dtype)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("proj", torch.eye(dim, dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.proj  # bfloat16 @ float32: torch refuses
+
+
+class Float32Buffer(nn.Module):
+    def __init__(self, dim: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Linear(dim, dim)
+        self.mix = nn.Sequential(nn.Identity(), Mixer(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mix(self.embed(x))
+
+
+class Offset(nn.Module):
+    """Adds and removes 1000: bfloat16 holds values near 1000 to 4 only, float32 to 6e-5."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + 1000) - 1000
+
+
+def blocks(dim: int = 16, depth: int = 4, offset_at: int = -1) -> nn.Sequential:
+    """Pre-norm blocks with no planted trouble, and an Offset at ``offset_at`` when it is set."""
+    layers: list[nn.Module] = []
+    for index in range(depth):
+        layers.append(Offset() if index == offset_at else Block(dim))
+    return nn.Sequential(*layers, nn.Linear(dim, 4))

@@ -6,6 +6,7 @@ import pytest
 
 from rankscope.doctor import facts
 from rankscope.doctor.facts import TorchInfo
+from rankscope.gputest import collect as gputest_collect
 from rankscope.logs.tracebacks import FrameLine
 from rankscope.rerun.advice import sync_warnings
 from rankscope.rerun.collect import Capture
@@ -50,6 +51,12 @@ def test_capture_keeps_the_end_from_a_line_start() -> None:
     assert len(data) <= 20 and capture.dropped + len(data) == 45
 
 
+def a_gpu_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine has no GPU: /dev/nvidia* is said to exist, as on a GPU node (a stand-in)."""
+    monkeypatch.setattr(gputest_collect, "gpus_present", lambda: True)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
 @pytest.mark.parametrize(
     ("nccl", "expected"),
     [
@@ -58,6 +65,7 @@ def test_capture_keeps_the_end_from_a_line_start() -> None:
     ],
 )
 def test_sync_warns_with_doctors_nccl_rule(monkeypatch: pytest.MonkeyPatch, nccl: str, expected: str) -> None:
+    a_gpu_node(monkeypatch)
     monkeypatch.setattr(facts, "torch_from_metadata", lambda: TorchInfo("2.0.0", cuda="12.1", nccl=nccl))
     (warning,) = sync_warnings(sync=True, cpu=False)
     assert warning.startswith(expected)
@@ -66,6 +74,7 @@ def test_sync_warns_with_doctors_nccl_rule(monkeypatch: pytest.MonkeyPatch, nccl
 
 
 def test_no_warning_for_a_cpu_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    a_gpu_node(monkeypatch)
     monkeypatch.setattr(facts, "torch_from_metadata", lambda: TorchInfo("2.13.0+cpu"))
     assert sync_warnings(sync=True, cpu=False) == []
 

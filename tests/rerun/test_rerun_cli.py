@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from tests.support.cli import run_cli
 
+from rankscope.rerun.collect import no_cuda_device
 from rankscope.rerun.compare import Agreement
 
 ASYNC_LOG = Path(__file__).resolve().parents[1] / "data" / "gpu-h100" / "cuda_assert.log"
@@ -91,6 +92,30 @@ def test_sync_rerun_sets_launch_blocking_and_json_keeps_stdout_for_the_document(
     assert document["error"]["user_frame"]["function"] == "parse_config"
     assert document["error"]["user_frame"]["line"] == 9
     assert document["comparison"] is None
+
+
+@pytest.mark.parametrize("hide", ["", "-1"])
+def test_sync_says_in_one_line_that_it_changes_nothing_where_no_cuda_device_is_visible(
+    tmp_path: Path, hide: str
+) -> None:
+    job = _write(tmp_path, "job.py", "print('ran')\n")
+    result = run_cli(
+        "rerun", "--sync", "--", sys.executable, str(job), env={**os.environ, "CUDA_VISIBLE_DEVICES": hide}
+    )
+    assert result.returncode == 0 and "ran" in result.stdout, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "--sync" in line]
+    assert line.startswith("rankscope: warning: --sync changes nothing here: no CUDA device is visible"), line
+    assert f"CUDA_VISIBLE_DEVICES={hide!r} hides every GPU" in line
+    both = run_cli("rerun", "--sync", "--cpu", "--", sys.executable, str(job))
+    assert "changes nothing" not in both.stderr  # --cpu asks for no GPU on purpose
+
+
+def test_no_cuda_device_names_why() -> None:
+    # Whether /dev/nvidia* exists is the argument: this machine has none, a GPU node has them.
+    assert no_cuda_device({}, nvidia_devices=True) == ""
+    assert no_cuda_device({"CUDA_VISIBLE_DEVICES": "0,1"}, nvidia_devices=True) == ""
+    assert "no NVIDIA GPU" in no_cuda_device({}, nvidia_devices=False)
+    assert "hides every GPU" in no_cuda_device({"CUDA_VISIBLE_DEVICES": ""}, nvidia_devices=True)
 
 
 def test_cpu_rerun_against_the_recorded_async_cuda_error(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 from typing import Any
@@ -10,11 +11,12 @@ from typing import Any
 import click
 
 from rankscope.cli.params import from_params
-from rankscope.errors import BadInputError, ExitCode
+from rankscope.errors import BadInputError, ExitCode, RankscopeError
 
 ALLREDUCE_HELP = """Measure all_reduce bandwidth the way nccl-tests does: algbw = bytes / time and
 busbw = algbw * 2(n-1)/n, over payload sizes from --min-bytes to --max-bytes (times --factor),
-after warm-up iterations. A rank the others keep waiting for is named (a slow rank or node).
+after warm-up iterations. The last line names the slow rank (the one the others keep waiting for:
+`slowest: rank n2:1 — the others wait for it: 25.0x its own time ...`), or says none stands out.
 gloo on CPU, nccl on GPU. Run it under your launcher, or with --nproc on this node.
 
 \b
@@ -82,7 +84,10 @@ def bench() -> None:
 )
 @click.option("--json", "json", is_flag=True, help="Print a rankscope.bench.allreduce document.")
 @click.option(
-    "--plot", default=None, metavar="PNG", help="Write busbw against size as a PNG (needs matplotlib)."
+    "--plot",
+    default=None,
+    metavar="PNG",
+    help="Write busbw against size as a PNG (needs matplotlib: exit 6 before the run without it).",
 )
 def allreduce(**params: Any) -> int:
     from rankscope.gputest.allreduce import BenchOptions
@@ -96,6 +101,8 @@ def allreduce(**params: Any) -> int:
     sizes = sweep(low, high, options.factor)
     if not sizes:
         raise BadInputError(f"no payload size between {options.min_bytes} and {options.max_bytes}")
+    if options.plot:
+        _matplotlib_installed()  # before any rank runs: a sweep is not lost to a missing plotter
     if options.nproc is not None:
         return _launch(options)
     return _in_rank(options, sizes)
@@ -128,23 +135,30 @@ def _in_rank(options: Any, sizes: list[int]) -> int:
         for line in table_lines(result):
             click.echo(line)
     if options.plot:
-        if _plot(result, options.plot):
-            click.echo(f"bench allreduce: plot written to {options.plot}", err=True)
-        else:
-            click.echo(
-                "bench allreduce: no plot (matplotlib is not installed: pip install matplotlib)", err=True
-            )
+        _plot(result, options.plot)
+        click.echo(f"bench allreduce: plot written to {options.plot}", err=True)
     return int(ExitCode.OK)
 
 
-def _plot(result: Any, path: str) -> bool:
-    """busbw against payload size as a PNG; False when matplotlib is not installed."""
+def _matplotlib_installed() -> None:
+    """--plot's check (matplotlib is optional, not a dependency), without importing it."""
     try:
-        matplotlib: Any = importlib.import_module("matplotlib")  # optional: not a dependency
-        matplotlib.use("Agg")
-        plt: Any = importlib.import_module("matplotlib.pyplot")
+        found = importlib.util.find_spec("matplotlib") is not None
     except ImportError:
-        return False
+        found = False
+    if not found:
+        raise RankscopeError(
+            "bench allreduce --plot needs matplotlib and it is not installed in this environment",
+            "pip install matplotlib (or leave out --plot)",
+            ExitCode.MISSING_TOOL,
+        )
+
+
+def _plot(result: Any, path: str) -> None:
+    """busbw against payload size as a PNG (matplotlib was found before the run)."""
+    matplotlib: Any = importlib.import_module("matplotlib")
+    matplotlib.use("Agg")
+    plt: Any = importlib.import_module("matplotlib.pyplot")
     figure, axes = plt.subplots(figsize=(7, 4))
     sizes = [row.size for row in result.rows]
     axes.plot(sizes, [row.busbw for row in result.rows], marker="o", label="busbw")
@@ -158,4 +172,3 @@ def _plot(result: Any, path: str) -> bool:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
-    return True

@@ -36,8 +36,9 @@ not the standard library) on stderr. With --compare it reads the first run's log
 
 \b
 CMD runs in a process group of its own; signals to rankscope reach the whole group; what
-CMD leaves running is ended when it exits. --sync warns when this Python's NCCL is known to
-hang under CUDA_LAUNCH_BLOCKING=1 (rerun one rank without NCCL then, e.g. --cpu).
+CMD leaves running is ended when it exits. --sync says so when no CUDA device is visible
+here (it changes nothing then), and warns when this Python's NCCL is known to hang under
+CUDA_LAUNCH_BLOCKING=1 (rerun one rank without NCCL then, e.g. --cpu).
 
 \b
 Examples:

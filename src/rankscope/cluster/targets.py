@@ -76,12 +76,24 @@ def parse_hostfile(path: Path) -> list[str]:
                 f"{path}:{number}: cannot read hostfile line {raw.strip()!r}",
                 "expected 'host slots=N', 'host:N' or 'host' per line",
             )
+        _check_slots(path, number, match["rest"].split())
         host = match["host"]
         if host not in nodes:
             nodes.append(host)
     if not nodes:
         raise BadInputError(f"hostfile {path} names no host", "one host per line: 'host slots=8' or 'host:8'")
     return nodes
+
+
+def _check_slots(path: Path, number: int, options: list[str]) -> None:
+    """``slots=N`` and ``max_slots=N`` must be whole numbers of at least 1 (the launchers' own rule)."""
+    for option in options:
+        key, _, value = option.partition("=")
+        if key in ("slots", "max_slots") and not (value.isascii() and value.isdigit() and int(value) >= 1):
+            raise BadInputError(
+                f"{path}:{number}: {option!r} is not a whole number of slots",
+                "write 'host slots=N' with N >= 1 (the processes to start on that host)",
+            )
 
 
 @dataclass(frozen=True)

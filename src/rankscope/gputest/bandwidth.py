@@ -33,6 +33,8 @@ class Row:
     time_us: float = field(metadata={"round": 1})
     algbw: float = field(metadata={"round": 3})  # GB/s
     busbw: float = field(metadata={"round": 3})  # GB/s
+    #: JSON only: the ranks with the shortest and the longest time inside all_reduce (the longest is
+    #: the one that waited most, not the late one: see Outlier)
     fastest_rank: int = 0
     slowest_rank: int = 0
 
@@ -41,15 +43,25 @@ class Row:
 class Outlier:
     host: str
     rank: int
+    #: payload sizes at which the others waited for it
     sizes: int
+    #: its all_reduce time over the median of the others' (the median over those sizes)
     ratio: float = field(metadata={"round": 3})
+    #: payload sizes measured
+    of: int = 0
 
     def describe(self) -> str:
+        """``slowest: rank n2:1 — the others wait for it: 25.0x its own time ...``."""
+        wait = f"{1 / self.ratio:.1f}x its own time" if self.ratio > 0 else "while it takes no time"
         return (
-            f"rank {rank_label(self.host, self.rank)}: the others wait for it — its all_reduce takes"
-            f" {self.ratio:.0%} of theirs at {self.sizes} payload sizes (a slow rank or node: run"
-            " `rankscope stacks` while it runs, or `gpu-test --isolate` on its node)"
+            f"slowest: rank {rank_label(self.host, self.rank)} — the others wait for it: {wait} in each"
+            f" all_reduce, at {self.sizes} of {self.of} payload sizes (it arrives late: a slow rank or node;"
+            " run `rankscope stacks` while it runs, or `gpu-test --isolate` on its node)"
         )
+
+
+#: The line when no rank makes the others wait.
+NO_SLOW_RANK = "slowest: no rank stands out (no rank makes the others wait at most payload sizes)"
 
 
 @dataclass
@@ -112,7 +124,7 @@ def waited_for(ranks: Sequence[RankTimes], count: int) -> list[Outlier]:
             if ratio < WAITED_FOR_RATIO:
                 hits += 1
         if hits * 2 > count:
-            flagged.append(Outlier(rank.host, rank.rank, hits, statistics.median(ratios)))
+            flagged.append(Outlier(rank.host, rank.rank, hits, statistics.median(ratios), count))
     return flagged
 
 
@@ -149,17 +161,17 @@ def table_lines(result: BenchResult) -> list[str]:
     lines = [
         f"all_reduce {result.dtype}, {result.world_size} ranks, {result.backend};"
         f" {result.warmup} warm-up + {result.iters} timed iterations per size",
-        f"{'size':>8} {'count':>10} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}  ranks fast/slow",
+        f"{'size':>8} {'count':>10} {'time(us)':>10} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12}",
     ]
     for row in result.rows:
         lines.append(
             f"{human_bytes(row.size):>8} {row.elements:>10} {row.time_us:>10.1f} {row.algbw:>12.3f}"
-            f" {row.busbw:>12.3f}  {row.fastest_rank}/{row.slowest_rank}"
+            f" {row.busbw:>12.3f}"
         )
     if result.rows:
         peak = max(result.rows, key=lambda r: r.busbw)
         lines.append(
             f"peak busbw {peak.busbw:.3f} GB/s at {human_bytes(peak.size)} (busbw = algbw * 2(n-1)/n)"
         )
-    lines += [f"outlier: {o.describe()}" for o in result.outliers]
+    lines += [o.describe() for o in result.outliers] or [NO_SLOW_RANK]
     return lines

@@ -58,7 +58,7 @@ def judge_master(facts: MasterFacts) -> list[MasterCheck]:
                 "FAIL",
                 "MASTER_ADDR is not set",
                 "export MASTER_ADDR=<the first node> (in SLURM: "
-                "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)), or pass --master HOST:PORT",
+                "$(scontrol show hostnames $SLURM_JOB_NODELIST | head -n 1)), or pass --master-addr HOST --master-port PORT",
             )
         ]
     if facts.resolved is None:
@@ -84,7 +84,13 @@ def judge_master(facts: MasterFacts) -> list[MasterCheck]:
         else:
             out.append(MasterCheck("PASS", "loopback is fine for a single-node job"))
     if port is None:
-        out.append(MasterCheck("FAIL", "MASTER_PORT is not set", "export MASTER_PORT=29500 (any free port)"))
+        out.append(
+            MasterCheck(
+                "FAIL",
+                "MASTER_PORT is not set",
+                "export MASTER_PORT=29500 (any free port), or pass --master-port PORT",
+            )
+        )
         return out
     if facts.local:
         if facts.bind_errno == 0:

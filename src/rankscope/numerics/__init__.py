@@ -10,6 +10,7 @@ from rankscope.numerics.anomalies import AnomalyDetector, AnomalyError, detect_a
 from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import DeviceUnavailableError, available_devices
 from rankscope.numerics.modules import compare_modules
+from rankscope.numerics.raised import SideRaisedError
 from rankscope.numerics.result import (
     Anomaly,
     Comparison,
@@ -34,6 +35,7 @@ __all__ = [
     "ModuleRow",
     "ModuleStep",
     "Side",
+    "SideRaisedError",
     "TensorDiff",
     "TensorStats",
     "TorchMissingError",

@@ -49,4 +49,4 @@ def compare(
     reference, other = make_sides(torch, devices, dtypes)
     expected = run_on(torch, fn, inputs, reference, seed)
     actual = run_on(torch, fn, inputs, other, seed)
-    return summarise(reference, other, diff_trees(torch, expected, actual, tolerances, equal_nan))
+    return summarise(reference, other, diff_trees(torch, expected, actual, tolerances, equal_nan=equal_nan))

@@ -10,7 +10,7 @@ import math
 from typing import Any, Optional
 
 from rankscope.numerics.result import LeafDiff
-from rankscope.numerics.tolerance import default_tolerances
+from rankscope.numerics.tolerance import default_tolerances, noise_tolerances
 from rankscope.numerics.tree import flatten
 
 #: Python numbers are judged as assert_close judges them: as these dtypes, with their tolerances.
@@ -77,8 +77,10 @@ def diff_leaf(
     other: Any,
     tolerances: Optional[tuple[float, float]],
     equal_nan: bool = False,
+    noise: bool = False,
 ) -> LeafDiff:
-    """How far ``other`` is from ``reference`` (tolerances: the caller's, or the dtypes' defaults)."""
+    """How far ``other`` is from ``reference`` (tolerances: the caller's, or the dtypes' defaults;
+    with ``noise``, those defaults widened to the coarser dtype's rounding noise)."""
     names = (_name(torch, reference), _name(torch, other))
     ref, oth = _as_tensor(torch, reference), _as_tensor(torch, other)
     if ref is None or oth is None:
@@ -93,6 +95,9 @@ def diff_leaf(
         common = torch.promote_types(ref.dtype, oth.dtype)
         ref, oth = ref.to(common), oth.to(common)
     ref, oth = _wide(torch, ref), _wide(torch, oth)
+    if tolerances is None and noise and ref.is_floating_point() and ref.numel():
+        finite = ref[torch.isfinite(ref)]
+        rtol, atol = noise_tolerances(names, float(finite.abs().max()) if finite.numel() else 0.0)
     if ref.is_floating_point() or ref.is_complex():
         close = torch.isclose(oth, ref, rtol=rtol, atol=atol, equal_nan=equal_nan)
         abs_diff = (oth - ref).abs().to(torch.float64)
@@ -137,14 +142,15 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def diff_trees(
-    torch: Any, reference: Any, other: Any, tolerances: Optional[tuple[float, float]], equal_nan: bool = False
+    torch: Any, reference: Any, other: Any, tolerances: Optional[tuple[float, float]], **options: bool
 ) -> list[LeafDiff]:
-    """Leaf by leaf; a leaf on one side only is a mismatch with its path."""
+    """Leaf by leaf (``options``: :func:`diff_leaf`'s equal_nan and noise); a leaf on one side only is
+    a mismatch with its path."""
     ref_leaves, other_leaves = dict(flatten(reference)), dict(flatten(other))
     diffs = []
     for path, value in ref_leaves.items():
         if path in other_leaves:
-            diffs.append(diff_leaf(torch, path, value, other_leaves[path], tolerances, equal_nan))
+            diffs.append(diff_leaf(torch, path, value, other_leaves[path], tolerances, **options))
         else:
             diffs.append(_problem(path, (_name(torch, value), "-"), "only on the reference side", 1))
     for path, value in other_leaves.items():

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Optional
 
 from rankscope.numerics.devices import DeviceArg, make_sides, move, on_side
 from rankscope.numerics.diff import diff_leaf, diff_trees
+from rankscope.numerics.raised import side_raises
 from rankscope.numerics.result import ModuleComparison, ModuleRow, Side, TensorDiff, summarise
-from rankscope.numerics.tolerance import resolve
+from rankscope.numerics.tolerance import noise_words, resolve
 from rankscope.numerics.torchload import load_torch
 from rankscope.numerics.tree import flatten, tree_map
 
@@ -57,8 +59,16 @@ def _tensors(torch: Any, value: Any) -> list[Any]:
     return [leaf for _, leaf in flatten(value) if isinstance(leaf, torch.Tensor)]
 
 
-def _record(torch: Any, model: Any, inputs: Sequence[Any]) -> tuple[Recording, Any]:
-    recording = Recording()
+def _open_module(recording: Recording) -> str:
+    """Where the forward pass was when it raised: the innermost module call still open."""
+    if not recording.stack:
+        return "in the forward pass"
+    call = recording.stack[-1]
+    return f"in module {call.key!r} ({call.type})" if call.key else f"in the model's forward ({call.type})"
+
+
+def _record(torch: Any, model: Any, inputs: Sequence[Any], recording: Recording) -> Any:
+    """One forward pass, each module call recorded into ``recording``; the output, on the CPU."""
     handles = []
 
     def before(name: str) -> Callable[..., None]:
@@ -92,7 +102,7 @@ def _record(torch: Any, model: Any, inputs: Sequence[Any]) -> tuple[Recording, A
     finally:
         for handle in handles:
             handle.remove()
-    return recording, _to_cpu(torch, output)
+    return _to_cpu(torch, output)
 
 
 def _build(torch: Any, factory: Callable[[], Any], side: Side, seed: int, train: bool) -> Any:
@@ -115,10 +125,11 @@ def _state_diffs(
 def _row(torch: Any, ref: Call, oth: Optional[Call], tolerances: Optional[tuple[float, float]]) -> ModuleRow:
     if oth is None:
         return ModuleRow(ref.key, ref.type, ref.depth, 0.0, 0.0, 1, 1, False, None)
-    out = summarise(Side("-"), Side("-"), diff_trees(torch, ref.output, oth.output, tolerances))
+    out = summarise(Side("-"), Side("-"), diff_trees(torch, ref.output, oth.output, tolerances, noise=True))
     inputs_ok: Optional[bool] = None
     if ref.inputs or oth.inputs:
-        inputs_ok = summarise(Side("-"), Side("-"), diff_trees(torch, ref.inputs, oth.inputs, tolerances)).ok
+        inputs = diff_trees(torch, ref.inputs, oth.inputs, tolerances, noise=True)
+        inputs_ok = summarise(Side("-"), Side("-"), inputs).ok
     return ModuleRow(
         ref.key,
         ref.type,
@@ -164,7 +175,11 @@ def compare_modules(
     torch = load_torch()
     tolerances = resolve(rtol, atol)
     reference, other = make_sides(torch, devices, dtypes)
-    models = [_build(torch, model_factory, side, seed, train) for side in (reference, other)]
+    sides = (("reference", reference), ("other", other))
+    models = []
+    for which, side in sides:
+        with side_raises(which, side, lambda: "while building the model"):
+            models.append(_build(torch, model_factory, side, seed, train))
     params = [{name: p.detach().cpu() for name, p in m.named_parameters()} for m in models]
     buffers = [{name: b.detach().cpu() for name, b in m.named_buffers()} for m in models]
     param_diffs = _state_diffs(torch, params[0], params[1], tolerances)
@@ -178,12 +193,14 @@ def compare_modules(
             "the other side before the forward pass, so only the computation is compared"
         )
     state = models[0].state_dict()
-    models[1].load_state_dict(state)
+    with side_raises("other", other, lambda: "loading the reference's state_dict"):
+        models[1].load_state_dict(state)
     records = []
     outputs = []
-    for model, side in zip(models, (reference, other)):
-        with on_side(torch, side, seed):
-            recording, output = _record(torch, model, move(torch, tuple(inputs), side))
+    for model, (which, side) in zip(models, sides):
+        recording = Recording()
+        with side_raises(which, side, partial(_open_module, recording)), on_side(torch, side, seed):
+            output = _record(torch, model, move(torch, tuple(inputs), side), recording)
         records.append(recording)
         outputs.append(output)
     ref_calls, oth_calls = records[0].calls, records[1].calls
@@ -195,7 +212,7 @@ def compare_modules(
     by_finish = sorted(zip(ref_calls.values(), rows), key=lambda pair: pair[0].finished)
     divergent = [row for _, row in by_finish if not row.ok]
     introduced = [row for row in divergent if row.starts_here]
-    output = summarise(reference, other, diff_trees(torch, outputs[0], outputs[1], tolerances))
+    output = summarise(reference, other, diff_trees(torch, outputs[0], outputs[1], tolerances, noise=True))
     return ModuleComparison(
         reference=reference,
         other=other,
@@ -212,4 +229,5 @@ def compare_modules(
         output=output,
         ok=output.ok and not divergent and not any(not d.diff.ok for d in buffer_diffs),
         notes=tuple(notes),
+        tolerance_words=None if tolerances else noise_words(*(s.dtype or "" for s in (reference, other))),
     )

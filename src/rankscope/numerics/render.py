@@ -94,7 +94,7 @@ def _row(row: ModuleRow) -> str:
 def render_modules(result: ModuleComparison) -> str:
     sides = f"{result.reference.label} (reference) vs {result.other.label}"
     tolerance = (
-        "the dtypes' default tolerances"
+        result.tolerance_words or "the dtypes' default tolerances"
         if result.rtol is None or result.atol is None
         else (
             "exact"

@@ -152,6 +152,8 @@ class ModuleComparison:
     output: Comparison
     ok: bool
     notes: tuple[str, ...] = ()
+    #: how the default tolerance of the module outputs reads (None: the caller's tolerances)
+    tolerance_words: Optional[str] = None
 
     def __str__(self) -> str:
         from rankscope.numerics.render import render_modules

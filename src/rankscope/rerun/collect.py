@@ -24,6 +24,17 @@ def settings(sync: bool, cpu: bool) -> dict[str, str]:
     return {**(SYNC if sync else {}), **(CPU if cpu else {})}
 
 
+def no_cuda_device(env: Mapping[str, str], nvidia_devices: bool) -> str:
+    """Why no CUDA device is visible to the command (``""`` when one may be): the variable hides them
+    all, or ``nvidia_devices`` says this machine has no NVIDIA device files."""
+    hidden = env.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={hidden!r} hides every GPU"
+    if not nvidia_devices:
+        return "this machine has no NVIDIA GPU (no /dev/nvidia0, /dev/nvidia1, ...)"
+    return ""
+
+
 def rerun_environment(base: Mapping[str, str], sync: bool, cpu: bool) -> dict[str, str]:
     return {**base, **settings(sync, cpu)}
 
