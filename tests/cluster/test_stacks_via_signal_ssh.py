@@ -46,6 +46,9 @@ def test_via_signal_across_nodes(sshd_nodes: Sshd, inproc_two_node_job: MultiNod
     cluster = [
         "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]",
         "--remote-rankscope", str(dispatch),
+        # A rank's first recorder dump with Python frames imports part of torch's compiler stack into it:
+        # seconds on a loaded 2-core machine, so the default 10 s per dump is too short here.
+        "--timeout", "40",
     ]  # fmt: skip
     result = run_cli("stacks", *cluster, "--json", "--via-signal", env=client_env(), timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
