@@ -28,13 +28,16 @@ def test_accelerate_launch_job_is_found_and_named(tmp_path: Path) -> None:
     try:
         job.wait_ready(timeout=180)
         result = run_cli("stacks", "--json")  # no target: discovery must find the accelerate job
-        assert result.returncode == 0, result.stderr
+        # Other tests' jobs may run on this node too (exit 4 when one of theirs fails): check only ours.
+        assert result.returncode in (0, 4), result.stderr
         doc = result.json()
-        (found,) = doc["jobs"]
-        assert found["launcher"] == "accelerate" and found["launcher_pid"] == job.pid
-        assert [p["rank"]["rank"] for p in doc["processes"]] == [0, 1]
-        assert {p["rank"]["launcher"] for p in doc["processes"]} == {"accelerate"}
-        assert doc["diagnosis"]["divergent_ranks"] == [1]
+        (found,) = [j for j in doc["jobs"] if j["launcher_pid"] == job.pid]
+        assert found["launcher"] == "accelerate"
+        own = [p for p in doc["processes"] if p["pid"] in found["pids"]]
+        assert [p["rank"]["rank"] for p in own] == [0, 1] and all(p["dumped"] for p in own)
+        assert {p["rank"]["launcher"] for p in own} == {"accelerate"}
+        diagnosis = found.get("diagnosis") or doc["diagnosis"]  # its own when the node has several jobs
+        assert diagnosis["divergent_ranks"] == [1]
         whoami = run_cli("whoami", "--pid", str(job.worker_pids()[1]), "--json").json()
         assert whoami["launcher"] == "accelerate" and whoami["world_size"] == 2
     finally:
