@@ -167,7 +167,9 @@ def test_ranks_without_a_launcher_that_share_a_rendezvous_are_one_job(started: S
 @pytest.mark.needs("pidns")
 def test_a_process_in_its_own_pid_namespace_is_named_by_its_host_pid(started: Started) -> None:
     env = _clean_env(RANK="0", WORLD_SIZE="1")
-    outer = started.start(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", SLEEP], env)
+    outer = started.start(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c", SLEEP], env
+    )
     inner = None
     for _ in range(200):
         children = ProcessTable().children.get(outer, [])
@@ -203,3 +205,43 @@ def test_a_merge_of_two_jobs_is_flagged_at_the_head() -> None:
     head = render_text(mixed, Diagnosis("")).splitlines()[1]
     assert head.startswith("warning: the nodes answered for different jobs (run_id=a world=8 on n1; ")
     assert "name the job on each node with --pid, or narrow --hosts" in head
+
+
+#: In a pid namespace of its own (no other test's job in sight): a stray, then `rankscope stacks`.
+ONLY_A_STRAY = """
+RANK=0 WORLD_SIZE=1 "$1" -c 'import time; time.sleep(300)' &
+for _ in $(seq 100); do grep -qs WORLD_SIZE /proc/$!/environ && grep -qs python /proc/$!/cmdline && break; sleep 0.05; done
+"$1" -m rankscope stacks --no-fr
+echo "rc=$?"
+kill $!
+"""
+
+
+@pytest.mark.needs("pidns")
+def test_no_job_but_a_stray_says_what_it_left_out() -> None:
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            ONLY_A_STRAY,
+            "sh",
+            sys.executable,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_clean_env(),
+        start_new_session=True,
+    )
+    assert "rc=3" in proc.stdout, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("rankscope: error: no distributed job found on this node"), proc.stderr
+    assert (
+        lines[1].startswith("  not part of any job: pid ")
+        and ": rank 0, world size 1, no launcher — " in lines[1]
+    )
