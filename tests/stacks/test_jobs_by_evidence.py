@@ -245,3 +245,51 @@ def test_no_job_but_a_stray_says_what_it_left_out() -> None:
         lines[1].startswith("  not part of any job: pid ")
         and ": rank 0, world size 1, no launcher — " in lines[1]
     )
+
+
+#: Run in a pid namespace of its own: a hung 4-rank torchrun job, a stray, then `rankscope stacks`.
+JOB_AND_STRAY = """
+import os, signal, subprocess, sys, tempfile
+from pathlib import Path
+from rankscope.demo.launch import start_torchrun
+job = start_torchrun(nproc=4, script_args=("--scenario", "lock", "--culprit", "2"), workdir=Path(tempfile.mkdtemp()))
+stray = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                         env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"}, start_new_session=True)
+try:
+    job.wait_ready(timeout=180)
+    print(f"job={job.pid} stray={stray.pid}", flush=True)
+    sys.stdout.flush()
+    subprocess.run([sys.executable, "-m", "rankscope", "stacks", "--no-fr"], check=False)
+finally:
+    os.killpg(stray.pid, signal.SIGKILL)
+    job.stop()
+"""
+
+
+@pytest.mark.needs("pidns")
+def test_alone_on_a_node_the_job_is_4_of_4_and_the_stray_is_apart(tmp_path: Path) -> None:
+    """The issue's node, with no other test's job in sight: the header is the job's alone."""
+    pytest.importorskip("torch.distributed")
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", sys.executable, "-c", JOB_AND_STRAY]
+    proc = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_clean_env(),
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    out = proc.stdout
+    first, _, report = out.partition("\n")
+    job, stray = (int(part.split("=")[1]) for part in first.split())
+    head = report.splitlines()[0]
+    assert (
+        head.startswith(f"rankscope stacks: torchrun pid {job} on ") and " — 4 of 4 processes dumped" in head
+    ), out
+    assert "rank 2 is elsewhere: update_index" in report
+    assert "rank 0 is elsewhere" not in report
+    assert (
+        f"Not part of any job (1, not dumped)\n  pid {stray} (uid 0): rank 0, world size 1, no launcher"
+        in report
+    )
