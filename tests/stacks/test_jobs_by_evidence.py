@@ -44,8 +44,9 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def _wait_for_env(pid: int, name: str) -> None:
-    """Until the process has exec'd its Python (its environment then carries ``name``)."""
-    for _ in range(200):
+    """Until the process has exec'd its Python (its environment then carries ``name``); a loaded
+    machine may take many seconds to start one."""
+    for _ in range(1200):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             if f"{name}=".encode() in environ and b"python" in Path(f"/proc/{pid}/cmdline").read_bytes():
