@@ -424,3 +424,16 @@ def open_files_limit(pid: Pid) -> tuple[Optional[int], Optional[int]]:
 
 def _limit(value: str) -> Optional[int]:
     return int(value) if value.isdigit() else None
+
+
+def ns_pids(pid: int) -> list[int]:
+    """The pids of a process in each pid namespace, outermost first (``NSpid`` of /proc/PID/status).
+
+    A process in a container's pid namespace has two or more: the last is the pid it has inside the
+    container. Empty when unreadable or on a kernel without the field.
+    """
+    value = status_field(pid, "NSpid")
+    try:
+        return [int(part) for part in value.split()] if value else []
+    except ValueError:
+        return []

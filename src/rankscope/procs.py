@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope import procfs
+from rankscope.jobkey import JobKey, common_key, key_from_env
 from rankscope.model import RankId
 from rankscope.procfs import ProcfsEntry
 from rankscope.ranks import RANK_VARIABLES, rank_from_env, short_hostname
@@ -27,6 +28,8 @@ _LAUNCHER_MODULES = {
     "deepspeed.launcher.runner": "deepspeed",
     "accelerate.commands.launch": "accelerate",
 }
+#: The launcher of a job found by evidence alone (its ranks share a rendezvous but have no launcher here).
+NO_LAUNCHER = "no launcher"
 _LAUNCHER_SCRIPTS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "accelerate": "accelerate"}
 
 
@@ -35,6 +38,11 @@ class Worker:
     pid: int
     rank: RankId
     cmdline: str
+    #: What its environment says about its job (rankscope.jobkey).
+    key: JobKey = field(default_factory=JobKey)
+    uid: Optional[int] = None
+    #: Its pid inside its container's pid namespace, when it runs in one (``NSpid``); ``pid`` is the host's.
+    ns_pid: Optional[int] = None
 
 
 @dataclass
@@ -46,9 +54,24 @@ class Job:
     launcher_cmdline: str
     workers: list[Worker] = field(default_factory=list)
 
+    @property
+    def key(self) -> JobKey:
+        """What its workers' environments agree on."""
+        return common_key([w.key for w in self.workers])
+
     def describe(self) -> str:
         who = f"{self.launcher} pid {self.launcher_pid}" if self.launcher_pid else self.launcher
         return f"{who} ({len(self.workers)} workers)"
+
+
+@dataclass
+class Discovery:
+    """What discovery found on this node: the jobs, and the rank-carrying processes of no job."""
+
+    jobs: list[Job]
+    #: Python processes with a rank in their environment that fit no job (no launcher, a world of one
+    #: and nothing that ties them to another process): listed apart, never merged into a job.
+    strays: list[Worker]
 
 
 def _basename(path: str) -> str:
@@ -161,7 +184,16 @@ class ProcessTable:
     def worker(self, pid: int, host: Optional[str] = None) -> Worker:
         info = self.procs[pid]
         env = info.environ or {}
-        return Worker(pid=pid, rank=rank_from_env(env, host=host), cmdline=info.command)
+        rank = rank_from_env(env, host=host)
+        nspids = procfs.ns_pids(pid)
+        return Worker(
+            pid=pid,
+            rank=rank,
+            cmdline=info.command,
+            key=key_from_env(env, rank.world_size),
+            uid=info.uid,
+            ns_pid=nspids[-1] if len(nspids) > 1 else None,
+        )
 
 
 def _launcher_name(table: ProcessTable, pid: Optional[int]) -> str:
@@ -178,28 +210,62 @@ def _sort_workers(job: Job) -> Job:
 
 
 def find_jobs(table: Optional[ProcessTable] = None, host: Optional[str] = None) -> list[Job]:
-    """Every distributed job on this node: workers grouped by their nearest launcher."""
+    """Every distributed job on this node (the processes of no job left out: see :func:`discover`)."""
+    return discover(table, host).jobs
+
+
+def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -> Discovery:
+    """Every distributed job on this node, grouped by evidence, and the processes that fit none.
+
+    Workers under a launcher are grouped by their nearest launcher, their job key (run id, master,
+    SLURM step, world size) and their owner. Workers under no launcher are grouped by key and owner;
+    such a group joins the launcher job whose key and owner it matches exactly (a worker whose launcher
+    died), else it is a job of its own when it has several processes or names a rendezvous with a world
+    of more than one. What is left (one process, no launcher, a world of one or no rendezvous) is a stray.
+    """
     table = table or ProcessTable()
     host = host or short_hostname()
-    jobs: dict[Optional[int], Job] = {}
+    launched: dict[tuple[int, JobKey, Optional[int]], Job] = {}
+    loose: dict[tuple[JobKey, Optional[int]], list[Worker]] = {}
     for pid in sorted(table.procs):
         if not table.is_candidate_worker(pid) or table._parent_is_worker(pid):
             continue
+        worker = table.worker(pid, host)
         launcher_pid = table.nearest_launcher(pid)
-        job = jobs.get(launcher_pid)
+        if launcher_pid is None:
+            loose.setdefault((worker.key, worker.uid), []).append(worker)
+            continue
+        job = launched.get((launcher_pid, worker.key, worker.uid))
         if job is None:
-            info = table.procs.get(launcher_pid) if launcher_pid else None
+            info = table.procs.get(launcher_pid)
             job = Job(
                 launcher=_launcher_name(table, launcher_pid),
                 launcher_pid=launcher_pid,
                 launcher_cmdline=info.command if info else "",
             )
-            jobs[launcher_pid] = job
-        job.workers.append(table.worker(pid, host))
+            launched[(launcher_pid, worker.key, worker.uid)] = job
+        job.workers.append(worker)
     # Workers are keyed by their *nearest* launcher, so srun's slurmstepd around torchrun is not a job.
-    for job in jobs.values():
+    jobs = list(launched.values())
+    strays: list[Worker] = []
+    for (key, uid), workers in loose.items():
+        home = [
+            job
+            for (_, job_key, job_uid), job in launched.items()
+            if key.rendezvous and job_key == key and job_uid == uid
+        ]
+        if len(home) == 1:
+            home[0].workers.extend(workers)
+        elif len(workers) > 1 or (key.rendezvous and (key.world_size or 0) > 1):
+            jobs.append(Job(launcher=NO_LAUNCHER, launcher_pid=None, launcher_cmdline="", workers=workers))
+        else:
+            strays.extend(workers)
+    for job in jobs:
         _sort_workers(job)
-    return sorted(jobs.values(), key=lambda j: -len(j.workers))
+    return Discovery(
+        jobs=sorted(jobs, key=lambda j: (-len(j.workers), j.workers[0].pid)),
+        strays=sorted(strays, key=lambda w: w.pid),
+    )
 
 
 def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job:

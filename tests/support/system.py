@@ -47,6 +47,7 @@ TOOLS: dict[str, dict[str, str]] = {
     "time": {"time": "time"},
     "users": {"useradd": "passwd"},
     "gcc": {"gcc": "gcc"},
+    "pidns": {"unshare": "util-linux"},
 }
 
 #: The directory of stand-ins that hide undeclared tools (set by tests/support/tools.py).

@@ -89,7 +89,11 @@ recorders in the same pass (no code change in the job): the desync verdict
 ("rank 0 issued an extra all_reduce ... from f (train.py:22)") goes above the
 stack groups, as with --fr.
 
-If several jobs run on this node, each gets its own section (and jobs[] in --json).
+Processes are grouped into jobs by evidence (launcher, TORCHELASTIC_RUN_ID,
+MASTER_ADDR:MASTER_PORT, SLURM step, world size, owner). If several jobs run on
+this node, each gets its own section (and jobs[] in --json); pick one with
+--pid LAUNCHER_PID. A process with a rank that fits no job (RANK=0 WORLD_SIZE=1
+under no launcher) is listed apart, not dumped (strays[] in --json).
 """
 
 

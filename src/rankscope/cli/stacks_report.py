@@ -18,7 +18,7 @@ from rankscope.model import NodeStatus, Stage
 from rankscope.stacks.explain import diagnose, not_found_here
 from rankscope.stacks.local import LocalResult, process_started, run_local
 from rankscope.stacks.options import StacksOptions
-from rankscope.stacks.render import render_text
+from rankscope.stacks.render import render_text, stray_text
 from rankscope.stacks.report import Diagnosis, StacksReport, report_document
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     )
     if code == ExitCode.NOTHING_FOUND and not request.as_json:
         sys.stderr.write(NOTHING_FOUND + "\n")
+        for stray in report.strays or []:  # rank carriers of no job: say what was seen and left out
+            sys.stderr.write(f"  not part of any job: {stray_text(stray)}\n")
         return int(code)
     if not report.processes and code == ExitCode.PERMISSION_DENIED and not request.as_json:
         # Another user's job, invisible to this one: one line saying whose and why, no empty report.

@@ -145,6 +145,8 @@ def relabel_host(report: StacksReport, node: str) -> StacksReport:
         group.members = [replace(m, host=node) for m in group.members]
     for job in report.jobs:
         job.host = node
+    for stray in report.strays or []:
+        stray.host = node
     report.failures = [
         replace(f, rank=replace(f.rank, host=node) if f.rank else None, target=f"{node}: {f.target}")
         for f in report.failures

@@ -11,10 +11,12 @@ from rankscope import procfs
 from rankscope.inproc.handler import VERSION as HANDLER_VERSION
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
+    NO_LAUNCHER,
     Job,
     ProcessTable,
+    Worker,
     all_python,
-    find_jobs,
+    discover,
     launcher_kind,
     unreadable_workers,
     workers_of,
@@ -30,7 +32,7 @@ from rankscope.stacks.merge import group_snapshots, lend_native, motion, represe
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
-from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport
+from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
 
 Progress = Callable[[str], None]
 
@@ -46,11 +48,14 @@ class LocalResult:
     recorders: Optional[LiveRecorders] = None
 
 
-def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tuple[list[Job], list[Failure]]:
-    """What to look at: the named pids, every Python process, or the job(s) found here."""
+def resolve_jobs(
+    options: StacksOptions, table: ProcessTable, host: str
+) -> tuple[list[Job], list[Worker], list[Failure]]:
+    """What to look at: the named pids, every Python process, or the job(s) found here; and the
+    processes with a rank that fit no job (only when discovering: they are listed, not dumped)."""
     failures: list[Failure] = []
     if options.all_python:
-        return [all_python(table, host)], failures
+        return [all_python(table, host)], [], failures
     if options.pids:
         jobs: list[Job] = []
         for pid in options.pids:
@@ -73,12 +78,12 @@ def resolve_jobs(options: StacksOptions, table: ProcessTable, host: str) -> tupl
             # A launcher named twice, or two workers of one job: one job, each worker once.
             known = {w.pid for w in same[0].workers}
             same[0].workers.extend(w for w in job.workers if w.pid not in known)
-        return jobs, failures
-    jobs = find_jobs(table, host)
-    if not jobs:
+        return jobs, [], failures
+    found = discover(table, host)
+    if not found.jobs:
         failures.extend(unreadable_failures(table))
     # Several jobs: each is reported in its own section (StacksReport.several_jobs).
-    return jobs, failures
+    return found.jobs, found.strays, failures
 
 
 def unreadable_failures(table: ProcessTable) -> list[Failure]:
@@ -176,7 +181,7 @@ def run_local(
     host = short_hostname()
     pyspy = "" if options.via_signal else find_pyspy()
     table = ProcessTable()
-    jobs, failures = resolve_jobs(options, table, host)
+    jobs, strays, failures = resolve_jobs(options, table, host)
     targets: list[Target] = []
     seen: set[int] = set()
     for job in jobs:
@@ -204,10 +209,22 @@ def run_local(
     report = StacksReport(
         hosts=[host],
         jobs=[
-            JobInfo(host, j.launcher, j.launcher_pid, j.launcher_cmdline, pids=[w.pid for w in j.workers])
+            JobInfo(
+                host,
+                j.launcher,
+                j.launcher_pid,
+                j.launcher_cmdline,
+                pids=[w.pid for w in j.workers],
+                key=j.key.text() or None,
+            )
             for j in jobs
-            if j.launcher_pid
+            if j.launcher_pid or (j.launcher == NO_LAUNCHER and j.workers)
         ],
+        strays=[
+            StrayInfo(host, w.pid, w.rank.rank, w.rank.world_size, w.uid, w.cmdline, ns_pid=w.ns_pid)
+            for w in strays
+        ]
+        or None,
         samples=max(1, options.samples),
         interval=options.interval if options.samples > 1 else 0.0,
         native=options.native or options.native_all,
@@ -284,6 +301,7 @@ def run_local(
         # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
         wait = min(deadline, time.monotonic() + options.timeout)
         result.recorders = gather_recorders(targets, wait, host, stop)
+    ns_pids = {w.pid: w.ns_pid for job in jobs for w in job.workers if w.ns_pid is not None}
     for target in targets:
         outcome = last[target.pid]
         report.processes.append(
@@ -300,6 +318,7 @@ def run_local(
                 held_by=held_by.get(target.pid),
                 via="signal" if target.pid in via_signal and outcome.snapshot is not None else None,
                 progress=steps.get(target.pid),
+                ns_pid=ns_pids.get(target.pid),
                 handler_version=outcome.handler_version
                 if outcome.handler_version != HANDLER_VERSION
                 else None,

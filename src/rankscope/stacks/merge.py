@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from rankscope.jobkey import parse_key
 from rankscope.model import Frame, Member, ProcessSnapshot, ThreadStack
 from rankscope.stacks.pyspy import thread_role
 from rankscope.stacks.report import MOVING, STUCK, JobInfo, StackGroup, StacksReport
@@ -148,6 +149,8 @@ def merge_reports(reports: Sequence[StacksReport]) -> StacksReport:
         merged.processes.extend(report.processes)
         merged.failures.extend(report.failures)
         merged.jobs.extend(report.jobs)
+        if report.strays:
+            merged.strays = [*(merged.strays or []), *report.strays]
         for host in report.hosts:
             if host not in merged.hosts:
                 merged.hosts.append(host)
@@ -158,7 +161,22 @@ def merge_reports(reports: Sequence[StacksReport]) -> StacksReport:
         if report.gpus:
             merged.gpus = [*(merged.gpus or []), *report.gpus]
     merged.groups = _sort_groups(groups.values())
+    merged.mixed_jobs = mixed_jobs(merged.jobs)
     return merged
+
+
+def mixed_jobs(jobs: Sequence[JobInfo]) -> Optional[dict[str, list[str]]]:
+    """Each host's job keys when two nodes' jobs conflict (rankscope.jobkey); ``None`` when they agree."""
+    keyed = [(job.host, parse_key(job.key)) for job in jobs if job.key]
+    clash = any(a_host != b_host and a.conflicts(b) for a_host, a in keyed for b_host, b in keyed)
+    if not clash:
+        return None
+    out: dict[str, list[str]] = {}
+    for job in jobs:
+        keys = out.setdefault(job.host, [])
+        if job.key and job.key not in keys:
+            keys.append(job.key)
+    return out
 
 
 def job_reports(report: StacksReport) -> list[tuple[Optional[JobInfo], StacksReport]]:

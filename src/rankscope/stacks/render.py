@@ -17,7 +17,16 @@ from rankscope.stacks.explain import (
     locate,
 )
 from rankscope.stacks.merge import REPRESENTATIVES, TreeNode, build_tree, job_reports
-from rankscope.stacks.report import MOVING, STUCK, Diagnosis, JobInfo, StackGroup, StacksReport, StepInfo
+from rankscope.stacks.report import (
+    MOVING,
+    STUCK,
+    Diagnosis,
+    JobInfo,
+    StackGroup,
+    StacksReport,
+    StepInfo,
+    StrayInfo,
+)
 
 Style = Callable[..., str]
 
@@ -279,11 +288,7 @@ def render_text(
     )
     dumped = sum(1 for p in report.processes if p.dumped)
     lines: list[str] = []
-    what = (
-        title
-        or ", ".join(f"{j.launcher} pid {j.launcher_pid}" for j in report.jobs if j.launcher_pid)
-        or "processes"
-    )
+    what = title or ", ".join(j.describe() for j in report.jobs if j.launcher_pid or j.pids) or "processes"
     if not title and report.several_jobs():
         what = f"{sum(1 for j in report.jobs if j.pids)} jobs ({what})"
     sample_text = f"{report.samples} samples {report.interval:g}s apart" if report.samples > 1 else "1 sample"
@@ -296,6 +301,13 @@ def render_text(
     )
     if subtitle:
         lines.append(subtitle)
+    if report.mixed_jobs:
+        lines.append(style(f"warning: {mixed_jobs_text(report.mixed_jobs)}", fg="red", bold=True))
+    if report.several_jobs():
+        lines.append(
+            f"{sum(1 for j in report.jobs if j.pids)} jobs on this node, each in its own section; "
+            "to look at one: rankscope stacks --pid LAUNCHER_PID (or each rank's --pid)"
+        )
     if report.native:
         lines.append(_native_line(report))
     if above:
@@ -310,6 +322,15 @@ def render_text(
     else:
         lines.extend(_body(report, diagnosis, full, style, states, group_note))
 
+    if report.strays:
+        lines.append("")
+        lines.append(
+            style(f"Not part of any job ({len(report.strays)}, not dumped)", bold=True, underline=True)
+        )
+        for stray in report.strays:
+            lines.append(f"  {stray_text(stray, multi_host=len(report.hosts) > 1)}")
+        lines.append("  " + style("dump one with: rankscope stacks --pid PID", dim=True))
+
     if report.failures:
         lines.append("")
         lines.append(style(f"Failed ({len(report.failures)})", bold=True, underline=True, fg="red"))
@@ -319,3 +340,24 @@ def render_text(
                 text += style(f" — {failure.hint}", dim=True)
             lines.append(text)
     return "\n".join(lines) + "\n"
+
+
+def stray_text(stray: StrayInfo, multi_host: bool = False) -> str:
+    """``pid 4711 (uid 1001): rank 0, world size 1, no launcher — python serve.py``."""
+    where = f"{stray.host} " if multi_host else ""
+    inside = f", {stray.ns_pid} in its container" if stray.ns_pid is not None else ""
+    owner = f"uid {stray.uid}" if stray.uid is not None else "owner unknown"
+    facts = [f"rank {stray.rank}" if stray.rank is not None else "no rank"]
+    if stray.world_size is not None:
+        facts.append(f"world size {stray.world_size}")
+    facts.append("no launcher")
+    return f"{where}pid {stray.pid} ({owner}{inside}): {', '.join(facts)} — {stray.cmdline}"
+
+
+def mixed_jobs_text(mixed: dict[str, list[str]]) -> str:
+    """The nodes answered for different jobs: which node has which job key."""
+    parts = [f"{', '.join(keys) or 'no key'} on {host}" for host, keys in mixed.items()]
+    return (
+        "the nodes answered for different jobs (" + "; ".join(parts) + "): the stacks below mix them; "
+        "name the job on each node with --pid, or narrow --hosts"
+    )

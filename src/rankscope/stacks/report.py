@@ -78,6 +78,8 @@ class ProcessInfo:
     handler_version: Optional[int] = field(default=None, metadata=OMIT_NONE)
     #: Its progress marker (rankscope.progress), when it records one.
     progress: Optional[StepInfo] = field(default=None, metadata=OMIT_NONE)
+    #: Its pid inside its container's pid namespace, when it runs in one (``pid`` is the host's).
+    ns_pid: Optional[int] = field(default=None, metadata=OMIT_NONE)
 
     @property
     def member(self) -> Member:
@@ -95,9 +97,30 @@ class JobInfo:
     #: This job's own diagnosis, when the report holds several jobs of one node (each is diagnosed
     #: apart; the top-level ``diagnosis`` then joins theirs).
     diagnosis: Optional[Diagnosis] = field(default=None, metadata=OMIT_NONE)
+    #: What its workers' environments agree on (rankscope.jobkey: ``run_id=... master=... world=4``);
+    #: a multi-node merge compares the nodes' keys and flags a mix.
+    key: Optional[str] = field(default=None, metadata=OMIT_NONE)
 
     def describe(self) -> str:
-        return f"{self.launcher} pid {self.launcher_pid}" if self.launcher_pid is not None else self.launcher
+        if self.launcher_pid is not None:
+            return f"{self.launcher} pid {self.launcher_pid}"
+        return (
+            f"{self.launcher} (pids {', '.join(str(p) for p in self.pids)})" if self.pids else self.launcher
+        )
+
+
+@dataclass
+class StrayInfo:
+    """A process with a rank in its environment that fits no job of its node: listed, not dumped."""
+
+    host: str
+    pid: int
+    rank: Optional[int]
+    world_size: Optional[int]
+    uid: Optional[int]
+    cmdline: str = ""
+    #: Its pid inside its container's pid namespace, when it runs in one (``pid`` is the host's).
+    ns_pid: Optional[int] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
@@ -171,6 +194,10 @@ class StacksReport:
     nodes: Optional[list[NodeStatus]] = field(default=None, metadata=OMIT_NONE)
     #: The GPUs of nodes where a rank waits for its GPU (NVML or nvidia-smi); None when not looked at.
     gpus: Optional[list[GpuStatus]] = field(default=None, metadata=OMIT_NONE)
+    #: Processes with a rank that fit no job (listed apart, never dumped with a job).
+    strays: Optional[list[StrayInfo]] = field(default=None, metadata=OMIT_NONE)
+    #: Set when the nodes of a merged report answered for different jobs: each node's job key.
+    mixed_jobs: Optional[dict[str, list[str]]] = field(default=None, metadata=OMIT_NONE)
     #: ``--local --json`` (one node of a multi-node run): its ranks' flight-recorder entries, compact
     #: (rankscope.stacks.fr_live.LiveRecorders as JSON), for the head to align every node's ranks.
     fr_records: Optional[Any] = field(default=None, metadata=OMIT_NONE)
