@@ -29,7 +29,10 @@ import os
 import signal
 import sys
 import time
-from typing import Callable
+
+TYPE_CHECKING = False  # typing takes longer to import than the guardian's own start
+if TYPE_CHECKING:
+    from typing import Callable
 
 #: The variable every child of rankscope carries: ``<run id>:<serial>``.
 STARTED_BY = "RANKSCOPE_STARTED_BY"

@@ -14,21 +14,20 @@ import os
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope import procfs
 from rankscope.folding import fold_ints
-from rankscope.fr.align import analyse
-from rankscope.fr.collect import read_live_dump
 from rankscope.fr.join import LiveWait
 from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, is_library
-from rankscope.fr.report import FrReport
-from rankscope.inproc.frdump import WITHOUT_FRAMES
 from rankscope.model import Frame, ProcessSnapshot
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
 from rankscope.stacks.inproc_collect import request_all
 from rankscope.stacks.report import StackGroup
+
+if TYPE_CHECKING:  # the analysis is imported when a recorder is read, not with `stacks`
+    from rankscope.fr.report import FrReport
 
 #: In /proc/PID/maps: torch's own library, loaded by ``import torch``.
 TORCH_LIBRARIES = (b"libtorch",)
@@ -70,6 +69,9 @@ def gather(
     answers = request_all([t for t in ranked if loaded[t.pid] is not False], "fr", deadline, host, stop)
     if not any(a.handler is not None and "fr" in a.handler.kinds for a in answers):
         return None
+    from rankscope.fr.collect import read_live_dump
+    from rankscope.inproc.frdump import WITHOUT_FRAMES
+
     live = LiveRecorders()
     for target in ranked:
         if loaded[target.pid] is False:
@@ -235,6 +237,8 @@ def p2p_waits(
 
 def verdict(live: LiveRecorders) -> FrReport:
     """rankscope.fr's verdict over the live dumps; the ranks that gave none are named in its notes."""
+    from rankscope.fr.align import analyse
+
     report = analyse(live.dumps, world_size=live.world_size, refused=live.refused)
     if not (live.dumps or live.missing or live.refused):  # every node's records unreadable: nothing to say
         report.empty = True

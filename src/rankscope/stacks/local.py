@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
 from rankscope.inproc.handler import VERSION as HANDLER_VERSION
@@ -24,8 +24,6 @@ from rankscope.procs import (
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
 from rankscope.stacks.explain import diagnose, locate
-from rankscope.stacks.fr_live import LiveRecorders
-from rankscope.stacks.fr_live import gather as gather_recorders
 from rankscope.stacks.gpu import query_gpus
 from rankscope.stacks.inproc_collect import collect_via_signal, read_steps
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
@@ -33,6 +31,9 @@ from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
+
+if TYPE_CHECKING:  # rankscope.fr is imported after the dumps, and only when recorders are read
+    from rankscope.stacks.fr_live import LiveRecorders
 
 Progress = Callable[[str], None]
 
@@ -299,6 +300,8 @@ def run_local(
     if not options.no_fr and not (stop is not None and stop.signum):
         # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
         # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
+        from rankscope.stacks.fr_live import gather as gather_recorders
+
         wait = min(deadline, time.monotonic() + options.timeout)
         result.recorders = gather_recorders(targets, wait, host, stop)
     ns_pids = {w.pid: w.ns_pid for job in jobs for w in job.workers if w.ns_pid is not None}
