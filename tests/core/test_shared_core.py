@@ -1,0 +1,79 @@
+"""A real core lost: core_pattern=core, core_uses_pid=0, two ranks crash in one directory, one core is left.
+
+kernel.core_pattern and core_uses_pid are machine-wide: both are set under the system lock and put
+back afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.core.conftest import CRASH, real_python
+from tests.support.cli import run_cli
+from tests.support.users import system_lock
+
+KERNEL = Path("/proc/sys/kernel")
+
+
+@pytest.fixture
+def shared_core_pattern() -> Iterator[None]:
+    if os.geteuid() != 0:
+        pytest.skip("setting kernel.core_pattern needs root")
+    with system_lock():
+        saved = {name: (KERNEL / name).read_text() for name in ("core_pattern", "core_uses_pid")}
+        (KERNEL / "core_pattern").write_text("core\n")
+        (KERNEL / "core_uses_pid").write_text("0\n")
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                (KERNEL / name).write_text(value)
+
+
+def _unlimited() -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
+def test_two_ranks_crash_in_one_directory_one_core_survives_and_both_checks_warn(
+    shared_core_pattern: None, tmp_path: Path
+) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH)
+    pids = []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2"}
+        proc = subprocess.Popen(
+            [real_python(), str(script)], cwd=tmp_path, env=env, preexec_fn=_unlimited, start_new_session=True
+        )
+        assert proc.wait(timeout=60) == -signal.SIGSEGV
+        pids.append(proc.pid)
+    for _ in range(100):  # the kernel finishes writing after the parent sees the exit
+        if (tmp_path / "core").exists():
+            break
+        time.sleep(0.05)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["core", "crash.py"]  # two crashes, one core
+
+    check = subprocess.run(
+        [sys.executable, "-m", "rankscope", "core", "check", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        preexec_fn=_unlimited,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stderr
+    document = json.loads(check.stdout)
+    assert any("only the last core survives" in problem for problem in document["problems"])
+
+    doctor = run_cli("doctor", "--json")
+    found = [c for c in doctor.json()["checks"] if c["name"] == "core-dumps"]
+    assert found and found[0]["status"] == "WARN" and "kernel.core_uses_pid=1" in found[0]["fix"]
