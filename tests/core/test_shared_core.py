@@ -77,3 +77,23 @@ def test_two_ranks_crash_in_one_directory_one_core_survives_and_both_checks_warn
     doctor = run_cli("doctor", "--json")
     found = [c for c in doctor.json()["checks"] if c["name"] == "core-dumps"]
     assert found and found[0]["status"] == "WARN" and "kernel.core_uses_pid=1" in found[0]["fix"]
+
+    listed = run_cli("core", "list", str(tmp_path), "--json")
+    assert listed.returncode == 0, listed.stderr
+    (core,) = listed.json()["cores"]
+    assert core["pid"] == pids[1] and core["rank"] == "1"  # the last rank to crash wrote the survivor
+    assert "cores of ranks that crashed here before it were overwritten" in core["note"]
+    assert "were overwritten" in run_cli("core", "list", str(tmp_path)).stdout
+
+
+def test_overwritten_is_said_only_for_a_shared_name_of_a_job_of_several_ranks() -> None:
+    from rankscope.core.listing import overwritten
+
+    job = {"WORLD_SIZE": "4"}
+    assert overwritten("core", 41, "3", job) is not None and "rank 3 (pid 41)" in str(
+        overwritten("core", 41, "3", job)
+    )
+    assert overwritten("core.41", 41, "3", job) is None  # its own pid in the name: no other rank writes it
+    assert overwritten("core", 41, None, {"WORLD_SIZE": "1"}) is None  # a lone process
+    assert overwritten("core", 41, None, {}) is None  # not a job
+    assert overwritten("core", None, "0", job) is None
