@@ -138,3 +138,37 @@ def test_without_gdb_one_line_and_exit_6(tmp_path: Path) -> None:
     result = run_cli("core", "bt", str(core), env={**os.environ, "PATH": os.path.dirname(sys.executable)})
     assert result.returncode == 6
     assert "gdb not found on PATH" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_without_pystack_one_line_says_what_to_install(crashes: Crashes, tmp_path: Path) -> None:
+    """pystack hidden: an interpreter of the same venv in a directory without pystack, PATH with gdb only."""
+    import shutil
+    import sys
+
+    venv = Path(sys.prefix)
+    bare = tmp_path / "bare"
+    (bare / "bin").mkdir(parents=True)
+    (bare / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    (bare / "pyvenv.cfg").write_text((venv / "pyvenv.cfg").read_text())
+    (bare / "lib").symlink_to(venv / "lib")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    gdb = shutil.which("gdb")
+    assert gdb is not None
+    (tools / "gdb").symlink_to(gdb)
+    core = crashes.crash()
+    result = subprocess.run(
+        [str(bare / "bin" / "python"), "-m", "rankscope", "core", "bt", str(core)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": str(tools)},
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    install = [line for line in lines if "pip install pystack" in line]
+    assert len(install) == 1 and "rankscope[pystack]" in install[0], result.stdout
+    # right under the meaning, not after the frames
+    meaning = next(i for i, line in enumerate(lines) if "meaning:" in line)
+    assert lines.index(install[0]) == meaning + 1
+    assert "Python frames (innermost first)" not in result.stdout

@@ -11,7 +11,7 @@ from typing import Callable
 
 from tests.support.machine_lock import machine_lock
 
-from rankscope.core.setup import SUGGESTED_PATTERN, read_setup
+from rankscope.core.setup import SUGGESTED_PATTERN, read_setup, render
 from rankscope.doctor.system import System
 
 UNLIMITED = resource.RLIM_INFINITY
@@ -29,7 +29,7 @@ def _node(
 
 
 def test_no_core_with_ulimit_zero_and_the_commands_that_fix_it(tmp_path: Path) -> None:
-    setup = read_setup(_node(tmp_path, "core"))
+    setup = read_setup(_node(tmp_path, "core", uses_pid="1"))
     assert not setup.will_dump
     assert setup.fix_shell == ["ulimit -c unlimited"]
     assert any("limits.d" in command for command in setup.fix_persistent)
@@ -50,9 +50,51 @@ def test_apport_pipe_is_a_problem_with_a_path_pattern_as_the_fix(tmp_path: Path)
     assert any("/etc/sysctl.d/" in command for command in setup.fix_persistent)
 
 
+def _systemd_coredump(tmp_path: Path, installed: bool, socket: bool) -> System:
+    node = _node(tmp_path, "|/lib/systemd/systemd-coredump %P %u", limits=(UNLIMITED, UNLIMITED))
+    if installed:
+        (tmp_path / "lib/systemd").mkdir(parents=True)
+        (tmp_path / "lib/systemd/systemd-coredump").write_text("")
+    if socket:
+        (tmp_path / "run/systemd").mkdir(parents=True)
+        (tmp_path / "run/systemd/coredump").write_text("")
+    return node
+
+
 def test_systemd_coredump_is_fine(tmp_path: Path) -> None:
-    setup = read_setup(_node(tmp_path, "|/lib/systemd/systemd-coredump %P %u", limits=(UNLIMITED, UNLIMITED)))
+    setup = read_setup(_systemd_coredump(tmp_path, installed=True, socket=True))
     assert setup.will_dump and not setup.problems and "coredumpctl" in setup.where
+
+
+def test_a_pipe_to_a_handler_that_is_not_installed_drops_every_core(tmp_path: Path) -> None:
+    setup = read_setup(_systemd_coredump(tmp_path, installed=False, socket=False))
+    assert not setup.will_dump
+    assert any("not installed: the kernel drops every core" in problem for problem in setup.problems)
+    assert "a crash here leaves a core: no" in render(setup)
+
+
+def test_a_pipe_to_a_handler_that_is_not_running_drops_the_core(tmp_path: Path) -> None:
+    setup = read_setup(_systemd_coredump(tmp_path, installed=True, socket=False))
+    assert not setup.will_dump
+    assert any("/run/systemd/coredump is missing" in problem for problem in setup.problems)
+    assert any("systemctl start systemd-coredump.socket" in command for command in setup.fix_shell)
+
+
+def test_a_container_whose_pattern_pipes_to_the_host(tmp_path: Path) -> None:
+    node = _node(tmp_path, "|/usr/share/apport/apport %p", limits=(UNLIMITED, UNLIMITED))
+    (tmp_path / ".dockerenv").write_text("")
+    setup = read_setup(node)
+    assert any("on the host" in problem and "never appear in here" in problem for problem in setup.problems)
+
+
+def test_a_shared_pattern_without_pid_loses_all_but_one_core(tmp_path: Path) -> None:
+    setup = read_setup(_node(tmp_path, "core", uses_pid="0", limits=(UNLIMITED, UNLIMITED)))
+    assert setup.will_dump
+    assert any("only the last core survives" in problem for problem in setup.problems)
+    assert any("kernel.core_uses_pid=1" in command for command in setup.fix_shell)
+    assert "a crash here leaves a core: yes, but see the problems below" in render(setup)
+    fine = read_setup(_node(tmp_path / "b", "core", uses_pid="1", limits=(UNLIMITED, UNLIMITED)))
+    assert not fine.problems
 
 
 def test_a_missing_directory_drops_the_core(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def healthy(**changes: Any) -> Facts:
         in_container=False,
         core_limit=Limits(resource.RLIM_INFINITY, resource.RLIM_INFINITY),
         core_pattern="core",
-        core_uses_pid=False,
+        core_uses_pid=True,
         shm=(32 * GIB, 30 * GIB),
         memlock=Limits(resource.RLIM_INFINITY, resource.RLIM_INFINITY),
         infiniband=(),

@@ -64,9 +64,10 @@ def test_ptrace(scope: int, cap: bool, container: bool, status: Status, words: s
 @pytest.mark.parametrize(
     ("pattern", "uses_pid", "status", "where"),
     [
-        ("core", False, Status.PASS, "working directory as core"),
+        ("core", False, Status.WARN, "only the last core survives"),
         ("core", True, Status.PASS, "working directory as core.PID"),
         ("/tmp/cores/core-%e.%p.%h.%t", False, Status.PASS, "in /tmp/cores as core-%e.%p.%h.%t"),
+        ("/tmp/cores/core", False, Status.WARN, "ranks that crash in one directory write the same file"),
         (
             "|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h",
             False,
@@ -82,8 +83,31 @@ def test_core_pattern(pattern: str, uses_pid: bool, status: Status, where: str) 
     check = checks.core_dumps(healthy(core_pattern=pattern, core_uses_pid=uses_pid))
     assert check.status == status
     assert where in check.summary
-    if status == Status.WARN and pattern:
+    if status == Status.WARN and pattern and pattern.startswith("|"):
         assert check.fix and "kernel.core_pattern=/tmp/core-%e.%p.%h.%t" in check.fix
+    if status == Status.WARN and pattern and not pattern.startswith("|"):
+        assert check.fix and "kernel.core_uses_pid=1" in check.fix
+
+
+@pytest.mark.parametrize(
+    ("settings", "status", "words"),
+    [
+        ({"core_handler_installed": False}, Status.FAIL, "not installed: the kernel drops every core"),
+        ({"core_handler_installed": True, "core_handler_running": False}, Status.FAIL, "is missing"),
+        ({"in_container": True, "core_handler_installed": False}, Status.WARN, "on the host"),
+        ({"core_handler_installed": True, "core_handler_running": True}, Status.PASS, "coredumpctl"),
+    ],
+)
+def test_core_pipe_handler(settings: dict[str, bool], status: Status, words: str) -> None:
+    pattern = "|/usr/lib/systemd/systemd-coredump %P %u %g %s %t %c %h"
+    check = checks.core_dumps(healthy(core_pattern=pattern, **settings))
+    assert check.status == status
+    assert words in check.summary
+
+
+def test_relative_core_pattern_in_an_unwritable_directory() -> None:
+    check = checks.core_dumps(healthy(core_pattern="core", core_uses_pid=True, cwd_writable=False))
+    assert check.status == Status.WARN and "working directory is not writable" in check.summary
 
 
 def test_core_limit_zero() -> None:

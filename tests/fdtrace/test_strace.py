@@ -141,3 +141,70 @@ def test_a_zombie_is_bad_input_that_points_to_its_parent(verb: str) -> None:
         assert f"rankscope {verb} {os.getpid()}" in result.stderr
     finally:
         child.wait()
+
+
+#: Threads that name themselves (prctl PR_SET_NAME sets comm; threading's name= does not), each
+#: blocked in a different call: a pipe read, a futex wait with a timeout, a sleep.
+NAMED_THREADS = """
+import ctypes, os, threading, time
+
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+
+def named(name, block):
+    def run():
+        libc.prctl(15, name.encode(), 0, 0, 0)  # PR_SET_NAME
+        block()
+    return run
+
+blocks = {
+    "rs-reader": lambda: os.read(r, 1),
+    "rs-waiter": lambda: threading.Event().wait(600),
+    "rs-sleeper": lambda: time.sleep(600),
+}
+for name, block in blocks.items():
+    threading.Thread(target=named(name, block), daemon=True).start()
+def names():
+    return {open(f"/proc/self/task/{tid}/comm").read().strip() for tid in os.listdir("/proc/self/task")}
+
+while not set(blocks) <= names():
+    time.sleep(0.01)
+time.sleep(0.3)  # each thread into its call
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+def test_blocked_calls_carry_thread_names_and_a_futex_restart_is_not_called_a_read(tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+
+    script = tmp_path / "named.py"
+    script.write_text(NAMED_THREADS)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        result = run_cli("strace", str(proc.pid), "--seconds", "1", "--json")
+        assert result.returncode == 0, result.stderr
+        (process,) = result.json()["processes"]
+        by_name = {blocked["thread"]: blocked for blocked in process["blocked"]}
+        assert {"rs-reader", "rs-waiter", "rs-sleeper"} <= set(by_name), process["blocked"]
+        assert by_name["rs-reader"]["syscall"] == "read" and "pipe" in by_name["rs-reader"]["on"]
+        waiter = by_name["rs-waiter"]
+        # A futex with a timeout is resumed as restart_syscall after the attach; it is named a futex wait.
+        if waiter["syscall"] == "restart_syscall":
+            assert waiter["on"].startswith("a futex wait with a timeout"), waiter
+        else:
+            assert waiter["syscall"] == "futex" and "lock or condition" in waiter["on"]
+        assert "interrupted read" not in waiter["on"]
+        assert by_name["rs-sleeper"]["syscall"] in ("clock_nanosleep", "nanosleep", "restart_syscall")
+        assert "sleep" in by_name["rs-sleeper"]["on"]
+
+        text = run_cli("strace", str(proc.pid), "--seconds", "0.5").stdout
+        assert "(rs-reader): read" in text and "(rs-waiter):" in text, text
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

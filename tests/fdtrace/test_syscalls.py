@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
+
+import pytest
 
 from rankscope.inspect.fdkinds import classify, parse_inet_table
 from rankscope.inspect.report import FdKind, OpenFd
-from rankscope.inspect.syscalls import sockaddr_of, summarise, target_of
+from rankscope.inspect.syscalls import describe_restart, sockaddr_of, summarise, target_of
 
 DATA = Path(__file__).parent.parent / "data" / "strace"
 #: One thread per blocking call, and a main thread failing connect() to a closed port (strace 6.1).
@@ -37,7 +40,8 @@ def test_unfinished_calls_at_the_end_are_what_each_thread_is_blocked_on() -> Non
     assert blocked[15654].on == "fd 6: tcp 127.0.0.1:48154 -> 127.0.0.1:57501 ESTABLISHED"
     assert blocked[15653].syscall == "read" and blocked[15653].on == "fd 3: pipe:[99]"
     assert blocked[15652].syscall == "futex" and "lock or condition" in blocked[15652].on
-    assert blocked[15655].on == "an interrupted read resumed (arguments unknown)"
+    # strace's "resuming interrupted read" names an earlier call, not the one resumed: not repeated.
+    assert "interrupted read" not in blocked[15655].on and "which call is not known" in blocked[15655].on
     # The main thread was in clock_nanosleep when strace detached.
     assert blocked[15610].syscall == "clock_nanosleep" and blocked[15610].on == "sleeping"
     # Waited: from each call's start to the last line (01:50:20.682655).
@@ -97,3 +101,21 @@ def test_addresses_and_targets() -> None:
     assert target_of("write", '9, "abc", 3', {}) == "fd 9"
     assert target_of("getpid", "", {}) is None
     assert _fds()[3].kind == FdKind.PIPE
+
+
+@pytest.mark.parametrize(
+    ("wchan", "words"),
+    [
+        ("futex_do_wait", "a futex wait with a timeout"),
+        ("futex_wait_queue", "a futex wait with a timeout"),
+        ("hrtimer_nanosleep", "a sleep (nanosleep)"),
+        ("do_sys_poll", "poll with a timeout"),
+        ("ep_poll", "epoll_wait with a timeout"),
+        ("some_driver_wait", "which call is not known (kernel wait channel some_driver_wait)"),
+        ("0", "which call is not known"),
+        (None, "which call is not known"),
+    ],
+)
+def test_a_restarted_call_is_named_by_the_kernel_wait_channel(wchan: Optional[str], words: str) -> None:
+    text = describe_restart(wchan)
+    assert words in text and "restart_syscall" in text

@@ -37,6 +37,13 @@ _PYTHON = ("libpython", "python")
 SIGNATURE_DEPTH = 6
 
 
+#: The one line `core bt` prints when pystack is missing: what it costs and what to install.
+NO_PYSTACK = (
+    "no Python frames: pystack is not installed; to read them: pip install pystack "
+    "(or pip install 'rankscope[pystack]')"
+)
+
+
 @dataclass
 class NativeThread:
     """One thread as gdb printed it, innermost frame first."""

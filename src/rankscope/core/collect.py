@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rankscope import lifetime
-from rankscope.core.backtrace import ALL_MARK, CURRENT_MARK, BadCore, BtReport, CoreBacktrace, analyse, group
+from rankscope.core.backtrace import (
+    ALL_MARK,
+    CURRENT_MARK,
+    NO_PYSTACK,
+    BadCore,
+    BtReport,
+    CoreBacktrace,
+    analyse,
+    group,
+)
 from rankscope.core.notes import NotACoreError, read_notes
 from rankscope.errors import MissingToolError
 
@@ -153,7 +162,7 @@ def backtrace_core(
     if gdb_run.error:
         problems.append(gdb_run.error)
     if pystack is None:
-        problems.append("no Python frames: pystack is not installed (pip install pystack)")
+        problems.append(NO_PYSTACK)
     elif py_run is not None and py_run.error:
         problems.append(py_run.error)
     pystack_text = py_run.output if py_run is not None else ""

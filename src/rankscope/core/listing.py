@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from stat import S_ISREG
 from typing import Optional
@@ -81,8 +82,27 @@ def default_places(pattern: Optional[str], cwd: str) -> list[str]:
     return list(seen)
 
 
+def overwritten(name: str, pid: Optional[int], rank: Optional[str], env: Mapping[str, str]) -> Optional[str]:
+    """When a job's ranks share this core's file name, what was lost (pure: the name and the core's notes).
+
+    A name without the crashing pid (kernel.core_pattern without %p, core_uses_pid=0) is the same
+    for every rank that crashed in the directory: the kernel overwrote each earlier core with the next.
+    """
+    world = env.get("WORLD_SIZE") or env.get("SLURM_NTASKS") or env.get("OMPI_COMM_WORLD_SIZE")
+    if pid is None or str(pid) in name or not world or not world.isdigit() or int(world) < 2:
+        return None
+    who = f"rank {rank} (pid {pid})" if rank is not None else f"pid {pid}"
+    return (
+        f"one file for all {world} ranks of this job (its name has no pid): this core is {who}'s, "
+        "the last to crash here; the cores of ranks that crashed here before it were overwritten "
+        "(put %p in kernel.core_pattern or set kernel.core_uses_pid=1; see rankscope core check)"
+    )
+
+
 def _from_notes(notes: CoreNotes) -> FoundCore:
     rank = notes.env.get("RANK") or notes.env.get("SLURM_PROCID") or notes.env.get("OMPI_COMM_WORLD_RANK")
+    lost = overwritten(os.path.basename(notes.path), notes.pid, rank, notes.env)
+    truncated = "truncated: frames in the missing memory show as ??" if notes.truncated else None
     return FoundCore(
         path=notes.path,
         mtime=notes.mtime,
@@ -91,7 +111,7 @@ def _from_notes(notes: CoreNotes) -> FoundCore:
         executable=notes.executable or notes.program,
         signal="none (gcore)" if notes.written_by_gcore else notes.signal_name,
         rank=rank,
-        note="truncated: frames in the missing memory show as ??" if notes.truncated else None,
+        note="; ".join(note for note in (truncated, lost) if note) or None,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rankscope.core.backtrace import BtReport, CoreBacktrace, CrashGroup
+from rankscope.core.backtrace import NO_PYSTACK, BtReport, CoreBacktrace, CrashGroup
 from rankscope.model import Frame
 
 #: How many frames of each kind the summary shows.
@@ -42,6 +42,7 @@ def render_core(core: CoreBacktrace, indent: str = "  ") -> list[str]:
         lines.append(f"{indent}warning: {core.executable_warning}")
     if core.explanation:
         lines.append(f"{indent}meaning: {core.explanation}")
+    lines.extend(f"{indent}note: {problem}" for problem in core.problems if problem == NO_PYSTACK)
     if core.libraries:
         lines.append(f"{indent}libraries on the crashing stack: {', '.join(core.libraries[:6])}")
     if core.native:
@@ -52,8 +53,7 @@ def render_core(core: CoreBacktrace, indent: str = "  ") -> list[str]:
     if core.python:
         lines.append(f"{indent}Python frames (innermost first):")
         lines.extend(f"{indent}  {_python(frame)}" for frame in core.python[:TOP_FRAMES])
-    for problem in core.problems:
-        lines.append(f"{indent}note: {problem}")
+    lines.extend(f"{indent}note: {problem}" for problem in core.problems if problem != NO_PYSTACK)
     return lines
 
 

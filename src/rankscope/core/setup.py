@@ -14,7 +14,8 @@ import resource
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.doctor.checks import core_destination
+from rankscope.doctor.checks import CoreRisk, core_destination, core_risks
+from rankscope.doctor.facts import Limits, core_handler_installed, core_handler_running
 from rankscope.doctor.report import Status
 from rankscope.doctor.system import System
 
@@ -45,6 +46,8 @@ class CoreSetup:
     fix_shell: list[str] = field(default_factory=list)
     fix_persistent: list[str] = field(default_factory=list)
     fix_job: list[str] = field(default_factory=list)
+    #: Settings that lose or hide cores (shared with the doctor's core-dumps check).
+    risks: list[CoreRisk] = field(default_factory=list)
 
 
 def _limit(value: int) -> str:
@@ -58,6 +61,15 @@ def read_setup(system: Optional[System] = None) -> CoreSetup:
     uses_pid = system.read("/proc/sys/kernel/core_uses_pid") == "1"
     status, where, _fix = core_destination(pattern, uses_pid)
     setup = CoreSetup(soft, hard, pattern, uses_pid, where)
+    setup.risks = core_risks(
+        pattern,
+        uses_pid,
+        Limits(soft, hard),
+        system.exists("/.dockerenv") or system.exists("/run/.containerenv"),
+        os.access(os.getcwd(), os.W_OK | os.X_OK),
+        core_handler_installed(system, pattern),
+        core_handler_running(system, pattern),
+    )
     if pattern and pattern.startswith("|"):
         words = pattern[1:].split()
         setup.pipe_program = words[0] if words else None
@@ -105,16 +117,28 @@ def judge(setup: CoreSetup, where_status: Status = Status.PASS) -> CoreSetup:
             f"{setup.directory} does not exist or is not writable: the kernel drops the core"
         )
         setup.fix_shell.append(f"sudo mkdir -p {setup.directory} && sudo chmod 1777 {setup.directory}")
+    for risk in setup.risks:
+        if risk.problem.startswith("ulimit -c is 0"):
+            continue  # said above, with its commands
+        setup.problems.append(risk.problem)
+        setup.fix_shell.append(risk.fix)
     if setup.core_pattern is None:
         setup.problems.append("kernel.core_pattern could not be read")
-    setup.will_dump = setup.soft_limit != 0 and setup.core_pattern is not None and where_status != Status.FAIL
+    setup.will_dump = (
+        setup.soft_limit != 0
+        and setup.core_pattern is not None
+        and where_status != Status.FAIL
+        and all(risk.status != Status.FAIL for risk in setup.risks)
+    )
     if setup.directory is not None and setup.directory_writable is False:
         setup.will_dump = False
     return setup
 
 
 def render(setup: CoreSetup) -> str:
-    verdict = "yes" if setup.will_dump else "no"
+    verdict = "no"
+    if setup.will_dump:
+        verdict = "yes, but see the problems below" if setup.problems else "yes"
     lines = [
         f"a crash here leaves a core: {verdict}",
         f"  ulimit -c: soft {_limit(setup.soft_limit)}, hard {_limit(setup.hard_limit)}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import resource
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rankscope.doctor.facts import Facts, Limits, TorchInfo
@@ -152,27 +153,127 @@ def core_destination(pattern: Optional[str], uses_pid: bool) -> tuple[Status, st
     return Status.PASS, f"cores land in the crashing process's working directory as {name}", None
 
 
+@dataclass(frozen=True)
+class CoreRisk:
+    """One way the node's core settings lose or hide a rank's core, and the fix."""
+
+    status: Status
+    problem: str
+    fix: str
+
+
+#: core_uses_pid=1 is the smallest fix for a pattern without %p: the kernel appends .PID.
+_USES_PID_FIX = (
+    "sudo sysctl -w kernel.core_uses_pid=1 (or put %p in kernel.core_pattern); persist it in /etc/sysctl.d/"
+)
+
+
+def core_risks(
+    pattern: Optional[str],
+    uses_pid: bool,
+    limit: Limits,
+    in_container: bool = False,
+    cwd_writable: Optional[bool] = None,
+    handler_installed: Optional[bool] = None,
+    handler_running: Optional[bool] = None,
+) -> list[CoreRisk]:
+    """Settings that lose or hide cores, from what was read (pure: no reading here)."""
+    risks: list[CoreRisk] = []
+    if limit.soft == 0 and limit.hard != 0:
+        risks.append(
+            CoreRisk(
+                Status.WARN,
+                f"ulimit -c is 0 under a hard limit of {_limit(limit.hard)}: no core is written",
+                "ulimit -c unlimited in the job script before the launcher (srun propagates it)",
+            )
+        )
+    if not pattern:
+        return risks
+    if pattern.startswith("|"):
+        program = pattern[1:].split()[0] if pattern[1:].split() else "?"
+        if in_container:
+            risks.append(
+                CoreRisk(
+                    Status.WARN,
+                    f"in a container, cores are piped to {program} on the host (core_pattern is the host's "
+                    "and its handler runs outside the container): they never appear in here",
+                    "read them on the host (coredumpctl list), or ask the admin for an absolute "
+                    "kernel.core_pattern path that is mounted into the container",
+                )
+            )
+        elif handler_installed is False:
+            risks.append(
+                CoreRisk(
+                    Status.FAIL,
+                    f"cores are piped to {program}, which is not installed: the kernel drops every core",
+                    "install it (apt-get install systemd-coredump) or sudo sysctl -w "
+                    "kernel.core_pattern=/tmp/core-%e.%p.%h.%t",
+                )
+            )
+        elif handler_running is False:
+            risks.append(
+                CoreRisk(
+                    Status.FAIL,
+                    f"cores are piped to {program}, but its socket /run/systemd/coredump is missing "
+                    "(systemd not running here): the core is dropped",
+                    "sudo systemctl start systemd-coredump.socket, or sudo sysctl -w "
+                    "kernel.core_pattern=/tmp/core-%e.%p.%h.%t",
+                )
+            )
+        return risks
+    if "%p" not in pattern and not uses_pid:
+        where = "working directory" if not pattern.startswith("/") else "directory"
+        risks.append(
+            CoreRisk(
+                Status.WARN,
+                f"kernel.core_pattern={pattern} has no %p and core_uses_pid=0: ranks that crash in one "
+                f"{where} write the same file and only the last core survives",
+                _USES_PID_FIX,
+            )
+        )
+    if not pattern.startswith("/") and cwd_writable is False:
+        risks.append(
+            CoreRisk(
+                Status.WARN,
+                "kernel.core_pattern is relative and this working directory is not writable: a rank "
+                "started here leaves no core",
+                "start the job in a writable directory, or sudo sysctl -w "
+                "kernel.core_pattern=/tmp/core-%e.%p.%h.%t",
+            )
+        )
+    return risks
+
+
 def core_dumps(facts: Facts) -> Check:
     where_status, where, where_fix = core_destination(facts.core_pattern, facts.core_uses_pid)
     detail = (f"kernel.core_pattern = {facts.core_pattern}", where)
+    risks = core_risks(
+        facts.core_pattern,
+        facts.core_uses_pid,
+        facts.core_limit,
+        facts.in_container,
+        facts.cwd_writable,
+        facts.core_handler_installed,
+        facts.core_handler_running,
+    )
     soft, hard = facts.core_limit.soft, facts.core_limit.hard
+    fixes = [risk.fix for risk in risks]
+    status = worst(where_status, *(risk.status for risk in risks))
     if soft == 0:
         if hard == 0:
-            fix = (
+            fixes.insert(
+                0,
                 "the hard limit is 0 too: raise it in /etc/security/limits.conf (* hard core unlimited), "
-                "docker run --ulimit core=-1, or ask the admin; then ulimit -c unlimited"
+                "docker run --ulimit core=-1, or ask the admin; then ulimit -c unlimited",
             )
-        else:
-            fix = "ulimit -c unlimited in the job script before the launcher (srun propagates it)"
-        return Check(
-            "core-dumps",
-            worst(Status.WARN, where_status),
-            f"ulimit -c is 0: a crashing rank leaves no core file; {where}",
-            fix + (f"; {where_fix}" if where_fix else ""),
-            detail,
-        )
-    summary = f"ulimit -c {_limit(soft) if soft != resource.RLIM_INFINITY else 'unlimited'}; {where}"
-    return Check("core-dumps", where_status, summary, where_fix, detail)
+        summary = f"ulimit -c is 0: a crashing rank leaves no core file; {where}"
+        status = worst(Status.WARN, status)
+    else:
+        summary = f"ulimit -c {_limit(soft) if soft != resource.RLIM_INFINITY else 'unlimited'}; {where}"
+    summary += "".join(f"; {risk.problem}" for risk in risks if not risk.problem.startswith("ulimit -c is 0"))
+    if where_fix and where_fix not in fixes:
+        fixes.append(where_fix)
+    return Check("core-dumps", status, summary, "; ".join(dict.fromkeys(fixes)) or None, detail)
 
 
 # --- memory limits --------------------------------------------------------------------------

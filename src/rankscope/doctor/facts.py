@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
+import os
 import re
 import resource
 from dataclasses import dataclass, field
@@ -77,6 +78,11 @@ class Facts:
     topology: Optional[Topology] = None
     #: Why NVIDIA GPUs could not be read although a driver tool exists.
     nvidia_error: Optional[str] = field(default=None)
+    #: Whether this working directory takes a core (for a relative core_pattern; None: not read).
+    cwd_writable: Optional[bool] = None
+    #: For a piped core_pattern: is its program here, is its service up (None: not a pipe, unknown).
+    core_handler_installed: Optional[bool] = None
+    core_handler_running: Optional[bool] = None
 
 
 def _version_field(text: str, name: str) -> Optional[str]:
@@ -186,7 +192,27 @@ def _amd_gpus(system: System) -> int:
     return sum(1 for card in cards if system.read(f"/sys/class/drm/{card}/device/vendor") == _AMD_VENDOR)
 
 
+def _pipe_program(pattern: Optional[str]) -> Optional[str]:
+    words = pattern[1:].split() if pattern and pattern.startswith("|") else []
+    return words[0] if words else None
+
+
+def core_handler_installed(system: System, pattern: Optional[str]) -> Optional[bool]:
+    """For ``|PROGRAM ...``: whether PROGRAM exists as this node sees it (None: not a pipe)."""
+    program = _pipe_program(pattern)
+    return None if program is None else system.exists(program)
+
+
+def core_handler_running(system: System, pattern: Optional[str]) -> Optional[bool]:
+    """For a pipe to systemd-coredump: whether its socket is there (None: not known for others)."""
+    program = _pipe_program(pattern)
+    if program is None or "systemd-coredump" not in program:
+        return None
+    return system.exists("/run/systemd/coredump")
+
+
 def gather(system: System, import_torch: bool = False) -> Facts:
+    pattern = system.read("/proc/sys/kernel/core_pattern")
     status = system.read("/proc/self/status") or ""
     capeff = next(
         (line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("CapEff:")), None
@@ -200,7 +226,7 @@ def gather(system: System, import_torch: bool = False) -> Facts:
         cap_sys_ptrace=capeff_has_sys_ptrace(capeff),
         in_container=system.exists("/.dockerenv") or system.exists("/run/.containerenv"),
         core_limit=Limits(*system.rlimit(resource.RLIMIT_CORE)),
-        core_pattern=system.read("/proc/sys/kernel/core_pattern"),
+        core_pattern=pattern,
         core_uses_pid=system.read("/proc/sys/kernel/core_uses_pid") == "1",
         shm=system.fs_size(str(system.path("/dev/shm"))),
         memlock=Limits(*system.rlimit(resource.RLIMIT_MEMLOCK)),
@@ -213,6 +239,9 @@ def gather(system: System, import_torch: bool = False) -> Facts:
         amd_gpus=_amd_gpus(system),
         kfd=system.exists("/dev/kfd"),
         cmdline=system.read("/proc/cmdline"),
+        cwd_writable=os.access(os.getcwd(), os.W_OK | os.X_OK),
+        core_handler_installed=core_handler_installed(system, pattern),
+        core_handler_running=core_handler_running(system, pattern),
         nvidia=nvidia,
         topology=topology,
         nvidia_error=nvidia_error,

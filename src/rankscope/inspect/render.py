@@ -71,7 +71,10 @@ def render_process_trace(process: ProcessTrace, top: int = 10) -> list[str]:
         lines.append("  blocked now (calls not returned when tracing stopped):")
         for blocked in process.blocked:
             on = f" -- {blocked.on}" if blocked.on else ""
-            lines.append(f"    thread {blocked.tid}: {blocked.syscall} for >= {blocked.waited:.1f} s{on}")
+            name = f" ({blocked.thread})" if blocked.thread else ""
+            lines.append(
+                f"    thread {blocked.tid}{name}: {blocked.syscall} for >= {blocked.waited:.1f} s{on}"
+            )
     findings = [group for group in process.failures if not group.noise]
     noise = [group for group in process.failures if group.noise]
     if findings:

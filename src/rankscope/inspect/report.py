@@ -107,6 +107,8 @@ class Blocked:
     waited: float = field(metadata={"round": 3})
     #: What it waits on, in words: ``fd 3: tcp 127.0.0.1:40000 -> 127.0.0.1:5000 ESTABLISHED``.
     on: str = ""
+    #: The thread's name (/proc/PID/task/TID/comm: gloo, NCCL and pt_ threads name themselves).
+    thread: str = ""
 
 
 @dataclass(frozen=True)

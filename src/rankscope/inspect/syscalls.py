@@ -29,7 +29,6 @@ _ERROR = re.compile(r"^-1 (E[A-Z0-9_]+) \((.*)\)|^\? (E[A-Z0-9_]+) \((.*)\)")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _INET = re.compile(r'sin6?_port=htons\((\d+)\).*?(?:inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)")')
 _UNIX = re.compile(r'sun_path=(@?"[^"]*")')
-_RESTARTED = re.compile(r"resuming interrupted (\w+)")
 _POLL_FD = re.compile(r"\{fd=(\d+),")
 _FIRST_INT = re.compile(r"^(\d+),")
 _UNFINISHED = (" <unfinished ...>", " <detached ...>")
@@ -185,6 +184,32 @@ def target_of(name: str, args: str, fds: Mapping[int, OpenFd]) -> Optional[str]:
     return None
 
 
+#: Kernel wait channels (/proc/PID/task/TID/wchan) of calls the kernel resumes with restart_syscall.
+_WAIT_CHANNELS = (
+    ("futex", "a futex wait with a timeout (a lock or condition): another thread must release or signal it"),
+    ("nanosleep", "a sleep (nanosleep)"),
+    ("ep_poll", "epoll_wait with a timeout"),
+    ("poll", "poll with a timeout"),
+    ("select", "select with a timeout"),
+)
+
+
+def describe_restart(wchan: Optional[str]) -> str:
+    """A call resumed by restart_syscall, named by where the thread sleeps in the kernel (``wchan``).
+
+    The attach interrupted a call with a timeout and the kernel resumed it as restart_syscall: strace
+    no longer knows which call it was (its "resuming interrupted X" names the thread's last call it
+    saw, often a different one), so the kernel's wait channel names it, or the line says it is unknown.
+    """
+    resumed = "interrupted by the attach and resumed by the kernel (restart_syscall)"
+    for channel, words in _WAIT_CHANNELS:
+        if wchan and channel in wchan:
+            return f"{words}; {resumed}"
+    if wchan and wchan != "0":
+        return f"a call {resumed}; which call is not known (kernel wait channel {wchan})"
+    return f"a call {resumed}; which call is not known"
+
+
 def waits_on(name: str, args: str, fds: Mapping[int, OpenFd]) -> str:
     """What a blocked call waits for, in words (a socket's peer, a pipe, a lock, a child ...)."""
     if name in ("poll", "ppoll"):
@@ -197,9 +222,7 @@ def waits_on(name: str, args: str, fds: Mapping[int, OpenFd]) -> str:
             return "; ".join(_fd_words(fd, fds) for fd in epoll.watches)
         return _fd_words(int(first.group(1)), fds) if first else ""
     if name == "restart_syscall":
-        # A call the attach interrupted, resumed by the kernel; strace no longer knows its arguments.
-        inner = _RESTARTED.search(args)
-        return f"an interrupted {inner.group(1) if inner else 'call'} resumed (arguments unknown)"
+        return describe_restart(None)
     if name == "futex":
         return "a lock or condition (futex): another thread must release or signal it"
     if name in ("nanosleep", "clock_nanosleep"):

@@ -13,6 +13,7 @@ which paths failed, and a second ``-c`` pass would double the time the process i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import time
@@ -22,8 +23,8 @@ from typing import Optional
 from rankscope import lifetime, procfs
 from rankscope.errors import BadInputError, MissingToolError, RankscopeError
 from rankscope.inspect.collect import PermissionDeniedError, living, process_fds
-from rankscope.inspect.report import ProcessTrace
-from rankscope.inspect.syscalls import summarise
+from rankscope.inspect.report import Blocked, ProcessTrace
+from rankscope.inspect.syscalls import describe_restart, summarise
 from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.stacks.permissions import already_traced, explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running, proc_state
@@ -115,6 +116,23 @@ def _start(pid: int, rank: Optional[RankId], scratch: str, seconds: float) -> _R
     return _Running(pid, rank, child, output, state_before)
 
 
+def _task_file(pid: int, tid: int, name: str) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/{name}", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None  # the thread ended, or the file is not ours to read
+
+
+def _named(pid: int, blocked: Blocked) -> Blocked:
+    """The thread's name beside its call; a restart_syscall named by the kernel's wait channel."""
+    thread = _task_file(pid, blocked.tid, "comm") or ""
+    if blocked.syscall != "restart_syscall":
+        return dataclasses.replace(blocked, thread=thread)
+    on = describe_restart(_task_file(pid, blocked.tid, "wchan"))
+    return dataclasses.replace(blocked, thread=thread, on=on)
+
+
 def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
     stderr = item.child.text()
     continued = ensure_running(item.pid, item.state_before)
@@ -135,6 +153,7 @@ def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
         fds, command = {}, ""  # it exited while traced: the trace still says what it did
     with open(item.output, encoding="utf-8", errors="replace") as handle:
         summary = summarise(handle, fds, ended_at)
+    blocked = tuple(_named(item.pid, entry) for entry in summary.blocked)
     return ProcessTrace(
         pid=item.pid,
         command=command,
@@ -142,7 +161,7 @@ def _summarise(item: _Running, traced: float, ended_at: float) -> ProcessTrace:
         threads=summary.threads,
         lines=summary.lines,
         syscalls=tuple(summary.syscalls),
-        blocked=tuple(summary.blocked),
+        blocked=blocked,
         failures=tuple(summary.failures),
         state_after=state_after or "gone",
         continued=continued,
