@@ -104,6 +104,7 @@ def test_space_needed_is_the_mapped_memory_with_a_margin() -> None:
 
 
 @pytest.mark.needs("gdb")
+@pytest.mark.needs("pidns")
 def test_grab_job_takes_every_rank_of_a_hung_torchrun_job(tmp_path: Path) -> None:
     pytest.importorskip("torch.distributed")
     if os.geteuid() != 0 or shutil.which("unshare") is None:

@@ -42,6 +42,7 @@ def _has_amd_gpu() -> bool:
     return Path("/dev/kfd").exists() or "0x1002" in vendors
 
 
+@pytest.mark.needs("gcc")  # ctypes.util.find_library runs the compiler
 def test_doctor_here_agrees_with_its_json() -> None:
     # The core checks read kernel.core_pattern and core_uses_pid, which other tests change for a while.
     with machine_lock("core-pattern"):

@@ -19,6 +19,7 @@ time.sleep(120)
 """
 
 
+@pytest.mark.needs("pidns")
 def test_a_socket_in_another_network_namespace_gets_its_address() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (util-linux) for a network namespace")

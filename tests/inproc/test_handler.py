@@ -175,6 +175,7 @@ def test_unsafe_directory_leaves_the_job_running(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "elsewhere") == []
 
 
+@pytest.mark.needs("gcc")
 def test_wheel_install_in_a_fresh_venv_enables_the_handler(tmp_path: Path) -> None:
     """A non-editable install gets the bootstrap too: the wheel's .pth lands in site-packages, and a fresh
     interpreter of that venv enables the handler when RANKSCOPE_INPROC is set (and only then)."""

@@ -99,6 +99,7 @@ def test_pyspy_missing(tmp_path: Path, python_sleeper: subprocess.Popen[bytes]) 
     )
 
 
+@pytest.mark.needs("pidns")
 def test_no_job_found_message() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare (util-linux) for a PID namespace")

@@ -73,9 +73,9 @@ class Flag:
         wait for that moment: the ranks go on together. Ranks that reach their next collective
         far apart make a gloo job that never calls ``destroy_process_group()`` abort at exit
         far more often (torch's behaviour: a plain job whose ranks were 0.2 s apart did, in 2 of 5 runs)."""
-        at = time.time() + min(longest_poll(world) + _RELEASE_MARGIN, _MAX_RELEASE_LEAD)
-        self.set(f"{at:.3f}")
-        _sleep_until(at)
+        named = f"{time.time() + min(longest_poll(world) + _RELEASE_MARGIN, _MAX_RELEASE_LEAD):.3f}"
+        self.set(named)
+        _sleep_until(float(named))  # the moment as written (rounded), so no rank goes on before this one
 
     def post(self, note: str) -> None:
         raise NotImplementedError
