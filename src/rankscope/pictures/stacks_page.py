@@ -19,6 +19,7 @@ from rankscope.pictures.page import (
     TableSection,
 )
 from rankscope.stacks.explain import describe_frame, is_library, locate, short_native_name
+from rankscope.stacks.merge import TreeNode, build_tree
 from rankscope.stacks.render import FoldedRun, fold_frames, render_text
 from rankscope.stacks.report import Diagnosis, StackGroup, StacksReport
 
@@ -96,16 +97,12 @@ def _item_node(item: Item, full: bool) -> FlameNode:
 def _role_root(
     role: str, groups: Sequence[StackGroup], full: bool, culprits: set[Member], multi_host: bool
 ) -> FlameNode:
-    paths = [(fold_frames(g.frames, full), g.members) for g in groups]
-    members = _union(m for _, ms in paths for m in ms)
+    """The thread role as the root frame, then the text report's tree (stacks/merge.build_tree: chains
+    of frames shared by the same ranks), each chain folded as the text report folds it."""
     root = FlameNode(name=role, where="thread", ranks="", count=0)
-    _fill(root, members, culprits, multi_host)
-    root.children = _grow(paths, 0, full, culprits, multi_host)
+    _fill(root, list(dict.fromkeys(m for g in groups for m in g.members)), culprits, multi_host)
+    root.children = _chains(build_tree(groups), full, culprits, multi_host)
     return root
-
-
-def _union(members: Any) -> list[Member]:
-    return list(dict.fromkeys(members))
 
 
 def _fill(node: FlameNode, members: list[Member], culprits: set[Member], multi_host: bool) -> None:
@@ -114,27 +111,24 @@ def _fill(node: FlameNode, members: list[Member], culprits: set[Member], multi_h
     node.culprit = bool(culprits) and all(m in culprits for m in members)
 
 
-def _grow(
-    paths: list[tuple[list[Item], list[Member]]],
-    depth: int,
-    full: bool,
-    culprits: set[Member],
-    multi_host: bool,
+def _chains(
+    branches: Sequence[TreeNode], full: bool, culprits: set[Member], multi_host: bool
 ) -> list[FlameNode]:
-    """The children at ``depth``: paths partitioned by their item there (a prefix tree, iterative
-    over depth through the recursion of branches only)."""
-    branches: dict[Item, list[tuple[list[Item], list[Member]]]] = {}
-    for items, members in paths:
-        if depth < len(items):
-            branches.setdefault(items[depth], []).append((items, members))
-    nodes = []
-    for item, branch in branches.items():
-        node = _item_node(item, full)
-        _fill(node, _union(m for _, ms in branch for m in ms), culprits, multi_host)
-        node.children = _grow(branch, depth + 1, full, culprits, multi_host)
-        nodes.append(node)
-    nodes.sort(key=lambda n: -n.count)
-    return nodes
+    out = []
+    for branch in branches:
+        chain = [_item_node(item, full) for item in fold_frames(branch.frames, full)]
+        for node in chain:
+            _fill(node, branch.members, culprits, multi_host)
+        below = _chains(branch.children, full, culprits, multi_host)
+        if not chain:  # a group that ends where its branch splits: its ranks stop at the parent
+            out.extend(below)
+            continue
+        for parent, child in zip(chain, chain[1:]):
+            parent.children = [child]
+        chain[-1].children = below
+        out.append(chain[0])
+    out.sort(key=lambda n: -n.count)
+    return out
 
 
 def group_spot(group: StackGroup) -> str:
