@@ -76,10 +76,13 @@ def big_report(ranks: int = 1024, nodes: int = 8, culprits: tuple[int, ...] = (7
     return report
 
 
-def big_fr_dumps(ranks: int = 1024, entries: int = 120, odd_rank: int = 7) -> list[RankDump]:
+def big_fr_dumps(
+    ranks: int = 1024, entries: int = 120, odd_rank: int = 7, distinct: bool = False
+) -> list[RankDump]:
     """Every rank's flight recorder, in memory: ``entries`` all_reduces from one line, except
     ``odd_rank``, which issued a barrier from another line at collective ``entries - 10`` and stopped
-    there; the others wait in their all_reduce of that number (bench/bench_fr.py's job, unread)."""
+    there; the others wait in their all_reduce of that number (bench/bench_fr.py's job, unread).
+    ``distinct``: every rank issued its earlier collectives from a line of its own (no two lanes alike)."""
     odd_seq = entries - 10
     step = Frame("step", "/home/user/job/train.py", 45)
     other = Frame("main", "/home/user/job/train.py", 63)
@@ -97,7 +100,11 @@ def big_fr_dumps(ranks: int = 1024, entries: int = 120, odd_rank: int = 7) -> li
                 retired=seq != odd_seq,
                 op_id=seq,
                 record_id=seq - 1,
-                site=other if rank == odd_rank and seq == odd_seq else step,
+                site=other
+                if rank == odd_rank and seq == odd_seq
+                else Frame("step", "/home/user/job/train.py", 1000 + rank)
+                if distinct and seq < odd_seq
+                else step,
                 frames=(other if rank == odd_rank and seq == odd_seq else step,),
             )
             for seq in range(1, odd_seq + 1)

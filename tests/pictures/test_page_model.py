@@ -125,6 +125,21 @@ def test_a_page_of_1024_ranks_stays_under_2_mb() -> None:
     assert "last 50 collectives" in page_data(fr)["sections"][0]["note"]
 
 
+def test_1024_ranks_that_all_differ_keep_fewer_collectives_each_and_say_so() -> None:
+    dumps = big_fr_dumps(1024, 120, distinct=True)
+    verdict = analyse(dumps)
+    html = render_html(fr_page(verdict, "dumps", dumps))
+    assert len(html.encode()) < 2 << 20, len(html)
+    section = page_data(html)["sections"][0]
+    lanes = section["groups"][0]["lanes"]
+    assert len(lanes) == 1024 and all(len(lane["collectives"]) == 6 for lane in lanes)
+    assert all(lane["left_out_before"] == 110 - 6 for lane in lanes)
+    assert all(lane["collectives"][-1]["diverges"] for lane in lanes)
+    assert section["note"].startswith(
+        "each rank's last 6 collectives of each group around its first divergence"
+    )
+
+
 def test_fr_lanes_of_a_real_dump_mark_the_divergence() -> None:
     collected = read_dumps(DATA / "extra")
     report = analyse(collected.dumps)

@@ -21,6 +21,10 @@ from rankscope.pictures.page import Collective, FrGroup, FrLane, FrSection, Page
 KEEP = 50
 #: Of :data:`KEEP`, how many come after the divergence.
 AFTER = 5
+#: Collectives drawn in all (lanes x kept): beyond it each lane keeps fewer (at least :data:`LEAST`),
+#: so that a page of 1,024 ranks that all differ stays near half a megabyte.
+BUDGET = 6_000
+LEAST = 6
 
 
 def fr_page(report: FrReport, source: str = "", dumps: Optional[Sequence[RankDump]] = None) -> Page:
@@ -39,24 +43,30 @@ def fr_section(report: FrReport, dumps: Optional[Sequence[RankDump]] = None, kee
     """Per group and rank: with the dumps, each rank's last ``keep`` collectives around the group's
     first divergence; without them (a verdict joined to stacks), where each rank is."""
     by_rank = {d.rank: d for d in dumps or ()}
-    groups = []
-    for view in report.groups:
-        seq = view.divergence.seq if view.divergence is not None else -1
-        group = FrGroup(
-            name=group_name(view.pg, view.desc),
-            members=view.members,
-            lanes=_lanes(view, by_rank, seq, keep) if by_rank else _summaries(view),
-            divergence_seq=seq,
-            divergence=view.divergence.text if view.divergence is not None else "",
-        )
-        groups.append(group)
+    groups = [_group(view, by_rank, keep) for view in report.groups]
+    shown = sum(len(lane.collectives) for group in groups for lane in group.lanes)
+    if shown > BUDGET:
+        lanes = sum(len(group.lanes) for group in groups)
+        keep = max(LEAST, min(keep, BUDGET // max(1, lanes)))
+        groups = [_group(view, by_rank, keep) for view in report.groups]
     note = (
         f"each rank's last {keep} collectives of each group around its first divergence (at most "
-        f"{AFTER} after it); ranks with the same lane share it; what is left out is counted"
+        f"{min(AFTER, keep - 1)} after it); ranks with the same lane share it; what is left out is counted"
         if by_rank
         else "where each rank is: its last collective enqueued and completed, per group"
     )
     return FrSection(title="Flight recorder, per group and rank", groups=groups, note=note)
+
+
+def _group(view: GroupView, by_rank: dict[int, RankDump], keep: int) -> FrGroup:
+    seq = view.divergence.seq if view.divergence is not None else -1
+    return FrGroup(
+        name=group_name(view.pg, view.desc),
+        members=view.members,
+        lanes=_lanes(view, by_rank, seq, keep) if by_rank else _summaries(view),
+        divergence_seq=seq,
+        divergence=view.divergence.text if view.divergence is not None else "",
+    )
 
 
 def _summaries(view: GroupView) -> list[FrLane]:
@@ -72,7 +82,7 @@ def _window(entries: list[Entry], seq: int, keep: int) -> tuple[int, int]:
     if seq < 0:
         return max(0, len(entries) - keep), len(entries)
     at = next((i for i, e in enumerate(entries) if e.seq >= seq), len(entries))
-    end = min(len(entries), at + AFTER)
+    end = min(len(entries), at + min(AFTER, keep - 1))
     return max(0, end - keep), end
 
 
