@@ -21,8 +21,14 @@ def net_page(report: CheckReport, window: float) -> Page:
             cell = matrix.cell(source, target)
             row.append("" if cell is None or cell.verdict is None else SHORT[cell.verdict])
         cells.append(row)
-    legend = {SHORT[v]: MEANING[v][0].format(host="the target", port=matrix.port) for v in Verdict}
-    legend[""] = "not probed (the source node did not run the probes)"
+    used = {word for row in cells for word in row}
+    legend = {
+        SHORT[v]: MEANING[v][0].format(host="the target", port=matrix.port)
+        for v in Verdict
+        if SHORT[v] in used
+    }
+    if "" in used:
+        legend[""] = "not probed (the source node did not run the probes)"
     page = Page(title="rankscope net check", subtitle=header, verdict=verdict or ["no link was probed"])
     page.sections.append(
         HeatmapSection(
