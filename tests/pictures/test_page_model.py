@@ -15,14 +15,14 @@ from rankscope.cli.pictures import check_page_path, write_page
 from rankscope.errors import BadInputError
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
-from rankscope.model import Frame, Member
+from rankscope.model import Failure, FailureKind, Frame, Member, Stage
 from rankscope.pictures.folded import folded_lines
 from rankscope.pictures.fr_page import fr_page
 from rankscope.pictures.html import HIDDEN, embed_json, hide_secrets, render_html
 from rankscope.pictures.page import FlameNode, FlameSection, GridSection, Page, TableSection
 from rankscope.pictures.stacks_page import stacks_page
 from rankscope.stacks.render import render_text
-from rankscope.stacks.report import StackGroup
+from rankscope.stacks.report import GpuStatus, StackGroup
 
 DATA = Path(__file__).parent.parent / "data" / "fr" / "gloo-torch2.13"
 #: What a page carries as data: the JSON inside its one ``application/json`` script element.
@@ -247,3 +247,19 @@ def test_folded_lines_sum_samples_and_keep_the_separator_out() -> None:
         "Main,Thread;<module> (t.py:1) 1",
         "Main,Thread;<module> (t.py:1);f,g (t.py:2) 3",
     ]
+
+
+def test_gpus_and_failures_are_tables() -> None:
+    """GPUs come from NVML or nvidia-smi, which this machine has not: the report's entries are made up."""
+    report = big_report(8, 2, culprits=(3,))
+    report.gpus = [GpuStatus("node000", 0, "NVIDIA H100 80GB HBM3", 0, 1024, 81559, "NVML")]
+    report.failures = [
+        Failure("node001 pid 10005", Stage.DUMP, "py-spy timed out", "retry", kind=FailureKind.TIMED_OUT)
+    ]
+    tables = {
+        s.title: s for s in stacks_page(report, report.diagnosis).sections if isinstance(s, TableSection)
+    }
+    assert tables["GPUs"].rows == [
+        ["node000", "0", "NVIDIA H100 80GB HBM3", "0%", "1024 / 81559 MiB", "NVML"]
+    ]
+    assert tables["Failed"].rows == [["node001 pid 10005", str(Stage.DUMP), "py-spy timed out", "retry"]]
