@@ -123,6 +123,12 @@ def test_a_page_of_1024_ranks_stays_under_2_mb() -> None:
         )
         assert [c["seq"] for c in lane["collectives"] if c["diverges"]] == [110]
     assert "last 50 collectives" in page_data(fr)["sections"][0]["note"]
+    # Joined to stacks, where each rank is: the live stacks carry no list of collectives.
+    joined = next(s for s in page_data(stacks)["sections"] if s["kind"] == "fr")
+    assert [(lane["ranks"], lane["summary"]) for lane in joined["groups"][0]["lanes"]] == [
+        ("ranks 0-6,8-1023", "enqueued #110 all_reduce from step (train.py:45), completed #109"),
+        ("rank 7", "enqueued #110 barrier from main (train.py:63), completed #109"),
+    ]
 
 
 def test_1024_ranks_that_all_differ_keep_fewer_collectives_each_and_say_so() -> None:
