@@ -209,6 +209,11 @@ def test_embedded_json_reads_back_the_same() -> None:
         ),
         ("password: hunter2", "password: " + HIDDEN),
         ("all_reduce (train.py:70)", "all_reduce (train.py:70)"),
+        (
+            "encode (transformers/tokenization_utils_base.py:2345)",
+            "encode (transformers/tokenization_utils_base.py:2345)",
+        ),
+        ("login (auth.py:12)", "login (auth.py:12)"),
     ],
 )
 def test_secret_looking_values_are_hidden(text: str, hidden: str) -> None:

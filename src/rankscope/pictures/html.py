@@ -20,10 +20,11 @@ from typing import Any
 from rankscope.pictures.page import Page
 from rankscope.serial import to_json
 
-#: ``NAME=value`` / ``--name=value`` / ``name: value`` where the name says it is a secret.
+#: ``NAME=value`` / ``--name=value`` / ``name: value`` where the name says it is a secret (a colon
+#: only with a space after it: ``tokenizer.py:45`` is a source line).
 _SECRET = re.compile(
     r"(?i)(\b[\w.-]*(?:token|secret|passw(?:or)?d|api[_-]?key|access[_-]?key|private[_-]?key|credential|auth)"
-    r"[\w.-]*\s*[=:]\s*)(\S+)"
+    r"[\w.-]*(?:\s*=\s*|:\s+))(\S+)"
 )
 HIDDEN = "<hidden>"
 

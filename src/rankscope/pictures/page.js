@@ -32,7 +32,7 @@
     section.roots.forEach(function (top) {
       const area = el("div", "icicle");
       let depth = 0;
-      const total = Math.max(1, top.count);
+      const total = Math.max(1, section.total, top.count);  // a role on fewer ranks is narrower
       function place(node, level, left, width) {
         depth = Math.max(depth, level + 1);
         const div = el("div", "fn" + (level === 0 ? " root" : "") + (node.library ? " lib" : "") +

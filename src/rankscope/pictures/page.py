@@ -41,6 +41,7 @@ class FlameSection:
     title: str
     #: One root per thread role (the thread's name is the root frame).
     roots: list[FlameNode]
+    #: The ranks of the widest root: the full width (a role on fewer ranks is drawn narrower).
     total: int
     kind: str = "flame"
 
