@@ -6,8 +6,8 @@
   rankscope's demo job, `--scenario steps --culprit 2`: rank 2 loops in load_batch, the others wait
   in all_reduce, each rank at its own step), with its culprit frame clicked;
 - fr.png: `rankscope fr --html` of the dumps of a real 3-rank gloo job (tests/data/fr, scenario extra);
-- net.png: `rankscope net check --html` over ssh to sshd on 127.0.0.1 (two names for this machine,
-  and one whose login is refused);
+- net.png: `rankscope net check --html` over ssh to sshd on 127.0.0.1: node01 probed at 127.0.0.1,
+  node02 at ::1 (the listeners bind 0.0.0.0, IPv4 only: refused), node03's ssh login refused;
 - grid.png: the node-by-rank grid of a 1,024-rank report made up in memory (tests/pictures/synthetic.py:
   one machine cannot run a job on 8 nodes), as bench/bench_html.py measures it.
 """
@@ -78,7 +78,7 @@ def main() -> None:
             sshd.add_alias("node03", Port=str(free_port()))
             rankscope(
                 "net", "check", "--via", "ssh", "--ssh-config", str(sshd.ssh_config), "--hosts", "node[01-03]",
-                "--address", "node01=127.0.0.1", "--address", "node02=127.0.0.2", "--address", "node03=127.0.0.3",
+                "--address", "node01=127.0.0.1", "--address", "node02=::1", "--address", "node03=127.0.0.3",
                 "--remote-rankscope", str(Path(sys.executable).with_name("rankscope")), "--port", str(free_port()),
                 "--window", "1", "--html", str(work / "net.html"),
             )  # fmt: skip

@@ -183,16 +183,17 @@ def test_fr_page_marks_the_first_divergence(browser: Browser, tmp_path: Path) ->
 
 @pytest.mark.needs("chromium", "ssh")
 def test_net_check_page_is_a_heatmap(sshd_nodes: Sshd, browser: Browser, tmp_path: Path) -> None:
-    """A real net check over ssh to 127.0.0.1: two nodes and one whose ssh login is refused."""
+    """A real net check over ssh to 127.0.0.1: node02 is probed at ::1, where nothing listens (the
+    listeners bind 0.0.0.0, IPv4), and closedport's ssh login is refused."""
     page = tmp_path / "net.html"
     port = free_port()
     result = run_cli(
         "net", "check", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node01,node02,closedport",
-        "--address", "node01=127.0.0.1", "--address", "node02=127.0.0.2", "--address", "closedport=127.0.0.3",
+        "--address", "node01=127.0.0.1", "--address", "node02=::1", "--address", "closedport=127.0.0.3",
         "--remote-rankscope", REMOTE_RANKSCOPE, "--port", str(port), "--window", "1", "--html", str(page),
         env=client_env(), timeout=120,
     )  # fmt: skip
-    assert result.returncode in (0, 3, 4), result.stdout + result.stderr
+    assert result.returncode == 4, result.stdout + result.stderr
     assert browser.tab.open(page) == [page.resolve().as_uri()]
     rows = browser.tab.evaluate(
         "[...document.querySelectorAll('table.heat tr')].map(r => [...r.children].map(c => c.textContent))"
@@ -204,6 +205,13 @@ def test_net_check_page_is_a_heatmap(sshd_nodes: Sshd, browser: Browser, tmp_pat
     silent = next(row for row in rows if row[0] == "closedport")
     assert silent[1:] == ["-", "-", "-"]  # its ssh login is refused: it never ran the probes
     assert browser.tab.evaluate("document.querySelectorAll('table.heat td.good').length") >= 2
+    assert (
+        browser.tab.evaluate("document.querySelectorAll('table.heat td.bad').length") == 2
+    )  # node01 and node02 -> node02
+    verdict = browser.tab.evaluate("[...document.querySelectorAll('#verdict p')].map(p => p.textContent)")
+    findings = result.stdout.split("\nFindings\n", 1)[1].splitlines()
+    assert verdict == [line.strip() for line in findings if line.strip()], (verdict, findings)
+    assert verdict[0].startswith("node01 -> node02:") and "refused" in verdict[0]
     notes = browser.tab.evaluate("[...document.querySelectorAll('p.note')].map(p => p.textContent)")
     assert any("closedport did not run the probes" in n for n in notes), notes
 
