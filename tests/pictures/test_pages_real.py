@@ -77,7 +77,7 @@ def folded(result: CliResult) -> dict[str, int]:
     return counts
 
 
-def test_folded_stacks_count_ranks_or_rank_samples(job: LaunchedJob) -> None:
+def test_folded_stacks_count_ranks_or_rank_samples(job: LaunchedJob, tmp_path: Path) -> None:
     one = run_cli("stacks", "--pid", str(job.process.pid), "--folded")
     assert one.returncode == 0, one.stderr
     stacks = folded(one)
@@ -94,6 +94,11 @@ def test_folded_stacks_count_ranks_or_rank_samples(job: LaunchedJob) -> None:
     full = folded(run_cli("stacks", "--pid", str(job.process.pid), "--folded", "--full"))
     assert not any(" frames in " in s for s in full) and sum(full.values()) == sum(stacks.values())
     assert max(s.count(";") for s in full) > max(s.count(";") for s in stacks)
+    # With --out, stdout still holds only folded lines; the text report is kept.
+    out = tmp_path / "out"
+    kept = run_cli("stacks", "--pid", str(job.process.pid), "--folded", "--out", str(out))
+    assert sum(folded(kept).values()) == sum(stacks.values()) and str(out) in kept.stderr
+    assert "Diagnosis" in (out / "report.txt").read_text()
     # Three samples: rank-samples.
     sampled = folded(
         run_cli("stacks", "--pid", str(job.process.pid), "--folded", "--samples", "3", "--interval", "0.1")

@@ -82,8 +82,10 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         out.write(json.dumps(document, indent=2) + "\n")
     else:
         out.write(shown)
-        if request.out_dir is not None:
-            out.write(f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n")
+        if request.out_dir is not None:  # --folded: stdout holds only folded lines
+            (sys.stderr if request.folded else out).write(
+                f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n"
+            )
     out.flush()
     if stop.signum:
         sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
