@@ -100,6 +100,8 @@ class Tab:
     ws: WebSocket
     next_id: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: What the last page's scripts threw, and what it logged as an error (a refused fetch, say).
+    errors: list[str] = field(default_factory=list)
 
     def call(self, method: str, **params: Any) -> dict[str, Any]:
         self.next_id += 1
@@ -136,6 +138,13 @@ class Tab:
         self.call("Page.navigate", url=path.resolve().as_uri())
         self.wait_event("Page.loadEventFired")
         self.evaluate("0")  # drain events sent before the load event's answer
+        self.errors = [
+            json.dumps(e["params"])
+            for e in self.events
+            if e["method"] == "Runtime.exceptionThrown"
+            or e["method"] == "Log.entryAdded"
+            and e["params"]["entry"]["level"] == "error"
+        ]
         return [
             e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"
         ]
@@ -197,8 +206,8 @@ def start_browser(profile: Path, timeout: float = 60.0) -> Browser:
             targets = json.load(answer)
         page = next(t for t in targets if t["type"] == "page")
         tab = Tab(WebSocket(page["webSocketDebuggerUrl"]))
-        tab.call("Page.enable")
-        tab.call("Network.enable")
+        for domain in ("Page", "Network", "Runtime", "Log"):
+            tab.call(f"{domain}.enable")
         return Browser(process, port, tab)
     except BaseException:
         stop_browser(process)

@@ -119,6 +119,7 @@ def test_stacks_page_in_a_browser(stacks_page: tuple[Path, CliResult], browser: 
     assert SECRET not in html and len(html) < 200_000
     requests = browser.tab.open(page)
     assert requests == [page.resolve().as_uri()], requests  # the document itself, nothing else
+    assert browser.tab.errors == []  # no script error, nothing refused
     tab = browser.tab
     assert tab.evaluate("document.body.dataset.drawn") == "yes"
     # The verdict as the text report words it.
@@ -173,7 +174,7 @@ def test_fr_page_marks_the_first_divergence(browser: Browser, tmp_path: Path) ->
     page = tmp_path / "fr.html"
     result = run_cli("fr", str(DATA / "fr" / "gloo-torch2.13" / "extra"), "--html", str(page))
     assert result.returncode == 14, result.stdout + result.stderr  # desync
-    assert browser.tab.open(page) == [page.resolve().as_uri()]
+    assert browser.tab.open(page) == [page.resolve().as_uri()] and browser.tab.errors == []
     lanes = browser.tab.evaluate(
         "[...document.querySelectorAll('.lane')].map(l => [l.querySelector('.who').textContent,"
         " [...l.querySelectorAll('.op')].map(o => [o.textContent, o.classList.contains('div')])])"
@@ -199,7 +200,7 @@ def test_net_check_page_is_a_heatmap(sshd_nodes: Sshd, browser: Browser, tmp_pat
         env=client_env(), timeout=120,
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr
-    assert browser.tab.open(page) == [page.resolve().as_uri()]
+    assert browser.tab.open(page) == [page.resolve().as_uri()] and browser.tab.errors == []
     rows = browser.tab.evaluate(
         "[...document.querySelectorAll('table.heat tr')].map(r => [...r.children].map(c => c.textContent))"
     )
@@ -228,6 +229,7 @@ def test_the_network_log_sees_a_page_that_fetches(browser: Browser, tmp_path: Pa
     page.write_text(f'<!DOCTYPE html><img src="http://127.0.0.1:{free_port()}/x.png"><p>x</p>')
     requests = browser.tab.open(page)
     assert len(requests) == 2 and requests[1].startswith("http://127.0.0.1:"), requests
+    assert browser.tab.errors  # and the failed load is logged: the error check above can fail too
 
 
 def test_html_refuses_a_symbolic_link(job: LaunchedJob, tmp_path: Path) -> None:
