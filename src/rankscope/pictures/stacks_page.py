@@ -99,7 +99,7 @@ def _role_root(
 ) -> FlameNode:
     """The thread role as the root frame, then the text report's tree (stacks/merge.build_tree: chains
     of frames shared by the same ranks), each chain folded as the text report folds it."""
-    root = FlameNode(name=role, where="thread", ranks="", count=0)
+    root = FlameNode(name=role, where="", ranks="", count=0)
     _fill(root, list(dict.fromkeys(m for g in groups for m in g.members)), culprits, multi_host)
     root.children = _chains(build_tree(groups), full, culprits, multi_host)
     return root
