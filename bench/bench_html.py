@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.pictures.browser import browser_session  # noqa: E402
+from tests.pictures.browser import running_browser  # noqa: E402
 from tests.pictures.synthetic import big_fr_dumps, big_report  # noqa: E402
 
 from rankscope.fr.align import analyse  # noqa: E402
@@ -61,8 +61,8 @@ def main() -> None:
             path = Path(tmp) / f"{name}.html"
             path.write_text(text)
             pages[name] = (path, len(text.encode()), made)
-        for session in browser_session(Path(tmp) / "profile"):
-            tab = session.tab
+        for browser in running_browser(Path(tmp) / "profile"):
+            tab = browser.tab
             for name, (path, size, made) in pages.items():
                 tab.open(path)  # warm-up
                 loads = []

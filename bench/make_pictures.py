@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.pictures.browser import Tab, browser_session  # noqa: E402
+from tests.pictures.browser import Tab, running_browser  # noqa: E402
 from tests.support.sshd import free_port, start_sshd  # noqa: E402
 
 from rankscope.demo.launch import start_torchrun  # noqa: E402
@@ -88,11 +88,11 @@ def main() -> None:
 
         report = big_report(1024, 8)
         (work / "big.html").write_text(render_html(stacks_page(report, report.diagnosis)))
-        for session in browser_session(work / "profile"):
-            shoot(session.tab, work / "stacks.html", "stacks.png", click="load_batch")
-            shoot(session.tab, work / "fr.html", "fr.png")
-            shoot(session.tab, work / "net.html", "net.png")
-            shoot(session.tab, work / "big.html", "grid.png", selector="section.grid", height=330)
+        for browser in running_browser(work / "profile"):
+            shoot(browser.tab, work / "stacks.html", "stacks.png", click="load_batch")
+            shoot(browser.tab, work / "fr.html", "fr.png")
+            shoot(browser.tab, work / "net.html", "net.png")
+            shoot(browser.tab, work / "big.html", "grid.png", selector="section.grid", height=330)
 
 
 if __name__ == "__main__":

@@ -220,7 +220,7 @@ def stop_browser(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=30)
 
 
-def browser_session(profile: Path) -> Iterator[Browser]:
+def running_browser(profile: Path) -> Iterator[Browser]:
     browser = start_browser(profile)
     try:
         yield browser

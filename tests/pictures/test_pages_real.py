@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.pictures.browser import Browser, browser_session, colours
+from tests.pictures.browser import Browser, colours, running_browser
 from tests.support.cli import CliResult, run_cli
 from tests.support.cluster_fixtures import REMOTE_RANKSCOPE, client_env
 from tests.support.sshd import Sshd, free_port
@@ -55,7 +55,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    yield from browser_session(tmp_path_factory.mktemp("chromium-profile"))
+    yield from running_browser(tmp_path_factory.mktemp("chromium-profile"))
 
 
 @pytest.fixture(scope="module")
