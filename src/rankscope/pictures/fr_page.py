@@ -22,9 +22,11 @@ KEEP = 50
 #: Of :data:`KEEP`, how many come after the divergence.
 AFTER = 5
 #: Collectives drawn in all (lanes x kept): beyond it each lane keeps fewer (at least :data:`LEAST`),
-#: so that a page of 1,024 ranks that all differ stays near half a megabyte.
-BUDGET = 6_000
+#: so that a page of ranks that all differ stays under half a megabyte.
+BUDGET = 4_000
 LEAST = 6
+#: Distinct lanes drawn per group (the suspects' first); the ranks of the others are named in one line.
+MAX_LANES = 256
 
 
 def fr_page(report: FrReport, source: str = "", dumps: Optional[Sequence[RankDump]] = None) -> Page:
@@ -51,7 +53,8 @@ def fr_section(report: FrReport, dumps: Optional[Sequence[RankDump]] = None, kee
         groups = [_group(view, by_rank, keep) for view in report.groups]
     note = (
         f"each rank's last {keep} collectives of each group around its first divergence (at most "
-        f"{min(AFTER, keep - 1)} after it); ranks with the same lane share it; what is left out is counted"
+        f"{min(AFTER, keep - 1)} after it); ranks with the same lane share it; at most {MAX_LANES} different "
+        "lanes per group, the suspects' first; what is left out is counted"
         if by_rank
         else "where each rank is: its last collective enqueued and completed, per group"
     )
@@ -100,16 +103,23 @@ def _lanes(view: GroupView, dumps: dict[int, RankDump], seq: int, keep: int) -> 
         lane = FrLane(ranks="", collectives=shown, left_out_before=start, left_out_after=len(entries) - end)
         key = (start, len(entries) - end, *((c.seq, c.op, c.state, c.where) for c in shown))
         shared.setdefault(key, ([], lane))[0].append(rank)
+    suspects = set(view.divergence.suspects) if view.divergence is not None else set()
+    # The lanes of the suspects first, then by their first rank; past MAX_LANES the rest are counted.
+    groups = sorted(shared.values(), key=lambda item: (not suspects & set(item[0]), item[0][0]))
     lanes = []
-    for ranks, lane in shared.values():
-        lane.ranks = f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+    for ranks, lane in groups[:MAX_LANES]:
+        lane.ranks = _who(ranks)
         lanes.append(lane)
-    if view.absent:
+    rest = sorted(rank for ranks, _ in groups[MAX_LANES:] for rank in ranks)
+    if rest:
+        left = len(groups) - MAX_LANES
         lanes.append(
-            FrLane(
-                ranks=f"{'ranks' if len(view.absent) > 1 else 'rank'} {fold_ints(view.absent)}",
-                collectives=[],
-                summary="no dump",
-            )
+            FrLane(ranks=_who(rest), collectives=[], summary=f"{left} more different lanes, left out")
         )
+    if view.absent:
+        lanes.append(FrLane(ranks=_who(view.absent), collectives=[], summary="no dump"))
     return lanes
+
+
+def _who(ranks: list[int]) -> str:
+    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
