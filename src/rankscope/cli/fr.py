@@ -10,11 +10,12 @@ from typing import Any, Optional
 import click
 
 from rankscope.cli.params import from_params
+from rankscope.cli.pictures import HTML_OPTION, check_page_path
 from rankscope.errors import BadInputError, ExitCode
 from rankscope.fr.align import ENABLE_HINT, analyse
 from rankscope.fr.collect import read_dumps
 from rankscope.fr.ras import parse_ras, ras_notes
-from rankscope.fr.records import DEFAULT_LIMITS, Limits
+from rankscope.fr.records import DEFAULT_LIMITS, Limits, RankDump
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
 
@@ -33,6 +34,7 @@ Examples:
   rankscope fr /tmp/nccl_trace_rank_          # the files of a prefix
   rankscope fr /tmp/fr/ --json                # machine-readable (schema rankscope.fr/1)
   rankscope fr /tmp/fr/ --ras ncclras.txt     # and NCCL's RAS report beside it
+  rankscope fr /tmp/fr/ --html fr.html        # + a page: every group and rank around the divergence
   rankscope fr /tmp/fr/ --max-mib 64 --max-entries 50000   # read bigger dumps whole
   rankscope stacks --fr /tmp/fr/              # the verdict above the live stacks
 
@@ -51,6 +53,7 @@ class FrRequest:
     max_mib: int = DEFAULT_LIMITS.max_bytes >> 20
     max_entries: int = DEFAULT_LIMITS.max_entries
     max_frames: int = DEFAULT_LIMITS.max_frames
+    html: Optional[Path] = None
 
     def limits(self) -> Limits:
         return replace(
@@ -64,6 +67,13 @@ class FrRequest:
 def analyse_path(
     path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
 ) -> FrReport:
+    return analyse_dumps(path, ras, world_size, limits)[0]
+
+
+def analyse_dumps(
+    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
+) -> tuple[FrReport, list[RankDump]]:
+    """The verdict, and the dumps it was made from (the page draws their entries)."""
     collected = read_dumps(path, limits)
     report = analyse(collected.dumps, collected.unreadable, world_size, collected.refused)
     if ras is not None:
@@ -76,7 +86,7 @@ def analyse_path(
         except ValueError as err:
             raise BadInputError(f"{ras}: {err}") from None
         report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
-    return report
+    return report, collected.dumps
 
 
 def exit_code_of(report: FrReport) -> int:
@@ -130,13 +140,20 @@ def exit_code_of(report: FrReport) -> int:
     metavar="N",
     help="Keep each entry's innermost N frames.",
 )
+@HTML_OPTION
 def fr(**params: Any) -> int:
     request = from_params(FrRequest, params)
-    report = analyse_path(request.dumps, request.ras, request.world_size, request.limits())
+    check_page_path(request.html)
+    report, dumps = analyse_dumps(request.dumps, request.ras, request.world_size, request.limits())
     if request.as_json:
         click.echo(json.dumps(report_document(report), indent=2))
     else:
         click.echo(render_text(report, str(request.dumps)), nl=False)
         if report.empty:
             click.echo(f"rankscope: the flight recorder was not enabled — {ENABLE_HINT}", err=True)
+    if request.html is not None:
+        from rankscope.cli.pictures import write_page
+        from rankscope.pictures.fr_page import fr_page
+
+        write_page(request.html, fr_page(report, str(request.dumps), dumps))
     return exit_code_of(report)
