@@ -12,7 +12,9 @@ def _parsed(argv: list[str]) -> WhyOptions:
 
 
 def test_every_option_reaches_the_nodes() -> None:
-    options = WhyOptions(pids=(4, 5), logs=("a.log", "b.log"), fr="/fr/", cores="/c", timeout=7.5, slurm_job="12")
+    options = WhyOptions(
+        pids=(4, 5), logs=("a.log", "b.log"), fr="/fr/", cores="/c", timeout=7.5, slurm_job="12"
+    )
     argv = options.to_argv()
     assert argv[:3] == ["why", "--local", "--json"]
     assert _parsed(argv[1:]) == options

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
 from rankscope.ranks import short_hostname
+from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
 from rankscope.why.report import (
@@ -74,6 +75,23 @@ def gather_stacks(options: WhyOptions, deadline: float, stop: Optional[Stop]) ->
     budget = _left(deadline) * 0.7  # the rest is for the other signals
     stacks = StacksOptions(pids=pids, timeout=min(DEFAULT_TIMEOUT, budget), deadline=budget)
     return run_local(stacks, stop=stop)
+
+
+def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFacts]:
+    """ECC errors and the processes of each GPU (`nvidia-smi -q -x`); ``gpus`` as they are without it."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return gpus
+    from rankscope import lifetime
+    from rankscope.doctor.nvsmi import parse_query_xml
+
+    child = lifetime.run([smi, "-q", "-x"], min(5.0, _left(deadline)), capture=16 << 20)
+    if child.timed_out or child.returncode != 0:
+        return gpus
+    try:
+        return with_details(gpus, parse_query_xml(child.text()), host)
+    except ValueError:
+        return gpus
 
 
 # ----------------------------------------------------------------------------- ended ranks
@@ -496,10 +514,9 @@ def gather_local(
         launchers = [j.launcher_pid for j in report.jobs if j.launcher_pid is not None]
         job_pids.update(launchers)
         started = _job_start(launchers or sorted(job_pids))
-        gpus = [
-            GpuFacts(g.host, g.index, g.name, g.utilization, g.memory_used_mib, source=g.source)
-            for g in report.gpus or []
-        ]
+        gpus = from_status(report.gpus or [])
+        if report.gpus is not None:  # a rank waits for its GPU: its ECC errors and processes too
+            gpus = gpu_details(gpus, host, deadline)
         gathered.gpus.extend(gpus)
         gathered.signal("GPU", READ if gpus else ABSENT if report.gpus is not None else SKIPPED,
                         f"{len(gpus)} GPUs" if gpus else "no rank waits for its GPU: not asked"
@@ -542,7 +559,7 @@ def gather_local(
                 gathered.notes.append(note)
         _error_files(sorted(job_pids), gathered)
         for pid in [*launchers, *sorted(job_pids)]:
-            gathered.environ = procfs.environ(pid)
+            gathered.environ = _environ(pid)
             if gathered.environ:
                 break
     if options.fr is not None:
@@ -618,9 +635,17 @@ def _job_start(pids: Iterable[int]) -> float:
     return min(starts) if starts else 0.0
 
 
+def _environ(pid: int) -> dict[str, str]:
+    """A process's environment; {} for one that ended or may not be read."""
+    try:
+        return procfs.environ(pid)
+    except OSError:
+        return {}
+
+
 def _slurm_job(pids: Iterable[int]) -> Optional[str]:
     for pid in pids:
-        job = procfs.environ(pid).get("SLURM_JOB_ID")
+        job = _environ(pid).get("SLURM_JOB_ID")
         if job:
             return job
     return None
@@ -630,7 +655,7 @@ def _error_files(pids: Iterable[int], gathered: Gathered) -> None:
     """Each rank's TORCHELASTIC_ERROR_FILE (the launcher names one per worker), when written."""
     found = 0
     for pid in pids:
-        env = procfs.environ(pid)
+        env = _environ(pid)
         path = env.get(ERROR_FILE_VAR)
         if not path or not os.path.isfile(path):
             continue

@@ -269,7 +269,7 @@ def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> O
 
 
 def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Hypothesis:
-    ranks = _ranks_of(finding)
+    ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "all_waiting" or not ranks:
         text = finding.what if finding.cause == "all_waiting" else f"{finding.who or 'a process'} {words}"
