@@ -2,7 +2,8 @@
 
 Kept: ``why.json`` and ``report.txt``; ``stacks/`` as `stacks --out` writes it (raw dumps,
 stacks.json); ``fr.json``; the job's output under ``logs/`` (the last 16 MiB of each file);
-``kernel.txt``; the ranks' crash/SIGTERM dumps under ``runtime/``; ``environment.txt``, the job's
+``kernel.txt``; the ranks' crash/SIGTERM dumps under ``runtime/``; torchelastic error files under ``errors/``
+(``rank-R.pid-P.error.json``); ``environment.txt``, the job's
 environment with every secret-looking variable removed, and the removal noted in it.
 `rankscope why --from DIR` reads the bundle back.
 """
@@ -65,6 +66,13 @@ def write_bundle(out_dir: Path, gathered: Gathered, document: dict[str, Any], te
             runtime = out.subdir("runtime")
             for item in crash:
                 out.write(os.path.basename(item.path), _tail(item.path, LOG_TAIL), subdir=runtime)
+        errors = [f for f in gathered.rank_files if f.kind == "error_file"]
+        if errors:
+            kept_errors = out.subdir("errors")
+            for item in errors:
+                rank = item.rank if item.rank is not None else "none"
+                name = f"rank-{rank}.pid-{item.pid or 0}.error.json"
+                out.write(name, _tail(item.path, LOG_TAIL), subdir=kept_errors)
         if gathered.environ:
             kept, removed = without_secrets(gathered.environ)
             lines = [f"{k}={v}" for k, v in sorted(kept.items())]

@@ -174,8 +174,13 @@ def rank_file(path: str, text: str) -> Optional[RankFile]:
     kind = "term" if name.endswith(".term") else "crash"
     if not text.strip():
         return None
+    crashed = re.search(
+        r"^Current thread 0x([0-9a-fA-F]+)", text, re.MULTILINE
+    )  # the thread that got the signal
     try:
-        threads = parse_faulthandler(text, pid or 0)
+        threads = parse_faulthandler(
+            text, pid or 0, main_ident=int(crashed.group(1), 16) if crashed else None
+        )
     except ValueError:
         threads = []
     current = next((t for t in threads if t.frames), None)

@@ -4,7 +4,8 @@ read back and weighed again (the same analysis as a live run).
 What is read, where present: ``stacks.json`` with ``raw/`` (at the top or under ``stacks/``, through
 `stacks --from`'s reader), ``fr.json`` (a `rankscope.fr` document) or flight-recorder dumps under
 ``fr/``, the job's output under ``logs/`` (and ``*.log`` files at the top), ``kernel.txt``,
-the ranks' ``*.crash``/``*.term`` dumps (at the top or under ``runtime/``), cores under ``cores/``,
+the ranks' ``*.crash``/``*.term`` dumps (at the top or under ``runtime/``), torchelastic error
+files (``errors/*.json``, ``*error*.json``), cores under ``cores/``,
 and the ended ranks and pid -> rank map of ``why.json``.
 """
 
@@ -13,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from pathlib import Path
 
 from rankscope.errors import BadInputError
-from rankscope.why.collect import rank_file, read_cores, read_fr, read_logs
+from rankscope.why.collect import error_file, rank_file, read_cores, read_fr, read_logs
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.report import ABSENT, READ
 from rankscope.why.signals import Gathered
@@ -97,6 +99,17 @@ def read_from(directory: Path) -> Gathered:
                 if item.pid is not None and item.rank is not None:
                     gathered.pid_rank.setdefault(item.pid, item.rank)
     gathered.signal("crash and SIGTERM dumps", READ if found else ABSENT, f"{found} kept")
+    errors = 0
+    for path in sorted(directory.glob("errors/*.json")) + sorted(directory.glob("*error*.json")):
+        item = error_file(str(path))
+        if item is None:
+            continue
+        named = re.match(r"rank-(\d+)\.pid-(\d+)\.", path.name)
+        if named is not None:
+            item.rank, item.pid = int(named.group(1)), int(named.group(2))
+        gathered.rank_files.append(item)
+        errors += 1
+    gathered.signal("torchelastic error files", READ if errors else ABSENT, f"{errors} kept")
     if (directory / "cores").is_dir():
         read_cores(str(directory / "cores"), gathered)
     if not any(s.state == READ for s in gathered.signals) and not before:
@@ -125,9 +138,6 @@ def _previous(directory: Path, gathered: Gathered) -> bool:
     for dead in before.dead:
         if dead.rank is not None:
             gathered.pid_rank.setdefault(dead.pid, dead.rank)
-    for item in before.rank_files:
-        if item.kind == "error_file":
-            gathered.rank_files.append(item)
     if before.dead:
         gathered.signal("ended ranks", READ, f"{path}: {len(before.dead)}")
     return True

@@ -1,0 +1,114 @@
+"""What ranks leave behind, read by `why --from` and `--cores`: a real crash dump of the in-process
+handler, a real torchelastic error file, real cores; and bad input, each one line of the report or
+one error line with its exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.core.conftest import Crashes, crashes  # noqa: F401 - the fixture
+from tests.support.cli import run_cli
+
+CRASH = """\
+import ctypes, time
+
+def read_record():
+    ctypes.string_at(0)
+
+def main():
+    read_record()
+
+main()
+"""
+
+RECORD = """\
+from torch.distributed.elastic.multiprocessing.errors import record
+
+def load_shard():
+    raise ValueError("shard 7 is empty")
+
+@record
+def main():
+    load_shard()
+
+main()
+"""
+
+
+def test_a_crash_dump_of_the_in_process_handler(tmp_path: Path) -> None:
+    script = tmp_path / "crasher.py"
+    script.write_text(CRASH)
+    runtime = tmp_path / "rt"
+    env = dict(os.environ, RANKSCOPE_INPROC="1", RANKSCOPE_RUNTIME_DIR=str(runtime), RANK="1", WORLD_SIZE="2")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=60)
+    assert proc.returncode < 0
+    bundle = tmp_path / "capture"
+    bundle.mkdir()
+    for crash in runtime.glob("*.crash"):
+        shutil.copy(crash, bundle / crash.name)
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("fatal_signal", [1])
+    assert verdict["location"] == "read_record (crasher.py:4)"
+    assert "Fatal Python error: Segmentation fault" in verdict["evidence"][0]["text"]
+    assert verdict["evidence"][0]["source"].startswith("crash file ")
+
+
+def test_a_torchelastic_error_file_written_by_record(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(RECORD)
+    bundle = tmp_path / "capture"
+    bundle.mkdir()
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(bundle / "error.json"), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=120)
+    assert proc.returncode != 0 and (bundle / "error.json").exists(), proc.stderr
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert verdict["cause"] == "python_exception"
+    assert verdict["location"] == "load_shard (train.py:4)"
+    assert "shard 7 is empty" in verdict["evidence"][0]["text"]
+
+
+@pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
+def test_cores_name_the_rank_that_crashed(crashes: Crashes, tmp_path: Path) -> None:  # noqa: F811
+    core = crashes.crash(rank=3)
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    shutil.copy(core, cores / core.name)
+    result = run_cli("why", "--cores", str(cores), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("native_crash", [3])
+    assert "SIGSEGV" in verdict["evidence"][0]["text"]
+    assert verdict["next_step"].startswith("rankscope core bt ")
+
+
+def test_bad_inputs_are_lines_of_the_report_or_one_error_line(tmp_path: Path) -> None:
+    missing = run_cli("why", "--from", str(tmp_path / "nope"))
+    assert missing.returncode == 8 and missing.stderr.count("\n") == 1
+    assert "not a directory" in missing.stderr
+    empty = run_cli("why", "--from", str(tmp_path))
+    assert empty.returncode == 8 and "no signal kept there" in empty.stderr
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "n.rank-0.pid-5.crash").write_bytes(b"\x00\xff garbage, not faulthandler")
+    (hostile / "error.json").write_text("{not json")
+    (hostile / "job.log").write_text("[rank0]: ValueError: bad value\n")
+    os.mkfifo(hostile / "n.rank-1.pid-6.term")
+    result = run_cli("why", "--from", str(hostile), "--json", timeout=30)
+    assert result.returncode == 15, result.stderr
+    document = result.json()
+    assert document["verdict"]["ranks"] == [0]
+    signals = {s["name"]: s["state"] for s in document["signals"]}
+    assert signals["torchelastic error files"] == "absent"
+    log = run_cli("why", "--log", str(tmp_path / "missing.log"), "--json")
+    assert log.returncode in (3, 4), log.stderr
+    assert any(s["name"] == "job output" and s["state"] == "failed" for s in log.json()["signals"])
