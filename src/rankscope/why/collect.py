@@ -18,6 +18,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -305,7 +306,6 @@ def read_logs(paths: list[str], gathered: Gathered) -> None:
         gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
         return
     gathered.logs.extend(paths)
-    gathered.log_findings.extend(counts.findings)
     for group in report.groups:
         tb = group.timed or group.example
         frame = user_frame(tb.frames)
@@ -313,6 +313,13 @@ def read_logs(paths: list[str], gathered: Gathered) -> None:
             gathered.log_places[(tb.source, tb.line_number)] = (
                 f"{frame.function} ({os.path.basename(frame.filename)}:{frame.line})"
             )
+    # the user's frame as `function (file:line)`, so the finding says it wherever it is weighed (a head)
+    gathered.log_findings.extend(
+        replace(f, where=gathered.log_places[(f.source, f.line)])
+        if (f.source, f.line) in gathered.log_places
+        else f
+        for f in counts.findings
+    )
     read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(paths)}): {counts.lines} lines"
     read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
     gathered.signal("job output", READ, read)

@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from rankscope.cluster.classify import NodeResult
-from rankscope.model import NodeStatus, Stage
-from rankscope.why.report import READ, WhyReport, load_report
+from rankscope.model import Failure, NodeStatus, Stage
+from rankscope.why.report import FAILED, READ, WhyReport, load_report
 from rankscope.why.signals import Gathered
 
 #: Findings the head derives again from the merged signals (the others are the node's own).
@@ -53,6 +53,8 @@ def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> 
     for result, report in answers:
         gathered.hosts.append(result.node)
         if report is None:
+            gathered.failures.append(Failure(result.node, result.stage, result.reason, result.hint))
+            gathered.signal(f"{result.node}", FAILED, f"[{result.stage.value}] {result.reason}")
             continue
         if report.stacks is not None:
             from rankscope.cluster.stacks_remote import relabel_host
