@@ -112,3 +112,15 @@ def test_bad_inputs_are_lines_of_the_report_or_one_error_line(tmp_path: Path) ->
     log = run_cli("why", "--log", str(tmp_path / "missing.log"), "--json")
     assert log.returncode in (3, 4), log.stderr
     assert any(s["name"] == "job output" and s["state"] == "failed" for s in log.json()["signals"])
+
+
+@pytest.mark.needs("pidns")
+def test_no_job_and_no_input_is_nothing_to_judge() -> None:
+    """In a pid namespace of its own (no job of another test is visible): exit 3, the signals listed."""
+    proc = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "rankscope", "why"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr + proc.stdout
+    assert "Nothing to judge: no job on this node and no input named" in proc.stdout
+    assert "stacks" in proc.stdout and "no distributed job found on this node" in proc.stdout

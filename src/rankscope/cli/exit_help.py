@@ -50,7 +50,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "numerics": (0, 2, 6, 20),
     "fr": (0, 2, 3, 4, 8, 14),
     "trace": (0, 2, 3, 4, 8),
-    "why": (0, 2, 3, 4, 6, 8, 15, 130, 143),
+    "why": (0, 2, 3, 4, 8, 15, 130, 143),
 }
 
 #: Verbs whose code is not one of the table's.

@@ -160,11 +160,31 @@ def why(**params: Any) -> int:
     finally:
         if progress is not None:
             progress.clear()
+    gone = bad_pids(request, gathered)
+    if gone:
+        from rankscope.errors import BadInputError
+
+        raise BadInputError(f"{gone}: no such process (it exited or never existed)",
+                            "a job that is gone: rankscope why --log ITS_OUTPUT (--fr DUMPS, --cores DIR)")  # fmt: skip
     code = finish(request, gathered, started)
     if stop.signum:
         sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
         return 128 + stop.signum
     return code
+
+
+def bad_pids(request: WhyRequest, gathered: Gathered) -> str:
+    """Every --pid named is gone and nothing else was named: the pids, for one error line; "" otherwise."""
+    from rankscope.model import FailureKind
+
+    stacks = gathered.stacks
+    if not request.options.pids or request.options.logs or request.options.fr or request.options.cores:
+        return ""
+    if stacks is None or stacks.processes or not stacks.failures:
+        return ""
+    if all(f.kind == FailureKind.GONE for f in stacks.failures):
+        return ", ".join(f.target for f in stacks.failures)
+    return ""
 
 
 def exit_code_of(report: WhyReport) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
+from rankscope.errors import MissingToolError
 from rankscope.ranks import short_hostname
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
@@ -75,7 +76,15 @@ def gather_stacks(options: WhyOptions, deadline: float, stop: Optional[Stop]) ->
         pids = (*pids, *slurm_job_pids(options.slurm_job))
     budget = _left(deadline) * 0.7  # the rest is for the other signals
     stacks = StacksOptions(pids=pids, timeout=min(DEFAULT_TIMEOUT, budget), deadline=budget)
-    return run_local(stacks, stop=stop)
+    try:
+        return run_local(stacks, stop=stop)
+    except MissingToolError:  # no py-spy: the ranks' in-process handlers alone (a signal, not a failure)
+        result = run_local(replace(stacks, via_signal=True), stop=stop)
+        assert result.report.diagnosis is not None
+        result.report.diagnosis.notes.append(
+            "py-spy is not installed: stacks only through in-process handlers"
+        )
+        return result
 
 
 def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFacts]:

@@ -419,7 +419,8 @@ def rank_states(gathered: Gathered) -> list[RankState]:
 
 
 def outcome_of(verdict: Optional[Hypothesis], gathered: Gathered) -> str:
-    read = [s for s in gathered.signals if s.state == READ]
+    # kernel messages are the node's, not the job's: alone they are nothing to judge
+    read = [s for s in gathered.signals if s.state == READ and not s.name.endswith("kernel messages")]
     if verdict is not None:
         return CAUSE
     if not read:
