@@ -124,3 +124,58 @@ def test_no_job_and_no_input_is_nothing_to_judge() -> None:
     assert proc.returncode == 3, proc.stderr + proc.stdout
     assert "Nothing to judge: no job on this node and no input named" in proc.stdout
     assert "stacks" in proc.stdout and "no distributed job found on this node" in proc.stdout
+
+
+TERM = """\
+import faulthandler, os, sys
+
+def wait_for_peers():
+    with open(sys.argv[1], "w") as out:
+        faulthandler.dump_traceback(out, all_threads=True)
+
+wait_for_peers()
+"""
+
+
+def test_a_sigterm_dump_beside_a_crash_dump(tmp_path: Path) -> None:
+    """faulthandler's text of a rank ended by SIGTERM (``<base>.term``, what the in-process handler
+    writes) is that rank's state; the other rank's crash is the verdict."""
+    bundle = tmp_path / "capture"
+    runtime = bundle / "runtime"
+    runtime.mkdir(parents=True)
+    script = tmp_path / "peer.py"
+    script.write_text(TERM)
+    subprocess.run(
+        [sys.executable, str(script), str(runtime / "n1.rank-0.pid-41.term")], check=True, timeout=60
+    )
+    crasher = tmp_path / "crasher.py"
+    crasher.write_text(CRASH)
+    env = dict(
+        os.environ, RANKSCOPE_INPROC="1", RANKSCOPE_RUNTIME_DIR=str(tmp_path / "rt"), RANK="1", WORLD_SIZE="2"
+    )
+    subprocess.run([sys.executable, str(crasher)], env=env, capture_output=True, timeout=60)
+    for crash in (tmp_path / "rt").glob("*.crash"):
+        shutil.copy(crash, runtime / crash.name)
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = result.json()
+    assert (document["verdict"]["cause"], document["verdict"]["ranks"]) == ("fatal_signal", [1])
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["0"] == "ended by SIGTERM in wait_for_peers (peer.py:5)"
+    assert states["1"] == "died of a fatal signal in read_record (crasher.py:4)"
+
+
+def test_the_jobs_output_is_read_from_files_never_from_a_pipe_or_a_terminal(tmp_path: Path) -> None:
+    from rankscope.why.collect import output_files, torchrun_log_dir
+
+    log = tmp_path / "err.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    try:
+        assert output_files([proc.pid]) == [str(log)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert torchrun_log_dir(["torchrun", "--log-dir", "logs", "train.py"], "/job") == "/job/logs"
+    assert torchrun_log_dir(["torchrun", "--log_dir=/abs", "train.py"], "/job") == "/abs"
+    assert torchrun_log_dir(["torchrun", "train.py"], "/job") is None

@@ -146,3 +146,17 @@ def test_secret_looking_variables_are_removed() -> None:
     kept, removed = without_secrets(env)
     assert removed == ["AWS_SECRET_ACCESS_KEY", "DB", "HF_TOKEN", "WANDB_API_KEY"]
     assert set(kept) == {"MASTER_ADDR", "RANK", "PATH", "NCCL_DEBUG"}
+
+
+def test_a_rank_behind_the_others_is_a_straggler() -> None:
+    from rankscope.stacks.report import StepInfo
+
+    stacks = _stacks({(0, 1, 2): BARRIER}, world=3)
+    for process, step in zip(stacks.processes, (7, 6, 7)):
+        process.progress = StepInfo(step=step)
+    stacks.diagnosis = diagnose(stacks)
+    why = weigh(Gathered(hosts=["n1"], stacks=stacks))
+    assert why.verdict is not None
+    assert (why.verdict.cause, why.verdict.ranks) == ("straggler", [1])
+    assert why.verdict.evidence[0].source == "progress markers"
+    assert "rank 1 at step 6 while other ranks reached step 7" in why.verdict.evidence[0].text

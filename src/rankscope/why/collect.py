@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 from rankscope import procfs
 from rankscope.errors import MissingToolError
@@ -300,7 +300,28 @@ def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
     return [p for p in dict.fromkeys(found) if os.path.isfile(p)], ""
 
 
-def read_logs(paths: list[str], gathered: Gathered) -> None:
+class _Deadline:
+    """What `logs`' reader asks between blocks (a StopSignals' ``signum`` and ``name``): set once the
+    pass's deadline passed or a stop signal came, so the job's output is read as far as time allows."""
+
+    def __init__(self, deadline: Optional[float], stop: Optional[Stop]) -> None:
+        self.deadline = deadline
+        self.stop = stop
+
+    @property
+    def signum(self) -> int:
+        if self.stop is not None and self.stop.signum:
+            return int(self.stop.signum)
+        return 1 if self.deadline is not None and time.monotonic() > self.deadline else 0
+
+    @property
+    def name(self) -> str:
+        return "the deadline (--timeout)"
+
+
+def read_logs(
+    paths: list[str], gathered: Gathered, deadline: Optional[float] = None, stop: Optional[Stop] = None
+) -> None:
     """The job's output through `logs errors`: its findings and the user frames of its tracebacks."""
     from rankscope.errors import RankscopeError
     from rankscope.logs.errors_report import scan_errors
@@ -309,7 +330,7 @@ def read_logs(paths: list[str], gathered: Gathered) -> None:
     from rankscope.logs.sources import discover
 
     try:
-        reading = Reading(discover(paths))
+        reading = Reading(discover(paths), stop=cast(Any, _Deadline(deadline, stop)))
         report, counts = scan_errors(reading)
     except (RankscopeError, OSError) as err:
         gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
@@ -334,6 +355,8 @@ def read_logs(paths: list[str], gathered: Gathered) -> None:
     gathered.signal("job output", READ, read)
     for skipped in reading.skipped:
         gathered.notes.append(f"job output: {skipped}")
+    if reading.interrupted:
+        gathered.notes.append(f"job output: read until {reading.interrupted}; the rest was not read")
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -545,7 +568,7 @@ def gather_local(
         # ranks that ended while the job runs, and what their runtime files say
         gathered.dead.extend(ended_ranks(launchers, host))
         job_pids.update(d.pid for d in gathered.dead)
-        directories = _runtime_dirs(report.processes)
+        directories = _runtime_dirs([p.pid for p in report.processes], launchers)
         files, ranks = runtime_files(directories, job_pids, started, host)
         gathered.rank_files.extend(files)
         for pid, rank in ranks.items():
@@ -592,7 +615,7 @@ def gather_local(
     logs = list(dict.fromkeys(logs))
     if logs:
         say("job output")
-        read_logs(logs, gathered)
+        read_logs(logs, gathered, deadline, stop)
     else:
         gathered.signal(
             "job output",
@@ -630,19 +653,30 @@ def _name_dead(gathered: Gathered) -> None:
             gathered.pid_rank.setdefault(dead.pid, dead.rank)
 
 
-def _runtime_dirs(processes: Iterable[object]) -> list[tuple[str, int]]:
+def _runtime_dirs(pids: Iterable[int], launchers: Iterable[int]) -> list[tuple[str, int]]:
+    """The runtime directories of the ranks (from their environment) and of their launchers (the
+    directory their ranks inherit: where the files of ranks that already ended are)."""
+    from rankscope.inproc import runtime
     from rankscope.stacks.inproc_collect import locate
 
     found: dict[str, int] = {}
-    for process in processes:
-        pid = getattr(process, "pid", None)
-        if pid is None:
-            continue
+    for pid in pids:
         try:
             directory, uid, _ = locate(pid)
         except OSError:
             continue
         found.setdefault(directory, uid)
+    for launcher in launchers:
+        owner = procfs.uid(launcher)
+        environ = _environ(launcher)
+        if owner is None or not environ:
+            continue
+        directory = runtime.runtime_dir(environ, owner)
+        try:
+            runtime.check_private(os.lstat(directory), owner)
+        except OSError:
+            continue
+        found.setdefault(directory, owner)
     return list(found.items())
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import signal as signals_module
 from collections.abc import Sequence
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, decide
 from rankscope.folding import fold_ints, parse_ints
@@ -28,6 +28,9 @@ from rankscope.why.report import (
     WhyReport,
 )
 from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    from rankscope.stacks.report import StacksReport
 
 KILLED_STEP = (
     "SIGKILL comes from outside the process: the kernel's OOM killer (host memory) or the scheduler "
@@ -89,6 +92,7 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                 Finding(Kind.STACKS, "all_waiting", CULPRIT, None, finding.text, where, "stacks", 0, 3,
                         ranks=fold_ints(ranks))
             )  # fmt: skip
+    out.extend(_stragglers(report, waiting))
     for rank in diagnosis.missing_ranks:
         out.append(
             Finding(Kind.STACKS, "rank_missing", CULPRIT, str(rank),
@@ -96,6 +100,20 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                     None, "stacks", 0, 2, rank)
         )  # fmt: skip
     return out
+
+
+def _stragglers(report: StacksReport, waiting: bool) -> list[Finding]:
+    """Ranks whose progress marker is behind the others' while ranks wait in a collective."""
+    steps = {p.rank.rank: p.progress.step for p in report.processes
+             if p.rank.rank is not None and p.progress is not None and p.progress.step is not None}  # fmt: skip
+    if not waiting or len(set(steps.values())) < 2:
+        return []
+    lowest = min(steps.values())
+    behind = sorted(r for r, step in steps.items() if step == lowest)
+    ahead = max(steps.values())
+    what = f"{_rank_word(behind)} at step {lowest} while other ranks reached step {ahead} (progress markers)"
+    return [Finding(Kind.STACKS, "straggler", CULPRIT, str(behind[0]), what, None, "progress markers", 0, 2,
+                    behind[0], ranks=fold_ints(behind))]  # fmt: skip
 
 
 def fr_findings(gathered: Gathered) -> list[Finding]:
@@ -223,7 +241,7 @@ def _tier(finding: Finding) -> int:
 
 def _ranks_of(finding: Finding) -> list[int]:
     """The global ranks a finding blames: the folded ranks of stacks and recorders, else its rank."""
-    if finding.source in ("stacks", "flight recorders") and finding.ranks:
+    if finding.source in ("stacks", "flight recorders", "progress markers") and finding.ranks:
         return parse_ints(finding.ranks)
     if finding.global_rank is not None:
         return [finding.global_rank]
@@ -245,6 +263,7 @@ _WORDS = {
     "other_collective": "waits in another collective than the others",
     "gpu_wait": "is blocked on its GPU",
     "rank_missing": "is gone while the other ranks wait for it",
+    "straggler": "is behind the other ranks (a straggler)",
     "all_waiting": "every rank waits in the same collective, none of them elsewhere",
     "fatal_signal": "died of a fatal signal",
     "native_crash": "crashed in native code",
