@@ -179,3 +179,24 @@ def test_the_jobs_output_is_read_from_files_never_from_a_pipe_or_a_terminal(tmp_
     assert torchrun_log_dir(["torchrun", "--log-dir", "logs", "train.py"], "/job") == "/job/logs"
     assert torchrun_log_dir(["torchrun", "--log_dir=/abs", "train.py"], "/job") == "/abs"
     assert torchrun_log_dir(["torchrun", "train.py"], "/job") is None
+
+
+SCONTROL = """\
+JobId=2180718 JobName=train.sbatch
+   UserId=ana(1000) GroupId=ana(1000) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=gpu[001-002]
+   WorkDir=/home/ana/run
+   StdErr=/home/ana/run/slurm-2180718.err
+   StdIn=/dev/null
+   StdOut=/home/ana/run/slurm-2180718.out
+"""
+
+
+def test_slurm_output_files_from_scontrol() -> None:
+    from rankscope.why.collect import slurm_output_paths
+
+    assert slurm_output_paths(SCONTROL) == [
+        "/home/ana/run/slurm-2180718.err",
+        "/home/ana/run/slurm-2180718.out",
+    ]

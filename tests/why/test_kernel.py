@@ -78,3 +78,22 @@ def test_a_segfault_of_a_rank_is_a_crash_of_that_rank() -> None:
     report = weigh(gathered)
     assert report.verdict is not None
     assert (report.verdict.cause, report.verdict.ranks) == ("segfault", [1])
+
+
+def test_kernel_messages_not_permitted_are_a_line_that_says_why() -> None:
+    """What dmesg and journalctl print to a user without CAP_SYSLOG under kernel.dmesg_restrict=1."""
+    from rankscope.why.collect import kernel_signal
+
+    gathered = Gathered()
+    kernel_signal(
+        None,
+        "",
+        "dmesg: dmesg: read kernel buffer failed: Operation not permitted; journalctl: No journal files were found.",
+        gathered,
+    )
+    (line,) = gathered.signals
+    assert (line.name, line.state) == ("kernel messages", "refused")
+    assert "needs root or CAP_SYSLOG" in line.detail and "Operation not permitted" in line.detail
+    gathered = Gathered()
+    kernel_signal(None, "", "dmesg not found; journalctl not found", gathered)
+    assert gathered.signals[0].state == "absent"

@@ -286,6 +286,11 @@ def torchrun_log_dir(cmdline: list[str], cwd: Optional[str]) -> Optional[str]:
     return None
 
 
+def slurm_output_paths(text: str) -> list[str]:
+    """StdOut= and StdErr= of ``scontrol show job`` (each path once; ``StdIn=/dev/null`` is not output)."""
+    return list(dict.fromkeys(re.findall(r"\bStd(?:Out|Err)=(\S+)", text)))
+
+
 def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
     """StdOut/StdErr of a SLURM job (``scontrol show job``); and a note when they cannot be asked."""
     scontrol = shutil.which("scontrol")
@@ -296,8 +301,7 @@ def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
     child = lifetime.run([scontrol, "show", "job", job], min(5.0, _left(deadline)))
     if child.timed_out or child.returncode != 0:
         return [], f"scontrol show job {job}: " + (child.text().strip()[:200] or "no answer")
-    found = re.findall(r"\bStd(?:Out|Err)=(\S+)", child.text())
-    return [p for p in dict.fromkeys(found) if os.path.isfile(p)], ""
+    return [p for p in slurm_output_paths(child.text()) if os.path.isfile(p)], ""
 
 
 class _Deadline:
