@@ -118,7 +118,7 @@ def test_the_bundle_read_back_gives_the_same_verdict(crash_bundle: Any) -> None:
     result = run_cli("why", "--from", str(out))
     assert result.returncode == 15, result.stderr + result.stdout
     text = result.stdout
-    assert "Verdict: rank 1 raised an exception" in text
+    assert "Verdict: rank 1 raised RuntimeError: bad batch on rank 1 at step 1" in text
     assert text.index("Verdict") < text.index("Ranks") < text.index("Signals")
 
 

@@ -69,4 +69,4 @@ def test_why_across_nodes_joins_what_each_node_sees(
         "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", env=client_env(), timeout=180,
     )  # fmt: skip
     assert text.returncode == 15, text.stdout + text.stderr
-    assert text.stdout.splitlines()[2] == "Verdict: rank 1 raised an exception"
+    assert text.stdout.splitlines()[2] == "Verdict: rank 1 raised RuntimeError: bad batch on rank 1 at step 1"

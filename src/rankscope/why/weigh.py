@@ -73,8 +73,9 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
         first = ranks[0] if ranks else None
         if finding.kind == "elsewhere" and waiting and any(m in diagnosis.divergent for m in finding.members):
             cause = "gpu_wait" if finding.gpu_wait else "elsewhere"
+            text = finding.text + _ended_main(finding.innermost)
             out.append(
-                Finding(Kind.STACKS, cause, CULPRIT, str(first), finding.text, where, "stacks", 0, 0, first,
+                Finding(Kind.STACKS, cause, CULPRIT, str(first), text, where, "stacks", 0, 0, first,
                         ranks=fold_ints(ranks))
             )  # fmt: skip
         elif finding.kind == "waiting" and any(m in diagnosis.divergent for m in finding.members):
@@ -100,6 +101,16 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                     None, "stacks", 0, 2, rank)
         )  # fmt: skip
     return out
+
+
+def _ended_main(frame: Optional[Frame]) -> str:
+    """A main thread in threading's ``_shutdown``: it ended, and a thread it started keeps the process."""
+    if frame is not None and frame.function == "_shutdown" and frame.filename.endswith("threading.py"):
+        return (
+            " (its main thread has ended, by an uncaught exception or a return, and a non-daemon thread "
+            "keeps the process alive: look for its traceback in the job's output)"
+        )
+    return ""
 
 
 def _stragglers(report: StacksReport, waiting: bool) -> list[Finding]:
@@ -275,6 +286,11 @@ _WORDS = {
 }
 
 
+def _short(text: str, limit: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Optional[str]:
     if finding.source and (finding.source, finding.line) in gathered.log_places:
         return gathered.log_places[(finding.source, finding.line)]
@@ -290,6 +306,8 @@ def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> O
 def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Hypothesis:
     ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
+    if finding.cause == "python_exception" and finding.what:
+        words = f"raised {_short(finding.what)}"
     if finding.cause == "all_waiting" or not ranks:
         text = finding.what if finding.cause == "all_waiting" else f"{finding.who or 'a process'} {words}"
     else:
