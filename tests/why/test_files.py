@@ -200,3 +200,46 @@ def test_slurm_output_files_from_scontrol() -> None:
         "/home/ana/run/slurm-2180718.err",
         "/home/ana/run/slurm-2180718.out",
     ]
+
+
+KILLED = """\
+import os, signal
+
+def save_checkpoint():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def main():
+    save_checkpoint()
+
+main()
+"""
+
+
+def test_a_killed_rank_is_placed_by_its_trace_ring(tmp_path: Path) -> None:
+    """A rank SIGKILLed leaves no stack and no crash dump; its trace ring (rankscope trace run) tells
+    where it was, and the job's output says who killed it."""
+    script = tmp_path / "train.py"
+    script.write_text(KILLED)
+    traces = tmp_path / "traces"
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankscope", "trace", "run", "--out", str(traces), "--", str(script)],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    log = tmp_path / "job.log"
+    log.write_text(
+        "[2026-11-26 00:40:00,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed "
+        "(exitcode: -9) local_rank: 1 (pid: 4243) of binary: /usr/bin/python3\n"
+    )
+    result = run_cli("why", "--trace", str(traces), "--log", str(log), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = result.json()
+    signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
+    assert signals["trace rings"][0] == "read"
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["1"].startswith("last seen by its trace ring at ") and "save_checkpoint" in states["1"]
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("sigkill", [1])  # torchrun's line
+    assert "save_checkpoint" in verdict["location"]  # the ring's
+    assert any(e["source"] == "trace rings" for e in verdict["evidence"])

@@ -74,6 +74,7 @@ Examples:
   rankscope why --pid 4242                   # a launcher (its workers) or one worker
   rankscope why --log job.log                # a job that is gone: its output
   rankscope why --log job.log --fr /tmp/fr/ --cores /var/crash/
+  rankscope why --log job.log --trace traces/  # + where each rank's trace ring last was
   rankscope why --json | jq .verdict         # schema rankscope.why/1 (docs/why.md)
   rankscope why --out bundle/                # every raw signal kept (private; secrets removed)
   rankscope why --from bundle/               # weigh a kept bundle (or a stacks --out dir) again
@@ -83,7 +84,9 @@ Exit code 15 means a cause was named, 0 that nothing wrong was seen, 4 that the
 evidence is too partial to judge.
 """
 
-COLLECTING = {"pids": "--pid", "logs": "--log", "fr": "--fr", "cores": "--cores", "out_dir": "--out"}
+COLLECTING = {
+    "pids": "--pid", "logs": "--log", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
+}  # fmt: skip
 
 
 @click.command(help=HELP, epilog=epilog("why"))
@@ -95,6 +98,9 @@ COLLECTING = {"pids": "--pid", "logs": "--log", "fr": "--fr", "cores": "--cores"
 )
 @click.option("--fr", metavar="DUMPS", default=None, help="Flight-recorder dumps (a directory or PREFIX).")
 @click.option("--cores", metavar="DIR", default=None, help="A directory of the job's core files.")
+@click.option(
+    "--trace", metavar="DIR", default=None, help="The job's trace rings (`rankscope trace run --out DIR`)."
+)
 @click.option(
     "--from",
     "from_dir",
@@ -178,7 +184,7 @@ def bad_pids(request: WhyRequest, gathered: Gathered) -> str:
     from rankscope.model import FailureKind
 
     stacks = gathered.stacks
-    if not request.options.pids or request.options.logs or request.options.fr or request.options.cores:
+    if not request.options.pids or request.options.post_mortem_only or request.options.logs:
         return ""
     if stacks is None or stacks.processes or not stacks.failures:
         return ""

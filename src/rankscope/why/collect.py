@@ -427,10 +427,9 @@ def kernel_signal(
             continue
         gathered.kernel.append(event)
     gathered.raw["kernel.txt"] = "\n".join(lines).encode()
-    kinds = sorted({e.kind for e in gathered.kernel})
-    gathered.signal(
-        "kernel messages", READ, f"{source}: {len(lines)} lines" + (f"; {', '.join(kinds)}" if kinds else "")
-    )
+    kinds = sorted({e.kind for e in gathered.kernel if e.kind == "xid" or e.pid in gathered.pid_rank})
+    about = f"; about the job: {', '.join(kinds)}" if kinds else ""
+    gathered.signal("kernel messages", READ, f"{source}: {len(lines)} lines{about}")
 
 
 # ----------------------------------------------------------------------------- cores and recorders
@@ -465,6 +464,34 @@ def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
     gathered.signal(
         "cores", READ if found else ABSENT, f"{directory}: {found} core{'s' if found != 1 else ''}"
     )
+
+
+def read_traces(path: str, gathered: Gathered) -> None:
+    """Where each rank's trace ring (``rankscope trace run``) last saw it; only the end of each file is read."""
+    from rankscope.errors import RankscopeError
+    from rankscope.trace.analyse import where
+    from rankscope.trace.collect import open_trace, trace_files
+    from rankscope.trace.decode import read_tail
+
+    try:
+        files = trace_files(path)
+    except RankscopeError as err:
+        gathered.signal("trace rings", FAILED if os.path.lexists(path) else ABSENT, err.message)
+        return
+    unreadable = 0
+    for file in files:
+        try:
+            with open_trace(file) as opened:
+                data = read_tail(opened.layout, opened.source, 1)
+        except RankscopeError:
+            unreadable += 1
+            continue
+        if data.rank is not None:
+            gathered.traced[data.rank] = where(data)
+    detail = f"{path}: {len(gathered.traced)} ranks" + (
+        f", {unreadable} files unreadable" if unreadable else ""
+    )
+    gathered.signal("trace rings", READ if gathered.traced else FAILED, detail)
 
 
 def read_fr(path: str, gathered: Gathered) -> None:
@@ -612,6 +639,8 @@ def gather_local(
                 break
     if options.fr is not None:
         read_fr(options.fr, gathered)
+    if options.trace is not None:
+        read_traces(options.trace, gathered)
     if options.cores is not None:
         read_cores(options.cores, gathered)
     else:

@@ -30,6 +30,8 @@ class WhyOptions:
     fr: Optional[str] = _flag("--fr", None)
     #: A directory of core files.
     cores: Optional[str] = _flag("--cores", None)
+    #: A directory of `rankscope trace run` rings (trace-* files): where each rank last was.
+    trace: Optional[str] = _flag("--trace", None)
     #: One deadline for the whole pass, seconds.
     timeout: float = _flag("--timeout", DEFAULT_TIMEOUT)
     #: Only the processes of this SLURM job (what --jobid passes to every node).
@@ -38,7 +40,7 @@ class WhyOptions:
     @property
     def post_mortem_only(self) -> bool:
         """Only saved inputs named, no --pid: the job on this node is not looked for."""
-        return not self.pids and not self.slurm_job and bool(self.logs or self.fr or self.cores)
+        return not self.pids and not self.slurm_job and bool(self.logs or self.fr or self.cores or self.trace)
 
     def for_node(self, node_timeout: float) -> WhyOptions:
         """One node's options: it answers, with what it has, before the caller's per-node deadline."""

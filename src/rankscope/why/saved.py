@@ -5,7 +5,7 @@ What is read, where present: ``stacks.json`` with ``raw/`` (at the top or under 
 `stacks --from`'s reader), ``fr.json`` (a `rankscope.fr` document) or flight-recorder dumps under
 ``fr/``, the job's output under ``logs/`` (and ``*.log`` files at the top), ``kernel.txt``,
 the ranks' ``*.crash``/``*.term`` dumps (at the top or under ``runtime/``), torchelastic error
-files (``errors/*.json``, ``*error*.json``), cores under ``cores/``,
+files (``errors/*.json``, ``*error*.json``), trace rings under ``trace/``, cores under ``cores/``,
 and the ended ranks and pid -> rank map of ``why.json``.
 """
 
@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from rankscope.errors import BadInputError
-from rankscope.why.collect import error_file, rank_file, read_cores, read_fr, read_logs
+from rankscope.why.collect import error_file, rank_file, read_cores, read_fr, read_logs, read_traces
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.report import ABSENT, READ
 from rankscope.why.signals import Gathered
@@ -110,6 +110,8 @@ def read_from(directory: Path) -> Gathered:
         gathered.rank_files.append(item)
         errors += 1
     gathered.signal("torchelastic error files", READ if errors else ABSENT, f"{errors} kept")
+    if (directory / "trace").is_dir():
+        read_traces(str(directory / "trace"), gathered)
     if (directory / "cores").is_dir():
         read_cores(str(directory / "cores"), gathered)
     if not any(s.state == READ for s in gathered.signals) and not before:

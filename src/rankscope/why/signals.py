@@ -31,6 +31,8 @@ class Gathered:
     rank_files: list[RankFile] = field(default_factory=list)
     cores: list[CoreInfo] = field(default_factory=list)
     gpus: list[GpuFacts] = field(default_factory=list)
+    #: rank -> where its trace ring (rankscope trace) last saw it: what a rank that ended leaves.
+    traced: dict[int, str] = field(default_factory=dict)
     #: pid -> global rank, from every source that says it (discovery, runtime file names, cores).
     pid_rank: dict[int, int] = field(default_factory=dict)
     signals: list[Signal] = field(default_factory=list)

@@ -335,10 +335,7 @@ def user_places(gathered: Gathered) -> dict[int, str]:
     """rank -> the user's frame where its live stack (or its crash/term dump) is."""
     from rankscope.stacks.explain import locate
 
-    places: dict[int, str] = {}
-    for item in gathered.rank_files:
-        if item.rank is not None and item.location:
-            places.setdefault(item.rank, item.location)
+    places: dict[int, str] = dict(gathered.traced)  # a trace ring's last place: the weakest
     if gathered.stacks is not None:
         for group in gathered.stacks.main_groups():
             place = locate(group.frames)
@@ -348,6 +345,9 @@ def user_places(gathered: Gathered) -> dict[int, str]:
             for member in group.members:
                 if member.rank is not None:
                     places[member.rank] = words
+    for item in gathered.rank_files:  # a rank's own dump wins over a ring
+        if item.rank is not None and item.location:
+            places[item.rank] = item.location
     return places
 
 
@@ -373,6 +373,11 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
     if out:
         _support(out[0], findings, verdict)
         _others(out[0], gathered)
+        for rank in out[0].ranks:
+            if rank in gathered.traced:
+                out[0].evidence.append(
+                    Evidence("trace rings", f"rank {rank} was last at {gathered.traced[rank]}")
+                )
     return out
 
 
@@ -445,7 +450,11 @@ def rank_states(gathered: Gathered) -> list[RankState]:
     if gathered.stacks is not None and gathered.stacks.diagnosis is not None:
         for rank in gathered.stacks.diagnosis.missing_ranks:
             if rank not in seen:
+                seen.add(rank)
                 add("not found (exited, or on a node not examined)", rank, "")
+    for rank, last in gathered.traced.items():
+        if rank not in seen:
+            add(f"last seen by its trace ring at {last}", rank, "")
     return [
         RankState(fold_ints(ranks), sorted(ranks), state, sorted(hosts))
         for state, (ranks, hosts) in sorted(states.items(), key=lambda kv: min(kv[1][0]))
