@@ -8,6 +8,8 @@ journalctl -k -o short-iso print them.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rankscope.why.collect import event_time
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.signals import Gathered
@@ -97,3 +99,39 @@ def test_kernel_messages_not_permitted_are_a_line_that_says_why() -> None:
     gathered = Gathered()
     kernel_signal(None, "", "dmesg not found; journalctl not found", gathered)
     assert gathered.signals[0].state == "absent"
+
+
+SLURM_OUTPUT = """\
+[rank0]:[W1126 00:39:58] step 1200 loss 2.31
+slurmstepd: error: *** STEP 2180718.0 ON gpu001 CANCELLED AT 2026-11-26T00:40:01 DUE TO TIME LIMIT ***
+slurmstepd: error: *** JOB 2180718 ON gpu001 CANCELLED AT 2026-11-26T00:40:01 DUE TO TIME LIMIT ***
+"""
+
+CGROUP_OOM = """\
+slurmstepd: error: Detected 1 oom-kill event(s) in StepId=2180719.0. Some of your processes may have been killed by the cgroup out-of-memory handler.
+"""
+
+
+def test_the_scheduler_ending_the_job_is_named(tmp_path: Path) -> None:
+    """slurmstepd's lines (written for this test in its formats) in the job's output."""
+    from rankscope.why.collect import read_logs
+
+    log = tmp_path / "slurm-2180718.out"
+    log.write_text(SLURM_OUTPUT)
+    gathered = Gathered()
+    read_logs([str(log)], gathered)
+    report = weigh(gathered)
+    assert report.verdict is not None
+    assert report.verdict.cause == "scheduler_time_limit"
+    assert report.verdict.evidence[0].source == f"{log}:2"
+    assert (
+        "SLURM cancelled step 2180718.0 on gpu001 at 2026-11-26T00:40:01 due to time limit"
+        in report.verdict.text + report.verdict.evidence[0].text
+    )
+    oom = tmp_path / "slurm-2180719.out"
+    oom.write_text(CGROUP_OOM)
+    gathered = Gathered()
+    read_logs([str(oom)], gathered)
+    report = weigh(gathered)
+    assert report.verdict is not None and report.verdict.cause == "oom_kill"
+    assert "cgroup out-of-memory handler" in report.verdict.evidence[0].text

@@ -39,6 +39,7 @@ from rankscope.why.report import (
     GpuFacts,
     RankFile,
 )
+from rankscope.why.scheduler import scheduler_findings
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
@@ -304,6 +305,34 @@ def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
     return [p for p in slurm_output_paths(child.text()) if os.path.isfile(p)], ""
 
 
+#: The end of each output file searched for the scheduler's words (they are among its last lines).
+SCHEDULER_TAIL = 1 << 20
+
+
+def _scheduler_lines(paths: list[str]) -> Iterable[tuple[str, int, str]]:
+    """(file, line number, line) of the slurmstepd lines at the end of each output file."""
+    for path in paths:
+        files = (
+            sorted(str(p) for p in Path(path).rglob("*") if p.is_file()) if os.path.isdir(path) else [path]
+        )
+        for file in files:
+            try:
+                fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                start = max(0, os.fstat(fd).st_size - SCHEDULER_TAIL)
+                f.seek(start)
+                data = f.read(SCHEDULER_TAIL)
+            # line numbers of a longer file count from where its last MiB starts
+            source = f"{file} (its last MiB)" if start else file
+            for number, raw in enumerate(data.split(b"\n"), 1):
+                if b"slurmstepd" in raw:
+                    yield source, number, raw.decode("utf-8", "replace")
+
+
 class _Deadline:
     """What `logs`' reader asks between blocks (a StopSignals' ``signum`` and ``name``): set once the
     pass's deadline passed or a stop signal came, so the job's output is read as far as time allows."""
@@ -354,6 +383,7 @@ def read_logs(
         else f
         for f in counts.findings
     )
+    gathered.log_findings.extend(scheduler_findings(_scheduler_lines(paths)))
     read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(paths)}): {counts.lines} lines"
     read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
     gathered.signal("job output", READ, read)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING, Hypothesis, WhyReport
 
 _OUTCOME = {
-    NO_PROBLEM: "No problem seen: every signal read shows the job running",
-    NOTHING: "Nothing to judge: no job on this node and no input named",
+    NO_PROBLEM: "No problem seen in the signals read (listed below)",
+    NOTHING: "Nothing to judge: no job on this node and no input named or readable",
 }
 
 

@@ -18,6 +18,7 @@ from rankscope.model import Frame, parse_label
 from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_words
 from rankscope.why.report import (
     CAUSE,
+    FAILED,
     NO_PROBLEM,
     NOTHING,
     PARTIAL,
@@ -309,7 +310,7 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
     if finding.cause == "python_exception" and finding.what:
         words = f"raised {_short(finding.what)}"
     if finding.cause == "all_waiting" or not ranks:
-        text = finding.what if finding.cause == "all_waiting" else f"{finding.who or 'a process'} {words}"
+        text = _short(finding.what, 300)  # no rank to name: what the evidence says
     else:
         text = f"{_rank_word(ranks)} {words}"
     return Hypothesis(
@@ -470,7 +471,7 @@ def outcome_of(verdict: Optional[Hypothesis], gathered: Gathered) -> str:
     if verdict is not None:
         return CAUSE
     if not read:
-        return NOTHING
+        return PARTIAL if any(s.state == FAILED for s in gathered.signals) else NOTHING
     stacks = gathered.stacks
     dumped = stacks is not None and any(p.dumped for p in stacks.processes)
     if gathered.failures or (stacks is not None and stacks.failures) or (not dumped and not gathered.logs):
