@@ -15,7 +15,8 @@ from rankscope.evidence import decide
 from rankscope.model import parse_label
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.saved import read_saved
-from rankscope.why.collect import read_fr, read_logs
+from rankscope.why.files import read_fr
+from rankscope.why.output import read_logs
 from rankscope.why.saved import read_from
 from rankscope.why.signals import Gathered
 from rankscope.why.weigh import weigh

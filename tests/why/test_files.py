@@ -166,7 +166,7 @@ def test_a_sigterm_dump_beside_a_crash_dump(tmp_path: Path) -> None:
 
 
 def test_the_jobs_output_is_read_from_files_never_from_a_pipe_or_a_terminal(tmp_path: Path) -> None:
-    from rankscope.why.collect import output_files, torchrun_log_dir
+    from rankscope.why.output import output_files, torchrun_log_dir
 
     log = tmp_path / "err.log"
     with open(log, "wb") as err:
@@ -194,7 +194,7 @@ JobId=2180718 JobName=train.sbatch
 
 
 def test_slurm_output_files_from_scontrol() -> None:
-    from rankscope.why.collect import slurm_output_paths
+    from rankscope.why.output import slurm_output_paths
 
     assert slurm_output_paths(SCONTROL) == [
         "/home/ana/run/slurm-2180718.err",

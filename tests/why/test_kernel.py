@@ -114,7 +114,7 @@ slurmstepd: error: Detected 1 oom-kill event(s) in StepId=2180719.0. Some of you
 
 def test_the_scheduler_ending_the_job_is_named(tmp_path: Path) -> None:
     """slurmstepd's lines (written for this test in its formats) in the job's output."""
-    from rankscope.why.collect import read_logs
+    from rankscope.why.output import read_logs
 
     log = tmp_path / "slurm-2180718.out"
     log.write_text(SLURM_OUTPUT)

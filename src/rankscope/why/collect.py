@@ -1,5 +1,6 @@
-"""Every signal of a job in one pass with one deadline (the only module of `why` that runs tools or
-reads files); each signal absent or refused becomes a line of the report, never a failure.
+"""Every signal of a job in one pass with one deadline; each signal absent or refused becomes a line
+of the report, never a failure. With files.py (what ranks leave behind) and output.py (the job's
+own output) the only modules of `why` that run tools or read files.
 
 Stacks, the ranks' live flight recorders, progress markers and the GPUs of ranks blocked on theirs
 come from `stacks`' own pipeline (rankscope.stacks.local.run_local); then this node's kernel
@@ -11,35 +12,31 @@ StdOut/StdErr; and --log) read by `logs errors`, flight-recorder dumps (--fr) an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
 from rankscope.errors import MissingToolError
 from rankscope.ranks import short_hostname
+from rankscope.why.files import error_file, read_cores, read_fr, read_traces, runtime_files
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
+from rankscope.why.output import output_files, read_logs, slurm_outputs, torchrun_log_dir
 from rankscope.why.report import (
     ABSENT,
     FAILED,
     READ,
     REFUSED,
     SKIPPED,
-    CoreInfo,
     DeadRank,
     GpuFacts,
-    RankFile,
 )
-from rankscope.why.scheduler import scheduler_findings
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
@@ -48,13 +45,10 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
-#: The most of one rank file (crash, term, error file) read.
-FILE_MAX = 4 << 20
 #: Kernel messages read (the tail: the newest).
 KERNEL_LINES = 20000
 #: Variables torchrun and SLURM use for a rank's error file and its output.
 ERROR_FILE_VAR = "TORCHELASTIC_ERROR_FILE"
-_LOG_DIR = re.compile(r"^--log[-_]dir(?:=(.*))?$")
 
 
 def _left(deadline: float) -> float:
@@ -136,261 +130,7 @@ def ended_ranks(launchers: Iterable[int], host: str) -> list[DeadRank]:
 # ----------------------------------------------------------------------------- runtime files
 
 
-def runtime_files(
-    directories: Iterable[tuple[str, int]], pids: set[int], since: float, host: str
-) -> tuple[list[RankFile], dict[int, int]]:
-    """The ranks' ``.crash``/``.term`` dumps in their runtime directories (of the job's pids, or
-    written since the job started), and pid -> rank from every file name there."""
-    from rankscope.inproc import runtime
-
-    files: list[RankFile] = []
-    ranks: dict[int, int] = {}
-    for directory, uid in directories:
-        try:
-            names = sorted(os.listdir(directory))
-        except OSError:
-            continue
-        for name in names:
-            parsed = runtime.parse_name(name)
-            if parsed is None or parsed[0] != host:
-                continue
-            _, rank, pid, kind = parsed
-            path = os.path.join(directory, name)
-            if rank is not None and (pid in pids or kind in ("crash", "term")):
-                ranks.setdefault(pid, rank)
-            if kind not in ("crash", "term"):
-                continue
-            try:
-                if pid not in pids and os.lstat(path).st_mtime < since:
-                    continue
-                text = runtime.read_owned(path, uid, FILE_MAX).decode("utf-8", "replace")
-            except OSError:
-                continue
-            item = rank_file(path, text)
-            if item is not None:
-                files.append(item)
-            if rank is not None:
-                ranks.setdefault(pid, rank)
-    return files, ranks
-
-
-def rank_file(path: str, text: str) -> Optional[RankFile]:
-    """A rank's ``<base>.crash`` or ``<base>.term`` (faulthandler's text) as a RankFile; None when empty."""
-    from rankscope.inproc import runtime
-    from rankscope.stacks.inproc_text import parse_faulthandler
-
-    name = os.path.basename(path)
-    parsed = runtime.parse_name(name)
-    rank, pid = (parsed[1], parsed[2]) if parsed is not None else (None, None)
-    kind = "term" if name.endswith(".term") else "crash"
-    if not text.strip():
-        return None
-    crashed = re.search(
-        r"^Current thread 0x([0-9a-fA-F]+)", text, re.MULTILINE
-    )  # the thread that got the signal
-    try:
-        threads = parse_faulthandler(
-            text, pid or 0, main_ident=int(crashed.group(1), 16) if crashed else None
-        )
-    except ValueError:
-        threads = []
-    current = next((t for t in threads if t.frames), None)
-    location = user_frame_words(current.frames) if current is not None else None
-    head = next((line for line in text.splitlines() if line.startswith("Fatal Python error")), "")
-    what = head or ("SIGTERM" if kind == "term" else "a fatal signal")
-    return RankFile(kind, path, rank, pid, location, what)
-
-
-def user_frame_words(frames: Iterable[object]) -> Optional[str]:
-    from rankscope.model import Frame
-    from rankscope.stacks.explain import is_library
-    from rankscope.why.weigh import frame_words
-
-    user = [f for f in frames if isinstance(f, Frame) and not is_library(f) and f.line]
-    return frame_words(user[-1]) if user else None
-
-
-def error_file(path: str) -> Optional[RankFile]:
-    """A torchelastic error file (``@record``'s JSON): the exception, its time and the user's frame."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        raw = f.read(FILE_MAX)
-    try:
-        data = json.loads(raw)
-        message = data["message"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    if isinstance(message, str):
-        return RankFile(
-            "error_file", path, None, what=message.strip().splitlines()[-1] if message.strip() else ""
-        )
-    if not isinstance(message, dict):
-        return None
-    text = str(message.get("message", "")).strip()
-    extra = message.get("extraInfo") or {}
-    stack = str(extra.get("py_callstack", "")) if isinstance(extra, dict) else ""
-    location = None
-    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', stack)
-    user = [f for f in frames if "/site-packages/" not in f[0] and "/lib/python" not in f[0]]
-    if user:
-        file, line, function = user[-1]
-        location = f"{function} ({os.path.basename(file)}:{line})"
-    when = str(extra.get("timestamp", "")) if isinstance(extra, dict) else ""
-    moment = None
-    if when.isdigit():
-        moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(when)))
-    last = text.splitlines()[-1] if text else ""
-    return RankFile("error_file", path, None, location=location, what=last, time=moment)
-
-
 # ----------------------------------------------------------------------------- the job's output
-
-
-def output_files(pids: Iterable[int]) -> list[str]:
-    """stdout/stderr of these processes that are regular files (never a pipe or a terminal: reading
-    one would take the job's own output), each file once."""
-    seen: set[tuple[int, int]] = set()
-    out = []
-    for pid in pids:
-        for fd in (1, 2):
-            link = f"/proc/{pid}/fd/{fd}"
-            try:
-                st = os.stat(link)
-                target = os.readlink(link)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
-                continue
-            seen.add((st.st_dev, st.st_ino))
-            out.append(link if target.endswith(" (deleted)") or not os.path.isabs(target) else target)
-    return out
-
-
-def torchrun_log_dir(cmdline: list[str], cwd: Optional[str]) -> Optional[str]:
-    """torchrun's ``--log-dir DIR`` (``--log_dir``), relative to its working directory."""
-    for index, word in enumerate(cmdline):
-        match = _LOG_DIR.match(word)
-        if match is None:
-            continue
-        value = (
-            match.group(1)
-            if match.group(1) is not None
-            else (cmdline[index + 1] if index + 1 < len(cmdline) else None)
-        )
-        if value:
-            return value if os.path.isabs(value) or cwd is None else os.path.join(cwd, value)
-    return None
-
-
-def slurm_output_paths(text: str) -> list[str]:
-    """StdOut= and StdErr= of ``scontrol show job`` (each path once; ``StdIn=/dev/null`` is not output)."""
-    return list(dict.fromkeys(re.findall(r"\bStd(?:Out|Err)=(\S+)", text)))
-
-
-def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
-    """StdOut/StdErr of a SLURM job (``scontrol show job``); and a note when they cannot be asked."""
-    scontrol = shutil.which("scontrol")
-    if scontrol is None:
-        return [], "scontrol not found: SLURM's StdOut/StdErr not read"
-    from rankscope import lifetime
-
-    child = lifetime.run([scontrol, "show", "job", job], min(5.0, _left(deadline)))
-    if child.timed_out or child.returncode != 0:
-        return [], f"scontrol show job {job}: " + (child.text().strip()[:200] or "no answer")
-    return [p for p in slurm_output_paths(child.text()) if os.path.isfile(p)], ""
-
-
-#: The end of each output file searched for the scheduler's words (they are among its last lines).
-SCHEDULER_TAIL = 1 << 20
-
-
-def _scheduler_lines(paths: list[str]) -> Iterable[tuple[str, int, str]]:
-    """(file, line number, line) of the slurmstepd lines at the end of each output file."""
-    for path in paths:
-        files = (
-            sorted(str(p) for p in Path(path).rglob("*") if p.is_file()) if os.path.isdir(path) else [path]
-        )
-        for file in files:
-            try:
-                fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
-                continue
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                start = max(0, os.fstat(fd).st_size - SCHEDULER_TAIL)
-                f.seek(start)
-                data = f.read(SCHEDULER_TAIL)
-            # line numbers of a longer file count from where its last MiB starts
-            source = f"{file} (its last MiB)" if start else file
-            for number, raw in enumerate(data.split(b"\n"), 1):
-                if b"slurmstepd" in raw:
-                    yield source, number, raw.decode("utf-8", "replace")
-
-
-class _Deadline:
-    """What `logs`' reader asks between blocks (a StopSignals' ``signum`` and ``name``): set once the
-    pass's deadline passed or a stop signal came, so the job's output is read as far as time allows."""
-
-    def __init__(self, deadline: Optional[float], stop: Optional[Stop]) -> None:
-        self.deadline = deadline
-        self.stop = stop
-
-    @property
-    def signum(self) -> int:
-        if self.stop is not None and self.stop.signum:
-            return int(self.stop.signum)
-        return 1 if self.deadline is not None and time.monotonic() > self.deadline else 0
-
-    @property
-    def name(self) -> str:
-        return "the deadline (--timeout)"
-
-
-def read_logs(
-    paths: list[str], gathered: Gathered, deadline: Optional[float] = None, stop: Optional[Stop] = None
-) -> None:
-    """The job's output through `logs errors`: its findings and the user frames of its tracebacks."""
-    from rankscope.errors import RankscopeError
-    from rankscope.logs.errors_report import scan_errors
-    from rankscope.logs.reading import Reading
-    from rankscope.logs.roles import user_frame
-    from rankscope.logs.sources import discover
-
-    try:
-        reading = Reading(discover(paths), stop=cast(Any, _Deadline(deadline, stop)))
-        report, counts = scan_errors(reading)
-    except (RankscopeError, OSError) as err:
-        gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
-        return
-    gathered.logs.extend(paths)
-    for group in report.groups:
-        tb = group.timed or group.example
-        frame = user_frame(tb.frames)
-        if frame is not None:
-            gathered.log_places[(tb.source, tb.line_number)] = (
-                f"{frame.function} ({os.path.basename(frame.filename)}:{frame.line})"
-            )
-    # the user's frame as `function (file:line)`, so the finding says it wherever it is weighed (a head)
-    gathered.log_findings.extend(
-        replace(f, where=gathered.log_places[(f.source, f.line)])
-        if (f.source, f.line) in gathered.log_places
-        else f
-        for f in counts.findings
-    )
-    gathered.log_findings.extend(scheduler_findings(_scheduler_lines(paths)))
-    read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(paths)}): {counts.lines} lines"
-    read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
-    gathered.signal("job output", READ, read)
-    for skipped in reading.skipped:
-        gathered.notes.append(f"job output: {skipped}")
-    if reading.interrupted:
-        gathered.notes.append(f"job output: read until {reading.interrupted}; the rest was not read")
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -463,81 +203,6 @@ def kernel_signal(
 
 
 # ----------------------------------------------------------------------------- cores and recorders
-
-
-def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
-    from rankscope.core.listing import is_core
-    from rankscope.core.notes import NotACoreError, read_notes
-
-    try:
-        names = sorted(os.listdir(directory))
-    except OSError as err:
-        gathered.signal("cores", FAILED, f"{directory}: {err.strerror or err}")
-        return
-    for name in names:
-        path = os.path.join(directory, name)
-        if not is_core(path):
-            continue
-        try:
-            if since and os.lstat(path).st_mtime < since:
-                continue
-            notes = read_notes(path)
-        except (NotACoreError, OSError) as err:
-            gathered.notes.append(f"core {path}: {err}")
-            continue
-        rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
-        rank = int(rank_text) if rank_text and rank_text.isdigit() else None
-        gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
-        if notes.pid is not None and rank is not None:
-            gathered.pid_rank.setdefault(notes.pid, rank)
-    found = len(gathered.cores)
-    gathered.signal(
-        "cores", READ if found else ABSENT, f"{directory}: {found} core{'s' if found != 1 else ''}"
-    )
-
-
-def read_traces(path: str, gathered: Gathered) -> None:
-    """Where each rank's trace ring (``rankscope trace run``) last saw it; only the end of each file is read."""
-    from rankscope.errors import RankscopeError
-    from rankscope.trace.analyse import where
-    from rankscope.trace.collect import open_trace, trace_files
-    from rankscope.trace.decode import read_tail
-
-    try:
-        files = trace_files(path)
-    except RankscopeError as err:
-        gathered.signal("trace rings", FAILED if os.path.lexists(path) else ABSENT, err.message)
-        return
-    unreadable = 0
-    for file in files:
-        try:
-            with open_trace(file) as opened:
-                data = read_tail(opened.layout, opened.source, 1)
-        except RankscopeError:
-            unreadable += 1
-            continue
-        if data.rank is not None:
-            gathered.traced[data.rank] = where(data)
-    detail = f"{path}: {len(gathered.traced)} ranks" + (
-        f", {unreadable} files unreadable" if unreadable else ""
-    )
-    gathered.signal("trace rings", READ if gathered.traced else FAILED, detail)
-
-
-def read_fr(path: str, gathered: Gathered) -> None:
-    from rankscope.errors import RankscopeError
-    from rankscope.fr.align import analyse
-    from rankscope.fr.collect import read_dumps
-
-    try:
-        collected = read_dumps(Path(path))
-    except (RankscopeError, OSError) as err:
-        gathered.signal("flight recorders", FAILED, f"{path}: {getattr(err, 'message', err)}")
-        return
-    report = analyse(collected.dumps, collected.unreadable, None, collected.refused)
-    gathered.fr = report
-    state = ABSENT if report.empty else READ
-    gathered.signal("flight recorders", state, f"{path}: {len(collected.dumps)} dumps; {report.headline}")
 
 
 # ----------------------------------------------------------------------------- the pass
@@ -694,7 +359,7 @@ def gather_local(
 
 
 def _dead_words(dead: DeadRank) -> str:
-    from rankscope.why.weigh import signal_name
+    from rankscope.why.findings import signal_name
 
     who = f"rank {dead.rank}" if dead.rank is not None else f"pid {dead.pid}"
     return f"{who}: " + (

@@ -18,8 +18,9 @@ import re
 from pathlib import Path
 
 from rankscope.errors import BadInputError
-from rankscope.why.collect import error_file, rank_file, read_cores, read_fr, read_logs, read_traces
+from rankscope.why.files import error_file, rank_file, read_cores, read_fr, read_traces
 from rankscope.why.kernel import parse_kernel
+from rankscope.why.output import read_logs
 from rankscope.why.report import ABSENT, READ
 from rankscope.why.signals import Gathered
 
