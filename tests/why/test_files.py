@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,26 @@ def test_a_killed_rank_is_placed_by_its_trace_ring(tmp_path: Path) -> None:
     assert (verdict["cause"], verdict["ranks"]) == ("sigkill", [1])  # torchrun's line
     assert "save_checkpoint" in verdict["location"]  # the ring's
     assert any(e["source"] == "trace rings" for e in verdict["evidence"])
+
+
+@pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
+def test_a_core_written_since_the_job_started_is_found_without_asking(
+    crashes: Crashes,  # noqa: F811
+) -> None:
+    """kernel.core_pattern points at the fixture's directory; the job (one process here, started
+    first) is looked at with --pid, and the core of its rank that crashed since is found there."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], cwd=crashes.directory, start_new_session=True
+    )
+    try:
+        time.sleep(0.05)
+        crashes.crash(rank=1)
+        result = run_cli("why", "--pid", str(job.pid), "--json")
+        assert result.returncode == 15, result.stderr + result.stdout
+        document = result.json()
+        assert (document["verdict"]["cause"], document["verdict"]["ranks"]) == ("native_crash", [1])
+        cores = next(s for s in document["signals"] if s["name"] == "cores")
+        assert cores["state"] == "read" and cores["detail"].startswith("1 written since the job started")
+    finally:
+        job.kill()
+        job.wait()

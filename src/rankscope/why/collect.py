@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Optional
 from rankscope import procfs
 from rankscope.errors import MissingToolError
 from rankscope.ranks import short_hostname
-from rankscope.why.files import error_file, read_cores, read_fr, read_traces, runtime_files
+from rankscope.why.files import error_file, read_cores, read_fr, read_traces, recent_cores, runtime_files
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
@@ -338,8 +338,10 @@ def gather_local(
         read_traces(options.trace, gathered)
     if options.cores is not None:
         read_cores(options.cores, gathered)
+    elif started:
+        recent_cores(_cwd([*launchers, *sorted(job_pids)]), gathered, started)
     else:
-        gathered.signal("cores", SKIPPED, "no --cores DIR named")
+        gathered.signal("cores", SKIPPED, "no job and no --cores DIR named")
     logs = list(dict.fromkeys(logs))
     if logs:
         say("job output")
@@ -416,6 +418,15 @@ def _job_start(pids: Iterable[int]) -> float:
         if after_boot is not None:
             starts.append(time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot))
     return min(starts) if starts else 0.0
+
+
+def _cwd(pids: Iterable[int]) -> Optional[str]:
+    for pid in pids:
+        try:
+            return os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+    return None
 
 
 def _environ(pid: int) -> dict[str, str]:

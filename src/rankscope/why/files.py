@@ -134,34 +134,72 @@ def error_file(path: str) -> Optional[RankFile]:
 
 
 def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
-    from rankscope.core.listing import is_core
-    from rankscope.core.notes import NotACoreError, read_notes
-
+    """The notes of every core in ``directory`` (``--cores DIR``, or a bundle's ``cores/``)."""
     try:
-        names = sorted(os.listdir(directory))
+        os.listdir(directory)
     except OSError as err:
         gathered.signal("cores", FAILED, f"{directory}: {err.strerror or err}")
         return
-    for name in names:
-        path = os.path.join(directory, name)
-        if not is_core(path):
-            continue
-        try:
-            if since and os.lstat(path).st_mtime < since:
-                continue
-            notes = read_notes(path)
-        except (NotACoreError, OSError) as err:
-            gathered.notes.append(f"core {path}: {err}")
-            continue
-        rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
-        rank = int(rank_text) if rank_text and rank_text.isdigit() else None
-        gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
-        if notes.pid is not None and rank is not None:
-            gathered.pid_rank.setdefault(notes.pid, rank)
-    found = len(gathered.cores)
+    found = _cores_in([directory], gathered, since)
     gathered.signal(
         "cores", READ if found else ABSENT, f"{directory}: {found} core{'s' if found != 1 else ''}"
     )
+
+
+def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
+    """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
+    the job's working directory, apport's and systemd's places): a rank that crashed and is gone."""
+    from rankscope.core.listing import default_places
+
+    try:
+        pattern: Optional[str] = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    except OSError:
+        pattern = None
+    if pattern is not None and pattern.startswith("|"):
+        pattern = None  # piped to a program (systemd-coredump, apport): `rankscope core list` finds those
+    places = default_places(pattern, cwd or "/nonexistent")
+    found = _cores_in(places, gathered, since)
+    where = ", ".join(p for p in places if os.path.isdir(p))
+    gathered.signal(
+        "cores",
+        READ if found else ABSENT,
+        f"{found} written since the job started ({where})"
+        if found
+        else f"none since the job started ({where})",
+    )
+
+
+def _cores_in(directories: Iterable[str], gathered: Gathered, since: float) -> int:
+    from rankscope.core.listing import is_core
+    from rankscope.core.notes import NotACoreError, read_notes
+
+    found = 0
+    for directory in directories:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                if since and os.lstat(path).st_mtime < since:
+                    continue
+            except OSError:
+                continue
+            if not is_core(path):
+                continue
+            try:
+                notes = read_notes(path)
+            except (NotACoreError, OSError) as err:
+                gathered.notes.append(f"core {path}: {err}")
+                continue
+            rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
+            rank = int(rank_text) if rank_text and rank_text.isdigit() else None
+            gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
+            found += 1
+            if notes.pid is not None and rank is not None:
+                gathered.pid_rank.setdefault(notes.pid, rank)
+    return found
 
 
 def read_traces(path: str, gathered: Gathered) -> None:
