@@ -160,3 +160,28 @@ def test_a_rank_behind_the_others_is_a_straggler() -> None:
     assert (why.verdict.cause, why.verdict.ranks) == ("straggler", [1])
     assert why.verdict.evidence[0].source == "progress markers"
     assert "rank 1 at step 6 while other ranks reached step 7" in why.verdict.evidence[0].text
+
+
+def test_uncorrected_ecc_errors_on_the_gpu_of_a_rank() -> None:
+    """The recorded H100's `nvidia-smi -q -x`, edited as a GPU with 2 uncorrected ECC errors since the
+    driver loaded and one process (pid 4243) would show it (NVIDIA's format, numbers written here)."""
+    xml = (DATA / "nvidia-smi-q.xml").read_text()
+    volatile = xml.index("<volatile>")
+    xml = xml[:volatile] + xml[volatile:].replace(
+        "<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>", 1
+    )
+    xml = xml.replace(
+        "<processes>\n",
+        "<processes>\n<process_info><gpu_instance_id>N/A</gpu_instance_id><compute_instance_id>N/A</compute_instance_id>"
+        "<pid>4243</pid><type>C</type><process_name>python3</process_name><used_memory>1234 MiB</used_memory></process_info>\n",
+    )
+    gpus = with_details([], parse_query_xml(xml), "gpu0")
+    assert (gpus[0].ecc_uncorrected, gpus[0].pids) == (2, [4243])
+    why = weigh(Gathered(hosts=["gpu0"], gpus=gpus, pid_rank={4243: 5, 4244: 6}))
+    assert why.verdict is not None
+    assert (why.verdict.cause, why.verdict.ranks) == ("gpu_ecc", [5])
+    assert (
+        "GPU 0 on gpu0 has 2 uncorrected ECC errors since the driver loaded; rank 5 runs on it"
+        in why.verdict.evidence[0].text
+    )
+    assert why.verdict.evidence[0].source == "nvidia-smi on gpu0"

@@ -284,13 +284,20 @@ def gather_local(
         launchers = [j.launcher_pid for j in report.jobs if j.launcher_pid is not None]
         job_pids.update(launchers)
         started = _job_start(launchers or sorted(job_pids))
-        gpus = from_status(report.gpus or [])
-        if report.gpus is not None:  # a rank waits for its GPU: its ECC errors and processes too
-            gpus = gpu_details(gpus, host, deadline)
-        gathered.gpus.extend(gpus)
-        gathered.signal("GPU", READ if gpus else ABSENT if report.gpus is not None else SKIPPED,
-                        f"{len(gpus)} GPUs" if gpus else "no rank waits for its GPU: not asked"
-                        if report.gpus is None else "no NVML or nvidia-smi here")  # fmt: skip
+        gpus = report.gpus
+        if gpus is None and report.processes:  # the GPU of each rank, not only of one that waits for it
+            from rankscope.stacks.gpu import query_gpus
+
+            gpus = query_gpus(host)
+        facts = from_status(gpus or [])
+        if gpus is not None:  # ECC errors and the processes on each GPU too
+            facts = gpu_details(facts, host, deadline)
+        gathered.gpus.extend(facts)
+        gathered.signal(
+            "GPU",
+            READ if facts else ABSENT,
+            f"{len(facts)} GPUs ({facts[0].source})" if facts else "no NVML or nvidia-smi here",
+        )
         # ranks that ended while the job runs, and what their runtime files say
         gathered.dead.extend(ended_ranks(launchers, host))
         job_pids.update(d.pid for d in gathered.dead)

@@ -209,6 +209,27 @@ def file_findings(gathered: Gathered) -> list[Finding]:
     return out
 
 
+def gpu_findings(gathered: Gathered) -> list[Finding]:
+    """A GPU with uncorrected ECC errors since the driver loaded (nvidia-smi -q -x), blamed on the
+    ranks whose processes run on it (every rank of the node when it does not say)."""
+    out = []
+    for gpu in gathered.gpus:
+        if not gpu.ecc_uncorrected:
+            continue
+        ranks = sorted({gathered.pid_rank[p] for p in gpu.pids if p in gathered.pid_rank})
+        what = (
+            f"GPU {gpu.index} on {gpu.host} has {gpu.ecc_uncorrected} uncorrected ECC "
+            f"error{'s' if gpu.ecc_uncorrected > 1 else ''} since the driver loaded"
+            + (f"; {rank_word(ranks)} run{'s' if len(ranks) == 1 else ''} on it" if ranks else "")
+        )
+        out.append(Finding(Kind.KERNEL, "gpu_ecc", CULPRIT, str(ranks[0]) if ranks else gpu.host, what, None,
+                           f"{gpu.source} on {gpu.host}", 0, 50, ranks[0] if ranks else None,
+                           ranks=fold_ints(ranks) if ranks else None,
+                           next_step="drain the node and reset the GPU (nvidia-smi -r) or replace it; "
+                           "nvidia-smi -q -d ECC,ROW_REMAPPER"))  # fmt: skip
+    return out
+
+
 def all_findings(gathered: Gathered) -> list[Finding]:
     if gathered.merged:
         return [*gathered.node_findings, *fr_findings(gathered), *stacks_findings(gathered)]
@@ -216,6 +237,7 @@ def all_findings(gathered: Gathered) -> list[Finding]:
         *gathered.log_findings,
         *file_findings(gathered),
         *kernel_findings(gathered),
+        *gpu_findings(gathered),
         *dead_findings(gathered),
         *fr_findings(gathered),
         *stacks_findings(gathered),

@@ -44,7 +44,10 @@ def _tier(finding: Finding) -> int:
 
 def _ranks_of(finding: Finding) -> list[int]:
     """The global ranks a finding blames: the folded ranks of stacks and recorders, else its rank."""
-    if finding.source in ("stacks", "flight recorders", "progress markers") and finding.ranks:
+    folded = (
+        finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause == "gpu_ecc"
+    )
+    if folded and finding.ranks:
         return parse_ints(finding.ranks)
     if finding.global_rank is not None:
         return [finding.global_rank]
