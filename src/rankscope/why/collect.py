@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
-from rankscope.errors import MissingToolError
+from rankscope.errors import MissingToolError, RankscopeError
 from rankscope.ranks import short_hostname
 from rankscope.why.files import error_file, read_cores, read_fr, read_traces, recent_cores, runtime_files
 from rankscope.why.gpu import from_status, with_details
@@ -72,14 +72,24 @@ def gather_stacks(options: WhyOptions, deadline: float, stop: Optional[Stop]) ->
     budget = _left(deadline) * 0.7  # the rest is for the other signals
     stacks = StacksOptions(pids=pids, timeout=min(DEFAULT_TIMEOUT, budget), deadline=budget)
     try:
-        return run_local(stacks, stop=stop)
-    except MissingToolError:  # no py-spy: the ranks' in-process handlers alone (a signal, not a failure)
-        result = run_local(replace(stacks, via_signal=True), stop=stop)
-        assert result.report.diagnosis is not None
-        result.report.diagnosis.notes.append(
-            "py-spy is not installed: stacks only through in-process handlers"
+        try:
+            return run_local(stacks, stop=stop)
+        except MissingToolError:  # no py-spy: the ranks' in-process handlers alone (a signal, not a failure)
+            result = run_local(replace(stacks, via_signal=True), stop=stop)
+            assert result.report.diagnosis is not None
+            result.report.diagnosis.notes.append(
+                "py-spy is not installed: stacks only through in-process handlers"
+            )
+            return result
+    except RankscopeError as err:  # the other signals are still read
+        from rankscope.model import Failure, Stage
+        from rankscope.stacks.local import LocalResult
+        from rankscope.stacks.report import Diagnosis, StacksReport
+
+        failure = Failure("stacks", Stage.DUMP, err.message, err.hint)
+        return LocalResult(
+            StacksReport(hosts=[short_hostname()], failures=[failure], diagnosis=Diagnosis(""))
         )
-        return result
 
 
 def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFacts]:
