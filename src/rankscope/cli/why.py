@@ -61,12 +61,14 @@ rank(s), the cause, the line of your code, and the evidence, each line naming it
 With no target, looks at the distributed job on this node. In one pass, within
 --timeout: every rank's stacks (py-spy, or the in-process handler where py-spy is
 refused), the flight recorders (live from ranks started with RANKSCOPE_INPROC=1,
-or --fr dumps), progress markers, the GPU of a rank waiting for it, the ranks
-that already ended (exit status) and their crash/SIGTERM dumps, torchelastic
-error files, the job's output (found without asking: the launcher's stdout/stderr
-when they are files, torchrun --log-dir, SLURM's StdOut/StdErr; or --log), kernel
-messages (OOM kills, segfaults, NVIDIA Xid) and cores (--cores). A signal that is
-absent or refused is a line of the report, never a failure.
+or --fr dumps), progress markers, the node's GPUs (utilisation, memory, ECC
+errors, their processes), the ranks that already ended (exit status) and their
+crash/SIGTERM dumps, torchelastic error files, the job's output (found without
+asking: the launcher's stdout/stderr when they are files, torchrun --log-dir,
+SLURM's StdOut/StdErr; or --log) with the scheduler's words in it, kernel
+messages (OOM kills, segfaults, NVIDIA Xid), cores written since the job started
+(or --cores DIR) and trace rings (--trace DIR). A signal that is absent or
+refused is a line of the report, never a failure.
 
 \b
 Examples:

@@ -173,6 +173,13 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
                 out[0].evidence.append(
                     Evidence("trace rings", f"rank {rank} was last at {gathered.traced[rank]}")
                 )
+        # a weaker cause about the same ranks whose every line already supports the verdict says nothing more
+        shown = {(e.source, e.text) for e in out[0].evidence}
+        out[1:] = [
+            h
+            for h in out[1:]
+            if h.ranks != out[0].ranks or not all((e.source, e.text) in shown for e in h.evidence)
+        ]
     return out
 
 
