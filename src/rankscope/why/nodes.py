@@ -45,7 +45,6 @@ def parse_answer(result: NodeResult) -> tuple[NodeResult, Optional[WhyReport]]:
 def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> Gathered:
     from rankscope.stacks.explain import diagnose
     from rankscope.stacks.merge import merge_reports
-    from rankscope.stacks.report import load_report as load_stacks
 
     gathered = Gathered(merged=True)
     stacks = []
@@ -59,7 +58,7 @@ def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> 
         if report.stacks is not None:
             from rankscope.cluster.stacks_remote import relabel_host
 
-            node_stacks = relabel_host(load_stacks(report.stacks), result.node)
+            node_stacks = relabel_host(report.stacks, result.node)
             if node_stacks.fr_records is not None:
                 records.append(node_stacks.fr_records)
             stacks.append(node_stacks)

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rankscope.evidence import Finding
+from rankscope.fr.report import FrReport
 from rankscope.model import SCHEMA_VERSION, Failure, NodeStatus
 from rankscope.serial import OMIT_NONE, dump_document, load_document
+from rankscope.stacks.report import StacksReport
 
 SCHEMA = f"rankscope.why/{SCHEMA_VERSION}"
 
@@ -153,9 +155,9 @@ class WhyReport:
     notes: list[str] = field(default_factory=list)
     #: Every finding weighed (rankscope.evidence), the verdict's among them.
     findings: list[Finding] = field(default_factory=list)
-    #: The signals, as each room's own document: ``rankscope.stacks`` and ``rankscope.fr``.
-    stacks: Optional[Any] = field(default=None, metadata=OMIT_NONE)
-    fr: Optional[Any] = field(default=None, metadata=OMIT_NONE)
+    #: The signals, as each room's own report (the fields of ``rankscope.stacks`` and ``rankscope.fr``).
+    stacks: Optional[StacksReport] = field(default=None, metadata=OMIT_NONE)
+    fr: Optional[FrReport] = field(default=None, metadata=OMIT_NONE)
     kernel: list[KernelEvent] = field(default_factory=list)
     dead: list[DeadRank] = field(default_factory=list)
     rank_files: list[RankFile] = field(default_factory=list)

@@ -303,15 +303,9 @@ def weigh(gathered: Gathered, seconds: float = 0.0) -> WhyReport:
         logs=list(gathered.logs),
         failures=list(gathered.failures),
         nodes=gathered.nodes,
+        stacks=gathered.stacks,
+        fr=gathered.fr,
     )
-    if gathered.stacks is not None:
-        from rankscope.stacks.report import report_document
-
-        report.stacks = report_document(gathered.stacks)
-    if gathered.fr is not None:
-        from rankscope.fr.report import report_document as fr_document
-
-        report.fr = fr_document(gathered.fr)
     _gpu_lines(report, gathered)
     return report
 
