@@ -257,6 +257,11 @@ def gather_local(
             )
         else:
             gathered.signal("stacks", ABSENT, "no distributed job found on this node")
+        if report.several_jobs():
+            gathered.notes.append(
+                f"{sum(1 for j in report.jobs if j.pids)} jobs run on this node and are weighed together: "
+                "name one with --pid LAUNCHER_PID"
+            )
         for process in report.processes:
             job_pids.add(process.pid)
             if process.rank.rank is not None:
