@@ -61,15 +61,25 @@ def test_a_crash_dump_of_the_in_process_handler(tmp_path: Path) -> None:
     assert verdict["evidence"][0]["source"].startswith("crash file ")
 
 
-def test_a_torchelastic_error_file_written_by_record(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def record_error_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real error file of torch's @record, where torchrun --log-dir puts it (RUN/attempt_0/LOCAL_RANK/)."""
     pytest.importorskip("torch")
+    tmp_path = tmp_path_factory.mktemp("record")
     script = tmp_path / "train.py"
     script.write_text(RECORD)
+    target = tmp_path / "logs" / "job-7" / "attempt_0" / "1" / "error.json"
+    target.parent.mkdir(parents=True)
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(target), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=120)
+    assert proc.returncode != 0 and target.exists(), proc.stderr
+    return target
+
+
+def test_a_torchelastic_error_file_written_by_record(record_error_file: Path, tmp_path: Path) -> None:
     bundle = tmp_path / "capture"
     bundle.mkdir()
-    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(bundle / "error.json"), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=120)
-    assert proc.returncode != 0 and (bundle / "error.json").exists(), proc.stderr
+    shutil.copy(record_error_file, bundle / "error.json")
     result = run_cli("why", "--from", str(bundle), "--json")
     assert result.returncode == 15, result.stderr + result.stdout
     verdict = result.json()["verdict"]
@@ -267,3 +277,18 @@ def test_a_core_written_since_the_job_started_is_found_without_asking(
     finally:
         job.kill()
         job.wait()
+
+
+def test_error_files_under_torchruns_log_dir_name_the_global_rank(record_error_file: Path) -> None:
+    """The global rank from the local rank and the node's place that its live ranks give (node 1 of
+    2-rank nodes)."""
+    from rankscope.model import RankId
+    from rankscope.stacks.report import ProcessInfo, StacksReport
+    from rankscope.why.files import log_dir_errors
+
+    logs = record_error_file.parents[3]
+    live = StacksReport(processes=[ProcessInfo(11, RankId("n2", 2, 0, 4, 1, 2))])
+    (item,) = log_dir_errors([str(logs)], 0.0, live)
+    assert (item.rank, item.location) == (3, "load_shard (train.py:4)")
+    assert "ValueError: shard 7 is empty" in item.what
+    assert log_dir_errors([str(logs)], record_error_file.stat().st_mtime + 10, live) == []  # an earlier job's

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Optional
 from rankscope import procfs
 from rankscope.errors import MissingToolError, RankscopeError
 from rankscope.ranks import short_hostname
-from rankscope.why.files import error_file, read_cores, read_fr, read_traces, recent_cores, runtime_files
+from rankscope.why.files import (
+    error_file,
+    log_dir_errors,
+    read_cores,
+    read_fr,
+    read_traces,
+    recent_cores,
+    runtime_files,
+)
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
@@ -239,6 +247,7 @@ def gather_local(
 
     job_pids: set[int] = set()
     launchers: list[int] = []
+    log_dirs: list[str] = []
     started = 0.0
     logs: list[str] = list(options.logs)
     if options.post_mortem_only:
@@ -343,13 +352,14 @@ def gather_local(
             log_dir = torchrun_log_dir(cmd, cwd)
             if log_dir and os.path.isdir(log_dir):
                 logs.append(log_dir)
+                log_dirs.append(log_dir)
         slurm = options.slurm_job or _slurm_job(launchers or sorted(job_pids))
         if slurm:
             found, note = slurm_outputs(slurm, deadline)
             logs += found
             if note:
                 gathered.notes.append(note)
-        _error_files(sorted(job_pids), gathered)
+        _error_files(sorted(job_pids), gathered, log_dirs, started)
         for pid in [*launchers, *sorted(job_pids)]:
             gathered.environ = _environ(pid)
             if gathered.environ:
@@ -467,9 +477,13 @@ def _slurm_job(pids: Iterable[int]) -> Optional[str]:
     return None
 
 
-def _error_files(pids: Iterable[int], gathered: Gathered) -> None:
-    """Each rank's TORCHELASTIC_ERROR_FILE (the launcher names one per worker), when written."""
-    found = 0
+def _error_files(
+    pids: Iterable[int], gathered: Gathered, log_dirs: Iterable[str] = (), since: float = 0.0
+) -> None:
+    """Each rank's TORCHELASTIC_ERROR_FILE (the launcher names one per worker), when written; and the
+    ``error.json`` files under torchrun's --log-dir written since the job started (a rank that
+    ended can no longer say where its file is)."""
+    seen: set[str] = set()
     for pid in pids:
         env = _environ(pid)
         path = env.get(ERROR_FILE_VAR)
@@ -482,9 +496,13 @@ def _error_files(pids: Iterable[int], gathered: Gathered) -> None:
         item.rank = int(rank) if rank and rank.isdigit() else gathered.pid_rank.get(pid)
         item.pid = pid
         gathered.rank_files.append(item)
-        found += 1
+        seen.add(os.path.realpath(path))
+    for item in log_dir_errors(log_dirs, since, gathered.stacks):
+        if os.path.realpath(item.path) not in seen:
+            seen.add(os.path.realpath(item.path))
+            gathered.rank_files.append(item)
     gathered.signal(
         "torchelastic error files",
-        READ if found else ABSENT,
-        f"{found} written" if found else "none written (main wrapped in @record writes one on an error)",
+        READ if seen else ABSENT,
+        f"{len(seen)} written" if seen else "none written (main wrapped in @record writes one on an error)",
     )

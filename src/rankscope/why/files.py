@@ -12,10 +12,13 @@ import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.why.report import ABSENT, FAILED, READ, CoreInfo, RankFile
 from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    from rankscope.stacks.report import StacksReport
 
 #: The most of one rank file (crash, term, error file) read.
 FILE_MAX = 4 << 20
@@ -131,6 +134,33 @@ def error_file(path: str) -> Optional[RankFile]:
         moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(when)))
     last = text.splitlines()[-1] if text else ""
     return RankFile("error_file", path, None, location=location, what=last, time=moment)
+
+
+def log_dir_errors(log_dirs: Iterable[str], since: float, stacks: Optional[StacksReport]) -> list[RankFile]:
+    """``<log-dir>/<run id>/attempt_<n>/<local rank>/error.json`` written since ``since``; the global
+    rank from the local rank and the node's place (node rank x local world size, as its live ranks say)."""
+    node = None
+    for process in stacks.processes if stacks is not None else []:
+        rank = process.rank
+        if rank.node_rank is not None and rank.local_world_size:
+            node = (rank.node_rank, rank.local_world_size)
+            break
+    out = []
+    for directory in log_dirs:
+        for path in sorted(Path(directory).glob("*/attempt_*/*/error.json")):
+            try:
+                if path.is_symlink() or path.stat().st_mtime < since:
+                    continue
+            except OSError:
+                continue
+            item = error_file(str(path))
+            if item is None:
+                continue
+            local = path.parent.name
+            if local.isdigit() and node is not None:
+                item.rank = node[0] * node[1] + int(local)
+            out.append(item)
+    return out
 
 
 def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
