@@ -53,3 +53,29 @@ def test_a_node_without_rankscope_is_named() -> None:
     result, report = parse_answer(NodeResult("node05", Stage.OK, 127, "", "sh: rankscope: not found"))
     assert report is None
     assert result.stage == Stage.NO_RANKSCOPE
+
+
+def test_the_flight_recorders_of_every_node_are_aligned_at_the_head() -> None:
+    """Recorded gloo dumps (tests/data/fr/, `extra`: rank 0 issued one more all_reduce) split as two
+    nodes would send them (`why --local --json`: compact, under stacks.fr_records): neither node's
+    ranks alone show the desync of rank 0 against rank 2."""
+    from pathlib import Path
+
+    from rankscope.fr.collect import read_dumps
+    from rankscope.serial import to_json
+    from rankscope.stacks.fr_live import LiveRecorders, compact
+
+    dumps = read_dumps(Path(__file__).resolve().parents[1] / "data" / "fr" / "gloo-torch2.13" / "extra").dumps
+    answers = []
+    for node, ranks in (("node01", {0, 1}), ("node02", {2})):
+        gathered = Gathered(hosts=[node], stacks=_stacks({tuple(sorted(ranks)): BARRIER}, world=3, host=node))
+        assert gathered.stacks is not None
+        mine = LiveRecorders(dumps=[d for d in dumps if d.rank in ranks], world_size=3)
+        gathered.stacks.fr_records = to_json(compact(mine))
+        answers.append(parse_answer(_answer(node, gathered, 15)))
+    report = weigh(merge_answers(answers))
+    assert report.verdict is not None
+    assert (report.verdict.cause, report.verdict.ranks) == ("collective_desync", [0])
+    assert report.verdict.location is not None and report.verdict.location.startswith(
+        "log_global_loss (fr_job.py:"
+    )
