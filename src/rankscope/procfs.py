@@ -358,6 +358,16 @@ def maps_any(pid: int, marks: tuple[bytes, ...]) -> Optional[bool]:
     return any(mark in maps for mark in marks)
 
 
+def stat_fields(pid: Pid) -> Optional[list[str]]:
+    """The fields of /proc/PID/stat after the command name: state first (field 3), then ppid ...;
+    ``exit_code`` (field 52, waitpid's status of a zombie) is at index 49. None when unreadable."""
+    try:
+        raw = _read(pid, "stat")
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
+
+
 def started_after_boot(pid: Pid = "self") -> Optional[float]:
     """Seconds from boot to the process's start (starttime in /proc/PID/stat, to 1/CLK_TCK: 10 ms).
 

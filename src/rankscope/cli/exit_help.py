@@ -26,6 +26,7 @@ MEANING: dict[int, str] = {
     ExitCode.MISCONFIGURED: "gpu-test: a set-up mistake caught before the backend started",
     ExitCode.NUMERICS_MISMATCH: "numerics: a comparison at the default tolerance disagrees",
     ExitCode.DESYNC: "fr: ranks disagree on their collectives (the report names the first divergence)",
+    ExitCode.CAUSE_NAMED: "why: a cause was named (the verdict: culprit ranks, cause, location)",
     130: "interrupted by Ctrl-C (what was collected so far is printed)",
     143: "ended by SIGTERM (what was collected so far is printed)",
 }
@@ -49,6 +50,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "numerics": (0, 2, 6, 20),
     "fr": (0, 2, 3, 4, 8, 14),
     "trace": (0, 2, 3, 4, 8),
+    "why": (0, 2, 3, 4, 8, 15, 130, 143),
 }
 
 #: Verbs whose code is not one of the table's.

@@ -51,17 +51,23 @@ class StacksOptions:
 
     def to_argv(self) -> list[str]:
         """``stacks --local --json`` and a flag for every option that is not its default."""
-        argv = ["stacks", "--local", "--json"]
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            if value == spec.default:
-                continue
-            flag = spec.metadata[FLAG]
-            if isinstance(value, bool):
-                argv.append(flag)
-            elif isinstance(value, tuple):
-                for item in value:
-                    argv += [flag, str(item)]
-            else:
-                argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
-        return argv
+        return ["stacks", "--local", "--json", *option_flags(self)]
+
+
+def option_flags(options: Any) -> list[str]:
+    """A flag for every field of a frozen options dataclass that is not its default (each field's
+    metadata names its flag); `why` derives its nodes' command lines the same way."""
+    argv: list[str] = []
+    for spec in fields(options):
+        value = getattr(options, spec.name)
+        if value == spec.default:
+            continue
+        flag = spec.metadata[FLAG]
+        if isinstance(value, bool):
+            argv.append(flag)
+        elif isinstance(value, tuple):
+            for item in value:
+                argv += [flag, str(item)]
+        else:
+            argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
+    return argv
