@@ -1,0 +1,75 @@
+"""Is a quiet job stalled? Two non-blocking py-spy samples of every rank, ``gap`` seconds apart.
+
+``py-spy dump --nonblocking`` reads the process's memory without stopping it (no ptrace stop), so a
+rank that is only slow is never paused by the watcher. A stall is confirmed when every rank that
+could be sampled twice shows the same main-thread stack both times; denied when any rank's stack
+moved; unknown when no rank could be sampled (no py-spy, refused): the capture then decides.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from rankscope import lifetime
+from rankscope.model import Frame
+from rankscope.stacks.pyspy import parse_dump
+from rankscope.stacks.pyspy_cmd import find_pyspy, pyspy_env
+
+#: Seconds one non-blocking sample may take.
+SAMPLE_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    #: True: every sampled rank sits still; False: some rank's stack moved; None: nothing sampled.
+    stalled: Optional[bool]
+    text: str
+
+
+def _sample(pyspy: str, pids: list[int], stop_fd: int) -> dict[int, tuple[Frame, ...]]:
+    env = pyspy_env()
+    children = {
+        pid: lifetime.start(
+            [pyspy, "dump", "--nonblocking", "--pid", str(pid), "--json"],
+            SAMPLE_TIMEOUT,
+            env=env,
+            stderr=None,
+        )
+        for pid in pids
+    }
+    lifetime.wait(list(children.values()), stop_fd)
+    stacks: dict[int, tuple[Frame, ...]] = {}
+    for pid, child in children.items():
+        if child.returncode is None:
+            child.end()  # a stop came first
+        if child.returncode != 0:
+            continue
+        try:
+            threads = parse_dump(child.output.bytes() if child.output else b"", pid)
+        except ValueError:
+            continue
+        main = next((t for t in threads if t.is_main), None)
+        if main is not None:
+            stacks[pid] = main.frames
+    return stacks
+
+
+def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confirmation:
+    try:
+        pyspy = find_pyspy()
+    except Exception:  # noqa: BLE001 - MissingToolError: the capture decides
+        return Confirmation(None, "py-spy not found: not confirmed by stacks")
+    first = _sample(pyspy, pids, stop_fd)
+    if not first:
+        return Confirmation(None, "no rank could be sampled: not confirmed by stacks")
+    time.sleep(gap)
+    second = _sample(pyspy, list(first), stop_fd)
+    both = [pid for pid in first if pid in second]
+    moved = [pid for pid in both if first[pid] != second[pid]]
+    if moved:
+        return Confirmation(False, f"stacks of pids {', '.join(map(str, moved))} moved")
+    if not both:
+        return Confirmation(None, "no rank could be sampled twice: not confirmed by stacks")
+    return Confirmation(True, f"{len(both)} rank(s) unchanged over {gap:g} s")
