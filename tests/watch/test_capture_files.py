@@ -14,7 +14,7 @@ from rankscope.watch.index import append_index, new_capture_dir, private_dir, re
 
 
 def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> None:
-    why = capture_argv(WHY, [42], tmp_path / "c")
+    why = capture_argv(WHY, ["--pid", "42"], tmp_path / "c")
     assert why == [
         sys.executable,
         "-m",

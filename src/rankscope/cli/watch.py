@@ -28,7 +28,8 @@ Examples:
   rankscope watch -- torchrun --nproc-per-node 8 train.py   # run the job under watch
   rankscope watch --stall 120 --out caps/ -- srun python train.py
   rankscope watch --pid 4242                # watch a running launcher (or worker)
-  rankscope watch --jobid 81234             # the SLURM job's processes on this node
+  rankscope watch --jobid 81234             # a SLURM job: its ranks here, captures of every node
+  rankscope watch --jobid "$SLURM_JOB_ID" -- srun python train.py   # in an sbatch script
   rankscope watch --inproc -- torchrun ...  # + every rank's stacks at its teardown
   rankscope watch --then kill -- torchrun ...  # end the job after a stall capture
 
@@ -41,7 +42,8 @@ JSON line to OUT/index.jsonl. Until something looks wrong the watcher only reads
 /proc and small files (about 0.1% of one core for 16 ranks). The job's output goes
 straight to the terminal (never through the watcher), SIGINT and SIGTERM are passed
 on to it, its exit code is the watcher's, and it keeps running if the watcher dies.
-See docs/watch.md.
+SIGUSR1 to the watcher captures at once (rankscope launch --watch wires SLURM's
+time-limit warning to it). See docs/watch.md.
 """
 
 
@@ -126,9 +128,12 @@ def _job_env(inproc: bool) -> Optional[dict[str, str]]:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def watch(**params: Any) -> int:
     command: tuple[str, ...] = params["command"]
-    attach = [name for name in ("pid", "jobid") if params[name] is not None]
-    if bool(command) == bool(attach) or len(attach) > 1:
-        raise click.UsageError("give either -- LAUNCHER ARGS..., or --pid PID, or --jobid JOBID")
+    if (params["pid"] is not None) + (params["jobid"] is not None) + bool(command) != 1 and not (
+        params["jobid"] is not None and command and params["pid"] is None
+    ):
+        raise click.UsageError(
+            "give -- LAUNCHER ARGS..., or --pid PID, or --jobid JOBID (with or without -- LAUNCHER ARGS...)"
+        )
     options = from_params(WatchOptions, params)
     from rankscope.watch.index import private_dir
     from rankscope.watch.loop import JobHandle, Watcher
@@ -145,10 +150,10 @@ def watch(**params: Any) -> int:
         if not alive(params["pid"]):
             raise NothingFoundError(f"no process {params['pid']}", "is the job still running?")
         job = JobHandle([params["pid"]])
-    elif params["jobid"] is not None:
+    elif params["jobid"] is not None and not command:
         from rankscope.cluster.slurm_local import slurm_job_pids
 
-        job = JobHandle(slurm_job_pids(params["jobid"]))
+        job = JobHandle(slurm_job_pids(params["jobid"]), jobid=params["jobid"])
     else:
         from rankscope import lifetime
 
@@ -160,7 +165,7 @@ def watch(**params: Any) -> int:
             raise BadInputError(
                 f"cannot run {command[0]}: {exc.strerror or exc}", "check the command"
             ) from exc
-        job = JobHandle([process.pid], process)
+        job = JobHandle([process.pid], process, params["jobid"])
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """The capture: one command, run as a child with a deadline, whose JSON document holds the verdict.
 
-The command is ``rankscope why --pid PID --out CAPTURE_DIR --json`` (``why`` writes its bundle into
+The command is ``rankscope why --pid PID --out CAPTURE_DIR --json`` (``--jobid J`` for a SLURM job: every node) (``why`` writes its bundle into
 the capture directory and prints its document). A rankscope without the ``why`` verb runs
 ``rankscope stacks --pid PID --out CAPTURE_DIR/stacks --json`` instead; the caller says which
 (``verb``: the command line knows its verbs). Either document is read the same way
@@ -42,8 +42,8 @@ class CaptureResult:
     errors: str = ""
 
 
-def capture_argv(verb: str, pids: list[int], directory: Path) -> list[str]:
-    targets = [word for pid in pids for word in ("--pid", str(pid))]
+def capture_argv(verb: str, targets: list[str], directory: Path) -> list[str]:
+    """``targets``: the words that name the job (``--pid N`` for each launcher, or ``--jobid J``)."""
     command = [sys.executable, "-m", "rankscope"]
     if verb == WHY:
         return [*command, WHY, *targets, "--out", str(directory), "--json"]
@@ -51,15 +51,15 @@ def capture_argv(verb: str, pids: list[int], directory: Path) -> list[str]:
 
 
 def run_capture(
-    verb: str, pids: list[int], directory: Path, deadline: float, stop_fd: int = -1
+    verb: str, targets: list[str], directory: Path, deadline: float, stop_fd: int = -1
 ) -> CaptureResult:
-    """Run the capture of the job whose launchers (or workers) are ``pids`` into ``directory`` (new and empty) within ``deadline`` seconds.
+    """Run the capture of the job ``targets`` names (see :func:`capture_argv`) into ``directory`` (new and empty) within ``deadline`` seconds.
 
     Its stdout (the JSON document) is read up to lifetime's bound; its stderr goes to an unnamed
     private file and is kept in the result. The child, and what it starts (py-spy), end with the
     deadline, on ``stop_fd`` and with rankscope.
     """
-    argv = capture_argv(verb, pids, directory)
+    argv = capture_argv(verb, targets, directory)
     with tempfile.TemporaryFile() as errors:
         child = lifetime.run(argv, deadline, stop_fd=stop_fd, stderr=errors)
         errors.seek(0)

@@ -77,10 +77,16 @@ def find_workers(roots: list[int], host: Optional[str] = None) -> list[Watched]:
         if launcher_kind(info) is not None or table.is_candidate_worker(root):
             pids += [w.pid for w in workers_of(root, table, host).workers]
             continue
-        for pid in sorted(table.descendants(root)):  # a script that started the launcher
-            entry = table.procs.get(pid)
-            if entry is not None and launcher_kind(entry) is not None:
-                pids += [w.pid for w in workers_of(pid, table, host).workers]
+        below = sorted(table.descendants(root))  # a script that started the launcher, or the workers
+        launchers = [
+            pid for pid in below if pid in table.procs and launcher_kind(table.procs[pid]) is not None
+        ]
+        for pid in launchers:
+            pids += [w.pid for w in workers_of(pid, table, host).workers]
+        if not launchers:
+            pids += [
+                pid for pid in below if table.is_candidate_worker(pid) and not table._parent_is_worker(pid)
+            ]
     found: list[Watched] = []
     for pid in dict.fromkeys(pids):
         worker = table.worker(pid, host)

@@ -39,6 +39,20 @@ class JobHandle:
 
     roots: list[int]
     process: Optional[subprocess.Popen[bytes]] = None
+    #: The SLURM job: its processes on this node are watched, and a capture covers every node.
+    jobid: Optional[str] = None
+
+    def tops(self) -> list[int]:
+        """Where the workers are looked for: the roots, and the SLURM job's processes on this node."""
+        if self.jobid is None:
+            return list(self.roots)
+        from rankscope.cluster.slurm_local import slurm_job_pids
+        from rankscope.errors import NothingFoundError
+
+        try:
+            return list(dict.fromkeys([*self.roots, *slurm_job_pids(self.jobid)]))
+        except NothingFoundError:
+            return list(self.roots)
 
     def ended(self) -> bool:
         if self.process is not None:
@@ -63,7 +77,7 @@ class JobHandle:
 
 
 @contextlib.contextmanager
-def forwarding(job: JobHandle) -> Iterator[None]:
+def forwarding(job: JobHandle, forwarded: Callable[[int], None]) -> Iterator[None]:
     """While the watcher runs the job itself: SIGINT and SIGTERM go on to the job's process group
     (the job is in a session of its own: a terminal's Ctrl-C reaches only the watcher)."""
     if job.process is None:
@@ -72,6 +86,7 @@ def forwarding(job: JobHandle) -> Iterator[None]:
     pgid = job.process.pid
 
     def forward(signum: int, _frame: object) -> None:
+        forwarded(signum)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signum)
 
@@ -81,6 +96,31 @@ def forwarding(job: JobHandle) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def requests() -> Iterator[int]:
+    """SIGUSR1 to the watcher asks for a capture now: a descriptor that becomes readable when it comes."""
+    read, write = os.pipe()
+    for fd in (read, write):
+        os.set_blocking(fd, False)
+
+    def asked(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(write, b"!")
+
+    previous = signal.signal(signal.SIGUSR1, asked)
+    try:
+        yield read
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        os.close(read)
+        os.close(write)
+
+
+REQUESTED = Trigger(
+    Reason.REQUEST, "SIGUSR1: a capture asked for (a scheduler's warning before the time limit)"
+)
 
 
 @dataclass
@@ -98,11 +138,21 @@ class Watcher:
     failed_exits: list[Exit] = field(default_factory=list)
     _told_max: bool = False
     _told_blind: bool = False
+    #: The signal passed on to the job: the ranks that die now were told to (no death is captured).
+    stopped_by: Optional[int] = None
+
+    def _stopping(self, signum: int) -> None:
+        self.stopped_by = signum
 
     def run(self) -> int:
         decider = Decider(self.options.stall, self.options.straggler_steps)
-        with selectors.DefaultSelector() as selector, forwarding(self.job):
+        with (
+            selectors.DefaultSelector() as selector,
+            forwarding(self.job, self._stopping),
+            requests() as asked,
+        ):
             self.selector = selector
+            selector.register(asked, selectors.EVENT_READ, REQUESTED)
             root_fds = [fd for fd in (collect.open_pidfd(pid) for pid in self.job.roots) if fd >= 0]
             for fd in root_fds:
                 selector.register(fd, selectors.EVENT_READ, None)
@@ -113,6 +163,10 @@ class Watcher:
                     for key, _ in selector.select(max(0.0, next_look - time.monotonic())):
                         if isinstance(key.data, collect.Watched):
                             exits.append(self._exited(key.data))
+                        elif key.data is REQUESTED:
+                            with contextlib.suppress(OSError):
+                                os.read(asked, 64)
+                            self._act(REQUESTED, decider)
                     now = time.monotonic()
                     if now < next_look and not exits:
                         continue
@@ -149,7 +203,7 @@ class Watcher:
 
     def _scan(self) -> None:
         """Find the workers again: new ones (an elastic restart, a late start) get a pidfd."""
-        for worker in collect.find_workers(self.job.roots):
+        for worker in collect.find_workers(self.job.tops()):
             if worker.pid in self.workers or not collect.alive(worker.pid):
                 continue
             worker.pidfd = collect.open_pidfd(worker.pid)
@@ -178,6 +232,8 @@ class Watcher:
     # --- acting -------------------------------------------------------------------------------
 
     def _act(self, trigger: Trigger, decider: Decider) -> None:
+        if trigger.reason == Reason.DEATH and self.stopped_by is not None:
+            return  # the job is ending because its user said so
         if len(self.captures) >= self.options.max_captures:
             if not self._told_max:
                 self._told_max = True
@@ -203,14 +259,18 @@ class Watcher:
             self.say(note("--then kill: SIGTERM to the job"))
             self.job.terminate()
 
-    def _targets(self) -> list[int]:
-        """What the capture is pointed at: the launchers at the top of the job, else its workers."""
-        targets = []
+    def _targets(self) -> list[str]:
+        """What the capture is pointed at: the SLURM job (every node), else the launchers at the top
+        of the job, else its workers."""
+        if self.job.jobid is not None:
+            return ["--jobid", self.job.jobid]
+        pids = []
         for pid in self.job.roots:
             entry = procfs.process(pid)
             if entry is not None and launcher_kind(entry) is not None:
-                targets.append(pid)
-        return targets or sorted(self.workers) or list(self.job.roots)
+                pids.append(pid)
+        pids = pids or sorted(self.workers) or list(self.job.roots)
+        return [word for pid in pids for word in ("--pid", str(pid))]
 
     def _capture(self, trigger: Trigger, confirmed: Optional[str]) -> None:
         directory = new_capture_dir(self.out, trigger.reason.value)
@@ -261,6 +321,8 @@ class Watcher:
             return
         if not dumps and not self.failed_exits:
             return  # nothing of the ranks to keep: the exit code says it all
+        if self.stopped_by == signal.SIGINT or (self.stopped_by is not None and not dumps):
+            return  # Ctrl-C: the user ended it; a SIGTERM (a scheduler's) keeps what the ranks dumped
         text = f"the job exited with code {code}" if self.job.process is not None else "the job ended"
         ranks = tuple(sorted(e.rank for e in self.failed_exits if e.rank is not None))
         trigger = Trigger(Reason.END, "; ".join([text, *(e.describe() for e in self.failed_exits)]), ranks)

@@ -19,6 +19,8 @@ class Reason(Words):
     DEATH = "death"
     #: The job ended with an error: the in-process handler's dumps of its teardown are kept.
     END = "end"
+    #: SIGUSR1 to the watcher: a capture asked for (a scheduler's warning before the time limit).
+    REQUEST = "request"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""`rankscope watch` with a plain Python job (no torch): a capture asked for with SIGUSR1, SIGTERM
+passed on to the job and its exit code passed back, and bad command lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.cli import run_cli
+from tests.support.leftovers import kill_marked, marked_env, wait_for
+
+JOB = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))
+def waiting_for_a_signal():
+    print("up", flush=True)
+    while True:
+        time.sleep(0.1)
+waiting_for_a_signal()
+"""
+
+
+def test_usr1_captures_now_and_sigterm_reaches_the_job_whose_code_comes_back(tmp_path: Path) -> None:
+    env, mark = marked_env()
+    out = tmp_path / "caps"
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--", sys.executable, "-c", JOB]
+    log = tmp_path / "log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(argv, env=env, stdout=handle, stderr=handle, start_new_session=True)
+    try:
+        wait_for(lambda: "up" in log.read_text(), 60, "the job")
+        watcher.send_signal(signal.SIGUSR1)  # what SLURM's --signal=B:USR1@N warning becomes
+        wait_for(lambda: (out / "index.jsonl").exists(), 60, "the requested capture")
+        [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+        assert entry["reason"] == "request"
+        raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
+        assert "waiting_for_a_signal" in raw
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(60) == 42, log.read_text()
+        assert len((out / "index.jsonl").read_text().splitlines()) == 1  # no death: it was told to end
+        assert "rankscope watch: request" in log.read_text()
+    finally:
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()
+
+
+def test_bad_command_lines(tmp_path: Path) -> None:
+    assert run_cli("watch", "--out", str(tmp_path / "a")).returncode == 2
+    assert run_cli("watch", "--pid", "1", "--out", str(tmp_path / "b"), "--", "true").returncode == 2
+    gone = run_cli("watch", "--pid", "999999999", "--out", str(tmp_path / "c"))
+    assert gone.returncode == 3 and "no process 999999999" in gone.stderr
+    missing = run_cli("watch", "--out", str(tmp_path / "d"), "--", str(tmp_path / "no-such-launcher"))
+    assert missing.returncode == 6 and "no-such-launcher" in missing.stderr
+    (tmp_path / "file").write_text("")
+    under_a_file = run_cli("watch", "--out", str(tmp_path / "file" / "caps"), "--", "true")
+    assert under_a_file.returncode == 8 and "cannot use --out" in under_a_file.stderr
+
+
+def test_the_jobs_exit_code_passes_through_and_a_finished_job_leaves_nothing(tmp_path: Path) -> None:
+    result = run_cli(
+        "watch", "--out", str(tmp_path / "caps"), "--", sys.executable, "-c", "raise SystemExit(5)"
+    )
+    assert result.returncode == 5
+    assert list((tmp_path / "caps").iterdir()) == []
