@@ -26,13 +26,11 @@ def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> No
         str(tmp_path / "c"),
         "--json",
     ]
-    stacks = capture_argv(STACKS, [42, 43], tmp_path / "c")
+    stacks = capture_argv(STACKS, ["--jobid", "81"], tmp_path / "c")
     assert stacks[3:] == [
         "stacks",
-        "--pid",
-        "42",
-        "--pid",
-        "43",
+        "--jobid",
+        "81",
         "--out",
         str(tmp_path / "c" / "stacks"),
         "--json",
