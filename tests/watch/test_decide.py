@@ -90,11 +90,23 @@ def test_straggler_off_with_zero_steps() -> None:
 def test_a_rank_that_failed_while_others_live_is_a_death() -> None:
     decider = Decider(stall=100, straggler_steps=0)
     others = (RankSample(100, 0), RankSample(102, 2))
+    decider.decide(Snapshot(-1.0, (*others, RankSample(101, 1))))
     [death] = decider.decide(Snapshot(0.0, others, exits=(Exit(101, 1, 1),)))
     assert death.reason == Reason.DEATH and death.ranks == (1,)
     assert death.text == "rank 1 (pid 101) exited with code 1 while 2 other ranks still ran"
     [killed] = decider.decide(Snapshot(1.0, others[:1], exits=(Exit(102, 2, -9),)))
     assert killed.text == "rank 2 (pid 102) was killed by signal 9 while another rank still ran"
+
+
+def test_the_old_generations_last_rank_is_no_death_beside_the_restarted_workers() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))  # pids 100, 101
+    [death] = decider.decide(Snapshot(1.0, ranks((1, 1)), exits=(Exit(101, 1, 1),)))
+    assert death.ranks == (1,)
+    restarted = (RankSample(300, 0), RankSample(301, 1))
+    assert decider.decide(Snapshot(2.0, restarted, exits=(Exit(100, 0, -15),))) == []
+    # A rank of the new generation that fails while its peers live is a death again.
+    assert decider.decide(Snapshot(3.0, restarted[:1], exits=(Exit(301, 1, 1),)))[0].ranks == (1,)
 
 
 def test_a_finished_rank_or_the_last_rank_is_no_death() -> None:
@@ -105,6 +117,7 @@ def test_a_finished_rank_or_the_last_rank_is_no_death() -> None:
 
 def test_an_exit_code_lost_but_a_marker_left_is_a_death() -> None:
     decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(-1.0, ranks((1, 1))))
     gone = Exit(101, 1, None, marker_left=True)
     assert [t.reason for t in decider.decide(Snapshot(0.0, ranks((1, 1)), exits=(gone,)))] == [Reason.DEATH]
     assert decider.decide(Snapshot(1.0, ranks((1, 1)), exits=(Exit(102, 2, None),))) == []

@@ -24,10 +24,13 @@ waiting_for_a_signal()
 """
 
 
-def test_usr1_captures_now_and_sigterm_reaches_the_job_whose_code_comes_back(tmp_path: Path) -> None:
+def test_usr1_captures_now_within_max_captures_and_sigterm_reaches_the_job_whose_code_comes_back(
+    tmp_path: Path,
+) -> None:
     env, mark = marked_env()
     out = tmp_path / "caps"
-    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--", sys.executable, "-c", JOB]
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--max-captures", "1"]
+    argv += ["--", sys.executable, "-c", JOB]
     log = tmp_path / "log"
     with open(log, "wb") as handle:
         watcher = subprocess.Popen(argv, env=env, stdout=handle, stderr=handle, start_new_session=True)
@@ -39,6 +42,8 @@ def test_usr1_captures_now_and_sigterm_reaches_the_job_whose_code_comes_back(tmp
         assert entry["reason"] == "request"
         raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
         assert "waiting_for_a_signal" in raw
+        watcher.send_signal(signal.SIGUSR1)  # one more: over --max-captures, only noted
+        wait_for(lambda: "--max-captures 1 reached" in log.read_text(), 60, "the note")
         watcher.send_signal(signal.SIGTERM)
         assert watcher.wait(60) == 42, log.read_text()
         assert len((out / "index.jsonl").read_text().splitlines()) == 1  # no death: it was told to end

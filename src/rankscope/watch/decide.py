@@ -9,7 +9,9 @@
 - **Straggler**: a rank whose step is ``straggler_steps`` or more behind the most advanced rank;
   reported once until it catches up.
 - **Death**: a worker that exited with an error (or by a signal, or died leaving its progress
-  marker behind) while other workers live. A worker whose exit code reads 0 is a rank that finished.
+  marker behind) while other workers of the last look live (the new workers of an elastic restart
+  are not "others": the old generation's last rank going is the end of its teardown). A worker
+  whose exit code reads 0 is a rank that finished.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class Decider:
     outputs: dict[str, tuple[int, float]] = field(default_factory=dict)
     stalled: bool = False
     behind: set[int] = field(default_factory=set)
+    #: The workers of the last look: a death counts only while others of its own generation live.
+    previous: set[int] = field(default_factory=set)
 
     def not_stalled(self, now: float) -> None:
         """A suspected stall was not one: the clock starts again."""
@@ -41,6 +45,7 @@ class Decider:
 
     def decide(self, snap: Snapshot) -> list[Trigger]:
         triggers = self._deaths(snap)
+        self.previous = {r.pid for r in snap.ranks}
         if not snap.ranks:
             return triggers
         advanced = self._advanced(snap)
@@ -60,11 +65,12 @@ class Decider:
 
     def _deaths(self, snap: Snapshot) -> list[Trigger]:
         failed = [e for e in snap.exits if e.failed]
-        if not failed or not snap.ranks:
+        # The others: workers already there at the last look (an elastic restart's new workers are not).
+        alive = sum(1 for r in snap.ranks if r.pid in self.previous)
+        if not failed or not alive:
             return []
         ranks = tuple(sorted(e.rank for e in failed if e.rank is not None))
         words = "; ".join(e.describe() for e in failed)
-        alive = len(snap.ranks)
         others = "another rank still ran" if alive == 1 else f"{alive} other ranks still ran"
         return [Trigger(Reason.DEATH, f"{words} while {others}", ranks)]
 

@@ -135,6 +135,8 @@ class Watcher:
     seen: dict[int, collect.Watched] = field(default_factory=dict)
     outputs: list[str] = field(default_factory=list)
     captures: list[Path] = field(default_factory=list)
+    #: The captures of deaths: where the teardown's dumps belong.
+    death_captures: list[Path] = field(default_factory=list)
     failed_exits: list[Exit] = field(default_factory=list)
     _told_max: bool = False
     _told_blind: bool = False
@@ -275,6 +277,8 @@ class Watcher:
     def _capture(self, trigger: Trigger, confirmed: Optional[str]) -> None:
         directory = new_capture_dir(self.out, trigger.reason.value)
         self.captures.append(directory)
+        if trigger.reason == Reason.DEATH:
+            self.death_captures.append(directory)
         result = run_capture(self.verb, self._targets(), directory, self.options.capture_timeout)
         self._record(trigger, result, confirmed)
 
@@ -305,19 +309,17 @@ class Watcher:
         self.say(capture_line(trigger, result.verdict, result.ranks, str(result.directory)))
 
     def _at_end(self, code: int) -> None:
-        """The job ended: the dumps its ranks left at teardown go into the last capture; a job that
-        failed without any capture gets one of its own."""
+        """The job ended: the dumps its ranks left go into the last capture of a death (else the last
+        capture); a job that failed without any capture gets one of its own."""
         dumps = [path for worker in self.seen.values() for path in collect.handler_dumps(worker)]
-        if code == 0 and not self.failed_exits:
-            if dumps and self.captures:
-                copy_dumps(dumps, self.captures[-1])
-            return
-        if self.captures:
-            copied = copy_dumps(dumps, self.captures[-1])
+        homes = self.death_captures or self.captures
+        home: Optional[Path] = homes[-1] if homes else None
+        if home is not None:
+            copied = copy_dumps(dumps, home)
             if copied:
-                self.say(
-                    note(f"{len(copied)} in-process dump(s) of the teardown added to {self.captures[-1]}")
-                )
+                self.say(note(f"{len(copied)} in-process dump(s) of the ranks' ends added to {home}"))
+            return
+        if code == 0 and not self.failed_exits:
             return
         if not dumps and not self.failed_exits:
             return  # nothing of the ranks to keep: the exit code says it all
