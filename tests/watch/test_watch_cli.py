@@ -59,7 +59,7 @@ def test_bad_command_lines(tmp_path: Path) -> None:
     assert run_cli("watch", "--out", str(tmp_path / "a")).returncode == 2
     assert run_cli("watch", "--pid", "1", "--out", str(tmp_path / "b"), "--", "true").returncode == 2
     gone = run_cli("watch", "--pid", "999999999", "--out", str(tmp_path / "c"))
-    assert gone.returncode == 3 and "no process 999999999" in gone.stderr
+    assert gone.returncode == 8 and "no process with pid 999999999" in gone.stderr
     missing = run_cli("watch", "--out", str(tmp_path / "d"), "--", str(tmp_path / "no-such-launcher"))
     assert missing.returncode == 6 and "no-such-launcher" in missing.stderr
     (tmp_path / "file").write_text("")
@@ -73,3 +73,32 @@ def test_the_jobs_exit_code_passes_through_and_a_finished_job_leaves_nothing(tmp
     )
     assert result.returncode == 5
     assert list((tmp_path / "caps").iterdir()) == []
+
+
+STALLING = """
+import time
+import rankscope
+for step in range(3):
+    rankscope.progress(step=step)
+    time.sleep(0.05)
+def stuck_here():
+    print("stuck", flush=True)
+    while True:
+        time.sleep(0.2)
+stuck_here()
+"""
+
+
+def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path) -> None:
+    """A one-rank job (rank variables, no launcher, no torch) whose markers stop: two non-blocking
+    samples agree, the capture names where it sits, and --then kill sends the job SIGTERM."""
+    out = tmp_path / "caps"
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    argv = ["watch", "--stall", "1", "--interval", "0.2", "--then", "kill", "--out", str(out)]
+    result = run_cli(*argv, "--", sys.executable, "-c", STALLING, env=env, timeout=120)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert entry["reason"] == "stall" and "unchanged" in entry["confirmed"]
+    raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
+    assert "stuck_here" in raw
+    assert "rankscope watch: --then kill: SIGTERM to the job" in result.stderr

@@ -59,9 +59,9 @@ SPECIAL = {
     "6 when the command is not found, 8 when it is not executable or the --compare log is missing, "
     "2 for a bad command line.",
     "watch": "Exit code: the job's own when watch started it (128+N when a signal N ended it), whatever "
-    "was captured; 0 when an attached job (--pid, --jobid) ends; 3 when --pid or --jobid finds nothing, "
-    "6 when the command is not found, 8 when it is not executable or --out cannot be used, 2 for a bad "
-    "command line.",
+    "was captured; 0 when an attached job (--pid, --jobid) ends; 3 when --jobid finds no process here, "
+    "6 when the command is not found, 8 for a dead --pid, a command that is not executable or an --out "
+    "that cannot be used, 2 for a bad command line.",
 }
 
 

@@ -16,7 +16,7 @@ import click
 
 from rankscope.cli.exit_help import epilog
 from rankscope.cli.params import from_params
-from rankscope.errors import BadInputError, MissingToolError, NothingFoundError
+from rankscope.errors import BadInputError, MissingToolError
 from rankscope.watch.capture import STACKS, WHY
 from rankscope.watch.model import WatchOptions
 
@@ -148,7 +148,7 @@ def watch(**params: Any) -> int:
         from rankscope.watch.collect import alive
 
         if not alive(params["pid"]):
-            raise NothingFoundError(f"no process {params['pid']}", "is the job still running?")
+            raise BadInputError(f"no process with pid {params['pid']}", "check the pid with ps or pgrep")
         job = JobHandle([params["pid"]])
     elif params["jobid"] is not None and not command:
         from rankscope.cluster.slurm_local import slurm_job_pids
