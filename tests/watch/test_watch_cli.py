@@ -102,3 +102,13 @@ def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path
     raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
     assert "stuck_here" in raw
     assert "rankscope watch: --then kill: SIGTERM to the job" in result.stderr
+
+
+def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: Path) -> None:
+    """Output into a pipe (not a file) and no markers: no stall can be seen, and the watcher says so."""
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    argv = ["watch", "--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
+    result = run_cli(*argv, "--", sys.executable, "-c", "import time; time.sleep(4)", env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("no progress markers (rankscope.progress) and no output files for 1 s") == 1
+    assert list((tmp_path / "caps").iterdir()) == []

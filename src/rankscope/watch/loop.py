@@ -140,6 +140,8 @@ class Watcher:
     failed_exits: list[Exit] = field(default_factory=list)
     _told_max: bool = False
     _told_blind: bool = False
+    #: Since when the workers run with neither markers nor output files to watch.
+    _blind_since: Optional[float] = None
     #: The signal passed on to the job: the ranks that die now were told to (no death is captured).
     stopped_by: Optional[int] = None
 
@@ -221,11 +223,16 @@ class Watcher:
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
         ranks = tuple(worker.sample() for worker in self.workers.values())
         outputs = collect.output_states(self.outputs)
-        if ranks and not outputs and not any(r.calls for r in ranks) and not self._told_blind:
+        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks)
+        if not blind:
+            self._blind_since = None
+        elif self._blind_since is None:
+            self._blind_since = now
+        elif now - self._blind_since >= self.options.stall and not self._told_blind:
             self._told_blind = True
             self.say(
                 note(
-                    "no progress markers (rankscope.progress) and no output files to watch yet: "
+                    f"no progress markers (rankscope.progress) and no output files for {self.options.stall:g} s: "
                     "a stall is noticed once either appears; deaths are watched"
                 )
             )
