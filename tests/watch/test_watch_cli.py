@@ -10,8 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.cli import run_cli
+from tests.support.cli import CliResult, run_cli
 from tests.support.leftovers import kill_marked, marked_env, wait_for
+
+#: A one-rank job's variables (no launcher): the watcher takes the process itself for its worker.
+RANK_ZERO = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
 
 JOB = """
 import signal, sys, time
@@ -22,6 +25,16 @@ def waiting_for_a_signal():
         time.sleep(0.1)
 waiting_for_a_signal()
 """
+
+
+def run_watch(*args: str, **extra_env: str) -> CliResult:
+    """`rankscope watch ARGS` as a user runs it; the job it starts (detached: it outlives the watcher
+    by design) and everything else carrying the run's mark is SIGKILLed afterwards, also on a timeout."""
+    env, mark = marked_env(**extra_env)
+    try:
+        return run_cli("watch", *args, env=env, timeout=120)
+    finally:
+        kill_marked(mark)
 
 
 def test_usr1_captures_now_within_max_captures_and_sigterm_reaches_the_job_whose_code_comes_back(
@@ -68,9 +81,7 @@ def test_bad_command_lines(tmp_path: Path) -> None:
 
 
 def test_the_jobs_exit_code_passes_through_and_a_finished_job_leaves_nothing(tmp_path: Path) -> None:
-    result = run_cli(
-        "watch", "--out", str(tmp_path / "caps"), "--", sys.executable, "-c", "raise SystemExit(5)"
-    )
+    result = run_watch("--out", str(tmp_path / "caps"), "--", sys.executable, "-c", "raise SystemExit(5)")
     assert result.returncode == 5
     assert list((tmp_path / "caps").iterdir()) == []
 
@@ -93,9 +104,8 @@ def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path
     """A one-rank job (rank variables, no launcher, no torch) whose markers stop: two non-blocking
     samples agree, the capture names where it sits, and --then kill sends the job SIGTERM."""
     out = tmp_path / "caps"
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    argv = ["watch", "--stall", "1", "--interval", "0.2", "--then", "kill", "--out", str(out)]
-    result = run_cli(*argv, "--", sys.executable, "-c", STALLING, env=env, timeout=120)
+    argv = ["--stall", "1", "--interval", "0.2", "--then", "kill", "--out", str(out)]
+    result = run_watch(*argv, "--", sys.executable, "-c", STALLING, **RANK_ZERO)
     assert result.returncode == 128 + signal.SIGTERM, result.stderr
     [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
     assert entry["reason"] == "stall" and "unchanged" in entry["confirmed"]
@@ -106,9 +116,8 @@ def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path
 
 def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: Path) -> None:
     """Output into a pipe (not a file) and no markers: no stall can be seen, and the watcher says so."""
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
-    argv = ["watch", "--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
-    result = run_cli(*argv, "--", sys.executable, "-c", "import time; time.sleep(4)", env=env, timeout=120)
+    argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
+    result = run_watch(*argv, "--", sys.executable, "-c", "import time; time.sleep(4)", **RANK_ZERO)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("no progress markers (rankscope.progress) and no output files for 1 s") == 1
     assert list((tmp_path / "caps").iterdir()) == []
