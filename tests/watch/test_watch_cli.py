@@ -121,3 +121,25 @@ def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("no progress markers (rankscope.progress) and no output files for 1 s") == 1
     assert list((tmp_path / "caps").iterdir()) == []
+
+
+BUSY_WITHOUT_MARKERS = """
+import time
+import rankscope
+rankscope.progress(step=0)
+def descend(depth):
+    if depth:
+        return descend(depth - 1)
+    time.sleep(0.05)
+end = time.monotonic() + 4
+while time.monotonic() < end:  # working, no more markers: the stack grows 0.1 s by 0.1 s
+    descend(int(time.monotonic() * 10) % 60)
+"""
+
+
+def test_quiet_ranks_whose_stacks_move_are_no_stall(tmp_path: Path) -> None:
+    argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
+    result = run_watch(*argv, "--", sys.executable, "-c", BUSY_WITHOUT_MARKERS, **RANK_ZERO)
+    assert result.returncode == 0, result.stderr
+    assert "but the ranks' stacks move" in result.stderr
+    assert list((tmp_path / "caps").iterdir()) == [], result.stderr

@@ -256,6 +256,8 @@ class Watcher:
         confirmed: Optional[str] = None
         if trigger.reason == Reason.STALL and self.options.confirm and self.workers:
             check = confirm_stall(sorted(self.workers), min(1.0, self.options.interval))
+            if check.stalled is None and not any(collect.alive(pid) for pid in self.workers):
+                return  # they could not be sampled because they are gone: the job is ending
             if check.stalled is False:
                 decider.not_stalled(time.monotonic())
                 self.say(
