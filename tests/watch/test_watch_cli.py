@@ -71,6 +71,9 @@ def test_usr1_captures_now_within_max_captures_and_sigterm_reaches_the_job_whose
 def test_bad_command_lines(tmp_path: Path) -> None:
     assert run_cli("watch", "--out", str(tmp_path / "a")).returncode == 2
     assert run_cli("watch", "--pid", "1", "--out", str(tmp_path / "b"), "--", "true").returncode == 2
+    assert run_cli("watch", "--pid", "1", "--jobid", "9", "--out", str(tmp_path / "b")).returncode == 2
+    no_job = run_cli("watch", "--jobid", "987654321", "--out", str(tmp_path / "b"))
+    assert no_job.returncode == 3 and "no Python process of SLURM job 987654321" in no_job.stderr
     gone = run_cli("watch", "--pid", "999999999", "--out", str(tmp_path / "c"))
     assert gone.returncode == 8 and "no process with pid 999999999" in gone.stderr
     missing = run_cli("watch", "--out", str(tmp_path / "d"), "--", str(tmp_path / "no-such-launcher"))

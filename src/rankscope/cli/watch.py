@@ -118,7 +118,10 @@ def _job_env(inproc: bool) -> Optional[dict[str, str]]:
 )
 @click.option("--pid", type=int, default=None, metavar="PID", help="Watch this running launcher or worker.")
 @click.option(
-    "--jobid", default=None, metavar="JOBID", help="Watch SLURM job JOBID's processes on this node."
+    "--jobid",
+    default=None,
+    metavar="JOBID",
+    help="A SLURM job: watch its ranks on this node and capture every node (why --jobid); alone it attaches, with -- LAUNCHER ARGS it also runs them.",
 )
 @click.option(
     "--inproc",
