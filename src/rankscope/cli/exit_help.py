@@ -60,6 +60,10 @@ SPECIAL = {
     "rerun": "Exit code: the command's own (128+N when a signal N ended it); 124 when --timeout ended it; "
     "6 when the command is not found, 8 when it is not executable or the --compare log is missing, "
     "2 for a bad command line.",
+    "watch": "Exit code: the job's own when watch started it (128+N when a signal N ended it), whatever "
+    "was captured; 0 when an attached job (--pid, --jobid) ends; 3 when --jobid finds no process here, "
+    "6 when the command is not found, 8 for a dead --pid, a command that is not executable or an --out "
+    "that cannot be used, 2 for a bad command line.",
 }
 
 

@@ -39,6 +39,7 @@ VERBS: dict[str, str] = {
     "numerics": "rankscope.cli.numerics:numerics",
     "fr": "rankscope.cli.fr:fr",
     "trace": "rankscope.cli.trace:trace",
+    "watch": "rankscope.cli.watch:watch",
 }
 
 
