@@ -42,16 +42,20 @@ def test_verdict_of_a_stacks_document() -> None:
     assert verdict_of(document) == ("rank 1 is elsewhere", [1])
 
 
-@pytest.mark.parametrize(
-    "verdict",
-    [
-        {"text": "rank 3 crashed", "culprit_ranks": [3]},
-        {"headline": "rank 3 crashed", "culprits": [{"rank": 3, "host": "n1"}]},
-        {"summary": "rank 3 crashed", "ranks": [3, 3]},
-    ],
-)
-def test_verdict_of_a_why_document(verdict: dict[str, object]) -> None:
-    assert verdict_of({"verdict": verdict}) == ("rank 3 crashed", [3])
+def test_verdict_of_a_why_document() -> None:
+    # The shape of rankscope.why/1 (docs/why.md): the sentence and the culprit global ranks.
+    verdict = {
+        "cause": "sigkill",
+        "text": "rank 3 was killed by SIGKILL",
+        "ranks": [3, 3],
+        "kind": "launcher",
+    }
+    assert verdict_of({"schema": "rankscope.why/1", "verdict": verdict}) == (
+        "rank 3 was killed by SIGKILL",
+        [3],
+    )
+    # No cause named: no verdict, no ranks.
+    assert verdict_of({"schema": "rankscope.why/1", "outcome": "no problem", "verdict": None}) == ("", [])
 
 
 @pytest.mark.parametrize("document", [None, [], "text", {"verdict": 3}, {"diagnosis": []}])

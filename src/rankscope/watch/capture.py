@@ -81,29 +81,14 @@ def verdict_of(document: Any) -> tuple[str, list[int]]:
     if not isinstance(document, dict):
         return "", []
     verdict = document.get("verdict")
-    if isinstance(verdict, dict):  # rankscope why
-        text = next(
-            (verdict[k] for k in ("text", "headline", "summary", "cause") if isinstance(verdict.get(k), str)),
-            "",
-        )
-        return text, _ranks_in(verdict)
-    if isinstance(verdict, str):
-        return verdict, _ranks_in(document)
+    if isinstance(verdict, dict):  # rankscope.why/1: verdict.text, verdict.ranks (docs/why.md)
+        text = verdict.get("text")
+        return (text if isinstance(text, str) else ""), _ints(verdict.get("ranks"))
     diagnosis = document.get("diagnosis")  # rankscope stacks
     if isinstance(diagnosis, dict):
         headline = diagnosis.get("headline")
         return (headline if isinstance(headline, str) else ""), _ints(diagnosis.get("divergent_ranks"))
     return "", []
-
-
-def _ranks_in(mapping: dict[str, Any]) -> list[int]:
-    """The first list of rank numbers under a key that names culprits or ranks."""
-    for key in sorted(mapping, key=lambda k: ("culprit" not in k, k)):
-        if "culprit" in key or "rank" in key:
-            ranks = _ints(mapping[key])
-            if ranks:
-                return ranks
-    return []
 
 
 def _ints(value: Any) -> list[int]:
