@@ -72,7 +72,7 @@ def test_tail_of_a_huge_sparse_ring_reads_its_newest_records_in_bounded_memory(t
     ring_file(tmp_path / "trace-n1-0-4242", capacity, body)
     tail = run_measured(tmp_path, "trace", "tail", str(tmp_path), "-n", "2")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0] train.py:20 wait_for_others (call)  (1 process)"), tail.stdout
+    assert tail.stdout.startswith("[0] train.py:20 wait_for_others  (1 process)"), tail.stdout
     assert tail.peak_mib < BOUND_MIB, f"trace tail peaked at {tail.peak_mib:.0f} MiB"
 
 
@@ -82,9 +82,39 @@ def test_tail_finds_the_main_thread_far_behind_other_threads_events(tmp_path: Pa
     ring_file(tmp_path / "trace-n1-0-4242", 400_000, body)
     tail = run_cli("trace", "tail", str(tmp_path), "-n", "1")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0] train.py:20 wait_for_others (call)"), tail.stdout
+    assert tail.stdout.startswith("[0] train.py:20 wait_for_others  (1 process)"), tail.stdout
     doc = run_cli("trace", "tail", str(tmp_path), "--json").json()
-    assert doc["groups"][0]["where"] == "train.py:20 wait_for_others (call)"
+    assert doc["groups"][0]["where"] == "train.py:20 wait_for_others"
+    # no start mark and no whole stack in the ring: what came before its oldest record is lost
+    (group,) = doc["groups"]
+    assert [c["name"] for c in group["stack"]] == ["step", "wait_for_others"] and group["partial"]
+    assert group["files"][0]["last"]["name"] == "wait_for_others"
+
+
+def test_a_version_1_file_is_read_and_a_stack_it_cannot_rebuild_is_partial(tmp_path: Path) -> None:
+    """Version 1 writers recorded no whole stacks: a ring that does not begin with the start mark has
+    lost the outer calls; one that does (it never wrapped) knows them all."""
+    size = fmt.HEADER_SIZE + fmt.DEFAULT_NAMES_BYTES + 100 * fmt.RECORD_BYTES
+    calls = one(1000, 1, fmt.CALL, MAIN) + one(1001, 2, fmt.CALL, MAIN)
+    start = one(999, 0, fmt.MARK | (fmt.MARK_START << 8), MAIN)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "a" / "trace-n1-0-1", header(capacity=100, version=1), names_region(), calls, size=size)
+    write(
+        tmp_path / "b" / "trace-n1-0-1",
+        header(capacity=100, version=1),
+        names_region(),
+        start + calls,
+        size=size,
+    )
+    for directory, partial in (("a", True), ("b", False)):
+        doc = run_cli("trace", "tail", str(tmp_path / directory), "--json").json()
+        (group,) = doc["groups"]
+        assert group["where"] == "train.py:20 wait_for_others"
+        assert [c["name"] for c in group["stack"]] == ["step", "wait_for_others"]
+        assert group["partial"] is partial
+    text = run_cli("trace", "tail", str(tmp_path / "a")).stdout
+    assert "open calls (innermost last; partial: the outer calls were overwritten in the ring):" in text
 
 
 def test_tail_of_many_files_keeps_only_a_few_events_of_each(tmp_path: Path) -> None:
@@ -94,7 +124,7 @@ def test_tail_of_many_files_keeps_only_a_few_events_of_each(tmp_path: Path) -> N
         ring_file(tmp_path / f"trace-n1-{rank}-{100 + rank}", 70_002, body, rank)
     tail = run_measured(tmp_path, "trace", "tail", str(tmp_path), "-n", "2")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0-9] train.py:20 wait_for_others (call)  (10 processes)"), tail.stdout
+    assert tail.stdout.startswith("[0-9] train.py:20 wait_for_others  (10 processes)"), tail.stdout
     assert tail.peak_mib < BOUND_MIB, f"trace tail peaked at {tail.peak_mib:.0f} MiB"
 
 

@@ -23,6 +23,8 @@ import os, sys, time
 import torch
 import torch.distributed as dist
 
+def load_shard(): pass
+
 def step(t):
     dist.all_reduce(t)
 
@@ -32,27 +34,34 @@ def checkpoint():
 def wait_for_others():
     dist.barrier()
 
+def train():
+    t = torch.ones(4)
+    for _ in range(5):
+        step(t)
+    for _ in range(3000):
+        load_shard()      # the 2048-record ring wraps: the calls of <module> and train are overwritten
+    if dist.get_rank() == 3:
+        checkpoint()      # rank 3 is slow: the others wait in the barrier
+    else:
+        wait_for_others()
+
 dist.init_process_group("gloo")
-t = torch.ones(4)
-for _ in range(5):
-    step(t)
-if dist.get_rank() == 3:
-    checkpoint()          # rank 3 is slow: the others wait in the barrier
-else:
-    wait_for_others()
+train()
 """
 
 
-def _stuck_where(directory: Path) -> dict[int, str]:
+def _stuck_where(directory: Path) -> dict[int, list[str]]:
+    """Each rank's open calls, once it waits where the job makes it wait (inside torch's barrier)."""
     found = {}
     for path in directory.glob("trace-*"):
         try:
-            trace = decode(str(path), path.read_bytes())
+            trace = decode(str(path), path.read_bytes(), last=1)
         except Exception:
             continue
-        names = [e.name for e in trace.events if e.kind == "call"]
-        if names and names[-1] in ("checkpoint", "wait_for_others") and trace.rank is not None:
-            found[trace.rank] = names[-1]
+        names = [c.name for c in trace.stacks[trace.meta["thread"]].calls]
+        waiting = "checkpoint" in names or ("wait_for_others" in names and names[-1] != "wait_for_others")
+        if waiting and trace.rank is not None:
+            found[trace.rank] = names
     return found
 
 
@@ -74,6 +83,10 @@ def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp
         "run",
         "--out",
         str(out),
+        "--ring-size",
+        "48K",
+        "--include",
+        "torch.distributed",
         "--",
         "train.py",
     ]
@@ -96,18 +109,30 @@ def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp
         assert len(files) == 4 and all(name.startswith("trace-") for name in files)
         assert sorted(int(name.split("-")[-2]) for name in files) == [0, 1, 2, 3]
 
+        assert all(decode(str(p), p.read_bytes(), last=1).wraps >= 1 for p in out.glob("trace-*"))
         result = run_cli("trace", "tail", str(out), "-n", "2")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.splitlines()
-        assert lines[0].startswith("[0-2] train.py:") and "wait_for_others (call)" in lines[0]
-        assert any(line.startswith("[3] train.py:") and "checkpoint (call)" in line for line in lines)
+        # grouped by the open calls: the user's own frames first, never hidden by torch's (--include)
+        assert lines[0].startswith("[0-2] train.py:14 wait_for_others > "), lines[0]
+        at = lines.index("    open calls (innermost last):")
+        assert lines[at + 1 : at + 4] == [
+            "        train.py:1 <module>",
+            "        train.py:17 train",
+            "        train.py:14 wait_for_others",
+        ]
+        assert any(line.startswith("[3] train.py:11 checkpoint  (1 process)") for line in lines)
 
         doc = run_cli("trace", "tail", str(out), "--json").json()
         assert doc["schema"] == "rankscope.trace.tail/1"
         assert [(g["ranks"], len(g["files"])) for g in doc["groups"]] == [("[0-2]", 3), ("[3]", 1)]
+        three = doc["groups"][1]
+        assert [c["name"] for c in three["stack"]] == ["<module>", "train", "checkpoint"]
+        assert not three["partial"] and three["files"][0]["last"]["name"] == "checkpoint"
+        assert all(f["events"] and f["events"][0]["kind"] != "lap" for g in doc["groups"] for f in g["files"])
 
-        grep = run_cli("trace", "grep", "call .*step", str(out), "--json").json()
-        assert sorted(f["count"] for f in grep["files"]) == [5, 5, 5, 5]
+        grep = run_cli("trace", "grep", "call .*(wait_for_others|checkpoint)$", str(out), "--json").json()
+        assert sorted(f["count"] for f in grep["files"]) == [1, 1, 1, 1]
     finally:
         # the workers first (their pids are in the file names): torchrun starts each in its own session
         for path in out.glob("trace-*"):

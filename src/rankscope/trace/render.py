@@ -14,16 +14,24 @@ def _event_line(event: Event, indent: int = 0) -> str:
 
 
 def render_tail(report: TailReport) -> str:
+    """Per group: the open calls its processes share (innermost last), then the last events of one."""
     lines = []
     for group in report.groups:
         lines.append(
             f"{group.ranks} {group.where}  ({len(group.files)} process{'es' if len(group.files) != 1 else ''})"
         )
         first = group.files[0]
-        for event in first.events:
-            lines.append("    " + _event_line(event))
+        if group.stack:
+            lost = "; partial: the outer calls were overwritten in the ring" if group.partial else ""
+            lines.append(f"    open calls (innermost last{lost}):")
+            lines.extend(f"        {call.location}" for call in group.stack)
+        elif group.partial and first.last is not None:
+            lines.append("    open calls: not known (overwritten in the ring)")
+        if first.last is not None and first.last.kind != "stop":
+            lines.append(f"    last event: {first.last.kind} {first.last.location}")
         if first.events:
-            lines.append(f"    (last events of {os.path.basename(first.path)})")
+            lines.append(f"    last events of {os.path.basename(first.path)}:")
+            lines.extend("    " + _event_line(event) for event in first.events)
     for bad in report.unreadable:
         lines.append(f"unreadable: {bad.path}: {bad.reason}")
     return "\n".join(lines) + "\n"
@@ -55,6 +63,6 @@ def show_lines(trace: TraceData, events: Iterable[Event]) -> Iterator[str]:
     )
     for event, level in depths(events):
         yield _event_line(event, level)
-        if event.kind == "sample":
+        if event.kind in ("sample", "stack"):
             for file, line, name in event.stack[:-1]:
                 yield f"{'':32}{os.path.basename(file)}:{line} {name}"
