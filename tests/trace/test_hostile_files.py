@@ -30,6 +30,7 @@ from tests.trace.hostile import (
     run_measured,
     write,
 )
+from tests.trace.trace_events import check_trace_events
 
 from rankscope.trace import format as fmt
 
@@ -49,6 +50,13 @@ def test_show_streams_a_large_ring_in_bounded_memory(tmp_path: Path) -> None:
     as_json = run_measured(tmp_path, "trace", "show", "--json", str(path))
     assert as_json.returncode == 0 and as_json.stdout_lines > RECORDS
     assert as_json.peak_mib < BOUND_MIB, f"trace show --json peaked at {as_json.peak_mib:.0f} MiB"
+    exported = run_measured(tmp_path, "trace", "export", str(path), "--out", str(tmp_path / "ring.json"))
+    assert exported.returncode == 0, exported.stderr
+    assert f"{RECORDS + 4} events of 1 trace files" in exported.stdout  # 4 metadata events
+    assert exported.peak_mib < BOUND_MIB, f"trace export peaked at {exported.peak_mib:.0f} MiB"
+    with open(tmp_path / "ring.json", "rb") as handle:
+        handle.seek(-200, os.SEEK_END)
+        assert handle.read().rstrip().endswith(b'"unreadable": []}}')
 
 
 def test_show_into_a_pipe_closed_early_stops_and_exits_0(tmp_path: Path) -> None:
@@ -241,6 +249,21 @@ def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path)
     assert grep.returncode == 4 and grep.stdout.count("unreadable:") == len(expected)
     assert "trace-n1-0-4242: 4" in grep.stdout
 
+    out = root.parent / "job.json"
+    exported = run_cli("trace", "export", str(root), "--out", str(out), timeout=60)
+    assert exported.returncode == 4, exported.stderr  # the readable files exported, the others listed
+    assert exported.stderr.count("unreadable:") == len(expected) and "Traceback" not in exported.stderr
+    doc = json.loads(out.read_text())
+    assert len(check_trace_events(doc).process_names) == 2 and len(doc["otherData"]["unreadable"]) == len(
+        expected
+    )
+    out.unlink()
+    out.symlink_to(root.parent / "elsewhere")  # a link where the output goes is replaced, not followed
+    assert run_cli("trace", "export", str(root), "--out", str(out), timeout=60).returncode == 4
+    assert not out.is_symlink() and not (root.parent / "elsewhere").exists()
+    missing = run_cli("trace", "export", str(root), "--out", str(root.parent / "no" / "job.json"), timeout=60)
+    assert missing.returncode == 8 and len(missing.stderr.strip().splitlines()) == 1
+
     for name, words in expected.items():
         show = run_cli("trace", "show", str(root / name), timeout=60)
         assert show.returncode == 8, (name, show.stderr)
@@ -250,3 +273,5 @@ def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path)
     (root / "trace-n1-13-23").unlink()
     only_bad = run_cli("trace", "tail", str(root), timeout=60)
     assert only_bad.returncode == 8 and len(only_bad.stderr.strip().splitlines()) == 1
+    nothing = run_cli("trace", "export", str(root), "--out", str(out), timeout=60)
+    assert nothing.returncode == 8 and len(nothing.stderr.strip().splitlines()) == 1
