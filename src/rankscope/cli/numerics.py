@@ -152,10 +152,17 @@ class CompareRequest:
     "--dtypes", metavar="DTYPE[,DTYPE]", help="float32, bfloat16, float16, float64 (the reference first)."
 )
 @click.option(
-    "--rtol", type=click.FloatRange(min=0), help="Relative tolerance (with --atol; 0 and 0: exact)."
+    "--rtol",
+    type=click.FloatRange(min=0),
+    metavar="RTOL",
+    help="Relative tolerance (with --atol; 0 and 0: exact).",
 )
-@click.option("--atol", type=click.FloatRange(min=0), help="Absolute tolerance (with --rtol).")
-@click.option("--seed", type=int, default=0, show_default=True, help="torch.manual_seed before each build.")
+@click.option(
+    "--atol", type=click.FloatRange(min=0), metavar="ATOL", help="Absolute tolerance (with --rtol)."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, metavar="N", help="torch.manual_seed before each build."
+)
 @click.option("--train", is_flag=True, help="Run the models in train mode (dropout on), not eval().")
 @click.option("--json", "as_json", is_flag=True, help=f"Print the {COMPARE_SCHEMA} document.")
 def compare_cmd(**params: Any) -> int:
