@@ -46,8 +46,6 @@ USER_MODELS = """
 import torch
 from torch import nn
 
-NOT_A_FUNCTION = 3
-
 
 class Offset(nn.Module):
     def forward(self, x):
@@ -155,7 +153,6 @@ def test_compare_agrees_on_a_plain_model(user_models: Path) -> None:
         (("user_models:plain", "--dtypes", "float33,float64"), 2, "'float33' is not a torch dtype"),
         (("user_models:plain", "--dtypes", "float32,float64", "--rtol", "0"), 2, "give both rtol and atol"),
         (("user_models", "--dtypes", "float32,float64"), 2, "is not MODULE:FACTORY"),
-        (("user_models:NOT_A_FUNCTION", "--dtypes", "float32,float64"), 8, "NOT_A_FUNCTION is a int, not a function"),
     ],
 )  # fmt: skip
 def test_compare_errors_are_one_line_with_their_exit_code(
@@ -174,7 +171,7 @@ def test_factories_that_cannot_be_loaded_name_what_was_asked_for(
     from rankscope.numerics.factory import load_factory, parse_spec
 
     (tmp_path / "raises_on_import.py").write_text("import math\nSCALE = 1 / 0\n")
-    (tmp_path / "fine.py").write_text("def make():\n    return 1\n")
+    (tmp_path / "fine.py").write_text("def make():\n    return 1\n\nNOT_A_FUNCTION = 3\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     assert load_factory(parse_spec("fine:make"))() == 1
@@ -182,6 +179,7 @@ def test_factories_that_cannot_be_loaded_name_what_was_asked_for(
     for spec, words in (
         ("no_such_module:make", "no_such_module:make: no module named 'no_such_module'"),
         ("fine:missing", "fine:missing: fine has no 'missing'"),
+        ("fine:NOT_A_FUNCTION", "fine:NOT_A_FUNCTION: NOT_A_FUNCTION is a int, not a function"),
         (
             "raises_on_import:make",
             "importing raises_on_import raised ZeroDivisionError: division by zero (at ",

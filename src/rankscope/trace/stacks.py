@@ -9,12 +9,13 @@ whose whole stacks were cut short) the outer calls are lost and the stack is mar
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Optional
 
 from rankscope.trace import format as fmt
-from rankscope.trace.decode import CUT_FRAME, Decoder, Event, Layout, Source, forward
+from rankscope.trace.decode import CUT_FRAME, STACK_MAX, CodeName, Event, Layout, Source, forward
 
 #: The sampler keeps the innermost 64 frames (tracer.SAMPLE_DEPTH): a sample that long may be cut.
 SAMPLE_DEPTH = 64
@@ -67,46 +68,72 @@ class StackBuilder:
         self.stacks[thread] = stack[-DEPTH_MAX:]
         self.whole[thread] = whole and len(stack) <= DEPTH_MAX
 
+    def call(self, thread: int, frame: Frame) -> None:
+        stack = self._of(thread)
+        stack.append(frame)
+        if len(stack) > DEPTH_MAX:
+            del stack[0]
+            self.whole[thread] = False
+
+    def leave(self, thread: int, file: str, name: str) -> None:
+        """A return or unwind: the call it ends, and calls above it whose returns were not seen."""
+        stack = self._of(thread)
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][2] == name and stack[i][0] == file:
+                del stack[i:]
+                return
+        # not found: a call opened before the records begin (the stack is partial already)
+
+    def line(self, thread: int, frame: Frame) -> None:
+        stack = self._of(thread)
+        if stack and stack[-1][2] == frame[2] and stack[-1][0] == frame[0]:
+            stack[-1] = frame
+
+    def whole_stack(self, thread: int, frames: tuple[Frame, ...]) -> None:
+        """One thread's whole stack from a lap (CUT_FRAME first where the writer left calls out)."""
+        self._replace(thread, frames, not frames or frames[0] != CUT_FRAME)
+        if self._lap is not None:
+            self._lap.add(thread)
+
+    def sample(self, thread: int, frames: tuple[Frame, ...]) -> None:
+        if frames:
+            self._replace(thread, frames, len(frames) < SAMPLE_DEPTH)
+
+    def lap(self) -> None:
+        self._lap = set()
+
+    def lap_end(self) -> None:
+        if self._lap is None:
+            return
+        for other in self.stacks:  # every traced thread was written: the others had ended
+            if other not in self._lap:
+                self.stacks[other], self.whole[other] = [], True
+        self.known, self._lap = True, None
+
+    def mark(self, started: bool) -> None:
+        """The start of the trace (nothing open) or its stop (nothing known after it)."""
+        self.stacks.clear()
+        self.whole.clear()
+        self.known = started
+
     def feed(self, event: Event) -> None:
         kind, thread = event.kind, event.thread
         if kind == "call":
-            stack = self._of(thread)
-            stack.append((event.file, event.line, event.name))
-            if len(stack) > DEPTH_MAX:
-                del stack[0]
-                self.whole[thread] = False
+            self.call(thread, (event.file, event.line, event.name))
         elif kind in ("return", "unwind"):
-            stack = self._of(thread)
-            for i in range(len(stack) - 1, -1, -1):
-                if stack[i][2] == event.name and stack[i][0] == event.file:
-                    del stack[i:]  # calls above it whose returns were not seen end with it
-                    break
-            # not found: a call opened before the records begin (the stack is partial already)
+            self.leave(thread, event.file, event.name)
         elif kind == "line":
-            stack = self._of(thread)
-            if stack and stack[-1][2] == event.name and stack[-1][0] == event.file:
-                stack[-1] = (event.file, event.line, event.name)
+            self.line(thread, (event.file, event.line, event.name))
         elif kind == "stack":
-            self._replace(thread, event.stack, not event.stack or event.stack[0] != CUT_FRAME)
-            if self._lap is not None:
-                self._lap.add(thread)
-        elif kind == "sample" and event.stack:
-            self._replace(thread, event.stack, len(event.stack) < SAMPLE_DEPTH)
+            self.whole_stack(thread, event.stack)
+        elif kind == "sample":
+            self.sample(thread, event.stack)
         elif kind == "lap":
-            self._lap = set()
-        elif kind == "lap end" and self._lap is not None:
-            for other in self.stacks:  # every traced thread was written: the others had ended
-                if other not in self._lap:
-                    self.stacks[other], self.whole[other] = [], True
-            self.known, self._lap = True, None
-        elif kind == "start":
-            self.stacks.clear()
-            self.whole.clear()
-            self.known = True
-        elif kind == "stop":
-            self.stacks.clear()
-            self.whole.clear()
-            self.known = False
+            self.lap()
+        elif kind == "lap end":
+            self.lap_end()
+        elif kind in ("start", "stop"):
+            self.mark(kind == "start")
 
     def stack(self, thread: int) -> OpenStack:
         frames = self.stacks.get(thread)
@@ -134,14 +161,72 @@ def stack_ranges(layout: Layout, newest: int) -> list[tuple[int, int]]:
 
 
 def open_stacks(layout: Layout, source: Source, newest: int) -> dict[int, OpenStack]:
-    """Every thread's open calls at the end of the file (a chunk of records at a time)."""
+    """Every thread's open calls at the end of the file, and the starting thread's in any case.
+
+    Reads the records a chunk at a time and builds no event objects (a full 6 MiB lap is 262,144
+    records): only calls, returns and whole stacks touch the per-thread stacks.
+    """
     builder = StackBuilder()
-    decoder = Decoder(layout)
+    names = layout.names
+    unknown = CodeName("", 0, "?")
+    parts: dict[int, deque[Frame]] = {}  # whole stacks and samples being assembled
+    last_sample: dict[int, tuple[Frame, ...]] = {}
     for table in forward(layout, source, stack_ranges(layout, newest)):
-        for event in decoder.events(table):
-            builder.feed(event)
+        for i in range(0, len(table) - 2, 3):
+            if not table[i]:
+                continue
+            word, thread = table[i + 1], table[i + 2]
+            kind = word & 0xFF
+            if kind == fmt.MARK:
+                mark = (word >> 8) & 0xFFFFFF
+                if mark == fmt.MARK_LAP:
+                    builder.lap()
+                elif mark == fmt.MARK_LAP_END:
+                    builder.lap_end()
+                elif mark in (fmt.MARK_START, fmt.MARK_STOP):
+                    builder.mark(mark == fmt.MARK_START)
+                continue
+            if kind not in _STACK_KINDS:
+                continue
+            cn = names.get(word >> 32, unknown)
+            line = (word >> 8) & 0xFFFFFF
+            if kind == fmt.CALL:
+                builder.call(thread, (cn.file, line or cn.line, cn.name))
+            elif kind == fmt.RETURN or kind == fmt.UNWIND:
+                builder.leave(thread, cn.file, cn.name)
+            elif kind == fmt.LINE:
+                builder.line(thread, (cn.file, line, cn.name))
+            elif kind == fmt.STACK_FRAME or kind == fmt.SAMPLE_FRAME:
+                part = parts.get(thread)
+                if part is None:
+                    part = parts[thread] = deque(maxlen=STACK_MAX)
+                part.append((cn.file, line, cn.name))
+            elif kind == fmt.STACK_END:
+                frames = tuple(parts.pop(thread, ()))
+                builder.whole_stack(thread, (CUT_FRAME, *frames) if line & 1 else frames)
+            elif kind == fmt.SAMPLE_LEAF:
+                frames = (*parts.pop(thread, ()), (cn.file, line, cn.name))
+                last_sample[thread] = frames
+                builder.sample(thread, frames)
+            else:  # SAMPLE_SAME: the thread's previous sample
+                builder.sample(thread, last_sample.get(thread, ()))
     found = builder.all()
-    thread = layout.thread
-    if thread is not None and thread not in found:  # no record of it: nothing open, or not known
-        found[thread] = builder.stack(thread)
+    main = layout.thread
+    if main is not None and main not in found:  # no record of it: nothing open, or not known
+        found[main] = builder.stack(main)
     return found
+
+
+_STACK_KINDS = frozenset(
+    (
+        fmt.CALL,
+        fmt.RETURN,
+        fmt.UNWIND,
+        fmt.LINE,
+        fmt.STACK_FRAME,
+        fmt.STACK_END,
+        fmt.SAMPLE_FRAME,
+        fmt.SAMPLE_LEAF,
+        fmt.SAMPLE_SAME,
+    )
+)
