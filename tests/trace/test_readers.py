@@ -178,7 +178,7 @@ def test_export_of_the_job_is_valid_trace_event_json_with_open_calls_and_steps(
         assert [e["name"] for e in checked.open[pid, 1]] == expected[rank], rank
         outermost = checked.open[pid, 1][0]
         assert outermost["name"] == "<module>" and outermost["args"]["open_before"] is True
-        assert checked.thread_names[pid, 1] == "main thread"
+        assert checked.thread_names[pid, 1] == "MainThread (started tracing)"
         steps = [
             e["args"]["step"]
             for e in doc["traceEvents"]

@@ -318,7 +318,7 @@ def deep(n):
     return train(int(sys.argv[1])) if n == 0 else deep(n - 1)
 
 rt.start(out="traces", ring_records=int(sys.argv[2]))
-t = threading.Thread(target=worker_loop, daemon=True)
+t = threading.Thread(target=worker_loop, daemon=True, name="loader")
 t.start()
 deep(int(sys.argv[3]))
 """
@@ -345,6 +345,10 @@ def test_a_wrapped_ring_still_knows_every_thread_s_open_calls(
     # the worker thread, started after tracing, blocked since before the first wrap
     (worker,) = (s for t, s in trace.stacks.items() if t != trace.meta["thread"] and s.calls)
     assert [c.name for c in worker.calls] == ["worker_loop", "worker_wait"] and not worker.partial
+    # each whole stack names its thread
+    full = decode(trace.path, Path(trace.path).read_bytes()).events
+    named = {e.thread: e.name for e in full if e.kind == "stack"}
+    assert named[trace.meta["thread"]] == "MainThread" and named[worker.thread] == "loader"
 
 
 def test_each_lap_s_whole_stack_agrees_with_the_record_that_filled_the_ring(

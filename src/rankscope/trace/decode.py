@@ -351,8 +351,9 @@ class Decoder:
                 frames = tuple(self.stacks.pop(tid, ()))
                 if line & 1:  # the writer left the outermost calls out
                     frames = (CUT_FRAME, *frames)
-                f, ln, nm = frames[-1] if frames else ("", 0, "(no open calls)")
-                yield Event(t, "stack", tid, f, ln, nm, frames)
+                # the thread's name (version 2 writers name it; "?" where not)
+                named = cn.name if file == fmt.THREAD_FILE else "?"
+                yield Event(t, "stack", tid, "", len(frames), named, frames)
                 continue
             if kind == fmt.SAMPLE_LEAF:
                 frames = (*self.stacks.pop(tid, ()), (file, line, cn.name))

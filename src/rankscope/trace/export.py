@@ -64,6 +64,8 @@ class Opened:
     before: dict[int, list[Frame]] = field(default_factory=dict)
     #: threads in order of their first event
     threads: list[int] = field(default_factory=list)
+    #: thread names, from the whole stacks
+    names: dict[int, str] = field(default_factory=dict)
 
 
 def opened_before(events: Iterable[Event]) -> Opened:
@@ -78,6 +80,8 @@ def opened_before(events: Iterable[Event]) -> Opened:
             called[thread], unmatched[thread] = [], []
             found.threads.append(thread)
         builder.feed(event)
+        if event.kind == "stack" and event.name != "?":
+            found.names[thread] = event.name
         if event.kind == "call":
             called[thread].append((event.file, event.line, event.name))
         elif event.kind in ("return", "unwind"):
@@ -134,7 +138,9 @@ class FileExport:
         rank = trace.rank
         yield _meta("process_sort_index", pid, None, {"sort_index": rank if rank is not None else 1 << 30})
         for thread, tid in tids.items():
-            name = "main thread" if thread == main else f"thread {thread:#x}"
+            name = self.opened.names.get(thread) or f"thread {thread:#x}"
+            if thread == main:
+                name += " (started tracing)"
             yield _meta("thread_name", pid, tid, {"name": name})
             yield _meta("thread_sort_index", pid, tid, {"sort_index": tid})
         stacks: dict[int, list[Frame]] = {}

@@ -61,7 +61,9 @@ SAMPLE_LEAF = 6  # the innermost frame of a sampled stack (ends it)
 SAMPLE_SAME = 7  # this thread's stack is the same as its previous sample
 MARK = 8  # start/stop of a traced region, a lap's whole stacks (code id 0; the line field says which)
 STACK_FRAME = 9  # one open call of a thread's whole stack, outermost first (version 2)
-STACK_END = 10  # ends one thread's whole stack; line field 1: its outermost calls were left out
+STACK_END = 10  # ends one thread's whole stack; line field 1: its outermost calls were left out;
+#: its code id (where not 0) names a names entry whose file is THREAD_FILE: the thread's name
+THREAD_FILE = "<thread>"
 PROGRESS = 11  # a rankscope.progress() step: word = step << 8 | PROGRESS (0 <= step < 2**56)
 
 # the line field of a MARK record

@@ -64,5 +64,5 @@ def show_lines(trace: TraceData, events: Iterable[Event]) -> Iterator[str]:
     for event, level in depths(events):
         yield _event_line(event, level)
         if event.kind in ("sample", "stack"):
-            for file, line, name in event.stack[:-1]:
+            for file, line, name in event.stack if event.kind == "stack" else event.stack[:-1]:
                 yield f"{'':32}{os.path.basename(file)}:{line} {name}"

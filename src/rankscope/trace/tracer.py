@@ -197,6 +197,7 @@ class Tracer:
         self._ring: Any = None  # the C hot path, where it is built
         #: threads running before tracing started, which settrace/setprofile never reach (< 3.12)
         self._untraced: set[int] = set()
+        self._thread_names: dict[tuple[int, str], int] = {}
         self._hooks = _make_c_hooks(self) or _make_hooks(self)
         self.hot_path = "c" if self._ring is not None else "python"
         self.running = False
@@ -417,10 +418,25 @@ class Tracer:
                     return
                 for key in reversed(keys):
                     emit(key | fmt.STACK_FRAME, tid)
-                emit(((1 if cut else 0) << 8) | fmt.STACK_END, tid)
+                emit(self._thread_key(tid) | ((1 if cut else 0) << 8) | fmt.STACK_END, tid)
             emit(fmt.MARK | (fmt.MARK_LAP_END << 8))
         except Exception:  # never into the traced program: the reader marks the stack partial
             pass
+
+    def _thread_key(self, tid: int) -> int:
+        """The thread's name as a names entry (``<thread>`` for its file), in the upper word: the
+        reader names the thread tracks with it. Read without threading's lock (a hook may hold it)."""
+        thread = getattr(threading, "_active", {}).get(tid)
+        name = getattr(thread, "name", None)
+        if not isinstance(name, str):
+            return 0
+        key = self._thread_names.get((tid, name))
+        if key is None:
+            code_id = self._next_id
+            self._next_id += 1
+            self.file.add_name(code_id, fmt.THREAD_FILE, 0, name[:200].replace("\t", " ").replace("\n", " "))
+            key = self._thread_names[tid, name] = code_id << 32
+        return key
 
     def _open_keys(self, frame: Any) -> list[int]:
         """The keys of the traced frames from ``frame`` outwards (innermost first)."""
