@@ -13,7 +13,8 @@ from tests.trace.conftest import SRC, run_program
 
 from rankscope.trace import format as fmt
 from rankscope.trace.analyse import file_tail, where
-from rankscope.trace.decode import Event, TraceData, decode
+from rankscope.trace.decode import BytesSource, Event, TraceData, decode, iter_events, read_layout
+from rankscope.trace.render import show_lines
 
 
 def _read(path: str) -> TraceData:
@@ -349,6 +350,12 @@ def test_a_wrapped_ring_still_knows_every_thread_s_open_calls(
     full = decode(trace.path, Path(trace.path).read_bytes()).events
     named = {e.thread: e.name for e in full if e.kind == "stack"}
     assert named[trace.meta["thread"]] == "MainThread" and named[worker.thread] == "loader"
+    # trace show ends with the same open calls
+    data = Path(trace.path).read_bytes()
+    source = BytesSource(data)
+    lines = list(show_lines(*iter_events(read_layout(trace.path, source, len(data)), source)))
+    assert lines[-8] == "# open calls of the thread that started tracing (innermost last):"
+    assert [line.split()[-1] for line in lines[-7:]] == [c.name for c in tail.stack]
 
 
 def test_each_lap_s_whole_stack_agrees_with_the_record_that_filled_the_ring(

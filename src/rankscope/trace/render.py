@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 
 from rankscope.trace.analyse import GrepReport, TailReport, depths, event_text
 from rankscope.trace.decode import Event, TraceData
+from rankscope.trace.stacks import StackBuilder
 
 
 def _event_line(event: Event, indent: int = 0) -> str:
@@ -61,8 +62,16 @@ def show_lines(trace: TraceData, events: Iterable[Event]) -> Iterator[str]:
         + (f" of {trace.capacity} records (wrapped {trace.wraps}x)" if trace.ring else "")
         + f", {trace.records} records"
     )
+    builder = StackBuilder()
     for event, level in depths(events):
+        builder.feed(event)
         yield _event_line(event, level)
         if event.kind in ("sample", "stack"):
             for file, line, name in event.stack if event.kind == "stack" else event.stack[:-1]:
                 yield f"{'':32}{os.path.basename(file)}:{line} {name}"
+    thread = trace.meta.get("thread")
+    found = builder.stack(thread) if isinstance(thread, int) and not builder.stopped else None
+    if found is not None and found.calls:
+        lost = "; partial: the outer calls were overwritten in the ring" if found.partial else ""
+        yield f"# open calls of the thread that started tracing (innermost last{lost}):"
+        yield from (f"#     {call.location}" for call in found.calls)

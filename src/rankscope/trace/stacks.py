@@ -54,6 +54,8 @@ class StackBuilder:
         self.whole: dict[int, bool] = {}
         #: a thread first seen from here on started with nothing open
         self.known = False
+        #: the last mark was the trace's stop: nothing is open any more
+        self.stopped = False
         self._lap: Optional[set[int]] = None
 
     def _of(self, thread: int) -> list[Frame]:
@@ -69,6 +71,7 @@ class StackBuilder:
         self.whole[thread] = whole and len(stack) <= DEPTH_MAX
 
     def call(self, thread: int, frame: Frame) -> None:
+        self.stopped = False
         stack = self._of(thread)
         stack.append(frame)
         if len(stack) > DEPTH_MAX:
@@ -115,6 +118,7 @@ class StackBuilder:
         self.stacks.clear()
         self.whole.clear()
         self.known = started
+        self.stopped = not started
 
     def feed(self, event: Event) -> None:
         kind, thread = event.kind, event.thread
