@@ -149,7 +149,8 @@ def test_compare_agrees_on_a_plain_model(user_models: Path) -> None:
         (("user_models:broken", "--dtypes", "float32,float64"), 8,
          "the reference side (cpu float32) raised while building the model: RuntimeError: no checkpoint at "
          "/models/step-100 (at "),
-        (("user_models:plain", "--inputs", "user_models:batch"), 8, "device 'cuda' is not available"),
+        (("user_models:plain", "--inputs", "user_models:batch", "--devices", "cpu,cuda:99"), 8,
+         "device 'cuda:99' is not available"),
         (("user_models:plain", "--dtypes", "float33,float64"), 2, "'float33' is not a torch dtype"),
         (("user_models:plain", "--dtypes", "float32,float64", "--rtol", "0"), 2, "give both rtol and atol"),
         (("user_models", "--dtypes", "float32,float64"), 2, "is not MODULE:FACTORY"),
@@ -161,6 +162,7 @@ def test_compare_errors_are_one_line_with_their_exit_code(
     out = _compare(user_models, *args)
     assert out.returncode == code, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr
+    assert "dtypes=(" not in out.stderr  # a hint in the command's options, not in Python
     assert len(out.stderr.strip().splitlines()) == 1 if code == 8 else "Usage:" in out.stderr
 
 

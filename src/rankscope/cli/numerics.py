@@ -167,7 +167,7 @@ class CompareRequest:
 @click.option("--json", "as_json", is_flag=True, help=f"Print the {COMPARE_SCHEMA} document.")
 def compare_cmd(**params: Any) -> int:
     from rankscope.errors import RankscopeError
-    from rankscope.numerics import compare_modules
+    from rankscope.numerics import DeviceUnavailableError, compare_modules
     from rankscope.numerics.factory import call_inputs, load_factory
     from rankscope.numerics.torchload import load_torch
 
@@ -195,6 +195,12 @@ def compare_cmd(**params: Any) -> int:
             seed=request.seed,
             train=request.train,
         )
+    except DeviceUnavailableError as exc:  # the library's hint speaks Python; this one the options
+        here = exc.hint.split(";")[0]
+        one = "; on one device compare two dtypes instead: --devices cpu --dtypes float32,float64"
+        raise RankscopeError(
+            exc.message, here + (one if ";" in exc.hint else ""), ExitCode.BAD_INPUT
+        ) from None
     except RankscopeError:
         raise
     except (
