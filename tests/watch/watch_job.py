@@ -57,7 +57,9 @@ def main() -> None:
         # The elastic restart after the crash: local steps only (a second gloo rendezvous on this
         # loaded machine sometimes fails to connect, which is not what the test is about).
         rank = int(os.environ["RANK"])
-        for step in range(20):
+        # 40 steps: rank 1 straggles for 12 s, time enough for a watcher that was busy with the
+        # capture of the crash (a whole `why` pass on a loaded machine) to see it.
+        for step in range(40):
             rankscope.progress(step=step)
             local_step(rank)
         while rank == 0 and not Path("done.1").exists():  # the fast rank waits for the slow one
