@@ -39,18 +39,25 @@ def _no_leftover_processes() -> Iterator[None]:
                 kill(proc.pid, signal.SIGKILL)
 
 
-#: The slowest files (docs/testing.md, "Time"), handed to the pytest-xdist workers first: with a file per
-#: worker (`--dist loadfile`), a slow file taken last keeps one worker busy while the other is idle.
+#: The costliest files (docs/testing.md, "Time": CPU-seconds of each file alone), handed to the pytest-xdist
+#: workers first: with a file per worker (`--dist loadfile`), a slow file taken last keeps one worker busy
+#: while the other is idle.
 SLOWEST_FIRST = (
     "gputest/test_gputest_real.py",
     "launch/test_real_launchers.py",
-    "logs/test_messy_logs.py",
-    "logs/test_logs_two_nodes.py",
     "logs/test_logs_torchrun.py",
-    "stacks/test_real_jobs.py",
-    "logs/test_streaming_memory.py",
     "core/test_grab.py",
+    "stacks/test_real_jobs.py",
+    "stacks/test_from.py",
+    "test_cli.py",
+    "test_quality.py",
+    "stacks/test_native.py",
+    "stacks/test_via_signal.py",
+    "logs/test_streaming_memory.py",
+    "rerun/test_rerun_cli.py",
+    "logs/test_logs_two_nodes.py",
     "trace/test_readers.py",
+    "logs/test_messy_logs.py",
     "trace/test_hostile_files.py",
     "inproc/test_churn.py",
     "debug/test_breakpoint_exit.py",
