@@ -52,6 +52,6 @@ def test_demo_names_the_culprit() -> None:
 @pytest.mark.slow
 def test_demo_other_scenario_and_culprit() -> None:
     pytest.importorskip("torch.distributed")
-    result = run_cli("demo", "--scenario", "skip-barrier", "--culprit", "1", "--nproc", "3", timeout=240)
+    result = run_cli("demo", "--scenario", "skip-barrier", "--culprit", "1", "--nproc", "2", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 1 is elsewhere: load_batch (hang_job.py:" in result.stdout

@@ -3,25 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
 from tests.support.cluster_fixtures import REMOTE_SETUP, client_env
-from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
 from tests.support.sshd import Sshd
-
-
-@pytest.fixture(scope="module")
-def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
-    # Ranks 0-1 on node01, 2-3 on node02; rank 2 deadlocks on its own lock, the others wait in all_reduce.
-    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
-    try:
-        job.wait_ready()
-        yield job
-    finally:
-        job.stop()
 
 
 @pytest.mark.slow

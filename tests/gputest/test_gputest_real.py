@@ -31,30 +31,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_four_local_ranks_pass_with_four_ok_lines_and_a_summary() -> None:
+def test_three_local_ranks_pass_with_three_ok_lines_and_a_summary() -> None:
     result = run_cli(
-        "gpu-test", "--nproc", "4", "--backend", "gloo", "--timeout", "60", env=env(), timeout=240
+        "gpu-test", "--nproc", "3", "--backend", "gloo", "--timeout", "60", env=env(), timeout=240
     )
     assert result.returncode == 0, result.stdout + result.stderr
     ok_lines = re.findall(r"^\[[^:\]]+:(\d)\] OK gloo cpu; torch \S+; cpus \S+", result.stdout, re.M)
-    assert sorted(ok_lines) == ["0", "1", "2", "3"], result.stdout
-    assert "gpu-test: all 4 ranks OK (gloo: init, all_reduce checked, barrier)" in result.stdout
+    assert sorted(ok_lines) == ["0", "1", "2"], result.stdout
+    assert "gpu-test: all 3 ranks OK (gloo: init, all_reduce checked, barrier)" in result.stdout
     # each rank's line comes before rank 0's summary
-    assert result.stdout.rstrip().splitlines()[-1].startswith("gpu-test: all 4 ranks OK")
+    assert result.stdout.rstrip().splitlines()[-1].startswith("gpu-test: all 3 ranks OK")
 
 
 def test_a_rank_that_fails_its_check_is_named_by_rank_0_and_the_exit_code_says_so() -> None:
     result = run_cli(
-        "gpu-test", "--nproc", "4", "--timeout", "60", "--json",
-        env=env(RANKSCOPE_GPUTEST_FAIL_DEVICE="2"), timeout=240,
+        "gpu-test", "--nproc", "3", "--timeout", "60", "--json",
+        env=env(RANKSCOPE_GPUTEST_FAIL_DEVICE="1"), timeout=240,
     )  # fmt: skip
     assert result.returncode == 11, result.stdout + result.stderr
     document = result.json()
     assert document["schema"] == "rankscope.gputest/1"
-    assert [r["rank"] for r in document["failed"]] == [2]
+    assert [r["rank"] for r in document["failed"]] == [1]
     assert document["failed"][0]["step"] == "check"
     assert "wrong sum" in document["failed"][0]["reason"]
-    assert document["ok"] == [0, 1, 3]
+    assert document["ok"] == [0, 2]
     assert "[" in result.stderr and "FAILED at check" in result.stderr  # the rank's own line
 
 

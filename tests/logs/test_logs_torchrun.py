@@ -1,8 +1,10 @@
-"""`rankscope logs` on the console output of real 8-rank torchrun jobs that crash.
+"""`rankscope logs` on the console output of real 4-rank torchrun jobs that crash.
 
-Seven ranks raise one ValueError (its message differs per rank in numbers only), rank 3 raises
-a RuntimeError. The jobs run with and without ``--role HOST: --tee 3`` and with ``--log-dir``.
-And a 3-rank job in which one rank's error makes the others lose their gloo peer.
+Three ranks raise one ValueError (its message differs per rank in numbers only), rank 1 raises
+a RuntimeError, so the ValueError's ranks fold into a list with a gap and a range ("0,2-3").
+The jobs run with ``--role HOST: --tee 3 --log-dir`` (one job: the console log and the log
+directory tree), with no option, and with a line prefix template. And a 3-rank job in which one
+rank's error makes the others lose their gloo peer.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _crash(
     torchrun_args: list[str],
     env: Optional[dict[str, str]] = None,
     script: Path = JOB,
-    nproc: int = 8,
+    nproc: int = 4,
 ) -> Path:
     log = tmp / "job.log"
     with open(log, "wb") as out:
@@ -39,6 +41,7 @@ def _crash(
             nproc=nproc,
             workdir=tmp,
             torchrun_args=torchrun_args,
+            script_args=["--odd-rank", "1"] if script == JOB else [],
             stdout=out,
             env={**os.environ, **(env or {})},
         )
@@ -51,8 +54,16 @@ def _crash(
 
 
 @pytest.fixture(scope="module")
-def role_tee_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    yield _crash(tmp_path_factory.mktemp("roletee"), ["--role", f"{HOST}:", "--tee", "3"])
+def role_tee_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One job for the console log and the log directory: ``--tee`` also writes the files."""
+    tmp = tmp_path_factory.mktemp("roletee")
+    _crash(tmp, ["--role", f"{HOST}:", "--tee", "3", "--log-dir", str(tmp / "tl")])
+    yield tmp
+
+
+@pytest.fixture
+def role_tee_log(role_tee_job: Path) -> Path:
+    return role_tee_job / "job.log"
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +77,9 @@ def template_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield _crash(tmp_path_factory.mktemp("template"), ["--tee", "3"], env=template)
 
 
-@pytest.fixture(scope="module")
-def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    tmp = tmp_path_factory.mktemp("logdir")
-    _crash(tmp, ["--log-dir", str(tmp / "tl"), "--redirects", "3"])
-    yield tmp / "tl"
+@pytest.fixture
+def log_dir(role_tee_job: Path) -> Path:
+    return role_tee_job / "tl"
 
 
 def _groups(data: dict[str, object]) -> list[tuple[str, str]]:
@@ -84,7 +93,7 @@ def test_errors_with_role_and_tee(role_tee_log: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = result.json()
     assert data["schema"] == "rankscope.logs.errors/1"
-    assert _groups(data) == [("ValueError", f"{HOST}:[0-2,4-7]"), ("RuntimeError", f"{HOST}:3")]
+    assert _groups(data) == [("ValueError", f"{HOST}:[0,2-3]"), ("RuntimeError", f"{HOST}:1")]
     assert data["groups"][0]["messages_vary"] is True
     assert data["groups"][0]["normalised_message"] == "bad batch size <n> on rank <n>"
     assert data["minority"] == [1]
@@ -95,7 +104,7 @@ def test_errors_with_role_and_tee(role_tee_log: Path) -> None:
     ]
     # torchrun's failure summary: every rank, exactly one root cause
     failures = data["torchrun_failures"]
-    assert sorted({f["rank"] for f in failures}) == list(range(8))
+    assert sorted({f["rank"] for f in failures}) == list(range(4))
     assert len([f for f in failures if f["root_cause"]]) == 1
 
 
@@ -104,7 +113,7 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith(f"root cause: {HOST}:")
-    assert out.splitlines()[2].startswith("2 distinct error(s) (2 culprit) from 8 rank(s)")
+    assert out.splitlines()[2].startswith("2 distinct error(s) (2 culprit) from 4 rank(s)")
     exception_lines = [
         line
         for line in out.splitlines()
@@ -115,40 +124,40 @@ def test_errors_text_prints_each_error_once(role_tee_log: Path) -> None:
         "RuntimeError",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
     ]
-    assert f"error 2 of 2 — culprit, 1 rank(s): {HOST}:3" in out
-    assert f"7 rank(s): {HOST}:[0-2,4-7]" in out
+    assert f"error 2 of 2 — culprit, 1 rank(s): {HOST}:1" in out
+    assert f"3 rank(s): {HOST}:[0,2-3]" in out
     assert "torchrun's root cause (first failure it observed): rank " in out
 
 
 def test_errors_without_role_uses_torch_rank_prefix(plain_log: Path) -> None:
     data = run_cli("logs", "errors", str(plain_log), "--json").json()
-    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+    assert _groups(data) == [("ValueError", "0,2-3"), ("RuntimeError", "1")]
 
 
 def test_errors_with_log_line_prefix_template(template_log: Path) -> None:
-    assert "[default:3]:" in template_log.read_text()
+    assert "[default:1]:" in template_log.read_text()
     data = run_cli("logs", "errors", str(template_log), "--json").json()
-    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+    assert _groups(data) == [("ValueError", "0,2-3"), ("RuntimeError", "1")]
 
 
 def test_ranks_lists_every_rank(role_tee_log: Path) -> None:
     data = run_cli("logs", "ranks", str(role_tee_log), "--json").json()
     assert data["schema"] == "rankscope.logs.ranks/1"
-    assert [r["label"] for r in data["ranks"]] == [f"{HOST}:{r}" for r in range(8)]
+    assert [r["label"] for r in data["ranks"]] == [f"{HOST}:{r}" for r in range(4)]
     assert all(r["lines"] >= 10 for r in data["ranks"])
     assert data["unprefixed_lines"] > 0  # torchrun's own summary
 
 
 def test_grep_one_rank_strips_prefix(role_tee_log: Path) -> None:
-    result = run_cli("logs", "grep", "--rank", f"{HOST}:3", str(role_tee_log))
+    result = run_cli("logs", "grep", "--rank", f"{HOST}:1", str(role_tee_log))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "rank 3: all_reduce gave 8.0"
+    assert lines[0] == "rank 1: all_reduce gave 4.0"
     assert "Traceback (most recent call last):" in lines
-    assert lines[-1] == "RuntimeError: gradient for layer 7 is not finite on rank 3"
+    assert lines[-1] == "RuntimeError: gradient for layer 7 is not finite on rank 1"
     assert not any("ValueError" in line for line in lines)
-    kept = run_cli("logs", "grep", "--rank", f"{HOST}:3", "--keep-prefix", str(role_tee_log)).stdout
-    assert all(line.startswith(f"[{HOST}:3]:") for line in kept.splitlines())
+    kept = run_cli("logs", "grep", "--rank", f"{HOST}:1", "--keep-prefix", str(role_tee_log)).stdout
+    assert all(line.startswith(f"[{HOST}:1]:") for line in kept.splitlines())
 
 
 def test_split_writes_private_per_rank_files(role_tee_log: Path, tmp_path: Path) -> None:
@@ -156,17 +165,17 @@ def test_split_writes_private_per_rank_files(role_tee_log: Path, tmp_path: Path)
     result = run_cli("logs", "split", str(role_tee_log), "--out", str(out))
     assert result.returncode == 0, result.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([f"{HOST}_rank{r}.log" for r in range(8)] + ["unprefixed.log"])
+    assert names == sorted([f"{HOST}_rank{r}.log" for r in range(4)] + ["unprefixed.log"])
     assert out.stat().st_mode & 0o777 == 0o700
-    assert (out / f"{HOST}_rank3.log").stat().st_mode & 0o777 == 0o600
-    assert "RuntimeError" in (out / f"{HOST}_rank3.log").read_text()
+    assert (out / f"{HOST}_rank1.log").stat().st_mode & 0o777 == 0o600
+    assert "RuntimeError" in (out / f"{HOST}_rank1.log").read_text()
 
 
 def test_errors_on_torchrun_log_dir_tree(log_dir: Path) -> None:
     data = run_cli("logs", "errors", str(log_dir), "--json").json()
-    assert _groups(data) == [("ValueError", "0-2,4-7"), ("RuntimeError", "3")]
+    assert _groups(data) == [("ValueError", "0,2-3"), ("RuntimeError", "1")]
     ranks = run_cli("logs", "ranks", str(log_dir), "--json").json()
-    assert [r["label"] for r in ranks["ranks"]] == [str(r) for r in range(8)]
+    assert [r["label"] for r in ranks["ranks"]] == [str(r) for r in range(4)]
 
 
 def test_errors_name_the_raising_rank_and_its_victims(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Real hung torchrun jobs (gloo, CPU), one per scenario, shared by the tests of a module."""
+"""Real hung torchrun jobs (gloo, CPU), one per scenario, shared by the tests of a module (lock_job: of a worker)."""
 
 from __future__ import annotations
 
@@ -24,22 +24,25 @@ def _hung_job(
         job.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 2 deadlocks on its own lock; ranks 0,1,3 wait in all_reduce; 2 background threads per rank."""
+    """Rank 2 deadlocks on its own lock; ranks 0,1,3 wait in all_reduce; 2 background threads per rank.
+
+    Three files read it (test_real_jobs, test_native, test_jobs_by_evidence) and none changes it:
+    one job per worker. Hung, it takes no CPU while it waits."""
     yield from _hung_job(tmp_path_factory, "lock", "--scenario", "lock", "--culprit", "2", "--threads", "2")
 
 
 @pytest.fixture(scope="module")
 def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 1 never reaches the barrier (it loops in load_batch)."""
-    yield from _hung_job(tmp_path_factory, "skip", "--scenario", "skip-barrier", "--culprit", "1")
+    """Rank 1 never reaches the barrier (it loops in load_batch); ranks 0 and 2 wait there."""
+    yield from _hung_job(tmp_path_factory, "skip", "--scenario", "skip-barrier", "--culprit", "1", nproc=3)
 
 
 @pytest.fixture(scope="module")
 def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 3 is stuck deep in decode_record recursion; the others reach a barrier through another chain."""
-    yield from _hung_job(tmp_path_factory, "deep", "--scenario", "deep", "--culprit", "3")
+    """Rank 2 is stuck deep in decode_record recursion; ranks 0-1 reach a barrier through another chain."""
+    yield from _hung_job(tmp_path_factory, "deep", "--scenario", "deep", "--culprit", "2", nproc=3)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.support.cli import run_cli
 from tests.support.cluster_fixtures import client_env
-from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
 from tests.support.sshd import Sshd
 
 from rankscope.demo.launch import LaunchedJob, start_torchrun
@@ -163,17 +163,6 @@ def test_out_then_from_elsewhere_after_the_job_is_gone(two_rank_job: LaunchedJob
     assert text.returncode == 0, text.stderr
     assert _report_lines(text.stdout) == _report_lines((copy / "report.txt").read_text())
     assert "rank 1 is elsewhere: load_batch" in text.stdout
-
-
-@pytest.fixture(scope="module")
-def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
-    # Ranks 0-1 on node01, 2-3 on node02; rank 2 deadlocks on its own lock, the others wait in all_reduce.
-    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
-    try:
-        job.wait_ready()
-        yield job
-    finally:
-        job.stop()
 
 
 @pytest.mark.slow

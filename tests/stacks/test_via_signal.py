@@ -1,8 +1,8 @@
-"""`rankscope stacks --via-signal` and the automatic fallback, on a real hung 4-rank torchrun job (gloo)
+"""`rankscope stacks --via-signal` and the automatic fallback, on a real hung 3-rank torchrun job (gloo)
 started with RANKSCOPE_INPROC=1 and no code change for the handler (the .pth bootstrap enables it).
 
-The job (hang_job.py, scenario "steps"): rank r marks step r+1 with rankscope.progress(); ranks 0-2
-wait in one barrier at different steps, rank 3 loops in its data loader.
+The job (hang_job.py, scenario "steps"): rank r marks step r+1 with rankscope.progress(); ranks 0-1
+wait in one barrier at different steps, rank 2 loops in its data loader.
 
 py-spy is made to fail with a stand-in: an executable that prints py-spy's own ptrace refusal and
 exits 1, put where rankscope looks for py-spy (this machine has no yama and the tests run as root,
@@ -40,7 +40,7 @@ def steps_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launch
     directory = workdir / "rt"
     env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(directory)}
     job = start_torchrun(
-        nproc=4, script_args=("--scenario", "steps", "--culprit", "3"), workdir=workdir, env=env
+        nproc=3, script_args=("--scenario", "steps", "--culprit", "2"), workdir=workdir, env=env
     )
     try:
         job.wait_ready(timeout=180)
@@ -93,15 +93,10 @@ def test_via_signal_gives_the_groups_of_pyspy_with_each_ranks_step(
     assert out.returncode == 0, out.stderr
     document = json.loads(out.stdout)
     assert groups(document) == groups(pyspy_document)
-    assert document["diagnosis"]["divergent_ranks"] == pyspy_document["diagnosis"]["divergent_ranks"] == [3]
+    assert document["diagnosis"]["divergent_ranks"] == pyspy_document["diagnosis"]["divergent_ranks"] == [2]
     assert all(p["via"] == "signal" for p in document["processes"])
-    assert {p["rank"]["rank"]: p["progress"]["step"] for p in document["processes"]} == {
-        0: 1,
-        1: 2,
-        2: 3,
-        3: 4,
-    }
-    assert document["diagnosis"]["findings"][0]["steps"] == {"1": "rank 0", "2": "rank 1", "3": "rank 2"}
+    assert {p["rank"]["rank"]: p["progress"]["step"] for p in document["processes"]} == {0: 1, 1: 2, 2: 3}
+    assert document["diagnosis"]["findings"][0]["steps"] == {"1": "rank 0", "2": "rank 1"}
     # Named as py-spy names them; rankscope's own request thread left out by both.
     assert {g["thread"] for g in document["groups"]} == {"MainThread", "heartbeat-N"}
     assert {g["thread"] for g in pyspy_document["groups"]} == {"MainThread", "heartbeat-N"}
@@ -114,9 +109,9 @@ def test_via_signal_gives_the_groups_of_pyspy_with_each_ranks_step(
 def test_text_tells_ranks_on_one_line_at_different_steps_apart(steps_job: tuple[LaunchedJob, Path]) -> None:
     out = stacks("--pid", str(steps_job[0].pid), "--via-signal", "--no-color")
     assert out.returncode == 0, out.stderr
-    assert "ranks 0-2 · at different steps: step 1: rank 0; step 2: rank 1; step 3: rank 2" in out.stdout
-    assert "rank 3 · step 4 phase=train" in out.stdout
-    assert "ranks 0-2 are at the same place but at different steps" in out.stdout
+    assert "ranks 0-1 · at different steps: step 1: rank 0; step 2: rank 1" in out.stdout
+    assert "rank 2 · step 3 phase=train" in out.stdout
+    assert "ranks 0-1 are at the same place but at different steps" in out.stdout
     assert "rank 0 is behind" in out.stdout
 
 

@@ -19,6 +19,7 @@ from typing import Optional
 
 import pytest
 from tests.support.cli import CliResult
+from tests.support.multinode_job import MultiNodeJob, start_multinode_job
 from tests.support.netns import NetnsNodes, create_client
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
@@ -46,6 +47,19 @@ def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
+    """Two torchrun agents ("node01", "node02") of a hung job: ranks 0-1 on node01, 2-3 on node02; rank 2
+    deadlocks on its own lock, the others wait in all_reduce. tests/stacks/test_from.py and
+    tests/cluster/test_stacks_ssh.py read it and change nothing: one per worker."""
+    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
+    try:
+        job.wait_ready()
+        yield job
+    finally:
+        job.stop()
 
 
 @pytest.fixture(scope="session")
