@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Callable, Optional
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
-from rankscope.logs.prefixes import Dialect, SourceLabels, sniff_dialect, sniff_srun, split_line
+from rankscope.logs.prefixes import (
+    Dialect,
+    LineTally,
+    SourceLabels,
+    sniff_dialect,
+    sniff_srun,
+    split_line,
+    tally_lines,
+)
 from rankscope.logs.sources import (
     CHUNK,
     MAX_LINE,
@@ -38,20 +46,15 @@ class OpenedSource:
     labels: SourceLabels
     windows: Iterator[Window]
     shape: LineShape = field(default_factory=LineShape)
-    repair: Optional[InterleaveRepair] = None
+    #: The lines of the window just read, counted (:attr:`Reading.tally_lines`); None when not
+    #: counted, or when the interleave repair rebuilt the window after counting.
+    tally: Optional[LineTally] = None
 
     @property
     def continues(self) -> bool:
         """Is the window just read a later piece of a line longer than ``MAX_LINE``? Its text
         continues the line before it: join it back (no newline between), do not count it."""
         return self.shape.continuing
-
-    def bracketed_lines(self, chunk: bytes) -> int:
-        """How many lines of ``chunk`` (the window just read) start with ``[``."""
-        counted = None if self.repair is None else self.repair.bracketed_lines
-        if counted is not None:
-            return counted
-        return chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
 
     @property
     def chunks(self) -> Iterator[bytes]:
@@ -76,6 +79,9 @@ class Reading:
     #: Split write-interleaved lines here (:mod:`interleaved`); ``logs grep`` does it itself, on
     #: the lines it prints only, which keeps it at ``grep -F`` speed.
     repair_interleaved: bool = True
+    #: Count each window's lines and those without a rank prefix (``OpenedSource.tally``) before
+    #: the interleave repair, which takes its count of lines that start with "[" from there.
+    tally_lines: bool = False
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
     #: Ctrl-C / SIGTERM recorded (rankscope.lifetime.StopSignals): reading ends at the next block,
@@ -137,16 +143,21 @@ class Reading:
             tagged = source.fixed_label is None and looks_tagged(head)
             if tagged:
                 stream = _joined(stream)
+            labels = SourceLabels(source.fixed_label, allow_srun, host, dialect)
+            opened = OpenedSource(source, labels, iter(()), shape)
             repair = None
             if source.fixed_label is None and not tagged and self.repair_interleaved:
                 repair = InterleaveRepair(self.stats)
+            if self.tally_lines:
+                stream = _tallied(stream, opened, repair)
+            elif repair is not None:
                 stream = _repaired(stream, repair)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
             if self.stop is not None:
                 stream = self._stoppable(stream)
-            labels = SourceLabels(source.fixed_label, allow_srun, host, dialect)
-            yield OpenedSource(source, labels, stream, shape, repair)
+            opened.windows = stream
+            yield opened
 
     def _total_mb(self) -> str:
         """`` / 1074`` (MB) when every input's size is known (no stdin, no skipped files)."""
@@ -245,3 +256,19 @@ def _repaired(windows: Iterator[Window], repair: InterleaveRepair) -> Iterator[W
     """Lines that hold several ranks' writes, split (see :mod:`interleaved`)."""
     for window in windows:
         yield repair.feed(window)
+
+
+def _tallied(
+    windows: Iterator[Window], opened: OpenedSource, repair: Optional[InterleaveRepair]
+) -> Iterator[Window]:
+    """Each window with its lines counted in ``opened.tally`` (then repaired, when ``repair``)."""
+    for window in windows:
+        data, lo, hi = window
+        tally = tally_lines(data, opened.labels, lo, hi)
+        if repair is not None:
+            repaired = repair.feed(window, tally.bracket_labelled)
+            opened.tally = tally if repaired is window else None
+            yield repaired
+        else:
+            opened.tally = tally
+            yield window
