@@ -255,7 +255,7 @@ def _prefix_reader(allow_srun: bool, dialect: Optional[Dialect] = None) -> Calla
 def _copied(windows: Iterator[Window]) -> Iterator[bytes]:
     """Each window as bytes. A block read is let go only after the copy of the next one is made:
     glibc's allocator then reuses the memory, where otherwise it gives the two freed MiB back to
-    the system and faults them in again for the next block (a page fault every 4 KiB: a tenth of
+    the system and faults them in again for the next block (a page fault every 4 KiB: 4% of
     ``logs errors``' CPU time, in the kernel)."""
     read: Optional[Window] = None
     for window in windows:
