@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from typing import Optional
+from unittest import mock
 
 from ClusterShell.RangeSet import RangeSet
 from hypothesis import assume, given, settings
@@ -133,13 +135,21 @@ line_kinds = st.sampled_from(
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(line_kinds, st.integers(0, 3), st.integers(0, 9)), max_size=60))
-def test_inventory_fast_path_counts_like_the_per_line_parser(rows: list[tuple[str, int, int]]) -> None:
-    from rankscope.logs.inventory import Inventory
+@given(
+    st.lists(st.tuples(line_kinds, st.integers(0, 3), st.integers(0, 9)), max_size=60),
+    st.sampled_from([None, 1, 200]),
+)
+def test_inventory_fast_path_counts_like_the_per_line_parser(
+    rows: list[tuple[str, int, int]], tail: Optional[int]
+) -> None:
+    """``tail``: how much of the block is read backwards for last timestamps before the heads left
+    are searched one by one (small: the searches do the work)."""
+    from rankscope.logs import inventory
 
     chunk = b"".join(kind.format(h=h, r=r).encode() + b"\n" for kind, h, r in rows)
-    fast, slow = Inventory(), Inventory()
-    fast.feed(chunk)
+    fast, slow = inventory.Inventory(), inventory.Inventory()
+    with mock.patch.object(inventory, "_TAIL_SCAN", tail or inventory._TAIL_SCAN):
+        fast.feed(chunk)
     slow._feed_lines(chunk, PLAIN)
     assert fast.document() == slow.document()
 

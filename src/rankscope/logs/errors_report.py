@@ -20,7 +20,7 @@ from rankscope.logs.cuda import (
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, Grouper, RootCause, normalise_message
 from rankscope.logs.labels import fold_label_hosts, fold_labels, host_and_rank, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, LineEvidence, signal_cause
-from rankscope.logs.prefixes import unlabelled_lines
+from rankscope.logs.prefixes import tally_lines
 from rankscope.logs.reading import Reading
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
@@ -80,6 +80,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts = LineCounts()
     evidence = LineEvidence()
     sources: dict[str, int] = {}
+    reading.tally_lines = True  # each window's lines counted once, for the repair and here
     for opened in reading.sources():
         labels = opened.labels
         collector.start_source(opened.source.name, labels)
@@ -89,7 +90,8 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         bracketed = labels.fixed_label is None and not labels.allow_srun
         unprefixed_source: Optional[bool] = None
         for chunk in opened.chunks:
-            lines = chunk.count(b"\n")
+            tally = opened.tally or tally_lines(chunk, labels)
+            lines = tally.newlines
             counts.lines += lines
             if unprefixed_source is None:
                 unprefixed_source = bracketed and chunk.count(b"\n[") < max(1, lines // 10)
@@ -99,7 +101,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     counts.exception_lines[
                         _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
                     ] += 1
-            unprefixed = unlabelled_lines(chunk, labels, opened.bracketed_lines(chunk), lines)
+            unprefixed = tally.unlabelled
             counts.unprefixed += unprefixed
             collector.feed(chunk, lines, unprefixed)
             evidence.feed(chunk, lines, unprefixed)
@@ -108,7 +110,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                 collector.continued_line()
                 evidence.continued_line()
                 counts.lines -= 1
-                counts.unprefixed -= unlabelled_lines(chunk, labels)  # the piece is one line
+                counts.unprefixed -= unprefixed  # the piece is one line
             # torchrun's summary lines carry no rank prefix (unless a launcher prefixes every line)
             summary_here = unprefixed or not bracketed
             if summary_here and (b"Failures:" in chunk or b"Root Cause (first" in chunk):

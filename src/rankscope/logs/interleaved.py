@@ -22,7 +22,8 @@ The rule (deliberately narrow, so ordinary text is never cut):
 
 Open MPI ``--tag-output`` fragments have their own joiner (:mod:`rankscope.logs.ompi`); lines
 that a launcher prefixes per line (torchrun ``--tee``, ``srun --label``) are never interleaved.
-Cost: one ``bytes.count`` pair per 1 MiB window when no line holds a ``[`` after its start;
+Cost: one ``bytes.count`` pair per 1 MiB window when no line holds a ``[`` after its start (one
+count when the reader has counted its rank-prefixed lines: :func:`prefixes.tally_lines`);
 otherwise one ``bytes.replace`` of the window and a few lookups per ``[`` inside a line.
 """
 
@@ -52,9 +53,6 @@ class InterleaveRepair:
         #: Newlines still owed by lines split before (see the module doc).
         self.owed = 0
         self._families: dict[tuple[bytes, bytes], tuple[bytes, bytes]] = {}
-        #: How many lines of the window last given out start with ``[`` (None: not counted).
-        #: Consumers that need that count take it from here instead of scanning again.
-        self.bracketed_lines: Optional[int] = None
 
     def _family(self, name: bytes, sep: bytes) -> tuple[bytes, bytes]:
         key = (name, sep)
@@ -65,15 +63,18 @@ class InterleaveRepair:
             family = self._families[key] = (_DIGITS.sub(b"#", name), sep)
         return family
 
-    def feed(self, window: Window) -> Window:
+    def feed(self, window: Window, bracketed: Optional[int] = None) -> Window:
+        """The window, or a new one with its interleaved lines split (``bracketed``: how many of its
+        lines the caller already knows to start with ``[``, never more than do)."""
         data, lo, hi = window
-        starts = data.count(b"\n[", lo, hi) + (1 if data.startswith(b"[", lo) else 0)
-        embedded = data.count(b"[", lo, hi) - starts
-        cuts = self._cuts(data, lo, hi) if embedded > 0 else []
+        brackets = data.count(b"[", lo, hi)
+        if bracketed != brackets:  # some "[" may be inside a line
+            starts = data.count(b"\n[", lo, hi) + (1 if data.startswith(b"[", lo) else 0)
+            cuts = self._cuts(data, lo, hi) if brackets > starts else []
+        else:  # every "[" starts one of those lines: nothing is embedded
+            cuts = []
         if not cuts and (self.owed == 0 or not _has_empty_line(data, lo, hi)):
-            self.bracketed_lines = starts
             return window
-        self.bracketed_lines = None
         return self._rebuild(data, lo, hi, cuts)
 
     def _cuts(self, data: bytes, lo: int, hi: int) -> list[int]:

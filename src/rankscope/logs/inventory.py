@@ -33,6 +33,74 @@ def _bare_lines(chunk: bytes, head: bytes) -> int:
     return count
 
 
+#: Bytes of a block read backwards line by line for its heads' last timestamps; heads not settled
+#: by then are searched for one by one.
+_TAIL_SCAN = 256 << 10
+#: A head's last lines tried for a timestamp (its last lines may be a traceback, without one).
+_STAMP_TRIES = 16
+
+
+def last_stamps(chunk: bytes, heads: list[bytes]) -> dict[bytes, Optional[str]]:
+    """For each head (each a :data:`_HEAD` of ``chunk``): the timestamp of the last of the lines
+    that start with it, of its last 16, that has one (None without).
+
+    The block's tail is read backwards once for all heads (a rank of a busy job wrote its last line
+    somewhere in the last few hundred lines), not searched once per head from the end.
+    """
+    tries = dict.fromkeys(heads, 0)
+    found: dict[bytes, Optional[str]] = dict.fromkeys(heads)
+    candidates: dict[bytes, tuple[bytes, ...]] = {}
+    end = len(chunk)
+    # a newline (or the block's start): the lines before it are whole, for the searches below
+    floor = max(chunk.rfind(b"\n", 0, max(0, end - _TAIL_SCAN)), 0)
+    while tries and end > floor:
+        start = max(chunk.rfind(b"\n", floor, max(floor, end - (32 << 10))), floor)
+        for match in reversed(list(_HEAD.finditer(chunk, start, end))):
+            line_head = match.group(1)
+            names = candidates.get(line_head)
+            if names is None:
+                names = candidates[line_head] = _heads_of(line_head)
+            for head in names:
+                count = tries.get(head)
+                if count is None:
+                    continue
+                stamp = stamp_at(chunk, match.start() + 1 + len(head))
+                if stamp is not None or count + 1 == _STAMP_TRIES:
+                    found[head] = stamp
+                    del tries[head]
+                else:
+                    tries[head] = count + 1
+        end = start
+    for head, count in tries.items():  # not settled in the tail: one search each, on from there
+        found[head] = _last_stamp(chunk, head, end, _STAMP_TRIES - count)
+    return found
+
+
+def _heads_of(line_head: bytes) -> tuple[bytes, ...]:
+    """The heads a line that starts with ``line_head`` starts with: itself, and without its ":" or
+    Open MPI's stream tag (``[1,2]`` and ``[1,2]<stdout>`` for ``[1,2]<stdout>:``)."""
+    bracket = line_head[: line_head.index(b"]") + 1]
+    tagged = (
+        line_head[: line_head.index(b">") + 1] if line_head.startswith(b"<std", len(bracket)) else bracket
+    )
+    return tuple(dict.fromkeys((line_head, tagged, bracket)))
+
+
+def _last_stamp(chunk: bytes, head: bytes, last: int, tries: int) -> Optional[str]:
+    """The timestamp of the last of ``head``'s lines before ``last`` (of ``tries`` at most) that has one."""
+    needle = b"\n" + head
+    for _ in range(tries):
+        last = chunk.rfind(needle, 0, last)
+        if last < 0:
+            if not chunk.startswith(head):
+                return None
+            return stamp_at(chunk, len(head))  # the block's first line
+        stamp = stamp_at(chunk, last + 1 + len(head))
+        if stamp is not None:
+            return stamp
+    return None
+
+
 @dataclass
 class RankLines:
     """One rank's lines: a row of ``logs ranks``."""
@@ -96,6 +164,7 @@ class Inventory:
             self._feed_lines(chunk, PLAIN if self._host is None else SourceLabels(host=self._host))
             return
         prefixed = 0
+        rows: list[tuple[RankLines, bytes]] = []
         for head, count in heads.items():
             label = self._head_labels.get(head, b"?")
             if label == b"?":
@@ -115,29 +184,18 @@ class Inventory:
             if entry is None:
                 entry = self.ranks[label] = RankLines.of(label)
             entry.lines += count
-            self._times(entry, chunk, head)
-        self.unprefixed += total - prefixed
-
-    def _times(self, entry: RankLines, chunk: bytes, head: bytes) -> None:
-        needle = b"\n" + head
-        if entry.first_time is None:
-            start = 0 if chunk.startswith(head) else chunk.find(needle) + 1
-            entry.first_time = stamp_at(chunk, start + len(head))
-        last = len(chunk)
-        for _ in range(16):  # the rank's last lines may be a traceback, without timestamps
-            last = chunk.rfind(needle, 0, last)
-            if last < 0:
-                if not chunk.startswith(head):
-                    break
-                last = -1  # the chunk's first line: "\n" + head would start before the chunk
-            stamp = stamp_at(chunk, last + 1 + len(head))
+            rows.append((entry, head))
+        last = last_stamps(chunk, [head for _entry, head in rows])
+        for entry, head in rows:
+            if entry.first_time is None:
+                start = 0 if chunk.startswith(head) else chunk.find(b"\n" + head) + 1
+                entry.first_time = stamp_at(chunk, start + len(head))
+            stamp = last[head]
             if stamp is not None:
                 entry.last_time = stamp
                 if entry.first_time is None:
                     entry.first_time = stamp
-                break
-            if last < 0:
-                break
+        self.unprefixed += total - prefixed
 
     def _feed_lines(self, chunk: bytes, labels: SourceLabels) -> None:
         ranks = self.ranks

@@ -255,43 +255,65 @@ def split_line(line: bytes, allow_srun: bool = False, dialect: Optional[Dialect]
     return Split(line[:end], label, text)
 
 
+#: ``\s`` of a bytes pattern, spelled out: a class of single bytes compiles to a bitmap (one test a
+#: byte), one with ``\s`` in it to a list of tests.
+_SPACE = rb"\t\n\x0b\x0c\r\x20"
 #: What follows the "[" of a line that :data:`BRACKET_PREFIX` reads: name characters ending in a
-#: digit, then "]" (Open MPI's "1,2]<stdout>:" is such a form too). Greedy, so a line costs one
+#: digit, then "]" (Open MPI's "1,2]<stdout>:" is such a form too). Possessive, so a line costs one
 #: pass over its head: unlike BRACKET_PREFIX it does not stop a name at 200 characters.
-_PREFIX_BODY = rb"[^\[\]\s]*(?<=\d)\]"
-#: Lines that start with "[" and still carry no rank: "[W1123 socket.cpp:10] ..." (torch's C++
-#: warnings), and "[3]:" alone on its line (torchrun's failure summary, see :func:`split_line`).
-_BRACKET_NO_RANK = re.compile(rb"\n\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?\r?(?=\n|\Z))")
-_FIRST_BRACKET_NO_RANK = re.compile(rb"\[(?:(?!" + _PREFIX_BODY + rb")|\d+\][:\x20]?\r?(?:\n|\Z))")
+_PREFIX_BODY = rb"[^\[\]" + _SPACE + rb"]*+(?<=\d)\]"
+#: "[3]:" alone on its line is torchrun's failure summary, not rank 3 (see :func:`split_line`).
+_SUMMARY_HEAD = rb"\d+\][:\x20]?\r?(?:\n|\Z)"
+#: A line with a rank prefix ("[W1123 socket.cpp:10] ..." has none: torch's C++ warnings).
+_RANK_LINE = rb"\[(?!" + _SUMMARY_HEAD + rb")" + _PREFIX_BODY + rb"[^\n]*+(?:\n|\Z)"
+#: From a line start: the lines with a rank prefix that follow, then one line without (the group),
+#: or the end. ``findall`` runs through a block in one call and builds an object only for the
+#: lines without a prefix (the rest of the block gives ``b""``, a shared constant).
+_UNLABELLED = re.compile(rb"(?:" + _RANK_LINE + rb")*+(?:([^\n]*+\n|[^\n]++\Z)|\Z)")
 
 
-def unlabelled_lines(
-    chunk: bytes, labels: SourceLabels, bracketed: Optional[int] = None, newlines: Optional[int] = None
-) -> int:
-    """How many lines of a block of whole lines carry no rank prefix: the count of every verb
-    (``logs ranks``, ``logs split``, ``logs errors``), by one definition: the lines
-    :meth:`SourceLabels.lines` gives no label (blank lines, a launcher's own lines, "[W...]"
-    warnings, torchrun's "[3]:" summary heads).
+@dataclass(frozen=True)
+class LineTally:
+    """The lines of a block of whole lines, counted once for every reader of the block."""
 
-    Bracket-prefixed sources are counted at C speed (``bracketed``: how many lines start with
-    "[", ``newlines``: how many newlines, when the caller has counted them); a property test checks it against
-    :func:`split_line` (the one difference: a bracket name over 200 characters before its number
-    counts here as a prefix).
+    newlines: int
+    #: Lines without a rank prefix (:func:`unlabelled_lines`).
+    unlabelled: int
+    #: Lines with a bracket rank prefix, when the bracket count below made them (None otherwise):
+    #: each starts with "[", which the interleave check uses instead of a count of its own.
+    bracket_labelled: Optional[int] = None
+
+
+def tally_lines(
+    data: bytes, labels: SourceLabels, lo: int = 0, hi: Optional[int] = None, newlines: Optional[int] = None
+) -> LineTally:
+    """Count the lines of ``data[lo:hi]`` (whole lines) and those without a rank prefix, without
+    copying it: the count of every verb (``logs ranks``, ``logs split``, ``logs errors``), by one
+    definition: the lines :meth:`SourceLabels.lines` gives no label (blank lines, a launcher's own
+    lines, "[W...]" warnings, torchrun's "[3]:" summary heads).
+
+    Bracket-prefixed sources are counted at C speed, in one regular-expression pass over the lines'
+    heads; a property test checks it against :func:`split_line` (the one difference: a bracket name
+    over 200 characters before its number counts here as a prefix).
     """
-    if labels.fixed_label is not None:
-        return 0
-    if labels.allow_srun or labels.dialect is not None or b"\x1b" in chunk:
-        # srun labels, a dialect; colour codes split_line removes first
-        return sum(1 for label, _text in labels.lines(chunk) if label is None)
+    hi = len(data) if hi is None else hi
     if newlines is None:
-        newlines = chunk.count(b"\n")
-    lines = newlines + (0 if not chunk or chunk.endswith(b"\n") else 1)
-    if bracketed is None:
-        bracketed = chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
-    no_rank = sum(1 for _ in _BRACKET_NO_RANK.finditer(chunk))
-    if _FIRST_BRACKET_NO_RANK.match(chunk) is not None:
-        no_rank += 1
-    return lines - bracketed + no_rank
+        newlines = data.count(b"\n", lo, hi)
+    if labels.fixed_label is not None:
+        return LineTally(newlines, 0)
+    if labels.allow_srun or labels.dialect is not None or data.find(b"\x1b", lo, hi) >= 0:
+        # srun labels, a dialect; colour codes split_line removes first
+        chunk = data if lo == 0 and hi == len(data) else data[lo:hi]
+        return LineTally(newlines, sum(1 for label, _text in labels.lines(chunk) if label is None))
+    lines = newlines + (0 if hi == lo or data[hi - 1] == 0x0A else 1)
+    found = _UNLABELLED.findall(data, lo, hi)
+    unlabelled = len(found) - found.count(b"")
+    return LineTally(newlines, unlabelled, lines - unlabelled)
+
+
+def unlabelled_lines(chunk: bytes, labels: SourceLabels, newlines: Optional[int] = None) -> int:
+    """How many lines of a block of whole lines carry no rank prefix (see :func:`tally_lines`)."""
+    return tally_lines(chunk, labels, newlines=newlines).unlabelled
 
 
 def torch_global_rank(raw_prefix: bytes) -> Optional[int]:

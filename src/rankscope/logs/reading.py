@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING, Callable, Optional
 from rankscope.errors import BadInputError, NothingFoundError
 from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
-from rankscope.logs.prefixes import Dialect, SourceLabels, sniff_dialect, sniff_srun, split_line
+from rankscope.logs.prefixes import (
+    Dialect,
+    LineTally,
+    SourceLabels,
+    sniff_dialect,
+    sniff_srun,
+    split_line,
+    tally_lines,
+)
 from rankscope.logs.sources import (
     CHUNK,
     MAX_LINE,
@@ -38,7 +46,9 @@ class OpenedSource:
     labels: SourceLabels
     windows: Iterator[Window]
     shape: LineShape = field(default_factory=LineShape)
-    repair: Optional[InterleaveRepair] = None
+    #: The lines of the window just read, counted (:attr:`Reading.tally_lines`); None when not
+    #: counted, or when the interleave repair rebuilt the window after counting.
+    tally: Optional[LineTally] = None
 
     @property
     def continues(self) -> bool:
@@ -46,17 +56,10 @@ class OpenedSource:
         continues the line before it: join it back (no newline between), do not count it."""
         return self.shape.continuing
 
-    def bracketed_lines(self, chunk: bytes) -> int:
-        """How many lines of ``chunk`` (the window just read) start with ``[``."""
-        counted = None if self.repair is None else self.repair.bracketed_lines
-        if counted is not None:
-            return counted
-        return chunk.count(b"\n[") + (1 if chunk.startswith(b"[") else 0)
-
     @property
     def chunks(self) -> Iterator[bytes]:
         """Whole lines as byte strings (see :func:`read_windows` for the copy-free form)."""
-        return (window_bytes(window) for window in self.windows)
+        return _copied(self.windows)
 
 
 @dataclass
@@ -76,6 +79,9 @@ class Reading:
     #: Split write-interleaved lines here (:mod:`interleaved`); ``logs grep`` does it itself, on
     #: the lines it prints only, which keeps it at ``grep -F`` speed.
     repair_interleaved: bool = True
+    #: Count each window's lines and those without a rank prefix (``OpenedSource.tally``) before
+    #: the interleave repair, which takes its count of lines that start with "[" from there.
+    tally_lines: bool = False
     stats: ReadStats = field(default_factory=ReadStats)
     skipped: list[str] = field(default_factory=list)
     #: Ctrl-C / SIGTERM recorded (rankscope.lifetime.StopSignals): reading ends at the next block,
@@ -137,16 +143,21 @@ class Reading:
             tagged = source.fixed_label is None and looks_tagged(head)
             if tagged:
                 stream = _joined(stream)
+            labels = SourceLabels(source.fixed_label, allow_srun, host, dialect)
+            opened = OpenedSource(source, labels, iter(()), shape)
             repair = None
             if source.fixed_label is None and not tagged and self.repair_interleaved:
                 repair = InterleaveRepair(self.stats)
+            if self.tally_lines:
+                stream = _tallied(stream, opened, repair)
+            elif repair is not None:
                 stream = _repaired(stream, repair)
             if self.progress is not None:
                 stream = self._tracked(stream, source.name, total)
             if self.stop is not None:
                 stream = self._stoppable(stream)
-            labels = SourceLabels(source.fixed_label, allow_srun, host, dialect)
-            yield OpenedSource(source, labels, stream, shape, repair)
+            opened.windows = stream
+            yield opened
 
     def _total_mb(self) -> str:
         """`` / 1074`` (MB) when every input's size is known (no stdin, no skipped files)."""
@@ -241,7 +252,36 @@ def _prefix_reader(allow_srun: bool, dialect: Optional[Dialect] = None) -> Calla
     return prefix_of
 
 
+def _copied(windows: Iterator[Window]) -> Iterator[bytes]:
+    """Each window as bytes. A block read is let go only after the copy of the next one is made:
+    glibc's allocator then reuses the memory, where otherwise it gives the two freed MiB back to
+    the system and faults them in again for the next block (a page fault every 4 KiB: 4% of
+    ``logs errors``' CPU time, in the kernel)."""
+    read: Optional[Window] = None
+    for window in windows:
+        chunk = window_bytes(window)
+        if chunk is not window[0]:
+            read = window  # noqa: F841 - held until the next copy exists (see above)
+        yield chunk
+
+
 def _repaired(windows: Iterator[Window], repair: InterleaveRepair) -> Iterator[Window]:
     """Lines that hold several ranks' writes, split (see :mod:`interleaved`)."""
     for window in windows:
         yield repair.feed(window)
+
+
+def _tallied(
+    windows: Iterator[Window], opened: OpenedSource, repair: Optional[InterleaveRepair]
+) -> Iterator[Window]:
+    """Each window with its lines counted in ``opened.tally`` (then repaired, when ``repair``)."""
+    for window in windows:
+        data, lo, hi = window
+        tally = tally_lines(data, opened.labels, lo, hi)
+        if repair is not None:
+            repaired = repair.feed(window, tally.bracket_labelled)
+            opened.tally = tally if repaired is window else None
+            yield repaired
+        else:
+            opened.tally = tally
+            yield window

@@ -192,8 +192,9 @@ class TracebackCollector:
         events = [(pos, True) for pos in _find_all(chunk, HEADER)]
         if events or any(b.state in ("after", "tail") for b in self._active.values()):
             # A chain marker follows a finished traceback: with none open and no header in the
-            # block there is nothing it could continue. Both markers contain "above exception".
-            events.extend((pos, False) for pos in _find_all(chunk, b"above exception"))
+            # block there is nothing it could continue. Both markers contain "he above exception"
+            # (the longer the needle, the faster bytes.find skips).
+            events.extend((pos, False) for pos in _find_all(chunk, b"he above exception"))
         events.sort()
         for pos, is_header in events:
             start = chunk.rfind(b"\n", 0, pos) + 1
