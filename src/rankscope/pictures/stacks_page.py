@@ -182,8 +182,8 @@ def _facts(report: StacksReport, multi_host: bool) -> list[Section]:
                 gpu.host,
                 str(gpu.index),
                 gpu.name,
-                _unknown(gpu.utilization, "%"),
-                f"{_unknown(gpu.memory_used_mib, '')} / {_unknown(gpu.memory_total_mib, ' MiB')}",
+                unknown(gpu.utilization, "%"),
+                f"{unknown(gpu.memory_used_mib, '')} / {unknown(gpu.memory_total_mib, ' MiB')}",
                 gpu.source,
             ]
             for gpu in report.gpus
@@ -200,5 +200,5 @@ def _age_range(ages: Sequence[float]) -> str:
     return f"{low:.1f}s ago" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}s ago"
 
 
-def _unknown(value: Optional[int], unit: str) -> str:
+def unknown(value: Optional[int], unit: str) -> str:
     return "?" if value is None else f"{value}{unit}"
