@@ -51,6 +51,7 @@ def test_a_hung_job_saved_by_stacks_out() -> None:
     assert re.fullmatch(r"rankscope why — \S+ \(\d+\.\d s\)", page.subtitle), page.subtitle
     # The merged call tree of why's stacks: rank 1's own frames red, the frames both ranks share not.
     (tree,) = sections(page, FlameSection)
+    assert "red: only the ranks the verdict names" in tree.title
     frames = {n.name: n for root in tree.roots for n in walk(root)}
     assert frames["update_index"].culprit and frames["update_index"].ranks == "rank 1"
     assert not frames["main"].culprit and frames["main"].count == 2

@@ -55,8 +55,11 @@ def diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
     return lines + [f"note: {note}" for note in diagnosis.notes]
 
 
-def stacks_sections(report: StacksReport, diagnosis: Diagnosis, full: bool = False) -> list[Section]:
-    """The pictures of a stacks report, for a page of its own or a page that joins several reports."""
+def stacks_sections(
+    report: StacksReport, diagnosis: Diagnosis, full: bool = False, named_by: str = "the diagnosis"
+) -> list[Section]:
+    """The pictures of a stacks report, for a page of its own or a page that joins several reports
+    (``named_by``: whose culprits ``diagnosis.divergent`` holds, in the tree's title)."""
     culprits = set(diagnosis.divergent)
     multi_host = len(report.hosts) > 1
     sections: list[Section] = []
@@ -68,7 +71,7 @@ def stacks_sections(report: StacksReport, diagnosis: Diagnosis, full: bool = Fal
         total = max(root.count for root in roots)
         sections.append(
             FlameSection(
-                title="Merged call tree (width: ranks; red: only the ranks the diagnosis names; grey: library frames)",
+                title=f"Merged call tree (width: ranks; red: only the ranks {named_by} names; grey: library frames)",
                 roots=roots,
                 total=total,
             )

@@ -31,7 +31,9 @@ def why_page(report: WhyReport, full: bool = False) -> Page:
     culprits = culprit_ranks(report)
     if report.stacks is not None and report.stacks.groups:
         page.sections.extend(
-            stacks_sections(_stacks(report.stacks, report), _diagnosis(report.stacks, culprits), full)
+            stacks_sections(
+                _stacks(report.stacks, report), _diagnosis(report.stacks, culprits), full, "the verdict"
+            )
         )
     if report.fr is not None and report.fr.groups:
         page.sections.append(fr_section(report.fr))
