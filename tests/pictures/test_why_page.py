@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import stat
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from tests.support.cli import CliResult, run_cli
 
 from rankscope.model import Failure, FailureKind, Stage
+from rankscope.pictures.html import HIDDEN
 from rankscope.pictures.page import FlameNode, FlameSection, FrSection, Page, TableSection
 from rankscope.pictures.why_page import why_page
 from rankscope.why.report import CAUSE, PARTIAL, Evidence, GpuFacts, Hypothesis, WhyReport, load_report
@@ -167,3 +169,26 @@ def test_html_refuses_a_link_or_a_directory_before_anything_runs(
     assert result.returncode == code and result.stdout == "", result.stdout + result.stderr
     assert words in result.stderr
     assert target.read_text() == "keep me"
+
+
+def test_a_secret_in_the_evidence_is_hidden_on_the_page(tmp_path: Path) -> None:
+    """A saved run of a real job, and its output whose exception quotes a token: the verdict's
+    evidence holds the line; the page holds it with the value hidden, nowhere in full."""
+    saved = tmp_path / "saved"
+    shutil.copytree(SAVED, saved)
+    (saved / "job.log").write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/job/train.py", line 8, in login\n'
+        '[rank1]:     raise RuntimeError("hub refused HF_TOKEN=hf_whysecret77")\n'
+        "[rank1]: RuntimeError: hub refused HF_TOKEN=hf_whysecret77\n"
+    )
+    page = tmp_path / "why.html"
+    result = run_cli("why", "--from", str(saved), "--html", str(page))
+    assert result.returncode == 15 and "HF_TOKEN=hf_whysecret77" in result.stdout, (
+        result.stdout + result.stderr
+    )
+    html = page.read_text()
+    assert "hf_whysecret77" not in html
+    data = json.loads(re.search(r'id="rankscope-data">(.*?)</script>', html, re.S).group(1))
+    hidden = [line.replace("hf_whysecret77", HIDDEN) for line in verdict_block(result.stdout)]
+    assert data["verdict"] == hidden and data["verdict"][0].endswith(f"HF_TOKEN={HIDDEN}"), data["verdict"]
