@@ -106,6 +106,17 @@ def test_folded_stacks_count_ranks_or_rank_samples(job: LaunchedJob, tmp_path: P
     assert sum(n for s, n in sampled.items() if s.startswith("MainThread;")) == 6, sampled
 
 
+def test_why_folded_of_the_hung_job_keeps_its_bundle(job: LaunchedJob, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    result = run_cli("why", "--pid", str(job.process.pid), "--folded", "--out", str(bundle))
+    assert result.returncode == 15, result.stdout + result.stderr  # why's exit code: a cause named
+    stacks = folded(result)  # stdout holds only folded lines
+    main = {s: n for s, n in stacks.items() if s.startswith("MainThread;")}
+    assert sum(main.values()) == 2 and any("load_batch (hang_job.py:" in s for s in main), stacks
+    assert f"bundle: {bundle}/" in result.stderr
+    assert (bundle / "report.txt").read_text().split("\n\n", 2)[1].startswith("Verdict: rank 1 ")
+
+
 def test_folded_and_json_are_refused_together(job: LaunchedJob) -> None:
     result = run_cli("stacks", "--pid", str(job.process.pid), "--folded", "--json")
     assert result.returncode == 2 and "--json cannot be used with it" in result.stderr
@@ -197,6 +208,9 @@ def test_why_page_of_the_hung_job_and_of_its_bundle(
         by_name = dict(frames)
         assert "cul" in by_name["load_batch"] and "cul" not in by_name["main"], frames
         assert HOSTILE in by_name and tab.evaluate("document.querySelectorAll('img').length") == 0
+        tab.click(f".fn:nth-child({[name for name, _ in frames].index('load_batch') + 1})")
+        detail = tab.evaluate("document.getElementById('frame-detail').textContent")
+        assert "1 rank: rank 1" in detail and "includes ranks the verdict names" in detail, detail
         # What each signal gave, as the text report lists it.
         cells = tab.evaluate("[...document.querySelectorAll('table.facts td')].map(td => td.textContent)")
         assert "stacks" in cells and "step 2 phase=train" in cells, cells

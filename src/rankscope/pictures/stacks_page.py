@@ -74,6 +74,7 @@ def stacks_sections(
                 title=f"Merged call tree (width: ranks; red: only the ranks {named_by} names; grey: library frames)",
                 roots=roots,
                 total=total,
+                named_by=named_by,
             )
         )
     if multi_host:
