@@ -5,6 +5,8 @@
 - stacks.png: `rankscope stacks --pid L --html` of a real hung 4-rank torchrun job (gloo, CPU;
   rankscope's demo job, `--scenario steps --culprit 2`: rank 2 loops in load_batch, the others wait
   in all_reduce, each rank at its own step), with its culprit frame clicked;
+- why.png: `rankscope why --pid L --html` of the same job: the verdict with its evidence, the tree with
+  rank 2's frames red, the ranks' states and the signals;
 - fr.png: `rankscope fr --html` of the dumps of a real 3-rank gloo job (tests/data/fr, scenario extra);
 - net.png: `rankscope net check --html` over ssh to sshd on 127.0.0.1: node01 probed at 127.0.0.1,
   node02 at ::1 (the listeners bind 0.0.0.0, IPv4 only: refused), node03's ssh login refused;
@@ -36,7 +38,7 @@ RANKSCOPE = [sys.executable, "-m", "rankscope"]
 
 def rankscope(*args: str) -> None:
     done = subprocess.run([*RANKSCOPE, *args], capture_output=True, text=True, timeout=300)
-    if done.returncode not in (0, 4, 14):
+    if done.returncode not in (0, 4, 14, 15):
         raise SystemExit(f"rankscope {' '.join(args)} exited {done.returncode}: {done.stderr}")
 
 
@@ -69,6 +71,7 @@ def main() -> None:
         try:
             job.wait_ready(timeout=180)
             rankscope("stacks", "--pid", str(job.process.pid), "--html", str(work / "stacks.html"))
+            rankscope("why", "--pid", str(job.process.pid), "--html", str(work / "why.html"))
         finally:
             job.stop()
         data = ROOT / "tests" / "data" / "fr" / "gloo-torch2.13" / "extra"
@@ -90,6 +93,7 @@ def main() -> None:
         (work / "big.html").write_text(render_html(stacks_page(report, report.diagnosis)))
         for browser in running_browser(work / "profile"):
             shoot(browser.tab, work / "stacks.html", "stacks.png", click="load_batch")
+            shoot(browser.tab, work / "why.html", "why.png")
             shoot(browser.tab, work / "fr.html", "fr.png")
             shoot(browser.tab, work / "net.html", "net.png")
             shoot(browser.tab, work / "big.html", "grid.png", selector="section.grid", height=330)

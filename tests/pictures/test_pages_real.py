@@ -106,6 +106,17 @@ def test_folded_stacks_count_ranks_or_rank_samples(job: LaunchedJob, tmp_path: P
     assert sum(n for s, n in sampled.items() if s.startswith("MainThread;")) == 6, sampled
 
 
+def test_why_folded_of_the_hung_job_keeps_its_bundle(job: LaunchedJob, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    result = run_cli("why", "--pid", str(job.process.pid), "--folded", "--out", str(bundle))
+    assert result.returncode == 15, result.stdout + result.stderr  # why's exit code: a cause named
+    stacks = folded(result)  # stdout holds only folded lines
+    main = {s: n for s, n in stacks.items() if s.startswith("MainThread;")}
+    assert sum(main.values()) == 2 and any("load_batch (hang_job.py:" in s for s in main), stacks
+    assert f"bundle: {bundle}/" in result.stderr
+    assert (bundle / "report.txt").read_text().split("\n\n", 2)[1].startswith("Verdict: rank 1 ")
+
+
 def test_folded_and_json_are_refused_together(job: LaunchedJob) -> None:
     result = run_cli("stacks", "--pid", str(job.process.pid), "--folded", "--json")
     assert result.returncode == 2 and "--json cannot be used with it" in result.stderr
@@ -167,6 +178,43 @@ def test_a_click_on_a_frame_shows_its_ranks_and_source_line(
     assert "load_batch" in source or "while" in source or "sleep" in source, source
     assert "1 rank: rank 1" in text and "includes ranks the diagnosis names" in text, text
     assert browser.tab.evaluate("document.querySelectorAll('.fn.sel').length") == 1
+
+
+@pytest.mark.needs("chromium")
+def test_why_page_of_the_hung_job_and_of_its_bundle(
+    job: LaunchedJob, browser: Browser, tmp_path: Path
+) -> None:
+    """`why --pid --out --html` on the job (HF_TOKEN in its environment), then `why --from` its bundle."""
+    live, bundle = tmp_path / "why.html", tmp_path / "bundle"
+    result = run_cli("why", "--pid", str(job.process.pid), "--out", str(bundle), "--html", str(live))
+    assert result.returncode == 15, result.stdout + result.stderr  # a cause named
+    verdict = result.stdout.split("\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert verdict[0].startswith("Verdict: rank 1 "), result.stdout
+    saved = tmp_path / "saved.html"
+    again = run_cli("why", "--from", str(bundle), "--html", str(saved))
+    assert again.returncode == 15 and f"page written to {saved}" in again.stderr, again.stdout + again.stderr
+    assert again.stdout.split("\n\n", 2)[1].splitlines() == verdict
+    for page in (live, saved):
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600
+        assert SECRET not in page.read_text()
+        tab = browser.tab
+        assert tab.open(page) == [page.resolve().as_uri()] and tab.errors == []  # fetches nothing
+        assert tab.evaluate("document.body.dataset.drawn") == "yes"
+        # The verdict in the DOM is the text report's, line by line (evidence with its source).
+        shown = tab.evaluate("[...document.querySelectorAll('#verdict p')].map(p => p.textContent)")
+        assert shown == verdict, (shown, verdict)
+        # The culprit rank's own frames red in the merged call tree, the frames both ranks share not.
+        frames = tab.evaluate("[...document.querySelectorAll('.fn')].map(e => [e.textContent, e.className])")
+        by_name = dict(frames)
+        assert "cul" in by_name["load_batch"] and "cul" not in by_name["main"], frames
+        assert HOSTILE in by_name and tab.evaluate("document.querySelectorAll('img').length") == 0
+        tab.click(f".fn:nth-child({[name for name, _ in frames].index('load_batch') + 1})")
+        detail = tab.evaluate("document.getElementById('frame-detail').textContent")
+        assert "1 rank: rank 1" in detail and "includes ranks the verdict names" in detail, detail
+        # What each signal gave, as the text report lists it.
+        cells = tab.evaluate("[...document.querySelectorAll('table.facts td')].map(td => td.textContent)")
+        assert "stacks" in cells and "step 2 phase=train" in cells, cells
+    assert not any(SECRET in f.read_text(errors="replace") for f in bundle.rglob("*") if f.is_file())
 
 
 @pytest.mark.needs("chromium")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rankscope.pictures.page import Page
     from rankscope.stacks.collect import DumpOutcome
     from rankscope.stacks.report import Diagnosis, StacksReport
+    from rankscope.why.report import WhyReport
 
 HTML_OPTION = click.option(
     "--html",
@@ -29,6 +30,13 @@ FOLDED_OPTION = click.option(
     is_flag=True,
     help="Print collapsed stacks (frame;frame;... COUNT, for flamegraph.pl, inferno, speedscope) instead "
     "of the report: count = ranks, or rank-samples with --samples.",
+)
+
+WHY_FOLDED_OPTION = click.option(
+    "--folded",
+    is_flag=True,
+    help="Print the collapsed stacks of the stacks why read (as stacks --folded: count = ranks) instead "
+    "of the report.",
 )
 
 
@@ -53,6 +61,12 @@ def write_stacks_page(
     from rankscope.pictures.stacks_page import stacks_page
 
     write_page(path, stacks_page(report, diagnosis, full=full, above=above, fr=verdict))
+
+
+def write_why_page(path: Path, report: WhyReport) -> None:
+    from rankscope.pictures.why_page import why_page
+
+    write_page(path, why_page(report))
 
 
 def folded_text(report: StacksReport, full: bool, outcomes: Sequence[tuple[int, DumpOutcome]] = ()) -> str:

@@ -21,6 +21,7 @@ from rankscope.cli.cluster_options import cluster_options, cluster_requested, cl
 from rankscope.cli.exit_help import epilog
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
+from rankscope.cli.pictures import HTML_OPTION, WHY_FOLDED_OPTION, check_page_path
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.errors import ExitCode
 from rankscope.why.options import DEFAULT_TIMEOUT, WhyOptions
@@ -41,6 +42,9 @@ class WhyRequest:
     local: bool = False
     remote_rankscope: str = "rankscope"
     from_dir: Optional[Path] = None
+    #: --html FILE: also write the report as a page; --folded: print collapsed stacks instead.
+    html: Optional[Path] = None
+    folded: bool = False
 
     def node_argv(self) -> list[str]:
         assert self.cluster is not None
@@ -81,6 +85,9 @@ Examples:
   rankscope why --out bundle/                # every raw signal kept (private; secrets removed)
   rankscope why --from bundle/               # weigh a kept bundle (or a stacks --out dir) again
   rankscope why --hosts node[1-4]            # every node (each runs why --local --json)
+  rankscope why --html why.html              # + one self-contained page with the pictures
+  rankscope why --from bundle/ --html why.html
+  rankscope why --folded | flamegraph.pl > hang.svg  # collapsed stacks of the ranks
 
 Exit code 15 means a cause was named, 0 that nothing wrong was seen, 4 that the
 evidence is too partial to judge.
@@ -129,6 +136,8 @@ COLLECTING = {
     help="Keep every raw signal here as a bundle (mode 0700/0600; secret-looking variables removed).",
 )
 @FORCE_OPTION
+@HTML_OPTION
+@WHY_FOLDED_OPTION
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @cluster_options
 @REMOTE_RANKSCOPE_OPTION
@@ -140,6 +149,11 @@ def why(**params: Any) -> int:
 
     started = process_started() or time.monotonic()
     request = read_request(params)
+    if request.folded and request.as_json:
+        raise click.UsageError(
+            "--folded prints collapsed stacks instead of the report; --json cannot be used with it"
+        )
+    check_page_path(request.html)
     if request.from_dir is not None:
         given = [flag for name, flag in COLLECTING.items() if params.get(name)]
         if given or cluster_requested(params):
@@ -230,9 +244,27 @@ def finish(request: WhyRequest, gathered: Gathered, started: float) -> int:
         write_bundle(request.out_dir, gathered, document, text, request.force)
     if request.as_json:
         sys.stdout.write(json.dumps(document, indent=None if request.local else 2) + "\n")
+    elif request.folded:
+        print_folded(report, request.out_dir)
     else:
         sys.stdout.write(text)
         if request.out_dir is not None:
             sys.stdout.write(f"\nbundle: {request.out_dir}/\n")
     sys.stdout.flush()
+    if request.html is not None:  # after the report: a page that cannot be written loses nothing printed
+        from rankscope.cli.pictures import write_why_page
+
+        write_why_page(request.html, report)
     return exit_code_of(report)
+
+
+def print_folded(report: WhyReport, out_dir: Optional[Path]) -> None:
+    """--folded: the collapsed stacks alone on stdout; what else there is to say goes to stderr."""
+    from rankscope.cli.pictures import folded_text
+
+    if report.stacks is not None and report.stacks.groups:
+        sys.stdout.write(folded_text(report.stacks, full=False))
+    else:
+        sys.stderr.write("rankscope: --folded: no stacks were read, nothing to fold (see `rankscope why`)\n")
+    if out_dir is not None:
+        sys.stderr.write(f"rankscope: bundle: {out_dir}/\n")

@@ -63,7 +63,7 @@
         if (node.where) lines.push("at " + (node.path ? node.path + (node.where.indexOf(":") >= 0 ?
           ":" + node.where.split(":").pop() : "") : node.where));
         lines.push(node.count + (node.count === 1 ? " rank: " : " ranks: ") + node.ranks);
-        if (node.culprit) lines.push("includes ranks the diagnosis names");
+        if (node.culprit) lines.push("includes ranks " + (section.named_by || "the diagnosis") + " names");
         if (node.folded.length) lines.push("folded frames:\n  " + node.folded.join("\n  "));
         detail.textContent = lines.join("\n");
       });

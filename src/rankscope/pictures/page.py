@@ -43,6 +43,8 @@ class FlameSection:
     roots: list[FlameNode]
     #: The ranks of the widest root: the full width (a role on fewer ranks is drawn narrower).
     total: int
+    #: Whose culprits the red frames are (``the diagnosis`` of stacks, ``the verdict`` of why).
+    named_by: str = "the diagnosis"
     kind: str = "flame"
 
 

@@ -55,8 +55,11 @@ def diagnosis_lines(diagnosis: Diagnosis) -> list[str]:
     return lines + [f"note: {note}" for note in diagnosis.notes]
 
 
-def stacks_sections(report: StacksReport, diagnosis: Diagnosis, full: bool = False) -> list[Section]:
-    """The pictures of a stacks report, for a page of its own or a page that joins several reports."""
+def stacks_sections(
+    report: StacksReport, diagnosis: Diagnosis, full: bool = False, named_by: str = "the diagnosis"
+) -> list[Section]:
+    """The pictures of a stacks report, for a page of its own or a page that joins several reports
+    (``named_by``: whose culprits ``diagnosis.divergent`` holds, in the tree's title)."""
     culprits = set(diagnosis.divergent)
     multi_host = len(report.hosts) > 1
     sections: list[Section] = []
@@ -68,9 +71,10 @@ def stacks_sections(report: StacksReport, diagnosis: Diagnosis, full: bool = Fal
         total = max(root.count for root in roots)
         sections.append(
             FlameSection(
-                title="Merged call tree (width: ranks; red: only the ranks the diagnosis names; grey: library frames)",
+                title=f"Merged call tree (width: ranks; red: only the ranks {named_by} names; grey: library frames)",
                 roots=roots,
                 total=total,
+                named_by=named_by,
             )
         )
     if multi_host:
@@ -182,8 +186,8 @@ def _facts(report: StacksReport, multi_host: bool) -> list[Section]:
                 gpu.host,
                 str(gpu.index),
                 gpu.name,
-                _unknown(gpu.utilization, "%"),
-                f"{_unknown(gpu.memory_used_mib, '')} / {_unknown(gpu.memory_total_mib, ' MiB')}",
+                unknown(gpu.utilization, "%"),
+                f"{unknown(gpu.memory_used_mib, '')} / {unknown(gpu.memory_total_mib, ' MiB')}",
                 gpu.source,
             ]
             for gpu in report.gpus
@@ -200,5 +204,5 @@ def _age_range(ages: Sequence[float]) -> str:
     return f"{low:.1f}s ago" if round(low, 1) == round(high, 1) else f"{low:.1f}-{high:.1f}s ago"
 
 
-def _unknown(value: Optional[int], unit: str) -> str:
+def unknown(value: Optional[int], unit: str) -> str:
     return "?" if value is None else f"{value}{unit}"

@@ -11,7 +11,7 @@ _OUTCOME = {
 }
 
 
-def _hypothesis_lines(hypothesis: Hypothesis, indent: str) -> list[str]:
+def hypothesis_lines(hypothesis: Hypothesis, indent: str) -> list[str]:
     lines = []
     if hypothesis.location:
         lines.append(f"{indent}where: {hypothesis.location}")
@@ -23,27 +23,31 @@ def _hypothesis_lines(hypothesis: Hypothesis, indent: str) -> list[str]:
     return lines
 
 
+def verdict_lines(report: WhyReport) -> list[str]:
+    """The verdict as the report words it first: its sentence, where, each evidence line with its
+    source, the next step; or what the outcome says when no cause is named."""
+    verdict = report.verdict
+    if verdict is not None and report.outcome == CAUSE:
+        return [f"Verdict: {verdict.text}", *hypothesis_lines(verdict, "  ")]
+    return [
+        _OUTCOME.get(
+            report.outcome,
+            "Too little evidence to judge: the signals that failed or are absent are listed below",
+        )
+    ]
+
+
 def render_text(report: WhyReport) -> str:
     lines: list[str] = []
     hosts = ", ".join(report.hosts)
     lines.append(f"rankscope why — {hosts} ({report.seconds:.1f} s)" if hosts else "rankscope why")
     lines.append("")
-    verdict = report.verdict
-    if verdict is not None and report.outcome == CAUSE:
-        lines.append(f"Verdict: {verdict.text}")
-        lines.extend(_hypothesis_lines(verdict, "  "))
-    else:
-        lines.append(
-            _OUTCOME.get(
-                report.outcome,
-                "Too little evidence to judge: the signals that failed or are absent are listed below",
-            )
-        )
+    lines.extend(verdict_lines(report))
     if report.hypotheses:
         lines += ["", "Other hypotheses (weaker last)"]
         for hypothesis in report.hypotheses:
             lines.append(f"  - {hypothesis.text}" + (f" [{hypothesis.kind}]" if hypothesis.kind else ""))
-            lines.extend(_hypothesis_lines(hypothesis, "      "))
+            lines.extend(hypothesis_lines(hypothesis, "      "))
     if report.ranks:
         lines += ["", "Ranks"]
         width = max(len(state.ranks) for state in report.ranks)
