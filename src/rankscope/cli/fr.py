@@ -10,10 +10,9 @@ from typing import Any, Optional
 import click
 
 from rankscope.cli.params import from_params
-from rankscope.errors import BadInputError, ExitCode
-from rankscope.fr.align import ENABLE_HINT, analyse
-from rankscope.fr.collect import read_dumps
-from rankscope.fr.ras import parse_ras, ras_notes
+from rankscope.errors import ExitCode
+from rankscope.fr.align import ENABLE_HINT
+from rankscope.fr.analyse import analyse_path
 from rankscope.fr.records import DEFAULT_LIMITS, Limits
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
@@ -59,24 +58,6 @@ class FrRequest:
             max_entries=self.max_entries,
             max_frames=self.max_frames,
         )
-
-
-def analyse_path(
-    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
-) -> FrReport:
-    collected = read_dumps(path, limits)
-    report = analyse(collected.dumps, collected.unreadable, world_size, collected.refused)
-    if ras is not None:
-        try:
-            text = ras.read_text(errors="replace")
-        except OSError as err:
-            raise BadInputError(f"{ras}: {err.strerror or err}") from None
-        try:
-            report.ras = parse_ras(text)
-        except ValueError as err:
-            raise BadInputError(f"{ras}: {err}") from None
-        report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
-    return report
 
 
 def exit_code_of(report: FrReport) -> int:

@@ -171,7 +171,7 @@ def fr_verdict(request: StacksRequest, live: Any = None, waits: Any = None) -> A
     verdict = live
     if request.fr is not None:
         if request.fr not in _FR_CACHE:
-            from rankscope.cli.fr import analyse_path
+            from rankscope.fr.analyse import analyse_path
 
             _FR_CACHE[request.fr] = analyse_path(request.fr)
         verdict = _FR_CACHE[request.fr]
