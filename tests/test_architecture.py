@@ -21,6 +21,7 @@ SHARED = (
     "procs.py",
     "lifetime.py",
     "guardian.py",
+    "passthrough.py",
 )
 ROOMS = (
     "rankscope.stacks",

@@ -618,6 +618,7 @@ def start(
     capture: Optional[int] = OUTPUT_LIMIT,
     umask: int = -1,
     grace: float = TERM_GRACE,
+    mark: bool = True,
     **popen: Any,
 ) -> Child:
     """Start ``argv`` for rankscope's own work: it, and what it starts, die with rankscope.
@@ -627,15 +628,19 @@ def start(
     unless ``stderr`` is passed) kept up to that many bytes (None: pass ``stdout``/``stderr``).
     ``umask``: the child's (0o077 for a tool that writes private files, gcore). ``grace``: seconds
     from SIGTERM to SIGKILL when its tree is ended (a launcher forwards SIGTERM). The guardian is
-    started first, so the child is covered from its first instruction.
+    started first, so the child is covered from its first instruction. ``mark`` False: the child is
+    the user's program run in the foreground (``prefix``, ``rerun``), not rankscope's work: no
+    :data:`STARTED_BY` and no guardian; its group is still ended by :meth:`Child.end` and
+    :meth:`Child.reap`.
     """
     import subprocess
 
-    guardian()
+    if mark:
+        guardian()
     if capture is not None:
         popen["stdout"] = subprocess.PIPE
         popen.setdefault("stderr", subprocess.STDOUT)
-    process, token = start_group(argv, env=env, new_session=session, umask=umask, **popen)
+    process, token = start_group(argv, env=env, new_session=session, mark=mark, umask=umask, **popen)
     output = None
     if capture is not None:
         output = Capture(capture)
