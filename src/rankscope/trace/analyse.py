@@ -11,6 +11,12 @@ from typing import Optional
 from rankscope.folding import fold_ints
 from rankscope.trace.decode import Event, TraceData
 
+#: The documents of `trace tail`, `trace grep` and `trace show` (:class:`TailReport`,
+#: :class:`GrepReport`, and the decoded head with its events).
+TAIL_SCHEMA = "rankscope.trace.tail/1"
+GREP_SCHEMA = "rankscope.trace.grep/1"
+SHOW_SCHEMA = "rankscope.trace.show/1"
+
 
 @dataclass(frozen=True)
 class FileTail:
