@@ -26,13 +26,13 @@ COMMAND_TIMEOUT = 10.0
 
 def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> Optional[str]:
     """stdout of ``argv`` (an argv list, no shell), or ``None`` when it fails, is missing or runs too long."""
+    from rankscope import lifetime
+
     try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
+        done = lifetime.run(list(argv), timeout, stderr=subprocess.DEVNULL)
+    except OSError:
         return None
-    return done.stdout if done.returncode == 0 else None
+    return done.text() if done.returncode == 0 and not done.timed_out else None
 
 
 def file_system_size(path: str) -> Optional[tuple[int, int]]:

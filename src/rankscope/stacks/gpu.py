@@ -102,15 +102,15 @@ def query_gpus(host: str) -> Optional[list[GpuStatus]]:
     import shutil
     import subprocess
 
+    from rankscope import lifetime
+
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return None
     try:
-        done = subprocess.run(
-            query_argv(smi), capture_output=True, text=True, timeout=SMI_TIMEOUT, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        done = lifetime.run(query_argv(smi), SMI_TIMEOUT, stderr=subprocess.DEVNULL)
+    except OSError:
         return None
-    if done.returncode != 0:
+    if done.returncode != 0 or done.timed_out:
         return None
-    return parse_query_csv(done.stdout, host) or None
+    return parse_query_csv(done.text(), host) or None
