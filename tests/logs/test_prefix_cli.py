@@ -232,8 +232,8 @@ def test_a_leftover_holding_the_output_does_not_hold_prefix(tmp_path: Path) -> N
 
 
 def test_the_piece_size_is_the_logs_readers_cut() -> None:
-    from rankscope.passthrough import PIECE
     from rankscope.logs.sources import MAX_LINE
+    from rankscope.passthrough import PIECE
 
     assert PIECE == MAX_LINE
 

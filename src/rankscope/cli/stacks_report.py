@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cli.outcome import exit_code, stopped_exit_code
-from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
 from rankscope.folding import fold_hosts
@@ -239,6 +238,8 @@ def save_outputs(
     The native dumps of representatives (`--native`) are kept beside their Python dumps as
     ``HOST.rank-N.pid-P.native.json``.
     """
+    from rankscope.cli.outfiles import OutDir  # not on a node's `--local --json` path: it imports click
+
     with OutDir(out_dir, force) as out:
         raw = out.subdir("raw")
         dumps = [(sample, outcome, "") for sample, outcome in result.outcomes]

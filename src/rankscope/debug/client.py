@@ -260,13 +260,17 @@ def _ask_version(exe: str, owner: Credentials) -> Optional[tuple[int, int]]:
     from rankscope import lifetime
 
     try:
-        out = lifetime.run(
-            [exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
-            10,
-            env=_child_env(owner),
-            stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: become(owner),
-        ).text().split()
+        out = (
+            lifetime.run(
+                [exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
+                10,
+                env=_child_env(owner),
+                stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: become(owner),
+            )
+            .text()
+            .split()
+        )
         return int(out[0]), int(out[1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None

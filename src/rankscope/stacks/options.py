@@ -65,3 +65,35 @@ class StacksOptions:
             else:
                 argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
         return argv
+
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> Optional[StacksOptions]:
+        """The options :meth:`to_argv` wrote into ``argv``, read back by the same field metadata
+        (the light entry of every node of a multi-node run, rankscope.cli.node); None for any
+        other command line (it goes to the full command line, click)."""
+        if argv[:3] != ["stacks", "--local", "--json"]:
+            return None
+        specs = {spec.metadata[FLAG]: spec for spec in fields(cls)}
+        values: dict[str, Any] = {}
+        rest = argv[3:]
+        try:
+            while rest:
+                flag, *rest = rest
+                spec = specs.get(flag)
+                if spec is None:
+                    return None
+                if isinstance(spec.default, bool):
+                    values[spec.name] = True
+                    continue
+                text, *rest = rest
+                if isinstance(spec.default, tuple):
+                    values[spec.name] = (*values.get(spec.name, ()), int(text))
+                else:
+                    values[spec.name] = _VALUE_TYPES[spec.type](text)  # type: ignore[index]
+        except (ValueError, KeyError):
+            return None
+        return cls(**values)
+
+
+#: How each non-flag option is read back, by its annotation.
+_VALUE_TYPES: dict[str, Any] = {"int": int, "float": float, "Optional[int]": int, "Optional[str]": str}
