@@ -696,6 +696,18 @@ def run(argv: list[str], timeout: float, stop_fd: int = -1, **options: Any) -> C
     return child
 
 
+def output(argv: list[str], timeout: float) -> Optional[str]:
+    """``argv``'s stdout (stderr dropped) when it exits 0 within ``timeout``; None when it is missing,
+    fails or runs too long (its tree ended then): the "ask a tool, within a deadline" of every room."""
+    import subprocess
+
+    try:
+        child = run(argv, timeout, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return child.text() if child.returncode == 0 and not child.timed_out else None
+
+
 def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Iterable[int] = ()) -> None:
     """SIGTERM a launcher rankscope did not start through :func:`start` (torchrun forwards it),
     then SIGKILL it and the group of every descendant, listed before anything is killed: torchrun

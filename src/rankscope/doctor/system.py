@@ -13,12 +13,13 @@ import os
 import resource
 import shutil
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from rankscope.nvidia.read import import_nvml
 
 #: Commands the doctor runs (nvidia-smi) get this long.
 COMMAND_TIMEOUT = 10.0
@@ -28,11 +29,7 @@ def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> Option
     """stdout of ``argv`` (an argv list, no shell), or ``None`` when it fails, is missing or runs too long."""
     from rankscope import lifetime
 
-    try:
-        done = lifetime.run(list(argv), timeout, stderr=subprocess.DEVNULL)
-    except OSError:
-        return None
-    return done.text() if done.returncode == 0 and not done.timed_out else None
+    return lifetime.output(list(argv), timeout)
 
 
 def file_system_size(path: str) -> Optional[tuple[int, int]]:
@@ -66,14 +63,6 @@ def which(tool: str) -> Optional[str]:
     """A tool next to this interpreter (py-spy and pystack come with pip, into the venv's bin/), else on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), tool)
     return beside if os.access(beside, os.X_OK) else shutil.which(tool)
-
-
-def import_nvml() -> Optional[Any]:
-    try:
-        import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py, optional
-    except ImportError:
-        return None
-    return pynvml
 
 
 @dataclass(frozen=True)
