@@ -15,7 +15,7 @@ import click
 
 from rankscope.cli.outfiles import FORCE_OPTION
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import ExitCode, NothingFoundError, RankscopeError
+from rankscope.errors import ErrorReport, ExitCode, NothingFoundError, RankscopeError
 from rankscope.logs.demux import RankGrep
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import ReadSummary, discover
@@ -108,18 +108,14 @@ _READING = "rankscope.logs.reading"
 def _emit_json(document: _Document, reading: Reading, error: Optional[RankscopeError] = None) -> None:
     """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read,
     and the error the verb ends with, if any (its exit code is the command's)."""
-    from rankscope.serial import dump_document
+    from rankscope.serial import dump_document, to_json
 
     document.read = reading.summary()
     data = dump_document(document.SCHEMA, document)
     if error is not None:
-        data["error"] = _error_object(error)
+        data["error"] = to_json(ErrorReport.of(error))
     click.echo(json.dumps(data, indent=2))
     click.get_current_context().meta[_EMITTED] = True
-
-
-def _error_object(error: RankscopeError) -> dict[str, Any]:
-    return {"message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
 
 
 def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
@@ -135,16 +131,14 @@ def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..
             except RankscopeError as error:
                 meta = click.get_current_context().meta
                 if kwargs.get("as_json") and not meta.get(_EMITTED):
-                    from rankscope.serial import to_json
+                    from rankscope.logs.reading import FailedDocument
+                    from rankscope.serial import dump_document
 
                     reading = meta.get(_READING)
-                    read = to_json(reading.summary()) if reading is not None else None
-                    document = {
-                        "schema": f"rankscope.logs.{verb}/1",
-                        "error": _error_object(error),
-                        "read": read,
-                    }
-                    click.echo(json.dumps(document, indent=2))
+                    failed = FailedDocument(
+                        ErrorReport.of(error), reading.summary() if reading is not None else None
+                    )
+                    click.echo(json.dumps(dump_document(f"rankscope.logs.{verb}/1", failed), indent=2))
                 raise
 
         return run
@@ -318,7 +312,9 @@ def _grep_json(
     try:
         reading.check_something_read()
     except RankscopeError as error:
-        tail["error"] = _error_object(error)  # the document is already open: close it with the error
+        tail["error"] = to_json(
+            ErrorReport.of(error)
+        )  # the document is already open: close it with the error
         raise
     finally:
         tail["read"] = to_json(reading.summary())
