@@ -170,13 +170,8 @@ def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> i
     from rankscope.logs.inventory import Inventory
     from rankscope.logs.labels import fold_labels
 
-    inventory = Inventory()
     with _reading(inputs, host_from_filename) as reading:
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                inventory.feed(chunk, opened.labels)
-                if opened.continues:
-                    inventory.continued_line(chunk, opened.labels)
+        inventory = Inventory().read(reading)
     reading.check_something_read()
     document = inventory.document()
     if as_json:
@@ -469,11 +464,8 @@ def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> in
     from rankscope.logs.nccl import NcclScan, render_nccl
     from rankscope.logs.nccl_host import read_host_facts
 
-    scan = NcclScan()
     with _reading(inputs, host_from_filename) as reading:
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                scan.feed(chunk, opened.labels, opened.source.name)
+        scan = NcclScan().read(reading)
     reading.check_something_read()
     result = scan.result(read_host_facts())
     if not result.ranks and not result.findings:
