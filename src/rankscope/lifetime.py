@@ -43,10 +43,10 @@ torch 2.13 CPU, as root):
   ms of CPU measured on a loaded 2-core machine, in 10 ms clock ticks), off the caller's path:
   rankscope does not wait for it to be ready, since the notes and the end of file wait in the pipe.
 
-The older pieces stay for the rooms that have not moved yet: :func:`start_group` and
-:func:`end_group`, :class:`Orphans` (rankscope as child subreaper for pdsh's ssh clients), and a
-remote command run under a watcher that kills it when the connection drops
-(:func:`rankscope.cluster.transports.remote_script`).
+The older pieces stay for the fan-out (rankscope.cluster.fanout), the one room not moved yet:
+:func:`start_group` (which :func:`start` builds on), :class:`Orphans` (rankscope as child subreaper
+for pdsh's ssh clients), and a remote command run under a watcher that kills it when the connection
+drops (:func:`rankscope.cluster.transports.remote_script`).
 
 Shared module: stdlib, ``procfs`` and ``guardian`` only.
 """
@@ -131,17 +131,6 @@ def start_group(
         popen["preexec_fn"] = os.setpgrp  # before any thread starts: prefix starts its child first
     process = subprocess.Popen(argv, env=child_env, **popen)
     return process, token
-
-
-def end_group(process: subprocess.Popen[bytes], grace: float = TERM_GRACE) -> None:
-    """SIGTERM to the group of ``process``, SIGKILL after ``grace``; waits for ``process`` itself."""
-    import subprocess
-
-    signal_group(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(grace)
-    signal_group(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 class StopSignals:
