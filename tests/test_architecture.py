@@ -216,3 +216,40 @@ def test_imports_between_rooms_follow_the_table() -> None:
                 continue
             offending.append(f"{path.relative_to(PACKAGE)} imports {target} (row {unit}: {sorted(allowed)})")
     assert not offending, "imports the table does not allow:\n" + "\n".join(offending)
+
+
+#: The modules that start processes themselves, each for the reason at its top; everything else goes
+#: through rankscope.lifetime (start/run/start_detached).
+STARTS_PROCESSES = {
+    "lifetime.py": "the process-lifetime API itself, and the guardian it spawns",
+    "stacks/runner.py": "one py-spy per rank from one poll loop, posix_spawn (subprocess costs more than the dumps)",
+    "cluster/fanout.py": "the transports' own loop (pidfds, held stdin, the subreaper): lifetime.start_group",
+}
+_STARTERS = {
+    "subprocess.Popen",
+    "subprocess.run",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "os.posix_spawn",
+    "os.posix_spawnp",
+    "os.fork",
+    "os.system",
+    "os.popen",
+    "start_group",
+    "lifetime.start_group",
+}
+
+
+def test_processes_are_started_through_lifetime() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in STARTS_PROCESSES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in _STARTERS:
+                offenders.append(f"{relative}:{node.lineno} {ast.unparse(node.func)}")
+    assert not offenders, "start it with rankscope.lifetime (start/run/start_detached): " + ", ".join(
+        offenders
+    )
