@@ -24,6 +24,7 @@ SHARED = (
     "passthrough.py",
     "evidence.py",
     "jobkey.py",
+    "cmdline.py",
 )
 ROOMS = (
     "rankscope.stacks",

@@ -8,17 +8,12 @@ tests/test_cli.py checks that the derived command line reads back to an equal ob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Optional
 
+from rankscope.cmdline import flag as _flag
+from rankscope.cmdline import from_flags, to_flags
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
-
-#: Field metadata key: the `rankscope stacks` flag that sets the field.
-FLAG = "flag"
-
-
-def _flag(name: str, default: Any) -> Any:
-    return field(default=default, metadata={FLAG: name})
 
 
 @dataclass(frozen=True)
@@ -51,20 +46,7 @@ class StacksOptions:
 
     def to_argv(self) -> list[str]:
         """``stacks --local --json`` and a flag for every option that is not its default."""
-        argv = ["stacks", "--local", "--json"]
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            if value == spec.default:
-                continue
-            flag = spec.metadata[FLAG]
-            if isinstance(value, bool):
-                argv.append(flag)
-            elif isinstance(value, tuple):
-                for item in value:
-                    argv += [flag, str(item)]
-            else:
-                argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
-        return argv
+        return ["stacks", "--local", "--json", *to_flags(self)]
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Optional[StacksOptions]:
@@ -73,27 +55,5 @@ class StacksOptions:
         other command line (it goes to the full command line, click)."""
         if argv[:3] != ["stacks", "--local", "--json"]:
             return None
-        specs = {spec.metadata[FLAG]: spec for spec in fields(cls)}
-        values: dict[str, Any] = {}
-        rest = argv[3:]
-        try:
-            while rest:
-                flag, *rest = rest
-                spec = specs.get(flag)
-                if spec is None:
-                    return None
-                if isinstance(spec.default, bool):
-                    values[spec.name] = True
-                    continue
-                text, *rest = rest
-                if isinstance(spec.default, tuple):
-                    values[spec.name] = (*values.get(spec.name, ()), int(text))
-                else:
-                    values[spec.name] = _VALUE_TYPES[spec.type](text)  # type: ignore[index]
-        except (ValueError, KeyError):
-            return None
-        return cls(**values)
-
-
-#: How each non-flag option is read back, by its annotation.
-_VALUE_TYPES: dict[str, Any] = {"int": int, "float": float, "Optional[int]": int, "Optional[str]": str}
+        values = from_flags(cls, argv[3:])
+        return None if values is None else cls(**values)
