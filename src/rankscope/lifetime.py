@@ -725,6 +725,19 @@ def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Itera
         process.wait(grace)
 
 
+def tool_path(name: str) -> Optional[str]:
+    """The tool ``name`` next to this interpreter (a venv's bin/, where pip puts py-spy and pystack,
+    found even when the venv was not activated), else on PATH; None when neither has it."""
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    if os.access(beside, os.X_OK):
+        return beside
+    import shutil
+
+    return shutil.which(name)
+
+
 # --- the one child that outlives rankscope ----------------------------------------------------
 
 

@@ -358,16 +358,29 @@ def maps_any(pid: int, marks: tuple[bytes, ...]) -> Optional[bool]:
     return any(mark in maps for mark in marks)
 
 
+def stat_fields(pid: Pid) -> list[str]:
+    """/proc/PID/stat after the command name (whose parentheses may hold anything): state, ppid,
+    pgrp, session, tty_nr, tpgid, ... (field 3 of proc(5) first). OSError when the process is gone."""
+    raw = _read(pid, "stat").decode("ascii", "replace")
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: Pid = "self") -> int:
+    """The process's start in clock ticks after boot (starttime, field 22): with the pid, it tells a
+    reused pid apart. 0 when /proc does not say."""
+    try:
+        return int(stat_fields(pid)[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def started_after_boot(pid: Pid = "self") -> Optional[float]:
     """Seconds from boot to the process's start (starttime in /proc/PID/stat, to 1/CLK_TCK: 10 ms).
 
     Against ``time.clock_gettime(time.CLOCK_BOOTTIME)`` it says how long the process has run.
     """
-    try:
-        stat = _read(pid, "stat")
-        return int(stat[stat.rfind(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    ticks = start_ticks(pid)
+    return ticks / os.sysconf("SC_CLK_TCK") if ticks else None
 
 
 def fd_links(pid: Pid) -> list[tuple[int, str]]:

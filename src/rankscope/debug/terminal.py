@@ -30,9 +30,9 @@ _ANCESTORS = 6
 
 def _stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat split after the command name (whose parentheses may hold anything)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        raw = handle.read().decode("ascii", "replace")
-    return raw[raw.rindex(")") + 2 :].split()
+    from rankscope import procfs
+
+    return procfs.stat_fields(pid)
 
 
 def _owner_is_foreground(rdev: int) -> Optional[bool]:

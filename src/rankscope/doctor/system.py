@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import socket
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +59,9 @@ def interface_names() -> list[str]:
 
 def which(tool: str) -> Optional[str]:
     """A tool next to this interpreter (py-spy and pystack come with pip, into the venv's bin/), else on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), tool)
-    return beside if os.access(beside, os.X_OK) else shutil.which(tool)
+    from rankscope import lifetime
+
+    return lifetime.tool_path(tool)
 
 
 @dataclass(frozen=True)
