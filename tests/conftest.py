@@ -40,6 +40,7 @@ SLOWEST_FIRST = (
     "logs/test_logs_two_nodes.py",
     "logs/test_logs_torchrun.py",
     "stacks/test_real_jobs.py",
+    "watch/test_watch_jobs.py",
     "logs/test_streaming_memory.py",
     "core/test_grab.py",
     "trace/test_readers.py",

@@ -30,6 +30,7 @@ def test_top_level_help_lists_every_exit_code() -> None:
 @pytest.mark.parametrize(
     "verb",
     [
+        ["why"],
         ["stacks"],
         ["demo"],
         ["whoami"],

@@ -38,6 +38,8 @@ class ExitCode(IntEnum):
     NUMERICS_MISMATCH = 20
     #: `fr`: the flight recorders show ranks that disagree on their collectives (a desync).
     DESYNC = 14
+    #: `why`: a cause was named (the verdict's culprit ranks, cause and location).
+    CAUSE_NAMED = 15
 
 
 class RankscopeError(Exception):

@@ -15,12 +15,17 @@ The precedence between kinds of evidence (:data:`PRECEDENCE`), strongest first:
 2. ``traceback`` and ``exception_line``: the program's own uncaught error (a complete traceback,
    or a rank-prefixed exception line whose header is not in the log);
 3. ``native_crash``: a signal backtrace (Open MPI, c10's ``*** Received signal``);
-4. ``launcher``: a launcher reporting a rank killed by a signal or failed with an exit code
-   (SIGKILL: the OOM killer or the scheduler);
+4. ``launcher`` and ``kernel``: a launcher reporting a rank killed by a signal or failed with an
+   exit code (SIGKILL: the OOM killer or the scheduler), a rank's exit status read from its
+   launcher's unreaped child, or a kernel message about a rank's process or GPU (OOM-killer kill,
+   segfault, NVIDIA Xid), weighed together;
 5. ``watchdog``: collectives that timed out (the ranks named are the ones that waited); a desync
-   (different collectives at one sequence number); torch's pointer to the first rank that timed out;
-6. ``cut_traceback``: a traceback the log ends in the middle of (no exception line);
-7. ``launcher_summary``: only a launcher's failure summary (every rank exited): the tracebacks are
+   (different collectives at one sequence number, in the log or the flight recorders); torch's
+   pointer to the first rank that timed out;
+6. ``stacks``: live stacks of a hung job: ranks elsewhere while the others wait in a collective,
+   a rank blocked on its GPU, or every rank in one collective with none to blame;
+7. ``cut_traceback``: a traceback the log ends in the middle of (no exception line);
+8. ``launcher_summary``: only a launcher's failure summary (every rank exited): the tracebacks are
    elsewhere.
 
 Within one kind the earliest finding wins: by timestamp when any of them carries one, else by
@@ -46,6 +51,8 @@ class Kind(Words):
     NATIVE_CRASH = "native_crash"
     LAUNCHER = "launcher"
     WATCHDOG = "watchdog"
+    KERNEL = "kernel"
+    STACKS = "stacks"
     CUT_TRACEBACK = "cut_traceback"
     LAUNCHER_SUMMARY = "launcher_summary"
 
@@ -59,8 +66,9 @@ PRECEDENCE: tuple[tuple[Kind, ...], ...] = (
     (Kind.NCCL,),
     (Kind.TRACEBACK, Kind.EXCEPTION_LINE),
     (Kind.NATIVE_CRASH,),
-    (Kind.LAUNCHER,),
+    (Kind.LAUNCHER, Kind.KERNEL),
     (Kind.WATCHDOG,),
+    (Kind.STACKS,),
     (Kind.CUT_TRACEBACK,),
     (Kind.LAUNCHER_SUMMARY,),
 )

@@ -358,19 +358,22 @@ def maps_any(pid: int, marks: tuple[bytes, ...]) -> Optional[bool]:
     return any(mark in maps for mark in marks)
 
 
-def stat_fields(pid: Pid) -> list[str]:
-    """/proc/PID/stat after the command name (whose parentheses may hold anything): state, ppid,
-    pgrp, session, tty_nr, tpgid, ... (field 3 of proc(5) first). OSError when the process is gone."""
-    raw = _read(pid, "stat").decode("ascii", "replace")
-    return raw[raw.rindex(")") + 2 :].split()
+def stat_fields(pid: Pid) -> Optional[list[str]]:
+    """The fields of /proc/PID/stat after the command name: state first (field 3), then ppid ...;
+    ``exit_code`` (field 52, waitpid's status of a zombie) is at index 49. None when unreadable."""
+    try:
+        raw = _read(pid, "stat")
+    except OSError:
+        return None
+    return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
 
 
 def start_ticks(pid: Pid = "self") -> int:
     """The process's start in clock ticks after boot (starttime, field 22): with the pid, it tells a
     reused pid apart. 0 when /proc does not say."""
     try:
-        return int(stat_fields(pid)[19])
-    except (OSError, IndexError, ValueError):
+        return int((stat_fields(pid) or [])[19])
+    except (IndexError, ValueError):
         return 0
 
 

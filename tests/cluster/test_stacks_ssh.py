@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,7 +59,8 @@ def test_stacks_json_merges_ranks_of_all_nodes(
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
     result = run_cli(
         "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json",
-        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), env=client_env(), timeout=180,
+        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), "--html", str(tmp_path / "job.html"),
+        env=client_env(), timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     document = result.json()
@@ -69,3 +71,12 @@ def test_stacks_json_merges_ranks_of_all_nodes(
     assert [n["stage"] for n in document["nodes"]] == ["ok", "ok"]
     # Output grows with distinct stacks: 4 ranks, but fewer main-thread groups than ranks.
     assert len([g for g in document["groups"] if g["is_main"]]) < 4
+    # --html across nodes (docs/pictures.md): the node-by-rank grid, the culprit outlined.
+    page = (tmp_path / "job.html").read_text()
+    data = json.loads(page.split('id="rankscope-data">', 1)[1].split("</script>", 1)[0])
+    grid = next(s for s in data["sections"] if s["kind"] == "grid")
+    assert [(row["node"], [c["rank"] for c in row["cells"]]) for row in grid["rows"]] == [
+        ("node01", ["0", "1"]),
+        ("node02", ["2", "3"]),
+    ]
+    assert [c["rank"] for row in grid["rows"] for c in row["cells"] if c["culprit"]] == ["2"]

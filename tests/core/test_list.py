@@ -58,3 +58,14 @@ def test_list_newest_first_with_unreadable_ones_named(crashes: Crashes, tmp_path
 def test_an_empty_directory_is_nothing_found(tmp_path: Path, args: tuple[str, ...]) -> None:
     result = run_cli(*args, str(tmp_path))
     assert result.returncode == 3
+
+
+def test_directories_fifos_and_links_beside_the_cores_are_not_cores(tmp_path: Path) -> None:
+    # What a job's working directory holds: a directory named like a core, a FIFO, a link to /dev/zero.
+    (tmp_path / "core.5").mkdir()
+    os.mkfifo(tmp_path / "core.6")
+    (tmp_path / "core.7").symlink_to("/dev/zero")
+    (tmp_path / "core.8").write_bytes(b"\x7fELF not a core at all")
+    result = run_cli("core", "list", str(tmp_path))
+    assert result.returncode == 3, result.stderr
+    assert "internal error" not in result.stderr

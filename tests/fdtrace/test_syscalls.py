@@ -119,3 +119,32 @@ def test_addresses_and_targets() -> None:
 def test_a_restarted_call_is_named_by_the_kernel_wait_channel(wchan: Optional[str], words: str) -> None:
     text = describe_restart(wchan)
     assert words in text and "restart_syscall" in text
+
+
+def test_a_thread_polling_with_a_timeout_is_waiting_even_between_two_calls() -> None:
+    # gloo's event loop: epoll_wait with a 10 ms timeout, again and again, each returning 0. When
+    # tracing stopped the thread was between two calls (nothing unfinished); another thread made
+    # one call that timed out once, which is no wait; a third polled a different fd each time.
+    lines = [
+        "700 10:00:00.000000 epoll_wait(7, [], 64, 10) = 0 <0.010100>",
+        "701 10:00:00.001000 poll([{fd=3, events=POLLIN}], 1, 5) = 0 (Timeout) <0.005100>",
+        "700 10:00:00.010200 epoll_wait(7, [], 64, 10) = 0 <0.010100>",
+        "702 10:00:00.010300 epoll_wait(7, [], 64, 10) = 0 <0.010000>",
+        "702 10:00:00.020400 epoll_wait(9, [], 64, 10) = 0 <0.010000>",
+        "700 10:00:00.020400 epoll_wait(7, [], 64, 10) = 0 <0.010100>",
+        '701 10:00:00.021000 write(1, "x", 1) = 1 <0.000010>',
+        "700 10:00:00.030600 epoll_wait(7, [{events=EPOLLIN, data={u32=6, u64=6}}], 64, 10) = 1 <0.000100>",
+        "700 10:00:00.030800 epoll_wait(7, [], 64, 10) = 0 <0.010100>",
+        "700 10:00:00.041000 epoll_wait(7, [], 64, 10) = 0 <0.010100>",
+        "703 10:00:00.045000 futex(0x7f00, FUTEX_WAIT_BITSET_PRIVATE, 0, {tv_sec=1, tv_nsec=0}, FUTEX_BITSET_MATCH_ANY) = -1 ETIMEDOUT (Connection timed out) <0.010000>",
+        "703 10:00:00.055100 futex(0x7f00, FUTEX_WAIT_BITSET_PRIVATE, 0, {tv_sec=1, tv_nsec=0}, FUTEX_BITSET_MATCH_ANY) = -1 ETIMEDOUT (Connection timed out) <0.010000>",
+    ]
+    summary = summarise(lines, _fds(), ended_at=36000.060)
+    blocked = {entry.tid: entry for entry in summary.blocked}
+    # The run that counts starts after the one call that returned an event.
+    assert blocked[700].syscall == "epoll_wait" and blocked[700].polls == 2
+    assert blocked[700].on == "fd 6: tcp 127.0.0.1:48154 -> 127.0.0.1:57501 ESTABLISHED"
+    assert round(blocked[700].waited, 3) == 0.029
+    assert blocked[703].syscall == "futex" and blocked[703].polls == 2
+    # One timeout then other work; waits on two different descriptors: neither is a polling wait.
+    assert 701 not in blocked and 702 not in blocked

@@ -48,6 +48,7 @@ TOOLS: dict[str, dict[str, str]] = {
     "users": {"useradd": "passwd"},
     "gcc": {"gcc": "gcc"},
     "pidns": {"unshare": "util-linux"},
+    "chromium": {"chromium": "chromium"},
 }
 
 #: The directory of stand-ins that hide undeclared tools (set by tests/support/tools.py).

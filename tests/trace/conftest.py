@@ -71,6 +71,22 @@ def _importable(python: str) -> Optional[str]:
     return None if proc.returncode == 0 else (proc.stderr.strip().splitlines() or ["import failed"])[-1]
 
 
+def _stale(python: str) -> Optional[str]:
+    """Why the built extension ``python`` imports is older than its source (a build of an earlier
+    checkout left in the tree, which an import alone does not notice), or None."""
+    query = "import rankscope.trace._ctrace as c; print(c.__file__)"
+    found = subprocess.run(
+        [python, "-c", query],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        timeout=60,
+    ).stdout.strip()
+    if found and os.path.getmtime(found) < EXTENSION_SOURCE.stat().st_mtime:
+        return f"stale: {found} is older than {EXTENSION_SOURCE.name}"
+    return None
+
+
 def c_extension_for(python: str) -> Optional[str]:
     """None when ``python`` imports the C extension from the source tree, else why not.
 
@@ -79,9 +95,9 @@ def c_extension_for(python: str) -> Optional[str]:
     """
     if python in _extension_checked:
         return _extension_checked[python]
-    problem = _importable(python)
+    problem = _importable(python) or _stale(python)
     cc = compiler()
-    if problem is not None and python != sys.executable and cc is not None:
+    if problem is not None and (python != sys.executable or problem.startswith("stale")) and cc is not None:
         query = "import sysconfig; print(sysconfig.get_paths()['include']); print(sysconfig.get_config_var('EXT_SUFFIX'))"
         include, suffix = subprocess.run(
             [python, "-c", query], capture_output=True, text=True, check=True, timeout=60

@@ -30,6 +30,7 @@ from tests.trace.hostile import (
     run_measured,
     write,
 )
+from tests.trace.trace_events import check_trace_events
 
 from rankscope.trace import format as fmt
 
@@ -49,6 +50,13 @@ def test_show_streams_a_large_ring_in_bounded_memory(tmp_path: Path) -> None:
     as_json = run_measured(tmp_path, "trace", "show", "--json", str(path))
     assert as_json.returncode == 0 and as_json.stdout_lines > RECORDS
     assert as_json.peak_mib < BOUND_MIB, f"trace show --json peaked at {as_json.peak_mib:.0f} MiB"
+    exported = run_measured(tmp_path, "trace", "export", str(path), "--out", str(tmp_path / "ring.json"))
+    assert exported.returncode == 0, exported.stderr
+    assert f"{RECORDS + 4} events of 1 trace files" in exported.stdout  # 4 metadata events
+    assert exported.peak_mib < BOUND_MIB, f"trace export peaked at {exported.peak_mib:.0f} MiB"
+    with open(tmp_path / "ring.json", "rb") as handle:
+        handle.seek(-200, os.SEEK_END)
+        assert handle.read().rstrip().endswith(b'"unreadable": []}}')
 
 
 def test_show_into_a_pipe_closed_early_stops_and_exits_0(tmp_path: Path) -> None:
@@ -72,7 +80,7 @@ def test_tail_of_a_huge_sparse_ring_reads_its_newest_records_in_bounded_memory(t
     ring_file(tmp_path / "trace-n1-0-4242", capacity, body)
     tail = run_measured(tmp_path, "trace", "tail", str(tmp_path), "-n", "2")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0] train.py:20 wait_for_others (call)  (1 process)"), tail.stdout
+    assert tail.stdout.startswith("[0] train.py:20 wait_for_others  (1 process)"), tail.stdout
     assert tail.peak_mib < BOUND_MIB, f"trace tail peaked at {tail.peak_mib:.0f} MiB"
 
 
@@ -82,9 +90,39 @@ def test_tail_finds_the_main_thread_far_behind_other_threads_events(tmp_path: Pa
     ring_file(tmp_path / "trace-n1-0-4242", 400_000, body)
     tail = run_cli("trace", "tail", str(tmp_path), "-n", "1")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0] train.py:20 wait_for_others (call)"), tail.stdout
+    assert tail.stdout.startswith("[0] train.py:20 wait_for_others  (1 process)"), tail.stdout
     doc = run_cli("trace", "tail", str(tmp_path), "--json").json()
-    assert doc["groups"][0]["where"] == "train.py:20 wait_for_others (call)"
+    assert doc["groups"][0]["where"] == "train.py:20 wait_for_others"
+    # no start mark and no whole stack in the ring: what came before its oldest record is lost
+    (group,) = doc["groups"]
+    assert [c["name"] for c in group["stack"]] == ["step", "wait_for_others"] and group["partial"]
+    assert group["files"][0]["last"]["name"] == "wait_for_others"
+
+
+def test_a_version_1_file_is_read_and_a_stack_it_cannot_rebuild_is_partial(tmp_path: Path) -> None:
+    """Version 1 writers recorded no whole stacks: a ring that does not begin with the start mark has
+    lost the outer calls; one that does (it never wrapped) knows them all."""
+    size = fmt.HEADER_SIZE + fmt.DEFAULT_NAMES_BYTES + 100 * fmt.RECORD_BYTES
+    calls = one(1000, 1, fmt.CALL, MAIN) + one(1001, 2, fmt.CALL, MAIN)
+    start = one(999, 0, fmt.MARK | (fmt.MARK_START << 8), MAIN)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    write(tmp_path / "a" / "trace-n1-0-1", header(capacity=100, version=1), names_region(), calls, size=size)
+    write(
+        tmp_path / "b" / "trace-n1-0-1",
+        header(capacity=100, version=1),
+        names_region(),
+        start + calls,
+        size=size,
+    )
+    for directory, partial in (("a", True), ("b", False)):
+        doc = run_cli("trace", "tail", str(tmp_path / directory), "--json").json()
+        (group,) = doc["groups"]
+        assert group["where"] == "train.py:20 wait_for_others"
+        assert [c["name"] for c in group["stack"]] == ["step", "wait_for_others"]
+        assert group["partial"] is partial
+    text = run_cli("trace", "tail", str(tmp_path / "a")).stdout
+    assert "open calls (innermost last; partial: the outer calls were overwritten in the ring):" in text
 
 
 def test_tail_of_many_files_keeps_only_a_few_events_of_each(tmp_path: Path) -> None:
@@ -94,7 +132,7 @@ def test_tail_of_many_files_keeps_only_a_few_events_of_each(tmp_path: Path) -> N
         ring_file(tmp_path / f"trace-n1-{rank}-{100 + rank}", 70_002, body, rank)
     tail = run_measured(tmp_path, "trace", "tail", str(tmp_path), "-n", "2")
     assert tail.returncode == 0, tail.stderr
-    assert tail.stdout.startswith("[0-9] train.py:20 wait_for_others (call)  (10 processes)"), tail.stdout
+    assert tail.stdout.startswith("[0-9] train.py:20 wait_for_others  (10 processes)"), tail.stdout
     assert tail.peak_mib < BOUND_MIB, f"trace tail peaked at {tail.peak_mib:.0f} MiB"
 
 
@@ -211,6 +249,21 @@ def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path)
     assert grep.returncode == 4 and grep.stdout.count("unreadable:") == len(expected)
     assert "trace-n1-0-4242: 4" in grep.stdout
 
+    out = root.parent / "job.json"
+    exported = run_cli("trace", "export", str(root), "--out", str(out), timeout=60)
+    assert exported.returncode == 4, exported.stderr  # the readable files exported, the others listed
+    assert exported.stderr.count("unreadable:") == len(expected) and "Traceback" not in exported.stderr
+    doc = json.loads(out.read_text())
+    assert len(check_trace_events(doc).process_names) == 2 and len(doc["otherData"]["unreadable"]) == len(
+        expected
+    )
+    out.unlink()
+    out.symlink_to(root.parent / "elsewhere")  # a link where the output goes is replaced, not followed
+    assert run_cli("trace", "export", str(root), "--out", str(out), timeout=60).returncode == 4
+    assert not out.is_symlink() and not (root.parent / "elsewhere").exists()
+    missing = run_cli("trace", "export", str(root), "--out", str(root.parent / "no" / "job.json"), timeout=60)
+    assert missing.returncode == 8 and len(missing.stderr.strip().splitlines()) == 1
+
     for name, words in expected.items():
         show = run_cli("trace", "show", str(root / name), timeout=60)
         assert show.returncode == 8, (name, show.stderr)
@@ -220,3 +273,5 @@ def test_hostile_files_are_one_line_each_and_the_good_files_are_read(root: Path)
     (root / "trace-n1-13-23").unlink()
     only_bad = run_cli("trace", "tail", str(root), timeout=60)
     assert only_bad.returncode == 8 and len(only_bad.stderr.strip().splitlines()) == 1
+    nothing = run_cli("trace", "export", str(root), "--out", str(out), timeout=60)
+    assert nothing.returncode == 8 and len(nothing.stderr.strip().splitlines()) == 1

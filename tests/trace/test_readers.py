@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
 from tests.trace.conftest import run_program
+from tests.trace.trace_events import check_trace_events
 
 from rankscope.trace import format as fmt
 from rankscope.trace.decode import decode
@@ -22,6 +25,9 @@ JOB = """
 import os, sys, time
 import torch
 import torch.distributed as dist
+import rankscope
+
+def load_shard(): pass
 
 def step(t):
     dist.all_reduce(t)
@@ -32,35 +38,47 @@ def checkpoint():
 def wait_for_others():
     dist.barrier()
 
+def train():
+    t = torch.ones(4)
+    for _ in range(3000):
+        load_shard()      # the 2048-record ring wraps: the calls of <module> and train are overwritten
+    for i in range(5):
+        step(t)
+        rankscope.progress(step=i)
+    if dist.get_rank() == 3:
+        checkpoint()      # rank 3 is slow: the others wait in the barrier
+    else:
+        wait_for_others()
+
 dist.init_process_group("gloo")
-t = torch.ones(4)
-for _ in range(5):
-    step(t)
-if dist.get_rank() == 3:
-    checkpoint()          # rank 3 is slow: the others wait in the barrier
-else:
-    wait_for_others()
+train()
 """
 
 
-def _stuck_where(directory: Path) -> dict[int, str]:
+def _stuck_where(directory: Path) -> dict[int, list[str]]:
+    """Each rank's open calls, once it waits where the job makes it wait (inside torch's barrier)."""
     found = {}
     for path in directory.glob("trace-*"):
         try:
-            trace = decode(str(path), path.read_bytes())
+            trace = decode(str(path), path.read_bytes(), last=1)
         except Exception:
             continue
-        names = [e.name for e in trace.events if e.kind == "call"]
-        if names and names[-1] in ("checkpoint", "wait_for_others") and trace.rank is not None:
-            found[trace.rank] = names[-1]
+        names = [c.name for c in trace.stacks[trace.meta["thread"]].calls]
+        waiting = "checkpoint" in names or ("wait_for_others" in names and names[-1] != "wait_for_others")
+        if waiting and trace.rank is not None:
+            found[trace.rank] = names
     return found
 
 
-def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def stuck_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A 4-rank torchrun job traced with ``rankscope trace run``: ranks 0-2 wait in a barrier for rank
+    3, which sleeps. Yields the traces directory once every rank waits; killed in teardown."""
     torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     rankscope = shutil.which("rankscope", path=os.path.dirname(sys.executable))
     if not torchrun or not rankscope:
         pytest.skip("torchrun or the rankscope entry point is not installed beside this Python")
+    tmp_path = tmp_path_factory.mktemp("job")
     (tmp_path / "train.py").write_text(JOB)
     out = tmp_path / "traces"
     argv = [
@@ -74,6 +92,10 @@ def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp
         "run",
         "--out",
         str(out),
+        "--ring-size",
+        "48K",
+        "--include",
+        "torch.distributed",
         "--",
         "train.py",
     ]
@@ -92,22 +114,7 @@ def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp
         while time.monotonic() < deadline and len(_stuck_where(out)) < 4 and job.poll() is None:
             time.sleep(0.5)
         assert len(_stuck_where(out)) == 4, job.stderr.read() if job.poll() is not None and job.stderr else ""
-        files = sorted(p.name for p in out.glob("trace-*"))
-        assert len(files) == 4 and all(name.startswith("trace-") for name in files)
-        assert sorted(int(name.split("-")[-2]) for name in files) == [0, 1, 2, 3]
-
-        result = run_cli("trace", "tail", str(out), "-n", "2")
-        assert result.returncode == 0, result.stderr
-        lines = result.stdout.splitlines()
-        assert lines[0].startswith("[0-2] train.py:") and "wait_for_others (call)" in lines[0]
-        assert any(line.startswith("[3] train.py:") and "checkpoint (call)" in line for line in lines)
-
-        doc = run_cli("trace", "tail", str(out), "--json").json()
-        assert doc["schema"] == "rankscope.trace.tail/1"
-        assert [(g["ranks"], len(g["files"])) for g in doc["groups"]] == [("[0-2]", 3), ("[3]", 1)]
-
-        grep = run_cli("trace", "grep", "call .*step", str(out), "--json").json()
-        assert sorted(f["count"] for f in grep["files"]) == [5, 5, 5, 5]
+        yield out
     finally:
         # the workers first (their pids are in the file names): torchrun starts each in its own session
         for path in out.glob("trace-*"):
@@ -115,6 +122,105 @@ def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(tmp
                 os.kill(int(path.name.split("-")[-1].split(".")[0]), signal.SIGKILL)
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=30)
+
+
+def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(stuck_job: Path) -> None:
+    out = stuck_job
+    files = sorted(p.name for p in out.glob("trace-*"))
+    assert len(files) == 4 and all(name.startswith("trace-") for name in files)
+    assert sorted(int(name.split("-")[-2]) for name in files) == [0, 1, 2, 3]
+
+    assert all(decode(str(p), p.read_bytes(), last=1).wraps >= 1 for p in out.glob("trace-*"))
+    result = run_cli("trace", "tail", str(out), "-n", "2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # grouped by the open calls: the user's own frames first, never hidden by torch's (--include)
+    assert lines[0].startswith("[0-2] train.py:15 wait_for_others > "), lines[0]
+    at = lines.index("    open calls (innermost last):")
+    assert lines[at + 1 : at + 4] == [
+        "        train.py:1 <module>",
+        "        train.py:18 train",
+        "        train.py:15 wait_for_others",
+    ]
+    assert any(line.startswith("[3] train.py:12 checkpoint  (1 process)") for line in lines)
+
+    doc = run_cli("trace", "tail", str(out), "--json").json()
+    assert doc["schema"] == "rankscope.trace.tail/1"
+    assert [(g["ranks"], len(g["files"])) for g in doc["groups"]] == [("[0-2]", 3), ("[3]", 1)]
+    three = doc["groups"][1]
+    assert [c["name"] for c in three["stack"]] == ["<module>", "train", "checkpoint"]
+    assert not three["partial"] and three["files"][0]["last"]["name"] == "checkpoint"
+    assert all(f["events"] and f["events"][0]["kind"] != "lap" for g in doc["groups"] for f in g["files"])
+
+    grep = run_cli("trace", "grep", "call .*(wait_for_others|checkpoint)$", str(out), "--json").json()
+    assert sorted(f["count"] for f in grep["files"]) == [1, 1, 1, 1]
+
+
+def test_export_of_the_job_is_valid_trace_event_json_with_open_calls_and_steps(
+    stuck_job: Path, tmp_path: Path
+) -> None:
+    result = run_cli("trace", "export", str(stuck_job), "--out", str(tmp_path / "job.json"))
+    assert result.returncode == 0, result.stderr
+    assert "of 4 trace files" in result.stdout
+    assert (tmp_path / "job.json").stat().st_mode & 0o777 == 0o600
+    doc = json.loads((tmp_path / "job.json").read_text())
+    checked = check_trace_events(doc)
+    tail = run_cli("trace", "tail", str(stuck_job), "--json").json()
+    expected = {f["rank"]: [c["name"] for c in f["stack"]] for g in tail["groups"] for f in g["files"]}
+    by_rank = {}
+    for pid, name in checked.process_names.items():
+        rank = int(name.split()[1])
+        assert name.startswith(f"rank {rank} (") and ", pid " in name
+        by_rank[rank] = pid
+    assert sorted(by_rank) == [0, 1, 2, 3]
+    for rank, pid in by_rank.items():
+        # the calls open at the end of the ring: slices that did not end, the tail's stack
+        assert [e["name"] for e in checked.open[pid, 1]] == expected[rank], rank
+        outermost = checked.open[pid, 1][0]
+        assert outermost["name"] == "<module>" and outermost["args"]["open_before"] is True
+        assert checked.thread_names[pid, 1] == "MainThread (started tracing)"
+        steps = [
+            e["args"]["step"]
+            for e in doc["traceEvents"]
+            if e["ph"] == "i" and e["pid"] == pid and e.get("cat") == "progress"
+        ]
+        assert steps == [0, 1, 2, 3, 4]
+        assert any(e["ph"] == "E" for e in checked.ordered[pid, 1])  # closed slices too
+    assert doc["otherData"]["clock_skew"] == []  # one host: nothing to measure
+
+
+def test_export_shows_the_clock_skew_of_another_host(stuck_job: Path, tmp_path: Path) -> None:
+    """Two of the real rings are made to come from a host whose clock is 250 ms ahead (their
+    metadata rewritten: this machine has one clock); the collectives they share measure it."""
+    both = tmp_path / "two-hosts"
+    both.mkdir()
+    for path in sorted(stuck_job.glob("trace-*")):
+        shutil.copy(path, both / path.name)
+    moved = 0
+    for path in sorted(both.glob("trace-*")):
+        head = bytearray(path.read_bytes()[: fmt.HEADER_SIZE])
+        fields = list(fmt.HEADER.unpack_from(head))
+        meta = json.loads(head[fmt.META_OFFSET : fmt.META_OFFSET + fields[-1]])
+        if meta["rank"] in (2, 3):
+            meta["host"], meta["wall_ns"] = "node2", meta["wall_ns"] + 250_000_000
+            blob = json.dumps(meta).encode()
+            fields[-1] = len(blob)
+            fmt.HEADER.pack_into(head, 0, *fields)
+            head[fmt.META_OFFSET : fmt.HEADER_SIZE] = blob + bytes(fmt.META_MAX - len(blob))
+            with open(path, "r+b") as handle:
+                handle.write(head)
+            moved += 1
+    assert moved == 2
+    result = run_cli("trace", "export", str(both), "--out", str(tmp_path / "two.json"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((tmp_path / "two.json").read_text())
+    check_trace_events(doc)
+    (skew,) = doc["otherData"]["clock_skew"]
+    assert skew["host"] == "node2" and skew["collectives"] >= 5
+    assert 150 < skew["ms"] < 350, skew  # 250 ms, within the collectives' spread on a loaded node
+    assert "clock of node2 +" in result.stdout
+    labels = [e["args"]["labels"] for e in doc["traceEvents"] if e.get("name") == "process_labels"]
+    assert len(labels) == 2 and all(label.startswith("clock +") and "vs " in label for label in labels)
 
 
 SMALL = """

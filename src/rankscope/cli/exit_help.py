@@ -26,6 +26,7 @@ MEANING: dict[int, str] = {
     ExitCode.MISCONFIGURED: "gpu-test: a set-up mistake caught before the backend started",
     ExitCode.NUMERICS_MISMATCH: "numerics: a comparison at the default tolerance disagrees",
     ExitCode.DESYNC: "fr: ranks disagree on their collectives (the report names the first divergence)",
+    ExitCode.CAUSE_NAMED: "why: a cause was named (the verdict: culprit ranks, cause, location)",
     130: "interrupted by Ctrl-C (what was collected so far is printed)",
     143: "ended by SIGTERM (what was collected so far is printed)",
 }
@@ -46,9 +47,10 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "strace": (0, 2, 3, 4, 5, 6, 7, 8, 130, 143),
     "core": (0, 2, 3, 4, 5, 6, 8),
     "attach": (0, 2, 5, 6, 7, 8, 130),
-    "numerics": (0, 2, 6, 20),
+    "numerics": (0, 2, 6, 8, 20),
     "fr": (0, 2, 3, 4, 8, 14),
     "trace": (0, 2, 3, 4, 8),
+    "why": (0, 2, 3, 4, 8, 15, 130, 143),
 }
 
 #: Verbs whose code is not one of the table's.
@@ -58,6 +60,10 @@ SPECIAL = {
     "rerun": "Exit code: the command's own (128+N when a signal N ended it); 124 when --timeout ended it; "
     "6 when the command is not found, 8 when it is not executable or the --compare log is missing, "
     "2 for a bad command line.",
+    "watch": "Exit code: the job's own when watch started it (128+N when a signal N ended it), whatever "
+    "was captured; 0 when an attached job (--pid, --jobid) ends; 3 when --jobid finds no process here, "
+    "6 when the command is not found, 8 for a dead --pid, a command that is not executable or an --out "
+    "that cannot be used, 2 for a bad command line.",
 }
 
 

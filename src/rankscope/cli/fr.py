@@ -10,9 +10,10 @@ from typing import Any, Optional
 import click
 
 from rankscope.cli.params import from_params
+from rankscope.cli.pictures import HTML_OPTION, check_page_path
 from rankscope.errors import ExitCode
 from rankscope.fr.align import ENABLE_HINT
-from rankscope.fr.analyse import analyse_path
+from rankscope.fr.analyse import analyse_dumps
 from rankscope.fr.records import DEFAULT_LIMITS, Limits
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
@@ -32,6 +33,7 @@ Examples:
   rankscope fr /tmp/nccl_trace_rank_          # the files of a prefix
   rankscope fr /tmp/fr/ --json                # machine-readable (schema rankscope.fr/1)
   rankscope fr /tmp/fr/ --ras ncclras.txt     # and NCCL's RAS report beside it
+  rankscope fr /tmp/fr/ --html fr.html        # + a page: every group and rank around the divergence
   rankscope fr /tmp/fr/ --max-mib 64 --max-entries 50000   # read bigger dumps whole
   rankscope stacks --fr /tmp/fr/              # the verdict above the live stacks
 
@@ -50,6 +52,7 @@ class FrRequest:
     max_mib: int = DEFAULT_LIMITS.max_bytes >> 20
     max_entries: int = DEFAULT_LIMITS.max_entries
     max_frames: int = DEFAULT_LIMITS.max_frames
+    html: Optional[Path] = None
 
     def limits(self) -> Limits:
         return replace(
@@ -111,13 +114,20 @@ def exit_code_of(report: FrReport) -> int:
     metavar="N",
     help="Keep each entry's innermost N frames.",
 )
+@HTML_OPTION
 def fr(**params: Any) -> int:
     request = from_params(FrRequest, params)
-    report = analyse_path(request.dumps, request.ras, request.world_size, request.limits())
+    check_page_path(request.html)
+    report, dumps = analyse_dumps(request.dumps, request.ras, request.world_size, request.limits())
     if request.as_json:
         click.echo(json.dumps(report_document(report), indent=2))
     else:
         click.echo(render_text(report, str(request.dumps)), nl=False)
         if report.empty:
             click.echo(f"rankscope: the flight recorder was not enabled — {ENABLE_HINT}", err=True)
+    if request.html is not None:
+        from rankscope.cli.pictures import write_page
+        from rankscope.pictures.fr_page import fr_page
+
+        write_page(request.html, fr_page(report, str(request.dumps), dumps))
     return exit_code_of(report)

@@ -34,6 +34,7 @@ Examples:
   rankscope launch train.py --format mpirun --hostfile hostfile --gpus 4 -- --lr 3e-4 --name "run 1"
   rankscope launch train.py --format pdsh --hosts gpu[01-16] --gpus 8 --master-addr gpu01 --port 6000
   rankscope launch train.py --nodes 2 --gpus 8 --json
+  rankscope launch train.py --format sbatch --nodes 4 --gpus 8 --watch   # + rankscope watch
 """
 
 FORMATS = [launcher.value for launcher in Launcher] + ["all"]
@@ -57,6 +58,7 @@ class LaunchRequest:
     job_name: str
     format: str
     as_json: bool
+    watch: bool = False
 
 
 def _hosts(request: LaunchRequest) -> tuple[str, ...]:
@@ -115,6 +117,7 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
         prefix=Prefix(request.prefix),
         slurm_gpus=request.slurm_gpus,
         job_name=request.job_name,
+        watch=request.watch,
     )
 
 
@@ -201,6 +204,12 @@ def plan_of(request: LaunchRequest) -> LaunchPlan:
     default="all",
     show_default=True,
     help="Which launcher's commands to print.",
+)
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="sbatch scripts: run the step under `rankscope watch --jobid` with #SBATCH --signal=B:USR1@120, "
+    "so a stall, a dead rank or a job near its time limit leaves a capture (docs/watch.md).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.launch document.")
 def launch(**params: Any) -> int:

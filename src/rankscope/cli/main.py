@@ -19,6 +19,7 @@ from rankscope.errors import ExitCode
 
 #: verb -> "module:attribute" of its click command.
 VERBS: dict[str, str] = {
+    "why": "rankscope.cli.why:why",
     "stacks": "rankscope.cli.stacks:stacks",
     "demo": "rankscope.cli.demo:demo",
     "whoami": "rankscope.cli.whoami:whoami",
@@ -38,6 +39,7 @@ VERBS: dict[str, str] = {
     "numerics": "rankscope.cli.numerics:numerics",
     "fr": "rankscope.cli.fr:fr",
     "trace": "rankscope.cli.trace:trace",
+    "watch": "rankscope.cli.watch:watch",
 }
 
 
@@ -69,6 +71,7 @@ HELP = """Find out what is wrong with a multi-node, multi-GPU PyTorch job.
 
 \b
 Examples:
+  rankscope why                       # the verdict first: which rank, what cause, where
   rankscope demo                      # see it diagnose a real hung 4-rank job
   rankscope stacks                    # which ranks of the job on this node hang, and where
   rankscope stacks --pid 4242 --json  # one launcher (or worker), machine-readable

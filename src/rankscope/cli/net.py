@@ -6,12 +6,14 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import click
 
 from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
 from rankscope.cli.params import from_params
+from rankscope.cli.pictures import HTML_OPTION, check_page_path
 from rankscope.errors import BadInputError, ExitCode, RankscopeError
 from rankscope.net.options import ProbeOptions
 from rankscope.serial import dump_document
@@ -242,6 +244,7 @@ class CheckRequest:
     master_addr: Optional[str] = None
     master_port: Optional[int] = None
     nnodes: Optional[int] = None
+    html: Optional[Path] = None
 
 
 @net.command(
@@ -258,6 +261,7 @@ Examples:
   rankscope net check --hosts a,b --address a=10.0.0.1 --address b=10.0.0.2 --port 6000
   rankscope net check --master                 # uses MASTER_ADDR, MASTER_PORT
   rankscope net check --master --master-addr node01 --master-port 29500 --nnodes 4
+  rankscope net check --hosts node[01-64] --port 29500 --html net.html   # + the matrix as a heatmap
 
 Across nodes: every node listens on PORT (all addresses, for --window + 1 seconds) and probes
 every node at once, so the whole matrix costs about one window plus the login, whatever
@@ -302,8 +306,12 @@ Exit code: 0 every link open / every check passed, 4 some links bad, 5 none open
     metavar="N",
     help="Nodes in the job (default: from the launcher's environment).",
 )
+@HTML_OPTION
 def check_cmd(**params: Any) -> int:
     request = from_params(CheckRequest, params)
+    check_page_path(request.html)
+    if request.master and request.html is not None:
+        raise click.UsageError("--html draws the matrix between nodes; --master has none")
     if request.master:
         return _check_master(request)
     if not cluster_requested(params):
@@ -340,6 +348,11 @@ def _check_cluster(
         click.echo(json.dumps(dump_document(CHECK_SCHEMA, report), indent=2))
     else:
         click.echo(render_matrix(report, request.window), nl=False)
+    if request.html is not None:
+        from rankscope.cli.pictures import write_page
+        from rankscope.pictures.net_page import net_page
+
+        write_page(request.html, net_page(report, request.window))
     links = report.matrix.links()
     opened = sum(1 for c in links if c.verdict is Verdict.OPEN)
     if report.matrix.silent and opened:

@@ -18,6 +18,7 @@ from rankscope.cli.cluster_options import cluster_options, cluster_requested, cl
 from rankscope.cli.exit_help import epilog
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
+from rankscope.cli.pictures import FOLDED_OPTION, HTML_OPTION, check_page_path
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.stacks.options import StacksOptions
@@ -46,6 +47,9 @@ class StacksRequest:
     from_dir: Optional[Path] = None
     #: --fr DUMPS: flight-recorder dumps whose desync verdict goes above the stack groups.
     fr: Optional[Path] = None
+    #: --html FILE: also write the report as a page; --folded: print collapsed stacks instead.
+    html: Optional[Path] = None
+    folded: bool = False
 
     def node_argv(self) -> list[str]:
         """The command line every node of a multi-node run gets, derived from :attr:`options`."""
@@ -83,6 +87,8 @@ Examples:
   rankscope stacks --via-signal             # no ptrace: ranks started with RANKSCOPE_INPROC=1
   rankscope stacks --fr /tmp/fr/            # + the flight recorders' desync verdict
   rankscope stacks --no-fr                  # skip the live flight recorders (see below)
+  rankscope stacks --html hang.html         # + one self-contained page with the pictures
+  rankscope stacks --folded | flamegraph.pl > hang.svg   # collapsed stacks
 
 Ranks started with RANKSCOPE_INPROC=1 are also asked for their PyTorch flight
 recorders in the same pass (no code change in the job): the desync verdict
@@ -205,6 +211,8 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
     "default they are asked in the same pass as the stacks, and the desync verdict goes above the groups.",
 )
 @click.option("--full", is_flag=True, help="Show every frame (library frames are folded by default).")
+@HTML_OPTION
+@FOLDED_OPTION
 @click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
 @cluster_options
@@ -217,6 +225,11 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 )
 def stacks(**params: Any) -> int:
     request = read_request(params)
+    if request.folded and request.as_json:
+        raise click.UsageError(
+            "--folded prints collapsed stacks instead of the report; --json cannot be used with it"
+        )
+    check_page_path(request.html)
     if request.from_dir is not None:
         refuse_with_from(params, request)
         from rankscope.cli.stacks_report import report_saved

@@ -100,7 +100,8 @@ def run_cluster_stacks(request: StacksRequest) -> int:
         click.echo(shown, nl=False)
         if request.out_dir is not None:
             click.echo(
-                f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/"
+                f"\nper-node answers (NODE.out, NODE.err), stacks.json and report.txt: {request.out_dir}/",
+                err=request.folded,  # --folded: stdout holds only folded lines
             )
     if stop.signum:
         click.echo(

@@ -71,7 +71,7 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     live = live_verdict(result)
     waits = stack_waits(request, result, live)
     with_fr(request, document, live, waits)
-    kept, shown = render_for(request, report, diagnosis, live=live, waits=waits)
+    kept, shown = render_for(request, report, diagnosis, live=live, waits=waits, outcomes=result.outcomes)
     if request.out_dir is not None:
         save_outputs(request.out_dir, result, document, kept or "", request.force)
     # One place for a failure: the report (text or JSON) on stdout lists every one; stderr is only
@@ -81,8 +81,10 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
         out.write(json.dumps(document, indent=2) + "\n")
     else:
         out.write(shown)
-        if request.out_dir is not None:
-            out.write(f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n")
+        if request.out_dir is not None:  # --folded: stdout holds only folded lines
+            (sys.stderr if request.folded else out).write(
+                f"\nraw dumps, stacks.json and report.txt: {request.out_dir}/\n"
+            )
     out.flush()
     if stop.signum:
         sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
@@ -201,6 +203,7 @@ def render_for(
     subtitle: str = "",
     live: Any = None,
     waits: Any = None,
+    outcomes: Sequence[Any] = (),
 ) -> tuple[Optional[str], Optional[str]]:
     """The text report as --out keeps it (plain; None without --out) and as printed (None with --json).
 
@@ -216,6 +219,10 @@ def render_for(
         if request.fr is None:  # the live recorders: say why a rank gave none (no handler, ...)
             above += [f"  note: {note}" for note in verdict.notes]
         joined = {"above": above, "group_note": group_note(verdict)}
+    if request.html is not None:
+        from rankscope.cli.pictures import write_stacks_page
+
+        write_stacks_page(request.html, report, diagnosis, request.full, joined.get("above", ()), verdict)
     kept = None
     if request.out_dir is not None or not (request.as_json or use_color):
         kept = render_text(
@@ -223,6 +230,10 @@ def render_for(
         )
     if request.as_json:
         return kept, None
+    if request.folded:  # `outcomes`: every sample's dumps of a run on this node
+        from rankscope.cli.pictures import folded_text
+
+        return kept, folded_text(report, request.full, outcomes)
     if use_color:
         return kept, render_text(
             report, diagnosis, full=request.full, color=True, title=title, subtitle=subtitle, **joined

@@ -28,6 +28,23 @@ Examples:
   rankscope trace tail traces -n 5            # where each rank stopped, ranks grouped
   rankscope trace grep all_reduce traces      # matches per file, with counts
   rankscope trace show traces/trace-node1-3-4242
+  rankscope trace export traces --out job.json   # open in ui.perfetto.dev or chrome://tracing
+"""
+
+EXPORT_HELP = """Write every trace file under DIR as one Chrome trace-event JSON file, which Perfetto
+(ui.perfetto.dev, offline too) and chrome://tracing open: a process track per rank, named with
+its rank and host; a thread track per thread; a slice per call; rankscope.progress steps as
+instant events; the calls still open at the end of a ring as slices that did not end. Ranks of
+several hosts are aligned on wall-clock time; where the rings recorded the same collectives
+(--include torch.distributed), each host's clock skew against the first is measured and shown.
+
+\b
+Examples:
+  rankscope trace export traces --out job.json
+  rankscope trace export traces/trace-node1-3-4242 --out rank3.json
+
+The file is written 0600 and renamed into place when complete. Exit 0; 4 when some trace files
+could not be read (listed on stderr, the others exported); 8 when none could.
 """
 
 RUN_HELP = """Run SCRIPT (with its ARGS) traced, as `python SCRIPT ARGS` would run it.
@@ -254,3 +271,20 @@ def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool
         click.echo(json.dumps(dump_document(schema, report), indent=2))
     else:
         click.echo(render(report), nl=False)
+
+
+@trace.command("export", help=EXPORT_HELP)
+@click.argument("target", metavar="DIR")
+@click.option("--out", "out", required=True, metavar="FILE.json", help="The trace-event JSON file to write.")
+def export_cmd(target: str, out: str) -> int:
+    from rankscope.trace.export_write import export
+
+    result = export(target, out)
+    skew = "".join(f", clock of {s.host} {s.ms:+.3f} ms vs {s.reference}" for s in result.skew)
+    click.echo(
+        f"{result.out}: {result.events} events of {result.files} trace files, "
+        f"{result.open_calls} calls still open at the end{skew}"
+    )
+    for bad in result.unreadable:
+        click.echo(f"unreadable: {bad.path}: {bad.reason}", err=True)
+    return ExitCode.PARTIAL if result.unreadable else ExitCode.OK

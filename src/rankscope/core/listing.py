@@ -57,10 +57,14 @@ def is_core(path: str) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
-    with open(fd, "rb") as f:
-        if not S_ISREG(os.fstat(fd).st_mode):
+    try:
+        if not S_ISREG(os.fstat(fd).st_mode):  # before open(): a directory's fd raises there
             return False
-        head = f.read(18)
+        head = os.read(fd, 18)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return len(head) == 18 and head[:4] == b"\x7fELF" and head[5] == 1 and head[16] == 4
 
 

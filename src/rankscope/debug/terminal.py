@@ -32,7 +32,10 @@ def _stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat split after the command name (whose parentheses may hold anything)."""
     from rankscope import procfs
 
-    return procfs.stat_fields(pid)
+    fields = procfs.stat_fields(pid)
+    if fields is None:
+        raise OSError(f"/proc/{pid}/stat cannot be read")
+    return fields
 
 
 def _owner_is_foreground(rdev: int) -> Optional[bool]:

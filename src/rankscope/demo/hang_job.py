@@ -11,6 +11,9 @@ Scenarios (``--scenario``):
                 reached through a different deep call chain
   crash         the culprit raises an exception; the others wait in a barrier until torchrun
                 tears them down
+  crash-hang    the culprit raises an exception, but a non-daemon thread of its own (a prefetcher)
+                keeps its process alive: its traceback is in the job's output while the others wait
+                in a barrier for ever (no connection closes, so gloo notices nothing)
   exit          the culprit returns early (exit code 0) without joining the barrier: with
                 NCCL the others hang; gloo notices the closed connection and fails them
   steps         rank r marks step r+1 with rankscope.progress(); the culprit loops in its data
@@ -68,6 +71,11 @@ def read_shard(rank: int) -> None:
     decode_record(4)
 
 
+def prefetch_forever() -> None:
+    while True:
+        time.sleep(0.05)
+
+
 def sync_gradients(tensor: torch.Tensor) -> None:
     dist.all_reduce(tensor)
 
@@ -101,6 +109,13 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
     elif scenario == "crash":
         if rank == culprit:
             raise RuntimeError(f"CUDA out of memory (simulated) on rank {rank} at step {step}")
+        wait_for_peers()
+    elif scenario == "crash-hang":
+        if rank == culprit:
+            threading.Thread(
+                target=prefetch_forever, name="prefetch"
+            ).start()  # not a daemon: the process stays
+            raise RuntimeError(f"bad batch on rank {rank} at step {step}")
         wait_for_peers()
     elif scenario == "steps":
         if rank == culprit:

@@ -13,7 +13,7 @@ from rankscope.errors import BadInputError
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
 from rankscope.fr.ras import parse_ras, ras_notes
-from rankscope.fr.records import DEFAULT_LIMITS, Limits
+from rankscope.fr.records import DEFAULT_LIMITS, Limits, RankDump
 from rankscope.fr.report import FrReport
 
 
@@ -22,6 +22,13 @@ def analyse_path(
 ) -> FrReport:
     """Every dump under ``path`` (a directory or a file prefix) read, aligned and judged; ``ras``: NCCL
     RAS output joined; ``world_size``: the job's, when the last ranks left no dump."""
+    return analyse_dumps(path, ras, world_size, limits)[0]
+
+
+def analyse_dumps(
+    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
+) -> tuple[FrReport, list[RankDump]]:
+    """:func:`analyse_path`'s verdict, and the dumps it was made from (the page draws their entries)."""
     collected = read_dumps(path, limits)
     report = analyse(collected.dumps, collected.unreadable, world_size, collected.refused)
     if ras is not None:
@@ -34,4 +41,4 @@ def analyse_path(
         except ValueError as err:
             raise BadInputError(f"{ras}: {err}") from None
         report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
-    return report
+    return report, collected.dumps

@@ -17,6 +17,8 @@ prepares, in the process's private runtime directory (:mod:`rankscope.inproc.run
   files' names, the request kinds known, the protocol version, the process start time.
 - ``<base>.crash``: faulthandler's C-level dump of every thread when the process dies of a fatal
   signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL), unless the process enabled faulthandler itself.
+- ``<base>.term``: the same dump when the process receives SIGTERM (a launcher's teardown), chained
+  to the SIGTERM handling it had (:func:`_enable_term_dump`). Both dumps are kept when not empty.
 
 No signal handler walks the threads: the stacks are taken by the handler's own thread, under the
 GIL, from ``sys._current_frames()`` (protocol 1 had faulthandler dump from a signal handler, which
@@ -225,6 +227,7 @@ class _Enabled:
         self.base = base
         self.fifo_fd = -1
         self.crash_fd = -1
+        self.term_fd = -1
         self.created: list[str] = []
         #: The identifier of the daemon thread answering requests (rankscope's, not the job's).
         self.thread_ident: Optional[int] = None
@@ -248,6 +251,7 @@ class _Enabled:
             "handler_thread": self.thread_ident,
             "requests": self.name("req"),
             "crash": self.name("crash") if self.crash_fd >= 0 else None,
+            "term": self.name("term") if self.term_fd >= 0 else None,
             "kinds": request_kinds(),
             "python": sys.version.split()[0],
             "pid_namespace": _pid_namespace(),
@@ -353,10 +357,23 @@ class _Enabled:
                 if n.startswith(self.base + ".") and (".fr" in n or n.endswith(".reply"))
             ]
         for name in [*self.created, *leftovers]:
+            if name.endswith(DUMP_SUFFIXES) and _not_empty(self.dir_fd, name):
+                continue  # a dump of a signal the process lived through (a handler of the job's): kept
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=self.dir_fd)
         with contextlib.suppress(OSError):
             os.close(self.dir_fd)
+
+
+#: The dump of a signal a process may live through (SIGTERM to a job with a handler): kept when not empty.
+DUMP_SUFFIXES = (".term",)
+
+
+def _not_empty(dir_fd: int, name: str) -> bool:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size > 0
+    except OSError:
+        return False
 
 
 #: Kinds of files the handler creates and removes (the progress file is left for reading after a
@@ -414,7 +431,7 @@ def _remove_stale(dir_fd: int, host: str) -> None:
         for other in names:
             kind = other[len(base) + 1 :] if other.startswith(base + ".") else ""
             empty_crash = False
-            if kind == "crash":
+            if kind in ("crash", "term"):
                 with contextlib.suppress(OSError):
                     empty_crash = os.stat(other, dir_fd=dir_fd, follow_symlinks=False).st_size == 0
             if kind in HANDLER_KINDS or kind.endswith((".reply", ".fr")) or empty_crash:
@@ -439,6 +456,29 @@ def _enable_crash_dump(state: _Enabled) -> None:
     faulthandler.enable(file=fd, all_threads=True)
 
 
+def _enable_term_dump(state: _Enabled) -> None:
+    """faulthandler on SIGTERM, into ``<base>.term``, chained to whatever handled SIGTERM before.
+
+    A launcher tears a job down with SIGTERM (torchrun when a rank failed or the scheduler ended it):
+    the dump leaves each rank's last stacks even when the teardown is faster than any outside tool.
+    faulthandler's C handler writes the dump, puts the previous disposition back, raises the signal
+    again (so the default still ends the process with SIGTERM, and a Python handler the job set
+    *before* this still runs, in the main thread, as it would have) and registers itself again.
+    A Python handler the job sets *after* this replaces it (``signal.signal`` installs Python's own
+    C handler): that job then leaves no ``.term``. A SIGTERM the job survives writes another dump
+    after the first (the file is appended to). Not where the job registered faulthandler itself.
+    """
+    import faulthandler
+
+    if faulthandler.is_enabled() or not hasattr(faulthandler, "register"):
+        return  # the job's own faulthandler: left as it is
+    name = state.name("term")
+    fd = runtime.open_file(state.dir_fd, name, os.O_WRONLY | os.O_APPEND | os.O_TRUNC)
+    state.created.append(name)
+    state.term_fd = fd
+    faulthandler.register(signal.SIGTERM, file=fd, all_threads=True, chain=True)
+
+
 def _start() -> _Enabled:
     from rankscope.ranks import rank_from_env, short_hostname
 
@@ -457,6 +497,8 @@ def _start() -> _Enabled:
         state.created.append(fifo)
         # Read and write: the FIFO then always has a writer, so a read waits for data, never sees EOF.
         state.fifo_fd = os.open(fifo, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        with contextlib.suppress(Exception):
+            _enable_term_dump(state)  # before the crash dump: it checks faulthandler is the job's own
         with contextlib.suppress(Exception):
             _enable_crash_dump(state)
         thread = threading.Thread(target=state.serve, name="rankscope-inproc", daemon=True)
@@ -518,6 +560,11 @@ def _after_fork_in_child() -> None:
     _state = None
     # faulthandler and its descriptor stay: a worker that dies of a fatal signal appends its dump to
     # the crash file (and the job's own faulthandler, if it enabled one since, is not touched).
+    if state.term_fd >= 0:  # a worker's SIGTERM dump would mix into its parent's file
+        with contextlib.suppress(Exception):
+            import faulthandler
+
+            faulthandler.unregister(signal.SIGTERM)
     for fd in (state.fifo_fd, state.dir_fd):
         if fd >= 0:
             with contextlib.suppress(OSError):

@@ -60,6 +60,8 @@ STATE = struct.Struct("<QdqQ")
 LABELS_AT = 192
 LABELS_HEAD = struct.Struct("<QI")
 LABELS_MAX = SIZE - LABELS_AT - LABELS_HEAD.size
+#: Set by ``rankscope.trace`` while it traces this process: each step also goes into the trace ring.
+trace_step: Optional[Callable[[Any], None]] = None
 
 
 def self_start_ticks() -> int:
@@ -107,6 +109,9 @@ class _Writer:
     def mark(self, step: Optional[int] = None, **labels: Any) -> None:
         """Record ``step`` and ``labels``; never raises (see the module's docstring)."""
         try:
+            note = trace_step
+            if note is not None and step is not None:
+                note(step)
             mm = self._mm
             if mm is None:
                 if self._off:

@@ -12,7 +12,7 @@ The convention (written by the training process, read from the outside by ``rank
 
 Kinds: ``progress`` (rankscope.progress), ``inproc`` (the handler's description, JSON), ``req`` (the
 request FIFO), ``<id>.reply`` (answers to requests), ``<id>.fr`` (flight recorder dumps), ``crash``
-(faulthandler's dump when the process died of a fatal signal).
+(faulthandler's dump when the process died of a fatal signal), ``term`` (its dump at SIGTERM).
 
 Python 3.9 compatible, standard library only: imported inside training processes.
 """

@@ -68,12 +68,13 @@ def render_process_trace(process: ProcessTrace, top: int = 10) -> list[str]:
         f"  traced {process.seconds:.1f} s, {process.threads} threads, {total} calls finished; {state}"
     )
     if process.blocked:
-        lines.append("  blocked now (calls not returned when tracing stopped):")
+        lines.append("  blocked now (calls not returned when tracing stopped, or waits polled in a loop):")
         for blocked in process.blocked:
             on = f" -- {blocked.on}" if blocked.on else ""
             name = f" ({blocked.thread})" if blocked.thread else ""
+            polls = f" (polling: {blocked.polls} calls timed out)" if blocked.polls else ""
             lines.append(
-                f"    thread {blocked.tid}{name}: {blocked.syscall} for >= {blocked.waited:.1f} s{on}"
+                f"    thread {blocked.tid}{name}: {blocked.syscall}{polls} for >= {blocked.waited:.1f} s{on}"
             )
     findings = [group for group in process.failures if not group.noise]
     noise = [group for group in process.failures if group.noise]

@@ -98,7 +98,7 @@ class SyscallCount:
 
 @dataclass(frozen=True)
 class Blocked:
-    """A thread inside a call that had not returned when tracing stopped."""
+    """A thread inside a call that had not returned when tracing stopped, or polling one in a loop."""
 
     tid: int
     syscall: str
@@ -109,6 +109,10 @@ class Blocked:
     on: str = ""
     #: The thread's name (/proc/PID/task/TID/comm: gloo, NCCL and pt_ threads name themselves).
     thread: str = ""
+    #: 0: the call had not returned when tracing stopped. N > 0: the thread was between calls then,
+    #: but its last N calls were this same wait, each ending with nothing (a timeout): a thread that
+    #: polls (gloo's event loop waits 10 ms at a time) is waiting as surely as one blocked once.
+    polls: int = 0
 
 
 @dataclass(frozen=True)

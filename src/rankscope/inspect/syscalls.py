@@ -9,6 +9,10 @@ Each line is ``TID HH:MM:SS.micro CALL``; CALL is one of
   running when tracing stopped. That is what the thread is blocked on now;
 - ``+++ exited with N +++`` and ``--- SIGNAL {...} ---``: exits and signals, not calls.
 
+A thread that waits with a timeout in a loop (gloo's event loop calls ``epoll_wait`` with 10 ms, and
+under strace on a loaded machine it is as often between two calls as inside one when tracing stops)
+is waiting too: its run of identical waits that each timed out is reported as blocked, with ``polls``.
+
 A result is ``N``, ``0x...``, ``?``, or ``-1 ERRNO (message)``.
 """
 
@@ -111,6 +115,33 @@ class _Pending:
     name: str
     args: str
     started: float
+
+
+#: Waits that return 0 when their timeout passes with nothing to report.
+POLL_CALLS = frozenset({"epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6"})
+
+
+@dataclass
+class _Polling:
+    """A thread's run of identical waits that each timed out."""
+
+    name: str
+    key: str
+    args: str
+    started: float
+    count: int = 1
+
+
+def _timed_out(name: str, result: str) -> bool:
+    if name in POLL_CALLS:
+        return result == "0" or result.startswith("0 ")
+    return name == "futex" and "ETIMEDOUT" in result
+
+
+def _wait_key(name: str, args: str) -> str:
+    """What makes two waits the same wait: the call and its descriptor (or futex word)."""
+    first = args.split(",", 1)[0]
+    return f"{name}:{first}"
 
 
 @dataclass
@@ -251,6 +282,7 @@ def summarise(
     threads: set[int] = set()
     failed: dict[str, tuple[str, Counter[str], Counter[str]]] = {}
     known_targets: dict[tuple[str, str], Optional[str]] = {}
+    polling: dict[int, _Polling] = {}
     last = 0.0
     count = 0
 
@@ -280,6 +312,17 @@ def summarise(
         if target:
             targets[target] += 1
 
+    def note_wait(tid: int, name: str, args: str, result: str, started: float) -> None:
+        if not _timed_out(name, result):
+            polling.pop(tid, None)
+            return
+        key = _wait_key(name, args)
+        run = polling.get(tid)
+        if run is not None and run.key == key:
+            run.count += 1
+        else:
+            polling[tid] = _Polling(name, key, args, started)
+
     for raw in lines:
         line = raw.rstrip("\n")
         match = _LINE.match(line)
@@ -301,6 +344,7 @@ def summarise(
             args_tail, result, duration = _result_of(resumed.group(2))
             args = (started.args if started else "") + args_tail
             finish(resumed.group(1), args, result, duration)
+            note_wait(tid, resumed.group(1), args, result, started.started if started else when)
             continue
         call = _CALL.match(rest)
         if not call:
@@ -314,6 +358,7 @@ def summarise(
         else:
             args, result, duration = _result_of(tail)
             finish(name, args, result, duration)
+            note_wait(tid, name, args, result, when)
 
     end = last if ended_at is None else max(ended_at, last)
     still = {**pending, **detached}
@@ -323,6 +368,21 @@ def summarise(
         )
         for tid, entry in sorted(still.items())
     ]
+    # A thread between two calls of its polling loop when tracing stopped; two timeouts in a row at
+    # least, so that one call that happened to time out is not taken for a wait.
+    blocked += [
+        Blocked(
+            tid,
+            run.name,
+            run.args,
+            max(0.0, end - run.started),
+            waits_on(run.name, run.args, fds),
+            polls=run.count,
+        )
+        for tid, run in sorted(polling.items())
+        if tid not in still and run.count >= 2
+    ]
+    blocked.sort(key=lambda entry: entry.tid)
     syscalls = sorted(
         (SyscallCount(name, calls[name], errors[name], seconds[name]) for name in calls),
         key=lambda item: (-item.seconds, -item.calls, item.name),

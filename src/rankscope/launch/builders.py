@@ -103,6 +103,8 @@ def _sbatch_header(plan: LaunchPlan, tasks_per_node: int) -> list[str]:
     ]
     if plan.slurm_gpus:
         lines.append(f"#SBATCH --gpus-per-node={plan.gpus}")
+    if plan.watch:
+        lines.append(f"#SBATCH --signal=B:USR1@{WATCH_WARNING}")
     lines += [
         "#SBATCH --output=%x-%j.out",
         "set -eu",
@@ -112,6 +114,41 @@ def _sbatch_header(plan: LaunchPlan, tasks_per_node: int) -> list[str]:
     if plan.workdir:
         lines.append(render([Lit("cd"), Lit(plan.workdir)]))
     return lines
+
+
+#: Seconds before the time limit that SLURM warns the batch shell (SIGUSR1): the watcher captures then.
+WATCH_WARNING = 120
+
+
+def _step(plan: LaunchPlan, step: list[Word]) -> list[str]:
+    """The job step's lines: the step itself, or (``plan.watch``) the step under `rankscope watch`, in
+    the background so the batch shell's trap can pass SLURM's SIGUSR1 warning on to the watcher."""
+    if not plan.watch:
+        return [render(step)]
+    watch = [
+        *lits(("rankscope", "watch", "--inproc", "--jobid")),
+        Expand('"$SLURM_JOB_ID"'),
+        Lit("--out"),
+        Expand('"rankscope-watch-$SLURM_JOB_ID"'),
+        Lit("--"),
+        *step,
+    ]
+    return [
+        render(watch) + " &",
+        "watch_pid=$!",
+        "trap 'kill -USR1 \"$watch_pid\"' USR1",
+        'while :; do wait "$watch_pid" && rc=0 || rc=$?; kill -0 "$watch_pid" 2>/dev/null || exit "$rc"; done',
+    ]
+
+
+def _watch_note(plan: LaunchPlan) -> tuple[str, ...]:
+    if not plan.watch:
+        return ()
+    return (
+        f"under rankscope watch (rankscope on the first node's PATH): a stall, a straggler or a dead rank is "
+        f"captured into rankscope-watch-<jobid>/, and so is the job {WATCH_WARNING} s before its time limit "
+        "(#SBATCH --signal=B:USR1); every rank's stacks at SLURM's SIGTERM are kept (RANKSCOPE_INPROC=1)",
+    )
 
 
 def sbatch(plan: LaunchPlan) -> Recipe:
@@ -128,13 +165,13 @@ def sbatch(plan: LaunchPlan) -> Recipe:
         Lit("--master-port"),
         Expand('"$MASTER_PORT"'),
     ]
-    step = render([Lit("srun"), *bash_c(_torchrun(plan, placement))])
-    script = "\n".join([*_sbatch_header(plan, 1), step]) + "\n"
+    step = [Lit("srun"), *bash_c(_torchrun(plan, placement))]
+    script = "\n".join([*_sbatch_header(plan, 1), *_step(plan, step)]) + "\n"
     return Recipe(
         Launcher.SBATCH,
         (Command("the login node", "sbatch job.sbatch"),),
         (LaunchFile("job.sbatch", script),),
-        notes=("the node list comes from SLURM; --hosts is not needed",),
+        notes=("the node list comes from SLURM; --hosts is not needed", *_watch_note(plan)),
         prefix_note=_label_note(plan, "torchrun --tee 3 --role: every line starts with [host:rank]:"),
     )
 
@@ -143,8 +180,8 @@ def srun_per_gpu(plan: LaunchPlan) -> Recipe:
     """One srun task per GPU, ranks from SLURM's variables (no torchrun)."""
     worker = [Expand(_SLURM_RANK_ENV), Lit("exec"), *_python_worker(plan)]
     srun = [Lit("srun")] + ([Lit("--label")] if plan.prefix == Prefix.NATIVE else [])
-    step = render([*srun, *bash_c(worker)])
-    script = "\n".join([*_sbatch_header(plan, plan.gpus), step]) + "\n"
+    step = [*srun, *bash_c(worker)]
+    script = "\n".join([*_sbatch_header(plan, plan.gpus), *_step(plan, step)]) + "\n"
     return Recipe(
         Launcher.SRUN,
         (Command("the login node", "sbatch job-per-gpu.sbatch"),),
@@ -152,6 +189,7 @@ def srun_per_gpu(plan: LaunchPlan) -> Recipe:
         notes=(
             "each task gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT: "
             "init_process_group('nccl') reads them (env://); pick the device with LOCAL_RANK",
+            *_watch_note(plan),
         ),
         prefix_note=_label_note(plan, "srun --label: every line starts with 'RANK: '"),
     )

@@ -54,6 +54,8 @@ class LaunchPlan:
     #: Ask SLURM for the GPUs (``--gpus-per-node``); off for CPU-only partitions.
     slurm_gpus: bool = True
     job_name: str = "rankscope-job"
+    #: sbatch scripts run their step under `rankscope watch` (docs/watch.md), with the time-limit signal.
+    watch: bool = False
 
     @property
     def node_names(self) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Union
 
 from rankscope.folding import describe_members, duration, fold_hosts, fold_ints
 from rankscope.model import Frame, Member
@@ -45,43 +46,60 @@ def _package(frame: Frame) -> str:
     return short.split("/", 1)[0] if "/" in short else "the standard library"
 
 
-def _frame_lines(frames: Sequence[Frame], full: bool, style: Style) -> list[str]:
-    """Frames outermost first; runs of 3+ library frames fold to '... N frames in torch'.
+@dataclass(frozen=True)
+class FoldedRun:
+    """Three or more library frames in a row, shown as one line (``… 5 frames in torch``)."""
+
+    frames: tuple[Frame, ...]
+
+    @property
+    def text(self) -> str:
+        packages = sorted({_package(f) for f in self.frames})
+        return f"… {len(self.frames)} frames in {', '.join(packages)}"
+
+
+def fold_frames(frames: Sequence[Frame], full: bool) -> list[Union[Frame, FoldedRun]]:
+    """Frames outermost first as the text report shows them: runs of 3+ library frames folded.
 
     Without ``full``: anonymous native frames (``?? (libc.so.6)``) are left out, the native frames
-    that say why a stack waits are kept (explain.explaining_frames), and C++ names are shortened.
+    that say why a stack waits are kept (explain.explaining_frames). With ``full`` every frame is kept.
     """
-    lines: list[str] = []
-    keep = set()
-    if not full:
-        frames = [f for f in frames if not is_anonymous(f)]
-        keep = explaining_frames(frames)
-        for index, frame in enumerate(frames):
-            if not is_library(frame) or index == len(frames) - 1 or is_comm(frame) and not frame.is_native:
-                keep.add(index)
-    short = not full
+    if full:
+        return list(frames)
+    frames = [f for f in frames if not is_anonymous(f)]
+    keep = explaining_frames(frames)
+    for index, frame in enumerate(frames):
+        if not is_library(frame) or index == len(frames) - 1 or is_comm(frame) and not frame.is_native:
+            keep.add(index)
+    shown: list[Union[Frame, FoldedRun]] = []
     index = 0
     while index < len(frames):
-        frame = frames[index]
-        if full or index in keep:
-            text = describe_frame(frame, short)
-            if is_comm(frame):
-                text = style(text, fg="yellow")
-            elif not is_library(frame):
-                text = style(text, bold=True)
-            lines.append(text)
+        if index in keep:
+            shown.append(frames[index])
             index += 1
             continue
         run_end = index
         while run_end < len(frames) and run_end not in keep:
             run_end += 1
         run = frames[index:run_end]
-        if len(run) <= 2:
-            lines.extend(describe_frame(f, short) for f in run)
-        else:
-            packages = sorted({_package(f) for f in run})
-            lines.append(style(f"… {len(run)} frames in {', '.join(packages)}", dim=True))
+        shown.extend(run if len(run) <= 2 else [FoldedRun(tuple(run))])
         index = run_end
+    return shown
+
+
+def _frame_lines(frames: Sequence[Frame], full: bool, style: Style) -> list[str]:
+    """Frames outermost first (:func:`fold_frames`); C++ names are shortened unless ``full``."""
+    lines: list[str] = []
+    for item in fold_frames(frames, full):
+        if isinstance(item, FoldedRun):
+            lines.append(style(item.text, dim=True))
+            continue
+        text = describe_frame(item, not full)
+        if is_comm(item):
+            text = style(text, fg="yellow")
+        elif not is_library(item):
+            text = style(text, bold=True)
+        lines.append(text)
     return lines
 
 

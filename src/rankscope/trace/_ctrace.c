@@ -4,6 +4,8 @@
  * closures do (format.py): [monotonic ns, key | kind, thread ident]. Code objects map to keys
  * through a small open-addressing table keyed by the code object's address; a miss calls the
  * Python `intern(code)` once (which applies the filter and writes the name; -1: filtered out).
+ * At the end of the ring the Python `wrap()` starts the next lap: it writes every traced thread's
+ * whole stack from slot 0 on (through Ring.emit) and returns where events go on.
  *
  * Hooks:
  *  - Python >= 3.12: Hook objects (vectorcall) registered with sys.monitoring for PY_START,
@@ -125,25 +127,34 @@ static int64_t key_of(Ring *r, PyObject *code) {
     return key;
 }
 
-static inline void write_record(Ring *r, uint64_t word) {
-    Py_ssize_t i = r->pos;
-    r->words[i] = r->ticks ? cpu_ticks() : mono_ns();
-    r->words[i + 1] = word;
-    r->words[i + 2] = (uint64_t)pthread_self();
+/* The record at word i is written: move past it. At the end of the ring the wrap callback runs with
+ * pos already at 0, so the records it writes itself (the new lap's whole stacks, format.py) go to
+ * the start of the ring; it returns the next write position. */
+static inline void advance(Ring *r, Py_ssize_t i) {
     i += 3;
     if (i >= r->end) {
+        r->pos = 0;
         PyObject *res = PyObject_CallNoArgs(r->wrap);
-        i = 0;
+        i = r->pos;
         if (res == NULL) {
             PyErr_Clear();
         } else {
             Py_ssize_t next = PyLong_AsSsize_t(res);
             Py_DECREF(res);
             if (next == -1 && PyErr_Occurred()) PyErr_Clear();
-            else if (next >= 0 && next + 3 <= r->end) i = next;
+            else if (next >= 0 && next % 3 == 0 && next + 3 <= r->end) i = next;
         }
+        if (i < 0 || i % 3 || i + 3 > r->end) i = 0;
     }
     r->pos = i;
+}
+
+static inline void write_record(Ring *r, uint64_t word) {
+    Py_ssize_t i = r->pos;
+    r->words[i] = r->ticks ? cpu_ticks() : mono_ns();
+    r->words[i + 1] = word;
+    r->words[i + 2] = (uint64_t)pthread_self();
+    advance(r, i);
 }
 
 /* ---- Ring ---------------------------------------------------------------------------------- */
@@ -184,9 +195,10 @@ static PyObject *Ring_emit(Ring *r, PyObject *args) {
     unsigned long long word, tid = 0, when = 0;
     if (!PyArg_ParseTuple(args, "K|KK", &word, &tid, &when)) return NULL;
     Py_ssize_t i = r->pos;
-    write_record(r, word);
-    if (tid) r->words[i + 2] = tid;
-    if (when) r->words[i] = when;
+    r->words[i] = when ? (uint64_t)when : (r->ticks ? cpu_ticks() : mono_ns());
+    r->words[i + 1] = word;
+    r->words[i + 2] = tid ? (uint64_t)tid : (uint64_t)pthread_self();
+    advance(r, i);
     Py_RETURN_NONE;
 }
 

@@ -10,6 +10,7 @@ from typing import Optional
 
 from rankscope.folding import fold_ints
 from rankscope.trace.decode import Event, TraceData
+from rankscope.trace.stacks import OpenCall, OpenStack
 
 #: The documents of `trace tail`, `trace grep` and `trace show` (:class:`TailReport`,
 #: :class:`GrepReport`, and the decoded head with its events).
@@ -24,9 +25,16 @@ class FileTail:
     host: str
     rank: Optional[int]
     pid: int
-    #: where the process was last seen: the last event of the thread that started tracing
+    #: where the process is: its innermost open call of the user's own code (and the innermost
+    #: call, where that is a library's), else the last event of the thread that started tracing
     where: str
     events: tuple[Event, ...]
+    #: the open calls of the thread that started tracing, outermost first
+    stack: tuple[OpenCall, ...] = ()
+    #: the outer calls are missing (the ring overwrote them and no whole stack followed)
+    partial: bool = False
+    #: that thread's last event (a detail beneath the stack)
+    last: Optional[Event] = None
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,9 @@ class TailGroup:
     ranks: str
     where: str
     files: tuple[FileTail, ...]
+    #: the open calls these processes share, outermost first
+    stack: tuple[OpenCall, ...] = ()
+    partial: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,32 +91,73 @@ def main_thread(trace: TraceData) -> Optional[int]:
     return None
 
 
-def where(trace: TraceData) -> str:
-    """The last location of the starting thread (a call, line or sample), else of any thread."""
+def last_event(trace: TraceData) -> Optional[Event]:
+    """The last event of the starting thread (any thread's where that is not known)."""
     thread = main_thread(trace)
     events = trace.events if trace.last_seen is None else [trace.last_seen, *trace.events]
     for event in reversed(events):
-        if event.kind in ("start", "stop"):
-            if event.kind == "stop" and (thread is None or event.thread == thread):
-                return "trace stopped"
+        if event.kind == "start" or (event.kind == "stop" and thread is not None and event.thread != thread):
             continue
         if thread is None or event.thread == thread:
-            return f"{event.location} ({event.kind})"
-    return "no events"
+            return event
+    return None
+
+
+def where(trace: TraceData) -> str:
+    """The last location of the starting thread (a call, line or sample), else of any thread."""
+    event = last_event(trace)
+    if event is None:
+        return "no events"
+    return "trace stopped" if event.kind == "stop" else f"{event.location} ({event.kind})"
+
+
+def own_code(file: str) -> bool:
+    """A file of the user's own code, as far as its path tells (not site-packages, not the
+    standard library, not generated)."""
+    return bool(file) and not (
+        file.startswith("<")
+        or "/site-packages/" in file
+        or "/dist-packages/" in file
+        or _STDLIB.search(file) is not None
+    )
+
+
+_STDLIB = re.compile(r"/lib(?:64)?/python\d+\.\d+/")
+
+
+def stack_where(calls: tuple[OpenCall, ...]) -> str:
+    """``train.py:12 wait_for_others``, and ``> distributed_c10d.py:3870 barrier`` when the innermost
+    open call is a library's (``--include``): the user's own frame is never hidden."""
+    innermost = calls[-1]
+    own = next((c for c in reversed(calls) if own_code(c.file)), None)
+    if own is None or own is innermost:
+        return innermost.location
+    return f"{own.location} > {innermost.location}"
+
+
+def file_tail(trace: TraceData, n: int) -> FileTail:
+    thread = main_thread(trace)
+    found: Optional[OpenStack] = trace.stacks.get(thread) if thread is not None else None
+    last = last_event(trace)
+    calls = found.calls if found is not None else ()
+    partial = found.partial if found is not None else last is not None
+    if last is not None and last.kind == "stop":
+        calls, partial = (), False
+    shown = stack_where(calls) if calls else where(trace)
+    events = tuple(trace.events[-n:] if n else ())
+    return FileTail(trace.path, trace.host, trace.rank, trace.pid, shown, events, calls, partial, last)
 
 
 def tail(traces: list[TraceData], n: int, unreadable: tuple[Unreadable, ...] = ()) -> TailReport:
-    """The last ``n`` events of every file; files whose last location is the same grouped."""
-    by_where: dict[str, list[FileTail]] = {}
+    """The last ``n`` events of every file; files with the same open calls grouped."""
+    by_stack: dict[tuple[str, tuple[OpenCall, ...], bool], list[FileTail]] = {}
     for trace in traces:
-        item = FileTail(
-            trace.path, trace.host, trace.rank, trace.pid, where(trace), tuple(trace.events[-n:] if n else ())
-        )
-        by_where.setdefault(item.where, []).append(item)
+        item = file_tail(trace, n)
+        by_stack.setdefault((item.where, item.stack, item.partial), []).append(item)
     groups = []
-    for location, items in by_where.items():
+    for (location, calls, partial), items in by_stack.items():
         items.sort(key=lambda f: (f.rank if f.rank is not None else 1 << 62, f.host, f.pid))
-        groups.append(TailGroup(fold_members(items), location, tuple(items)))
+        groups.append(TailGroup(fold_members(items), location, tuple(items), calls, partial))
     groups.sort(key=lambda g: (-len(g.files), _first_rank(g)))
     return TailReport(tuple(groups), unreadable)
 
@@ -147,6 +199,8 @@ def depths(events: Iterable[Event]) -> Iterator[tuple[Event, int]]:
         d = level.get(event.thread, 0)
         if event.kind == "call":
             level[event.thread] = d + 1
+        elif event.kind == "stack":
+            level[event.thread] = len(event.stack)
         elif event.kind in ("return", "unwind"):
             d = max(d - 1, 0)
             level[event.thread] = d

@@ -56,8 +56,17 @@ class BytesSource(Source):
 CHUNK_RECORDS = 1 << 16
 #: ``trace tail`` decodes at most this many of the newest records per file.
 TAIL_WINDOW_MAX = 1 << 16
-#: Frames of a sampled stack kept while it is assembled (the writer writes at most 64).
+#: Frames of a sampled or whole stack kept while it is assembled (the writer writes at most 64 and 256).
 STACK_MAX = 256
+#: The outermost frame of a whole stack whose outer calls the writer left out.
+CUT_FRAME = ("", 0, "...")
+#: MARK records by their line field: (event kind, text)
+_MARKS = {
+    fmt.MARK_START: ("start", "trace start"),
+    fmt.MARK_STOP: ("stop", "trace stop"),
+    fmt.MARK_LAP: ("lap", "whole stacks follow"),
+    fmt.MARK_LAP_END: ("lap end", "every thread's stack written"),
+}
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,8 @@ class TraceData:
     records: int = 0
     #: ``trace tail``: the starting thread's last event when it lies before the decoded records
     last_seen: Optional[Event] = field(default=None, metadata=SKIP)
+    #: ``trace tail``: each thread's open calls at the end of the file (stacks.OpenStack)
+    stacks: dict[int, Any] = field(default_factory=dict, metadata=SKIP)
 
     @property
     def host(self) -> str:
@@ -279,7 +290,7 @@ def _ranges(layout: Layout, newest: int) -> list[tuple[int, int]]:
     return [(newest + 1, layout.slots), (0, newest + 1)]
 
 
-def _forward(layout: Layout, source: Source, ranges: list[tuple[int, int]]) -> Iterator[array[int]]:
+def forward(layout: Layout, source: Source, ranges: list[tuple[int, int]]) -> Iterator[array[int]]:
     for lo, hi in ranges:
         for first in range(lo, hi, CHUNK_RECORDS):
             table = _chunk(layout, source, first, min(CHUNK_RECORDS, hi - first))
@@ -321,16 +332,28 @@ class Decoder:
                 t_ns = int(to_ns[1] + (t_ns - to_ns[0]) * to_ns[2])
             t = (t_ns - clock0) / 1e9 if clock0 else 0.0
             if kind == fmt.MARK:
-                what = "start" if line == 1 else "stop"
-                yield Event(t, what, tid, "", 0, "trace " + what)
+                what = _MARKS.get(line)
+                if what is not None:
+                    yield Event(t, what[0], tid, "", 0, what[1])
+                continue
+            if kind == fmt.PROGRESS:
+                yield Event(t, "progress", tid, "", 0, f"step {word >> 8}")
                 continue
             cn = names.get(code_id, unknown)
             file = cn.file
-            if kind == fmt.SAMPLE_FRAME:
+            if kind == fmt.SAMPLE_FRAME or kind == fmt.STACK_FRAME:
                 stack = self.stacks.get(tid)
                 if stack is None:
                     stack = self.stacks[tid] = deque(maxlen=STACK_MAX)
                 stack.append((file, line, cn.name))
+                continue
+            if kind == fmt.STACK_END:
+                frames = tuple(self.stacks.pop(tid, ()))
+                if line & 1:  # the writer left the outermost calls out
+                    frames = (CUT_FRAME, *frames)
+                # the thread's name (version 2 writers name it; "?" where not)
+                named = cn.name if file == fmt.THREAD_FILE else "?"
+                yield Event(t, "stack", tid, "", len(frames), named, frames)
                 continue
             if kind == fmt.SAMPLE_LEAF:
                 frames = (*self.stacks.pop(tid, ()), (file, line, cn.name))
@@ -356,7 +379,7 @@ def iter_events(layout: Layout, source: Source) -> tuple[TraceData, Iterator[Eve
     decoder = Decoder(layout)
 
     def events() -> Iterator[Event]:
-        for table in _forward(layout, source, _ranges(layout, newest)):
+        for table in forward(layout, source, _ranges(layout, newest)):
             yield from decoder.events(table)
 
     return layout.data(written), events()
@@ -376,6 +399,7 @@ def read_tail(layout: Layout, source: Source, last: int) -> TraceData:
         newest, written = -1, layout.slots  # appended: the end is the end of the file
     ranges = _ranges(layout, newest)
     thread, wanted = layout.thread, max(last, 1)
+    shown = _SHOWN
     window: list[tuple[int, array[int]]] = []
     taken, seen = 0, 0
     for table in _backward(layout, source, ranges):
@@ -383,7 +407,7 @@ def read_tail(layout: Layout, source: Source, last: int) -> TraceData:
         for i in range(len(table) // 3 - 1, -1, -1):
             if (
                 table[3 * i]
-                and table[3 * i + 1] & 0xFF != fmt.SAMPLE_FRAME
+                and table[3 * i + 1] & 0xFF in shown
                 and (thread is None or table[3 * i + 2] == thread)
             ):
                 seen += 1
@@ -395,13 +419,31 @@ def read_tail(layout: Layout, source: Source, last: int) -> TraceData:
         if seen >= wanted or taken >= TAIL_WINDOW_MAX:
             break
     decoder = Decoder(layout)
-    events = [e for cut, table in reversed(window) for e in decoder.events(table, cut)]
+    events = [
+        e
+        for cut, table in reversed(window)
+        for e in decoder.events(table, cut)
+        if e.kind not in _WHOLE_STACKS
+    ]
     # kept: the last ``last`` events (what tail shows), and the starting thread's last one (where it is)
     trace = layout.data(written, events[-wanted:])
     if thread is not None and not any(e.thread == thread for e in trace.events):
         found = (e for e in reversed(events) if e.thread == thread and e.kind != "start")
         trace.last_seen = next(found, None) or _last_of_thread(layout, source, ranges, thread, taken)
+    from rankscope.trace.stacks import open_stacks  # stacks builds on this module
+
+    trace.stacks = open_stacks(layout, source, newest)
     return trace
+
+
+#: Records that count as a thread's events in the tail (not the parts of stacks, nor lap marks).
+_SHOWN = frozenset(
+    (fmt.CALL, fmt.RETURN, fmt.LINE, fmt.UNWIND, fmt.SAMPLE_LEAF, fmt.SAMPLE_SAME, fmt.MARK, fmt.PROGRESS)
+)
+#: Decoded events that are the writer's whole stacks, not the program's own
+_WHOLE_STACKS = frozenset(("stack", "lap", "lap end"))
+#: Marks that do not say where a thread was: the start, and a lap's (any thread writes those)
+_NOT_SEEN_MARKS = frozenset(fmt.MARK | (m << 8) for m in (fmt.MARK_START, fmt.MARK_LAP, fmt.MARK_LAP_END))
 
 
 def _last_of_thread(
@@ -413,7 +455,7 @@ def _last_of_thread(
         return None
     pattern = struct.pack("=Q", thread)  # the table's own byte order
     offset = 2 * 8  # the thread ident is a record's third word
-    wanted = (fmt.CALL, fmt.RETURN, fmt.LINE, fmt.UNWIND, fmt.SAMPLE_LEAF, fmt.MARK)
+    wanted = (fmt.CALL, fmt.RETURN, fmt.LINE, fmt.UNWIND, fmt.SAMPLE_LEAF, fmt.MARK, fmt.PROGRESS)
     decoder = Decoder(layout)
     for table in _backward(layout, source, ranges):
         count = len(table) // 3
@@ -431,7 +473,7 @@ def _last_of_thread(
                 continue
             i = at // fmt.RECORD_BYTES
             word = table[3 * i + 1]
-            if not table[3 * i] or word & 0xFF not in wanted or word == fmt.MARK | (1 << 8):
+            if not table[3 * i] or word & 0xFF not in wanted or word in _NOT_SEEN_MARKS:
                 continue
             return next(decoder.events(table[3 * i : 3 * i + 3]), None)
     return None

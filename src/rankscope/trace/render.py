@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 
 from rankscope.trace.analyse import GrepReport, TailReport, depths, event_text
 from rankscope.trace.decode import Event, TraceData
+from rankscope.trace.stacks import StackBuilder
 
 
 def _event_line(event: Event, indent: int = 0) -> str:
@@ -14,16 +15,24 @@ def _event_line(event: Event, indent: int = 0) -> str:
 
 
 def render_tail(report: TailReport) -> str:
+    """Per group: the open calls its processes share (innermost last), then the last events of one."""
     lines = []
     for group in report.groups:
         lines.append(
             f"{group.ranks} {group.where}  ({len(group.files)} process{'es' if len(group.files) != 1 else ''})"
         )
         first = group.files[0]
-        for event in first.events:
-            lines.append("    " + _event_line(event))
+        if group.stack:
+            lost = "; partial: the outer calls were overwritten in the ring" if group.partial else ""
+            lines.append(f"    open calls (innermost last{lost}):")
+            lines.extend(f"        {call.location}" for call in group.stack)
+        elif group.partial and first.last is not None:
+            lines.append("    open calls: not known (overwritten in the ring)")
+        if first.last is not None and first.last.kind != "stop":
+            lines.append(f"    last event: {first.last.kind} {first.last.location}")
         if first.events:
-            lines.append(f"    (last events of {os.path.basename(first.path)})")
+            lines.append(f"    last events of {os.path.basename(first.path)}:")
+            lines.extend("    " + _event_line(event) for event in first.events)
     for bad in report.unreadable:
         lines.append(f"unreadable: {bad.path}: {bad.reason}")
     return "\n".join(lines) + "\n"
@@ -53,8 +62,16 @@ def show_lines(trace: TraceData, events: Iterable[Event]) -> Iterator[str]:
         + (f" of {trace.capacity} records (wrapped {trace.wraps}x)" if trace.ring else "")
         + f", {trace.records} records"
     )
+    builder = StackBuilder()
     for event, level in depths(events):
+        builder.feed(event)
         yield _event_line(event, level)
-        if event.kind == "sample":
-            for file, line, name in event.stack[:-1]:
+        if event.kind in ("sample", "stack"):
+            for file, line, name in event.stack if event.kind == "stack" else event.stack[:-1]:
                 yield f"{'':32}{os.path.basename(file)}:{line} {name}"
+    thread = trace.meta.get("thread")
+    found = builder.stack(thread) if isinstance(thread, int) and not builder.stopped else None
+    if found is not None and found.calls:
+        lost = "; partial: the outer calls were overwritten in the ring" if found.partial else ""
+        yield f"# open calls of the thread that started tracing (innermost last{lost}):"
+        yield from (f"#     {call.location}" for call in found.calls)

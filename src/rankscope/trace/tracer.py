@@ -14,6 +14,9 @@ Hooks, cheapest correct one per Python version (bench/bench_trace.py, docs/trace
   ``f_trace_lines = False`` unless ``lines``. Threads started after ``start()`` are traced
   (``threading.settrace``); threads already running are not (``sys.monitoring`` sees all).
 
+At the start and at every lap of the ring (every chunk of ``--full``) each traced thread's whole
+stack is written (:meth:`Tracer.whole_stacks`), so a reader rebuilds the open calls after a wrap.
+
 Per event: one dict lookup keyed by ``id(code)`` (a code object's own hash walks its bytecode and
 constants: 4x slower on 3.11, 15x on 3.12), one clock read, three stores into the ``Q``
 memoryview, no allocation. Code objects are kept alive once seen, so their ids are never reused.
@@ -192,6 +195,9 @@ class Tracer:
         self._stop_sampler = threading.Event()
         self._tool: Optional[int] = None
         self._ring: Any = None  # the C hot path, where it is built
+        #: threads running before tracing started, which settrace/setprofile never reach (< 3.12)
+        self._untraced: set[int] = set()
+        self._thread_names: dict[tuple[int, str], int] = {}
         self._hooks = _make_c_hooks(self) or _make_hooks(self)
         self.hot_path = "c" if self._ring is not None else "python"
         self.running = False
@@ -229,7 +235,9 @@ class Tracer:
 
     def intern(self, code: Any) -> int:
         """The key of a code object for call events: ``id << 32 | firstline << 8``, or -1 when filtered out."""
-        key: int
+        key = self._ids.get(id(code))
+        if key is not None:  # the C table and the whole stacks both intern: one key per code object
+            return key
         try:
             if self.filter(code.co_filename):
                 key = (self._new_id(code) << 32) | ((code.co_firstlineno & 0xFFFFFF) << 8)
@@ -251,12 +259,15 @@ class Tracer:
     # -- start / stop -----------------------------------------------------------------------------
     def start(self) -> None:
         emit = self._hooks["emit"]
-        emit(fmt.MARK | (1 << 8))
+        emit(fmt.MARK | (fmt.MARK_START << 8))
         if self.calls:
             if _MONITORING:
                 self._start_monitoring()
             else:
+                self._untraced = set(sys._current_frames()) - {get_ident()}
                 self._start_settrace()
+            self.whole_stacks()  # the calls already open (a region started inside a function)
+        _progress_hook(self.progress)
         if self.sample_ms:
             self._sampler = threading.Thread(
                 target=self._sample_loop, name="rankscope-trace-sampler", daemon=True
@@ -268,6 +279,7 @@ class Tracer:
         if not self.running:
             return
         self.running = False
+        _progress_hook(None)
         if self._sampler is not None:
             self._stop_sampler.set()
             self._sampler.join(timeout=2.0)
@@ -284,7 +296,7 @@ class Tracer:
                 self._hooks["halt"]()
                 threading.settrace(None)  # type: ignore[arg-type,unused-ignore]
                 sys.settrace(None)
-        self._hooks["emit"](fmt.MARK | (2 << 8))
+        self._hooks["emit"](fmt.MARK | (fmt.MARK_STOP << 8))
         self.file.close(self._hooks["position"]())
 
     def _start_monitoring(self) -> None:
@@ -297,9 +309,13 @@ class Tracer:
         else:
             raise RuntimeError("every sys.monitoring profiler slot is taken by another tool")
         ev = mon.events
-        events = ev.PY_START | ev.PY_RETURN | ev.PY_UNWIND
+        # a generator's resume is a call and its yield a return, as settrace and setprofile see them:
+        # a suspended generator is not an open call
+        events = ev.PY_START | ev.PY_RETURN | ev.PY_UNWIND | ev.PY_RESUME | ev.PY_YIELD
         mon.register_callback(self._tool, ev.PY_START, self._hooks["start"])
+        mon.register_callback(self._tool, ev.PY_RESUME, self._hooks["start"])
         mon.register_callback(self._tool, ev.PY_RETURN, self._hooks["return"])
+        mon.register_callback(self._tool, ev.PY_YIELD, self._hooks["return"])
         mon.register_callback(self._tool, ev.PY_UNWIND, self._hooks["unwind"])
         if self.lines:
             mon.register_callback(self._tool, ev.LINE, self._hooks["line"])
@@ -313,7 +329,8 @@ class Tracer:
         if tool is None:
             return
         mon.set_events(tool, 0)
-        for event in (mon.events.PY_START, mon.events.PY_RETURN, mon.events.PY_UNWIND, mon.events.LINE):
+        ev = mon.events
+        for event in (ev.PY_START, ev.PY_RESUME, ev.PY_RETURN, ev.PY_YIELD, ev.PY_UNWIND, ev.LINE):
             mon.register_callback(tool, event, None)
         mon.free_tool_id(tool)
         self._tool = None
@@ -332,6 +349,7 @@ class Tracer:
             hook = self._c.TraceHook(ring, self.lines)
             threading.settrace(hook)
             sys.settrace(hook)
+            self._trace_open_frames(hook)
             return
         for_thread = self._hooks["for_thread"]
 
@@ -341,7 +359,104 @@ class Tracer:
             return hook(frame, event, arg)
 
         threading.settrace(bootstrap)
-        sys.settrace(for_thread(get_ident()))
+        first = for_thread(get_ident())
+        sys.settrace(first)
+        self._trace_open_frames(first.local)
+
+    def _trace_open_frames(self, local: Any) -> None:
+        """settrace reaches only frames entered later: the traced frames already open in this thread
+        get the local function too, so their returns are recorded (a profile function and
+        sys.monitoring see them anyway)."""
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            with contextlib.suppress(Exception):
+                if self.intern(frame.f_code) >= 0:
+                    frame.f_trace_lines = self.lines
+                    frame.f_trace = local
+            frame = frame.f_back
+
+    # -- whole stacks -----------------------------------------------------------------------------
+    def lap(self) -> int:
+        """The ring is full (``--full``: its chunk is written): start the next lap with every traced
+        thread's whole stack. Called from the hooks with the write position at 0; returns the next."""
+        tf = self.file
+        trigger = (0, 0)
+        with contextlib.suppress(Exception):
+            trigger = (tf.words[tf.end - 2], tf.words[tf.end - 1])  # the record that filled it
+        if tf.ring:
+            tf.wrapped()
+        else:
+            tf.flush_chunk()
+        if self.calls and tf.failed is None:
+            self.whole_stacks(trigger)
+        return int(self._hooks["position"]())
+
+    def whole_stacks(self, trigger: tuple[int, int] = (0, 0)) -> None:
+        """Every traced thread's open calls, outermost first, between a LAP and a LAP_END mark
+        (format.py). ``trigger``: (word, thread) of the record just written; when it is a return,
+        that frame, still on its thread's stack, is left out. Never raises; a lap's stacks take at
+        most 1/STACK_SHARE of the ring, and a thread that does not fit ends them without LAP_END."""
+        try:
+            emit = self._hooks["emit"]
+            budget = self.file.end // fmt.RECORD_WORDS // fmt.STACK_SHARE - 2
+            if budget < 1:
+                return
+            frames = sys._current_frames()
+            self._untraced &= set(frames)
+            emit(fmt.MARK | (fmt.MARK_LAP << 8))
+            returning = trigger[0] & 0xFF in (fmt.RETURN, fmt.UNWIND)
+            for tid, frame in frames.items():
+                if tid in self._untraced:
+                    continue
+                keys = self._open_keys(frame)
+                if returning and tid == trigger[1] and keys and keys[0] >> 32 == trigger[0] >> 32:
+                    keys = keys[1:]
+                cut = len(keys) > fmt.STACK_DEPTH
+                keys = keys[: fmt.STACK_DEPTH]
+                budget -= len(keys) + 1
+                if budget < 0:
+                    return
+                for key in reversed(keys):
+                    emit(key | fmt.STACK_FRAME, tid)
+                emit(self._thread_key(tid) | ((1 if cut else 0) << 8) | fmt.STACK_END, tid)
+            emit(fmt.MARK | (fmt.MARK_LAP_END << 8))
+        except Exception:  # never into the traced program: the reader marks the stack partial
+            pass
+
+    def _thread_key(self, tid: int) -> int:
+        """The thread's name as a names entry (``<thread>`` for its file), in the upper word: the
+        reader names the thread tracks with it. Read without threading's lock (a hook may hold it)."""
+        thread = getattr(threading, "_active", {}).get(tid)
+        name = getattr(thread, "name", None)
+        if not isinstance(name, str):
+            return 0
+        key = self._thread_names.get((tid, name))
+        if key is None:
+            code_id = self._next_id
+            self._next_id += 1
+            self.file.add_name(code_id, fmt.THREAD_FILE, 0, name[:200].replace("\t", " ").replace("\n", " "))
+            key = self._thread_names[tid, name] = code_id << 32
+        return key
+
+    def _open_keys(self, frame: Any) -> list[int]:
+        """The keys of the traced frames from ``frame`` outwards (innermost first)."""
+        keys = []
+        get = self._ids.get
+        while frame is not None:
+            code = frame.f_code
+            key = get(id(code))
+            if key is None:
+                key = self.intern(code)
+            if key >= 0:
+                keys.append(key)
+            frame = frame.f_back
+        return keys
+
+    def progress(self, step: Any) -> None:
+        """A ``rankscope.progress(step=...)`` call: the step into the ring (never raises)."""
+        with contextlib.suppress(Exception):
+            if self.running and 0 <= step < 1 << 56:
+                self._hooks["emit"]((int(step) << 8) | fmt.PROGRESS)
 
     # -- sampling ---------------------------------------------------------------------------------
     def _sample_loop(self) -> None:
@@ -379,6 +494,14 @@ class Tracer:
                 del previous[tid]
 
 
+def _progress_hook(note: Optional[Callable[[Any], None]]) -> None:
+    """``rankscope.progress`` steps go into the ring while tracing (``note``), or nowhere (None)."""
+    with contextlib.suppress(Exception):
+        from rankscope.inproc import progress
+
+        progress.trace_step = note
+
+
 def _load_c(lines: bool) -> Any:
     if os.environ.get("RANKSCOPE_TRACE_PURE") == "1":
         return None
@@ -410,7 +533,7 @@ def _make_c_hooks(tracer: Tracer) -> Optional[dict[str, Any]]:
     source = tf.mm if tf.ring else tf._chunk
     offset = fmt.HEADER_SIZE + tf.names_bytes if tf.ring else 0
     ticks = os.environ.get("RANKSCOPE_TRACE_CLOCK") != "monotonic"
-    wrap = tf.wrapped if tf.ring else tf.flush_chunk
+    wrap = tracer.lap
     ring = _ctrace.Ring(source, offset, tf.end, tracer.intern, wrap, disable, ticks)
     tracer._ring = ring
     if ring.uses_ticks():  # two calibration pairs 5 ms apart, so a ring killed at once still converts
@@ -446,7 +569,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
     tf = tracer.file
     buf = tf.words
     end = tf.end
-    wrap = tf.wrapped if tf.ring else tf.flush_chunk
+    wrap = tracer.lap
     get = tracer._ids.get
     intern = tracer.intern
     clock = perf_counter_ns
@@ -463,6 +586,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
         buf[i + 2] = tid or ident()
         i += 3
         if i >= end:
+            pos = 0  # the lap's whole stacks are written from the start
             i = wrap()
         pos = i
 
@@ -493,6 +617,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
             buf[i + 2] = ident()
             i += 3
             if i >= end:
+                pos = 0
                 i = wrap()
             pos = i
             return None
@@ -510,6 +635,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
             buf[i + 2] = ident()
             i += 3
             if i >= end:
+                pos = 0
                 i = wrap()
             pos = i
             return None
@@ -532,6 +658,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
             buf[i + 2] = ident()
             i += 3
             if i >= end:
+                pos = 0
                 i = wrap()
             pos = i
             return None
@@ -560,6 +687,7 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
             buf[i + 2] = tid
             i += 3
             if i >= end:
+                pos = 0
                 i = wrap()
             pos = i
             return local
@@ -582,10 +710,12 @@ def _make_hooks(tracer: Tracer) -> dict[str, Any]:
             buf[i + 2] = tid
             i += 3
             if i >= end:
+                pos = 0
                 i = wrap()
             pos = i
             return local
 
+        on_call.local = local  # type: ignore[attr-defined]  # for frames open when tracing starts
         return on_call
 
     hooks["for_thread"] = for_thread

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Optional
 
 #: Records buffered in memory by ``--full`` before one write (1.5 MiB).
-FULL_CHUNK_RECORDS = 1 << 16
+FULL_CHUNK_RECORDS = fmt.FULL_CHUNK_RECORDS
 #: Zeros written at a time where the filesystem cannot ``fallocate``.
 _ZEROS = 1 << 20
 

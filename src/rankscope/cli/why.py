@@ -1,0 +1,238 @@
+"""`rankscope why`: one verdict from every signal of a job (docs/why.md).
+
+The command line becomes one frozen :class:`WhyRequest`; this node's pass is rankscope.why.collect,
+`--from DIR` rankscope.why.saved, and a multi-node run derives every node's command line
+(``why --local --json ...``) from the same WhyOptions, as `stacks` does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import click
+
+from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.exit_help import epilog
+from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
+from rankscope.cli.params import from_params
+from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
+from rankscope.errors import ExitCode
+from rankscope.why.options import DEFAULT_TIMEOUT, WhyOptions
+
+if TYPE_CHECKING:
+    from rankscope.cluster.run import ClusterTarget
+    from rankscope.why.report import WhyReport
+    from rankscope.why.signals import Gathered
+
+
+@dataclass(frozen=True)
+class WhyRequest:
+    options: WhyOptions
+    cluster: Optional[ClusterTarget] = None
+    as_json: bool = False
+    out_dir: Optional[Path] = None
+    force: bool = False
+    local: bool = False
+    remote_rankscope: str = "rankscope"
+    from_dir: Optional[Path] = None
+
+    def node_argv(self) -> list[str]:
+        assert self.cluster is not None
+        options = self.options.for_node(self.cluster.node_timeout)
+        if self.cluster.jobid:
+            options = replace(options, slurm_job=self.cluster.jobid)
+        return [self.remote_rankscope, *options.to_argv()]
+
+
+def read_request(params: Mapping[str, Any]) -> WhyRequest:
+    cluster = cluster_target(params) if cluster_requested(params) and not params["local"] else None
+    return from_params(WhyRequest, params, options=from_params(WhyOptions, params), cluster=cluster)
+
+
+HELP = """Why is the job stuck or dead? One verdict from every signal: the culprit
+rank(s), the cause, the line of your code, and the evidence, each line naming its source.
+
+With no target, looks at the distributed job on this node. In one pass, within
+--timeout: every rank's stacks (py-spy, or the in-process handler where py-spy is
+refused), the flight recorders (live from ranks started with RANKSCOPE_INPROC=1,
+or --fr dumps), progress markers, the node's GPUs (utilisation, memory, ECC
+errors, their processes), the ranks that already ended (exit status) and their
+crash/SIGTERM dumps, torchelastic error files, the job's output (found without
+asking: the launcher's stdout/stderr when they are files, torchrun --log-dir,
+SLURM's StdOut/StdErr; or --log) with the scheduler's words in it, kernel
+messages (OOM kills, segfaults, NVIDIA Xid), cores written since the job started
+(or --cores DIR) and trace rings (--trace DIR). A signal that is absent or
+refused is a line of the report, never a failure.
+
+\b
+Examples:
+  rankscope why                              # the job on this node
+  rankscope why --pid 4242                   # a launcher (its workers) or one worker
+  rankscope why --log job.log                # a job that is gone: its output
+  rankscope why --log job.log --fr /tmp/fr/ --cores /var/crash/
+  rankscope why --log job.log --trace traces/  # + where each rank's trace ring last was
+  rankscope why --json | jq .verdict         # schema rankscope.why/1 (docs/why.md)
+  rankscope why --out bundle/                # every raw signal kept (private; secrets removed)
+  rankscope why --from bundle/               # weigh a kept bundle (or a stacks --out dir) again
+  rankscope why --hosts node[1-4]            # every node (each runs why --local --json)
+
+Exit code 15 means a cause was named, 0 that nothing wrong was seen, 4 that the
+evidence is too partial to judge.
+"""
+
+COLLECTING = {
+    "pids": "--pid", "logs": "--log", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
+}  # fmt: skip
+
+
+@click.command(help=HELP, epilog=epilog("why"))
+@click.option(
+    "--pid", "pids", type=int, multiple=True, metavar="PID", help="A launcher or worker pid (repeatable)."
+)
+@click.option(
+    "--log", "logs", multiple=True, metavar="FILE", help="The job's output: a file or directory (repeatable)."
+)
+@click.option("--fr", metavar="DUMPS", default=None, help="Flight-recorder dumps (a directory or PREFIX).")
+@click.option("--cores", metavar="DIR", default=None, help="A directory of the job's core files.")
+@click.option(
+    "--trace", metavar="DIR", default=None, help="The job's trace rings (`rankscope trace run --out DIR`)."
+)
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    default=None,
+    help="Weigh a `why --out` bundle, a `stacks --out` directory or a capture again, instead of collecting.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.5),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="One deadline for the whole pass.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema rankscope.why/1).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Keep every raw signal here as a bundle (mode 0700/0600; secret-looking variables removed).",
+)
+@FORCE_OPTION
+@click.option("--local", is_flag=True, help="Only this node (the default without --hosts/--jobid).")
+@cluster_options
+@REMOTE_RANKSCOPE_OPTION
+@click.option(
+    "--slurm-job", metavar="JOBID", hidden=True, help="Only processes of SLURM job JOBID on this node."
+)
+def why(**params: Any) -> int:
+    from rankscope.stacks.local import process_started
+
+    started = process_started() or time.monotonic()
+    request = read_request(params)
+    if request.from_dir is not None:
+        given = [flag for name, flag in COLLECTING.items() if params.get(name)]
+        if given or cluster_requested(params):
+            raise click.UsageError(
+                f"--from reads a kept bundle; {', '.join(given) or '--hosts'} cannot be used with it"
+            )
+        from rankscope.why.saved import read_from
+
+        gathered = read_from(request.from_dir)
+        return finish(request, gathered, started)
+    check_out_dir(request.out_dir, request.force)
+    if request.cluster is not None:
+        from rankscope.cli.why_cluster import run_cluster_why
+
+        return run_cluster_why(request, started)
+    from rankscope.cli.progress import tty_progress
+    from rankscope.lifetime import StopSignals
+    from rankscope.why.collect import gather_local
+
+    progress = tty_progress()
+    try:
+        with StopSignals() as stop:
+            gathered = gather_local(
+                request.options, progress, stop, for_head=request.local and request.as_json
+            )
+    finally:
+        if progress is not None:
+            progress.clear()
+    gone = bad_pids(request, gathered)
+    if gone:
+        from rankscope.errors import BadInputError
+
+        raise BadInputError(f"{gone}: no such process (it exited or never existed)",
+                            "a job that is gone: rankscope why --log ITS_OUTPUT (--fr DUMPS, --cores DIR)")  # fmt: skip
+    code = finish(request, gathered, started)
+    if stop.signum:
+        sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
+        return 128 + stop.signum
+    return code
+
+
+def bad_pids(request: WhyRequest, gathered: Gathered) -> str:
+    """Every --pid named is gone and nothing else was named: the pids, for one error line; "" otherwise."""
+    from rankscope.model import FailureKind
+
+    stacks = gathered.stacks
+    if not request.options.pids or request.options.post_mortem_only or request.options.logs:
+        return ""
+    if stacks is None or stacks.processes or not stacks.failures:
+        return ""
+    if all(f.kind == FailureKind.GONE for f in stacks.failures):
+        return ", ".join(f.target for f in stacks.failures)
+    return ""
+
+
+def exit_code_of(report: WhyReport) -> int:
+    from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING
+
+    if report.outcome == CAUSE:
+        return int(ExitCode.CAUSE_NAMED)
+    if report.outcome == NO_PROBLEM:
+        return int(ExitCode.OK)
+    if report.outcome == NOTHING:
+        return int(ExitCode.NOTHING_FOUND)
+    return int(ExitCode.PARTIAL)
+
+
+def finish(request: WhyRequest, gathered: Gathered, started: float) -> int:
+    """Weigh, print (text or JSON), keep the bundle (--out); the exit code."""
+    from rankscope.why.render import render_text
+    from rankscope.why.report import report_document
+    from rankscope.why.weigh import weigh
+
+    if request.out_dir is not None and gathered.environ:
+        from rankscope.why.secrets import without_secrets
+
+        removed = without_secrets(gathered.environ)[1]
+        if removed:
+            gathered.notes.append(
+                f"bundle: secret-looking variables removed from environment.txt: {', '.join(removed)}"
+            )
+    report = weigh(gathered, time.monotonic() - started)
+    document = report_document(report)
+    text = render_text(report) if not request.as_json or request.out_dir is not None else ""
+    if request.out_dir is not None:
+        from rankscope.cli.why_out import write_bundle
+
+        write_bundle(request.out_dir, gathered, document, text, request.force)
+    if request.as_json:
+        sys.stdout.write(json.dumps(document, indent=None if request.local else 2) + "\n")
+    else:
+        sys.stdout.write(text)
+        if request.out_dir is not None:
+            sys.stdout.write(f"\nbundle: {request.out_dir}/\n")
+    sys.stdout.flush()
+    return exit_code_of(report)

@@ -1,0 +1,112 @@
+"""Pure: snapshots of the job in, reasons to capture out. No I/O, no clock of its own.
+
+- **Stall**: no rank's progress marker advanced for ``stall`` seconds; for a job that records no
+  markers, its output files unchanged (size and modification time) for as long. The clock starts
+  at the first look that finds workers and restarts whenever anything advances, when new workers
+  appear (an elastic restart), and when the caller says a suspected stall was not one
+  (:meth:`Decider.not_stalled`: the ranks' stacks moved). One stall is reported once: the next
+  needs an advance first.
+- **Straggler**: a rank whose step is ``straggler_steps`` or more behind the most advanced rank;
+  reported once until it catches up.
+- **Death**: a worker that exited with an error (or by a signal, or died leaving its progress
+  marker behind) while other workers of the last look live (the new workers of an elastic restart
+  are not "others": the old generation's last rank going is the end of its teardown). A worker
+  whose exit code reads 0 is a rank that finished.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rankscope.folding import fold_ints
+from rankscope.watch.model import Reason, Snapshot, Trigger
+
+MARKERS = "progress markers"
+OUTPUTS = "output files"
+
+
+@dataclass
+class Decider:
+    stall: float
+    straggler_steps: int
+    #: When something last advanced (None until the first look that found workers).
+    last_advance: Optional[float] = None
+    calls: dict[int, int] = field(default_factory=dict)
+    outputs: dict[str, tuple[int, float]] = field(default_factory=dict)
+    stalled: bool = False
+    behind: set[int] = field(default_factory=set)
+    #: The workers of the last look: a death counts only while others of its own generation live.
+    previous: set[int] = field(default_factory=set)
+
+    def not_stalled(self, now: float) -> None:
+        """A suspected stall was not one: the clock starts again."""
+        self.last_advance, self.stalled = now, False
+
+    def decide(self, snap: Snapshot) -> list[Trigger]:
+        triggers = self._deaths(snap)
+        self.previous = {r.pid for r in snap.ranks}
+        if not snap.ranks:
+            return triggers
+        advanced = self._advanced(snap)
+        if advanced or self.last_advance is None:
+            self.last_advance, self.stalled = snap.now, False
+        watched = self._watched(snap)
+        if watched and not self.stalled and snap.now - self.last_advance >= self.stall:
+            self.stalled = True
+            quiet = snap.now - self.last_advance
+            triggers.append(
+                Trigger(Reason.STALL, f"no {watched[:-1]} advanced for {quiet:.0f} s", signal=watched)
+            )
+        straggler = self._stragglers(snap)
+        if straggler is not None:
+            triggers.append(straggler)
+        return triggers
+
+    def _deaths(self, snap: Snapshot) -> list[Trigger]:
+        failed = [e for e in snap.exits if e.failed]
+        # The others: workers already there at the last look (an elastic restart's new workers are not).
+        alive = sum(1 for r in snap.ranks if r.pid in self.previous)
+        if not failed or not alive:
+            return []
+        ranks = tuple(sorted(e.rank for e in failed if e.rank is not None))
+        words = "; ".join(e.describe() for e in failed)
+        others = "another rank still ran" if alive == 1 else f"{alive} other ranks still ran"
+        return [Trigger(Reason.DEATH, f"{words} while {others}", ranks)]
+
+    def rebase_outputs(self, outputs: tuple[tuple[str, int, float], ...]) -> None:
+        """The output files as they are now are no news (the watcher's own line went into one)."""
+        self.outputs = {path: (size, mtime) for path, size, mtime in outputs}
+
+    def _advanced(self, snap: Snapshot) -> bool:
+        """Whether anything says the job moved: a marker advanced (the output files only count
+        for a job that records no markers), or workers came or went."""
+        calls = {r.pid: r.calls for r in snap.ranks if r.calls}
+        outputs = {path: (size, mtime) for path, size, mtime in snap.outputs}
+        changed = bool(snap.exits) or any(self.calls.get(pid) != n for pid, n in calls.items())
+        if not calls:
+            changed = changed or outputs != self.outputs
+        self.calls, self.outputs = {**self.calls, **calls}, outputs
+        return changed
+
+    def _watched(self, snap: Snapshot) -> str:
+        """What says the job advances: its markers when any rank records one, else its output files."""
+        if any(r.calls for r in snap.ranks):
+            return MARKERS
+        return OUTPUTS if snap.outputs else ""
+
+    def _stragglers(self, snap: Snapshot) -> Optional[Trigger]:
+        steps = {r.rank: r.step for r in snap.ranks if r.rank is not None and r.step is not None}
+        if len(steps) < 2 or self.straggler_steps <= 0:
+            self.behind = set()
+            return None
+        top = max(steps.values())
+        behind = {rank for rank, step in steps.items() if top - step >= self.straggler_steps}
+        new = behind - self.behind
+        self.behind = behind
+        if not new:
+            return None
+        slowest = min(steps[rank] for rank in new)
+        plural = "s" if len(new) > 1 else ""
+        text = f"rank{plural} {fold_ints(sorted(new))} at step {slowest}, {top - slowest} steps behind (step {top})"
+        return Trigger(Reason.STRAGGLER, text, tuple(sorted(new)))

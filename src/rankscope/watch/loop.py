@@ -1,0 +1,345 @@
+"""The watching loop: look at the job every ``interval`` seconds, wake at once when a process of it
+exits, and capture what :mod:`rankscope.watch.decide` says is worth it.
+
+The job is never signalled (unless ``--then kill`` after a stall capture, or a SIGINT/SIGTERM the
+watcher received while it runs the job itself, which it forwards to the job's process group) and
+never stopped: until a stall is suspected, the watcher only reads /proc and small files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from rankscope import procfs
+from rankscope.procs import launcher_kind
+from rankscope.watch import collect
+from rankscope.watch.capture import CaptureResult, copy_dumps, run_capture
+from rankscope.watch.confirm import confirm_stall
+from rankscope.watch.decide import Decider
+from rankscope.watch.index import append_index, new_capture_dir, write_private
+from rankscope.watch.model import Exit, Reason, Snapshot, Trigger, WatchOptions
+from rankscope.watch.render import capture_line, note
+
+if TYPE_CHECKING:
+    import subprocess
+
+
+@dataclass
+class JobHandle:
+    """The job: the processes at its top, and the launcher process when the watcher started it."""
+
+    roots: list[int]
+    process: Optional[subprocess.Popen[bytes]] = None
+    #: The SLURM job: its processes on this node are watched, and a capture covers every node.
+    jobid: Optional[str] = None
+
+    def tops(self) -> list[int]:
+        """Where the workers are looked for: the roots, and the SLURM job's processes on this node."""
+        if self.jobid is None:
+            return list(self.roots)
+        from rankscope.cluster.slurm_local import slurm_job_pids
+        from rankscope.errors import NothingFoundError
+
+        try:
+            return list(dict.fromkeys([*self.roots, *slurm_job_pids(self.jobid)]))
+        except NothingFoundError:
+            return list(self.roots)
+
+    def ended(self) -> bool:
+        if self.process is not None:
+            return self.process.poll() is not None
+        return not any(collect.alive(pid) for pid in self.roots)
+
+    def exit_code(self) -> int:
+        """The launcher's exit code as a shell reports it (128+N for a signal); 0 for an attached job."""
+        if self.process is None:
+            return 0
+        code = self.process.wait()
+        return 128 - code if code < 0 else code
+
+    def terminate(self) -> None:
+        """SIGTERM to the job (its launcher's process group when the watcher started it)."""
+        for pid in self.roots:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if self.process is not None:
+                    os.killpg(pid, signal.SIGTERM)
+                else:
+                    os.kill(pid, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def forwarding(job: JobHandle, forwarded: Callable[[int], None]) -> Iterator[None]:
+    """While the watcher runs the job itself: SIGINT and SIGTERM go on to the job's process group
+    (the job is in a session of its own: a terminal's Ctrl-C reaches only the watcher)."""
+    if job.process is None:
+        yield
+        return
+    pgid = job.process.pid
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded(signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def requests() -> Iterator[int]:
+    """SIGUSR1 to the watcher asks for a capture now: a descriptor that becomes readable when it comes."""
+    read, write = os.pipe()
+    for fd in (read, write):
+        os.set_blocking(fd, False)
+
+    def asked(_signum: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.write(write, b"!")
+
+    previous = signal.signal(signal.SIGUSR1, asked)
+    try:
+        yield read
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        os.close(read)
+        os.close(write)
+
+
+REQUESTED = Trigger(
+    Reason.REQUEST, "SIGUSR1: a capture asked for (a scheduler's warning before the time limit)"
+)
+
+
+@dataclass
+class Watcher:
+    job: JobHandle
+    out: Path
+    verb: str
+    options: WatchOptions
+    say: Callable[[str], None]
+    workers: dict[int, collect.Watched] = field(default_factory=dict)
+    #: Every worker seen, for the dumps they leave.
+    seen: dict[int, collect.Watched] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
+    captures: list[Path] = field(default_factory=list)
+    #: The captures of deaths: where the teardown's dumps belong.
+    death_captures: list[Path] = field(default_factory=list)
+    failed_exits: list[Exit] = field(default_factory=list)
+    _told_max: bool = False
+    _told_blind: bool = False
+    #: Since when the workers run with neither markers nor output files to watch.
+    _blind_since: Optional[float] = None
+    #: The signal passed on to the job: the ranks that die now were told to (no death is captured).
+    stopped_by: Optional[int] = None
+
+    def _stopping(self, signum: int) -> None:
+        self.stopped_by = signum
+
+    def run(self) -> int:
+        decider = Decider(self.options.stall, self.options.straggler_steps)
+        with (
+            selectors.DefaultSelector() as selector,
+            forwarding(self.job, self._stopping),
+            requests() as asked,
+        ):
+            self.selector = selector
+            selector.register(asked, selectors.EVENT_READ, REQUESTED)
+            root_fds = [fd for fd in (collect.open_pidfd(pid) for pid in self.job.roots) if fd >= 0]
+            for fd in root_fds:
+                selector.register(fd, selectors.EVENT_READ, None)
+            next_look = next_scan = time.monotonic()
+            try:
+                while not self.job.ended():
+                    exits: list[Exit] = []
+                    for key, _ in selector.select(max(0.0, next_look - time.monotonic())):
+                        if isinstance(key.data, collect.Watched):
+                            exits.append(self._exited(key.data))
+                        elif key.data is REQUESTED:
+                            with contextlib.suppress(OSError):
+                                os.read(asked, 64)
+                            self._act(REQUESTED, decider)
+                    now = time.monotonic()
+                    if now < next_look and not exits:
+                        continue
+                    if exits or now >= next_scan or not self.workers:
+                        self._scan()
+                        next_scan = now + self.options.rescan
+                    snap = self._snapshot(now, exits)
+                    triggers = decider.decide(snap)
+                    for trigger in triggers:
+                        self._act(trigger, decider)
+                    if triggers:
+                        decider.rebase_outputs(collect.output_states(self.outputs))
+                    next_look = time.monotonic() + self.options.interval
+            finally:
+                for fd in root_fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                for worker in self.workers.values():
+                    worker.close()
+        code = self.job.exit_code()
+        self._at_end(code)
+        return code
+
+    # --- looking ------------------------------------------------------------------------------
+
+    def _exited(self, worker: collect.Watched) -> Exit:
+        gone = collect.exit_of(worker)
+        self.selector.unregister(worker.pidfd)
+        worker.close()
+        self.workers.pop(worker.pid, None)
+        if gone.failed:
+            self.failed_exits.append(gone)
+        return gone
+
+    def _scan(self) -> None:
+        """Find the workers again: new ones (an elastic restart, a late start) get a pidfd."""
+        for worker in collect.find_workers(self.job.tops()):
+            if worker.pid in self.workers or not collect.alive(worker.pid):
+                continue
+            worker.pidfd = collect.open_pidfd(worker.pid)
+            if worker.pidfd >= 0:
+                self.selector.register(worker.pidfd, selectors.EVENT_READ, worker)
+            self.workers[worker.pid] = worker
+            self.seen[worker.pid] = worker
+        for pid, worker in list(self.workers.items()):
+            if worker.pidfd < 0 and not collect.alive(pid):  # no pidfd: noticed here instead
+                self.workers.pop(pid)
+        self.outputs = collect.output_files([*self.job.roots, *self.workers])
+
+    def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
+        ranks = tuple(worker.sample() for worker in self.workers.values())
+        outputs = collect.output_states(self.outputs)
+        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks)
+        if not blind:
+            self._blind_since = None
+        elif self._blind_since is None:
+            self._blind_since = now
+        elif now - self._blind_since >= self.options.stall and not self._told_blind:
+            self._told_blind = True
+            self.say(
+                note(
+                    f"no progress markers (rankscope.progress) and no output files for {self.options.stall:g} s: "
+                    "a stall is noticed once either appears; deaths are watched"
+                )
+            )
+        return Snapshot(now, ranks, tuple(exits), outputs)
+
+    # --- acting -------------------------------------------------------------------------------
+
+    def _act(self, trigger: Trigger, decider: Decider) -> None:
+        if trigger.reason == Reason.DEATH and self.stopped_by is not None:
+            return  # the job is ending because its user said so
+        if len(self.captures) >= self.options.max_captures:
+            if not self._told_max:
+                self._told_max = True
+                self.say(
+                    note(
+                        f"{trigger.reason.value} ({trigger.text}): not captured, --max-captures "
+                        f"{self.options.max_captures} reached"
+                    )
+                )
+            return
+        confirmed: Optional[str] = None
+        if trigger.reason == Reason.STALL and self.options.confirm and self.workers:
+            check = confirm_stall(sorted(self.workers), min(1.0, self.options.interval))
+            if check.stalled is None and not any(collect.alive(pid) for pid in self.workers):
+                return  # they could not be sampled because they are gone: the job is ending
+            if check.stalled is False:
+                decider.not_stalled(time.monotonic())
+                self.say(
+                    note(f"quiet ({trigger.text}) but the ranks' stacks move ({check.text}): watching on")
+                )
+                return
+            confirmed = check.text
+        self._capture(trigger, confirmed)
+        if trigger.reason == Reason.STALL and self.options.then == "kill":
+            self.say(note("--then kill: SIGTERM to the job"))
+            self.job.terminate()
+
+    def _targets(self) -> list[str]:
+        """What the capture is pointed at: the SLURM job (every node), else the launchers at the top
+        of the job, else its workers."""
+        if self.job.jobid is not None:
+            return ["--jobid", self.job.jobid]
+        pids = []
+        for pid in self.job.roots:
+            entry = procfs.process(pid)
+            if entry is not None and launcher_kind(entry) is not None:
+                pids.append(pid)
+        pids = pids or sorted(self.workers) or list(self.job.roots)
+        return [word for pid in pids for word in ("--pid", str(pid))]
+
+    def _capture(self, trigger: Trigger, confirmed: Optional[str]) -> None:
+        directory = new_capture_dir(self.out, trigger.reason.value)
+        self.captures.append(directory)
+        if trigger.reason == Reason.DEATH:
+            self.death_captures.append(directory)
+        result = run_capture(self.verb, self._targets(), directory, self.options.capture_timeout)
+        self._record(trigger, result, confirmed)
+
+    def _record(self, trigger: Trigger, result: CaptureResult, confirmed: Optional[str]) -> None:
+        entry: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "reason": trigger.reason.value,
+            "trigger": trigger.text,
+            "trigger_ranks": list(trigger.ranks),
+            "dir": result.directory.name,
+            "verb": result.verb,
+            "verdict": result.verdict,
+            "ranks": result.ranks,
+            "returncode": result.returncode,
+            "timed_out": result.timed_out,
+        }
+        if confirmed is not None:
+            entry["confirmed"] = confirmed
+        with contextlib.suppress(OSError):
+            write_private(
+                result.directory, "watch.json", json.dumps({**entry, "argv": result.argv}, indent=1).encode()
+            )
+            if result.document is not None:
+                write_private(result.directory, "watch-document.json", json.dumps(result.document).encode())
+            if result.errors:
+                write_private(result.directory, "watch-stderr.txt", result.errors.encode())
+        append_index(self.out, entry)
+        self.say(capture_line(trigger, result.verdict, result.ranks, str(result.directory)))
+
+    def _at_end(self, code: int) -> None:
+        """The job ended: the dumps its ranks left go into the last capture of a death (else the last
+        capture); a job that failed without any capture gets one of its own."""
+        dumps = [path for worker in self.seen.values() for path in collect.handler_dumps(worker)]
+        homes = self.death_captures or self.captures
+        home: Optional[Path] = homes[-1] if homes else None
+        if home is not None:
+            copied = copy_dumps(dumps, home)
+            if copied:
+                self.say(note(f"{len(copied)} in-process dump(s) of the ranks' ends added to {home}"))
+            return
+        if code == 0 and not self.failed_exits:
+            return
+        if not dumps and not self.failed_exits:
+            return  # nothing of the ranks to keep: the exit code says it all
+        if self.stopped_by == signal.SIGINT or (self.stopped_by is not None and not dumps):
+            return  # Ctrl-C: the user ended it; a SIGTERM (a scheduler's) keeps what the ranks dumped
+        text = f"the job exited with code {code}" if self.job.process is not None else "the job ended"
+        ranks = tuple(sorted(e.rank for e in self.failed_exits if e.rank is not None))
+        trigger = Trigger(Reason.END, "; ".join([text, *(e.describe() for e in self.failed_exits)]), ranks)
+        directory = new_capture_dir(self.out, Reason.END.value)
+        self.captures.append(directory)
+        copied = copy_dumps(dumps, directory)
+        verdict = f"{len(copied)} rank dump(s) of the teardown kept" if copied else "no rank left a dump"
+        result = CaptureResult(directory, "", [], None, verdict=verdict, ranks=list(ranks))
+        self._record(trigger, result, None)

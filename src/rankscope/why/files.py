@@ -1,0 +1,276 @@
+"""What ranks leave behind, read for `rankscope why` (I/O; each file opened without following a link or
+blocking, and read only when it is a regular file, within a size bound): the ranks' ``.crash`` and
+``.term`` dumps in their runtime directories (faulthandler's text, read by stacks/inproc_text.py),
+torchelastic error files, core files' notes, trace rings, flight-recorder dumps."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from rankscope.why.report import ABSENT, FAILED, READ, CoreInfo, RankFile
+from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    from rankscope.stacks.report import StacksReport
+
+#: The most of one rank file (crash, term, error file) read.
+FILE_MAX = 4 << 20
+
+
+def runtime_files(
+    directories: Iterable[tuple[str, int]], pids: set[int], since: float, host: str
+) -> tuple[list[RankFile], dict[int, int]]:
+    """The ranks' ``.crash``/``.term`` dumps in their runtime directories (of the job's pids, or
+    written since the job started), and pid -> rank from every file name there."""
+    from rankscope.inproc import runtime
+
+    files: list[RankFile] = []
+    ranks: dict[int, int] = {}
+    for directory, uid in directories:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            parsed = runtime.parse_name(name)
+            if parsed is None or parsed[0] != host:
+                continue
+            _, rank, pid, kind = parsed
+            path = os.path.join(directory, name)
+            if rank is not None and (pid in pids or kind in ("crash", "term")):
+                ranks.setdefault(pid, rank)
+            if kind not in ("crash", "term"):
+                continue
+            try:
+                if pid not in pids and os.lstat(path).st_mtime < since:
+                    continue
+                text = runtime.read_owned(path, uid, FILE_MAX).decode("utf-8", "replace")
+            except OSError:
+                continue
+            item = rank_file(path, text)
+            if item is not None:
+                files.append(item)
+            if rank is not None:
+                ranks.setdefault(pid, rank)
+    return files, ranks
+
+
+def rank_file(path: str, text: str) -> Optional[RankFile]:
+    """A rank's ``<base>.crash`` or ``<base>.term`` (faulthandler's text) as a RankFile; None when empty."""
+    from rankscope.inproc import runtime
+    from rankscope.stacks.inproc_text import parse_faulthandler
+
+    name = os.path.basename(path)
+    parsed = runtime.parse_name(name)
+    rank, pid = (parsed[1], parsed[2]) if parsed is not None else (None, None)
+    kind = "term" if name.endswith(".term") else "crash"
+    if not text.strip():
+        return None
+    crashed = re.search(
+        r"^Current thread 0x([0-9a-fA-F]+)", text, re.MULTILINE
+    )  # the thread that got the signal
+    try:
+        threads = parse_faulthandler(
+            text, pid or 0, main_ident=int(crashed.group(1), 16) if crashed else None
+        )
+    except ValueError:
+        threads = []
+    current = next((t for t in threads if t.frames), None)
+    location = user_frame_words(current.frames) if current is not None else None
+    head = next((line for line in text.splitlines() if line.startswith("Fatal Python error")), "")
+    what = head or ("SIGTERM" if kind == "term" else "a fatal signal")
+    return RankFile(kind, path, rank, pid, location, what)
+
+
+def user_frame_words(frames: Iterable[object]) -> Optional[str]:
+    from rankscope.model import Frame
+    from rankscope.stacks.explain import is_library
+    from rankscope.why.findings import frame_words
+
+    user = [f for f in frames if isinstance(f, Frame) and not is_library(f) and f.line]
+    return frame_words(user[-1]) if user else None
+
+
+def error_file(path: str) -> Optional[RankFile]:
+    """A torchelastic error file (``@record``'s JSON): the exception, its time and the user's frame."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = f.read(FILE_MAX)
+    try:
+        data = json.loads(raw)
+        message = data["message"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(message, str):
+        return RankFile(
+            "error_file", path, None, what=message.strip().splitlines()[-1] if message.strip() else ""
+        )
+    if not isinstance(message, dict):
+        return None
+    text = str(message.get("message", "")).strip()
+    extra = message.get("extraInfo") or {}
+    stack = str(extra.get("py_callstack", "")) if isinstance(extra, dict) else ""
+    location = None
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', stack)
+    user = [f for f in frames if "/site-packages/" not in f[0] and "/lib/python" not in f[0]]
+    if user:
+        file, line, function = user[-1]
+        location = f"{function} ({os.path.basename(file)}:{line})"
+    when = str(extra.get("timestamp", "")) if isinstance(extra, dict) else ""
+    moment = None
+    if when.isdigit():
+        moment = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(int(when)))
+    last = text.splitlines()[-1] if text else ""
+    return RankFile("error_file", path, None, location=location, what=last, time=moment)
+
+
+def log_dir_errors(log_dirs: Iterable[str], since: float, stacks: Optional[StacksReport]) -> list[RankFile]:
+    """``<log-dir>/<run id>/attempt_<n>/<local rank>/error.json`` written since ``since``; the global
+    rank from the local rank and the node's place (node rank x local world size, as its live ranks say)."""
+    node = None
+    for process in stacks.processes if stacks is not None else []:
+        rank = process.rank
+        if rank.node_rank is not None and rank.local_world_size:
+            node = (rank.node_rank, rank.local_world_size)
+            break
+    out = []
+    for directory in log_dirs:
+        for path in sorted(Path(directory).glob("*/attempt_*/*/error.json")):
+            try:
+                if path.is_symlink() or path.stat().st_mtime < since:
+                    continue
+            except OSError:
+                continue
+            item = error_file(str(path))
+            if item is None:
+                continue
+            local = path.parent.name
+            if local.isdigit() and node is not None:
+                item.rank = node[0] * node[1] + int(local)
+            out.append(item)
+    return out
+
+
+def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
+    """The notes of every core in ``directory`` (``--cores DIR``, or a bundle's ``cores/``)."""
+    try:
+        os.listdir(directory)
+    except OSError as err:
+        gathered.signal("cores", FAILED, f"{directory}: {err.strerror or err}")
+        return
+    found = _cores_in([directory], gathered, since)
+    gathered.signal(
+        "cores", READ if found else ABSENT, f"{directory}: {found} core{'s' if found != 1 else ''}"
+    )
+
+
+def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
+    """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
+    the job's working directory, apport's and systemd's places): a rank that crashed and is gone."""
+    from rankscope.core.listing import default_places
+
+    try:
+        pattern: Optional[str] = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    except OSError:
+        pattern = None
+    if pattern is not None and pattern.startswith("|"):
+        pattern = None  # piped to a program (systemd-coredump, apport): `rankscope core list` finds those
+    places = default_places(pattern, cwd or "/nonexistent")
+    found = _cores_in(places, gathered, since)
+    where = ", ".join(p for p in places if os.path.isdir(p))
+    gathered.signal(
+        "cores",
+        READ if found else ABSENT,
+        f"{found} written since the job started ({where})"
+        if found
+        else f"none since the job started ({where})",
+    )
+
+
+def _cores_in(directories: Iterable[str], gathered: Gathered, since: float) -> int:
+    from rankscope.core.listing import is_core
+    from rankscope.core.notes import NotACoreError, read_notes
+
+    found = 0
+    for directory in directories:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                if since and os.lstat(path).st_mtime < since:
+                    continue
+            except OSError:
+                continue
+            if not is_core(path):
+                continue
+            try:
+                notes = read_notes(path)
+            except (NotACoreError, OSError) as err:
+                gathered.notes.append(f"core {path}: {err}")
+                continue
+            rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
+            rank = int(rank_text) if rank_text and rank_text.isdigit() else None
+            gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
+            found += 1
+            if notes.pid is not None and rank is not None:
+                gathered.pid_rank.setdefault(notes.pid, rank)
+    return found
+
+
+def read_traces(path: str, gathered: Gathered) -> None:
+    """Where each rank's trace ring (``rankscope trace run``) last saw it; only the end of each file is read."""
+    from rankscope.errors import RankscopeError
+    from rankscope.trace.analyse import where
+    from rankscope.trace.collect import open_trace, trace_files
+    from rankscope.trace.decode import read_tail
+
+    try:
+        files = trace_files(path)
+    except RankscopeError as err:
+        gathered.signal("trace rings", FAILED if os.path.lexists(path) else ABSENT, err.message)
+        return
+    unreadable = 0
+    for file in files:
+        try:
+            with open_trace(file) as opened:
+                data = read_tail(opened.layout, opened.source, 1)
+        except RankscopeError:
+            unreadable += 1
+            continue
+        if data.rank is not None:
+            gathered.traced[data.rank] = where(data)
+    detail = f"{path}: {len(gathered.traced)} ranks" + (
+        f", {unreadable} files unreadable" if unreadable else ""
+    )
+    gathered.signal("trace rings", READ if gathered.traced else FAILED, detail)
+
+
+def read_fr(path: str, gathered: Gathered) -> None:
+    from rankscope.errors import RankscopeError
+    from rankscope.fr.align import analyse
+    from rankscope.fr.collect import read_dumps
+
+    try:
+        collected = read_dumps(Path(path))
+    except (RankscopeError, OSError) as err:
+        gathered.signal("flight recorders", FAILED, f"{path}: {getattr(err, 'message', err)}")
+        return
+    report = analyse(collected.dumps, collected.unreadable, None, collected.refused)
+    gathered.fr = report
+    state = ABSENT if report.empty else READ
+    gathered.signal("flight recorders", state, f"{path}: {len(collected.dumps)} dumps; {report.headline}")

@@ -1,0 +1,170 @@
+"""The job's own output for `rankscope why` (I/O): found without asking (the launcher's and ranks'
+stdout/stderr when they are regular files, never a pipe or a terminal; torchrun ``--log-dir``;
+SLURM's StdOut/StdErr), read by `logs errors` within the pass's deadline, and the scheduler's
+words at the end of each file."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, cast
+
+from rankscope.why.report import FAILED, READ
+from rankscope.why.scheduler import scheduler_findings
+from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    from rankscope.stacks.collect import Stop
+
+
+def _left(deadline: float) -> float:
+    return max(0.1, deadline - time.monotonic())
+
+
+_LOG_DIR = re.compile(r"^--log[-_]dir(?:=(.*))?$")
+#: The end of each output file searched for the scheduler's words (they are among its last lines).
+SCHEDULER_TAIL = 1 << 20
+
+
+def output_files(pids: Iterable[int]) -> list[str]:
+    """stdout/stderr of these processes that are regular files (never a pipe or a terminal: reading
+    one would take the job's own output), each file once."""
+    seen: set[tuple[int, int]] = set()
+    out = []
+    for pid in pids:
+        for fd in (1, 2):
+            link = f"/proc/{pid}/fd/{fd}"
+            try:
+                st = os.stat(link)
+                target = os.readlink(link)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            out.append(link if target.endswith(" (deleted)") or not os.path.isabs(target) else target)
+    return out
+
+
+def torchrun_log_dir(cmdline: list[str], cwd: Optional[str]) -> Optional[str]:
+    """torchrun's ``--log-dir DIR`` (``--log_dir``), relative to its working directory."""
+    for index, word in enumerate(cmdline):
+        match = _LOG_DIR.match(word)
+        if match is None:
+            continue
+        value = (
+            match.group(1)
+            if match.group(1) is not None
+            else (cmdline[index + 1] if index + 1 < len(cmdline) else None)
+        )
+        if value:
+            return value if os.path.isabs(value) or cwd is None else os.path.join(cwd, value)
+    return None
+
+
+def slurm_output_paths(text: str) -> list[str]:
+    """StdOut= and StdErr= of ``scontrol show job`` (each path once; ``StdIn=/dev/null`` is not output)."""
+    return list(dict.fromkeys(re.findall(r"\bStd(?:Out|Err)=(\S+)", text)))
+
+
+def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
+    """StdOut/StdErr of a SLURM job (``scontrol show job``); and a note when they cannot be asked."""
+    scontrol = shutil.which("scontrol")
+    if scontrol is None:
+        return [], "scontrol not found: SLURM's StdOut/StdErr not read"
+    from rankscope import lifetime
+
+    child = lifetime.run([scontrol, "show", "job", job], min(5.0, _left(deadline)))
+    if child.timed_out or child.returncode != 0:
+        return [], f"scontrol show job {job}: " + (child.text().strip()[:200] or "no answer")
+    return [p for p in slurm_output_paths(child.text()) if os.path.isfile(p)], ""
+
+
+def _scheduler_lines(paths: list[str]) -> Iterable[tuple[str, int, str]]:
+    """(file, line number, line) of the slurmstepd lines at the end of each output file."""
+    for path in paths:
+        files = (
+            sorted(str(p) for p in Path(path).rglob("*") if p.is_file()) if os.path.isdir(path) else [path]
+        )
+        for file in files:
+            try:
+                fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                continue
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                start = max(0, os.fstat(fd).st_size - SCHEDULER_TAIL)
+                f.seek(start)
+                data = f.read(SCHEDULER_TAIL)
+            # line numbers of a longer file count from where its last MiB starts
+            source = f"{file} (its last MiB)" if start else file
+            for number, raw in enumerate(data.split(b"\n"), 1):
+                if b"slurmstepd" in raw:
+                    yield source, number, raw.decode("utf-8", "replace")
+
+
+class _Deadline:
+    """What `logs`' reader asks between blocks (a StopSignals' ``signum`` and ``name``): set once the
+    pass's deadline passed or a stop signal came, so the job's output is read as far as time allows."""
+
+    def __init__(self, deadline: Optional[float], stop: Optional[Stop]) -> None:
+        self.deadline = deadline
+        self.stop = stop
+
+    @property
+    def signum(self) -> int:
+        if self.stop is not None and self.stop.signum:
+            return int(self.stop.signum)
+        return 1 if self.deadline is not None and time.monotonic() > self.deadline else 0
+
+    @property
+    def name(self) -> str:
+        return "the deadline (--timeout)"
+
+
+def read_logs(
+    paths: list[str], gathered: Gathered, deadline: Optional[float] = None, stop: Optional[Stop] = None
+) -> None:
+    """The job's output through `logs errors`: its findings and the user frames of its tracebacks."""
+    from rankscope.errors import RankscopeError
+    from rankscope.logs.errors_report import scan_errors
+    from rankscope.logs.reading import Reading
+    from rankscope.logs.roles import user_frame
+    from rankscope.logs.sources import discover
+
+    try:
+        reading = Reading(discover(paths), stop=cast(Any, _Deadline(deadline, stop)))
+        report, counts = scan_errors(reading)
+    except (RankscopeError, OSError) as err:
+        gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
+        return
+    gathered.logs.extend(paths)
+    for group in report.groups:
+        tb = group.timed or group.example
+        frame = user_frame(tb.frames)
+        if frame is not None:
+            gathered.log_places[(tb.source, tb.line_number)] = (
+                f"{frame.function} ({os.path.basename(frame.filename)}:{frame.line})"
+            )
+    # the user's frame as `function (file:line)`, so the finding says it wherever it is weighed (a head)
+    gathered.log_findings.extend(
+        replace(f, where=gathered.log_places[(f.source, f.line)])
+        if (f.source, f.line) in gathered.log_places
+        else f
+        for f in counts.findings
+    )
+    gathered.log_findings.extend(scheduler_findings(_scheduler_lines(paths)))
+    read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(paths)}): {counts.lines} lines"
+    read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
+    gathered.signal("job output", READ, read)
+    for skipped in reading.skipped:
+        gathered.notes.append(f"job output: {skipped}")
+    if reading.interrupted:
+        gathered.notes.append(f"job output: read until {reading.interrupted}; the rest was not read")

@@ -1,0 +1,327 @@
+"""Every signal turned into findings of the one evidence model, weighed into a verdict (pure).
+
+Each source gives :class:`rankscope.evidence.Finding` objects (``source`` names where the line
+comes from); :func:`rankscope.evidence.decide` picks the root cause by its written precedence; the
+other culprits become the weaker hypotheses, strongest kind first. Every rank's state is listed,
+merged by equal state as `stacks` merges equal stacks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Optional
+
+from rankscope.evidence import CULPRIT, PRECEDENCE, Finding, Kind, decide
+from rankscope.folding import fold_ints, parse_ints
+from rankscope.model import parse_label
+from rankscope.why.findings import all_findings, frame_words, rank_word, signal_name
+from rankscope.why.report import (
+    CAUSE,
+    FAILED,
+    NO_PROBLEM,
+    NOTHING,
+    PARTIAL,
+    READ,
+    Evidence,
+    Hypothesis,
+    RankState,
+    WhyReport,
+)
+from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    pass
+
+# ------------------------------------------------------------------------ hypotheses
+
+
+def _tier(finding: Finding) -> int:
+    for index, kinds in enumerate(PRECEDENCE):
+        if finding.kind in kinds:
+            return index
+    return len(PRECEDENCE)
+
+
+def _ranks_of(finding: Finding) -> list[int]:
+    """The global ranks a finding blames: the folded ranks of stacks and recorders, else its rank."""
+    folded = (
+        finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause == "gpu_ecc"
+    )
+    if folded and finding.ranks:
+        return parse_ints(finding.ranks)
+    if finding.global_rank is not None:
+        return [finding.global_rank]
+    if finding.who:
+        rank = parse_label(finding.who)[1] if ":" in finding.who else None
+        if rank is None and finding.who.isdigit():
+            rank = int(finding.who)
+        if rank is not None:
+            return [rank]
+    return []
+
+
+_WORDS = {
+    "python_exception": "raised an exception",
+    "sigkill": "was killed by SIGKILL (the OOM killer or the scheduler)",
+    "oom_kill": "was killed by the kernel's OOM killer",
+    "collective_desync": "issued collectives the other ranks did not (a collective desync)",
+    "elsewhere": "is elsewhere while the other ranks wait in a collective",
+    "other_collective": "waits in another collective than the others",
+    "gpu_wait": "is blocked on its GPU",
+    "rank_missing": "is gone while the other ranks wait for it",
+    "straggler": "is behind the other ranks (a straggler)",
+    "all_waiting": "every rank waits in the same collective, none of them elsewhere",
+    "fatal_signal": "died of a fatal signal",
+    "native_crash": "crashed in native code",
+    "segfault": "crashed (segmentation fault)",
+    "gpu_xid": "its GPU reported an error (NVIDIA Xid)",
+    "gpu_ecc": "its GPU reported a memory (ECC) error",
+    "exited_early": "exited while the other ranks still run",
+    "exit_code": "exited with an error code",
+}
+
+
+def _short(text: str, limit: int = 160) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else text
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Optional[str]:
+    if finding.source and (finding.source, finding.line) in gathered.log_places:
+        return gathered.log_places[(finding.source, finding.line)]
+    if finding.where and "(" in finding.where:
+        return finding.where
+    ranks = _ranks_of(finding)
+    for rank in ranks:
+        if rank in places:
+            return places[rank]
+    return finding.where
+
+
+def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Hypothesis:
+    ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
+    words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
+    if finding.cause == "python_exception" and finding.what:
+        words = f"raised {_short(finding.what)}"
+    if finding.cause == "all_waiting" or not ranks:
+        text = _short(finding.what, 300)  # no rank to name: what the evidence says
+    else:
+        text = f"{rank_word(ranks)} {words}"
+    return Hypothesis(
+        cause=finding.cause,
+        text=text,
+        ranks=ranks,
+        location=_location(finding, gathered, places),
+        kind=finding.kind.value,
+        evidence=[Evidence(_source(finding), finding.what)],
+        next_step=finding.next_step,
+    )
+
+
+def _source(finding: Finding) -> str:
+    if finding.line and not finding.source.startswith(("kernel", "crash", "core", "torchelastic")):
+        return f"{finding.source}:{finding.line}"
+    if finding.line and finding.source == "kernel messages":
+        return f"kernel messages, line {finding.line}"
+    return finding.source
+
+
+def user_places(gathered: Gathered) -> dict[int, str]:
+    """rank -> the user's frame where its live stack (or its crash/term dump) is."""
+    from rankscope.stacks.explain import locate
+
+    places: dict[int, str] = dict(gathered.traced)  # a trace ring's last place: the weakest
+    if gathered.stacks is not None:
+        for group in gathered.stacks.main_groups():
+            place = locate(group.frames)
+            words = frame_words(place.caller or place.innermost)
+            if words is None:
+                continue
+            for member in group.members:
+                if member.rank is not None:
+                    places[member.rank] = words
+    for item in gathered.rank_files:  # a rank's own dump wins over a ring
+        if item.rank is not None and item.location:
+            places[item.rank] = item.location
+    return places
+
+
+def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothesis]:
+    """The verdict first (rankscope.evidence.decide), then every other cause, strongest kind first;
+    findings of one cause and ranks are one hypothesis with each finding's line as evidence."""
+    places = user_places(gathered)
+    verdict = decide(findings)
+    culprits = sorted(
+        (f for f in findings if f.role == CULPRIT and f is not verdict), key=lambda f: (_tier(f), f.order)
+    )
+    ordered = ([verdict] if verdict is not None else []) + culprits
+    out: list[Hypothesis] = []
+    keyed: dict[tuple[str, tuple[int, ...]], Hypothesis] = {}
+    for finding in ordered:
+        key = (finding.cause, tuple(_ranks_of(finding)))
+        if key in keyed:
+            keyed[key].evidence.append(Evidence(_source(finding), finding.what))
+            continue
+        hypothesis = _hypothesis(finding, gathered, places)
+        keyed[key] = hypothesis
+        out.append(hypothesis)
+    if out:
+        _support(out[0], findings, verdict)
+        _others(out[0], gathered)
+        for rank in out[0].ranks:
+            if rank in gathered.traced:
+                out[0].evidence.append(
+                    Evidence("trace rings", f"rank {rank} was last at {gathered.traced[rank]}")
+                )
+        # a weaker cause about the same ranks whose every line already supports the verdict says nothing more
+        shown = {(e.source, e.text) for e in out[0].evidence}
+        out[1:] = [
+            h
+            for h in out[1:]
+            if h.ranks != out[0].ranks or not all((e.source, e.text) in shown for e in h.evidence)
+        ]
+    return out
+
+
+def _others(first: Hypothesis, gathered: Gathered) -> None:
+    """Where the other ranks are, as the live stacks show (what the culprit keeps them waiting in)."""
+    report = gathered.stacks
+    if report is None or report.diagnosis is None:
+        return
+    for finding in report.diagnosis.findings:
+        ranks = {m.rank for m in finding.members if m.rank is not None}
+        if finding.collective and not ranks & set(first.ranks) and first.cause != "all_waiting":
+            first.evidence.append(Evidence("stacks", finding.text))
+
+
+def _support(first: Hypothesis, findings: Sequence[Finding], verdict: Optional[Finding]) -> None:
+    """More lines for the verdict: every other finding about its ranks (victims' included)."""
+    seen = {(e.source, e.text) for e in first.evidence}
+    for finding in findings:
+        if finding is verdict:
+            continue
+        ranks = _ranks_of(finding)
+        about = bool(set(ranks) & set(first.ranks)) or (finding.kind == Kind.STACKS and first.ranks)
+        if not about:
+            continue
+        line = (_source(finding), finding.what)
+        if line not in seen:
+            seen.add(line)
+            first.evidence.append(Evidence(*line))
+
+
+# ------------------------------------------------------------------------ rank states
+
+
+def rank_states(gathered: Gathered) -> list[RankState]:
+    """Each rank's state, ranks in the same state merged: live stacks, ended ranks, ranks not found."""
+    from rankscope.stacks.explain import locate
+
+    states: dict[str, tuple[list[int], set[str]]] = {}
+
+    def add(state: str, rank: int, host: str) -> None:
+        ranks, hosts = states.setdefault(state, ([], set()))
+        if rank not in ranks:
+            ranks.append(rank)
+        if host:
+            hosts.add(host)
+
+    seen: set[int] = set()
+    if gathered.stacks is not None:
+        for group in gathered.stacks.main_groups():
+            place = locate(group.frames)
+            text = place.text(plural=False)
+            for member in group.members:
+                if member.rank is not None:
+                    seen.add(member.rank)
+                    add(text, member.rank, member.host)
+    for dead in gathered.dead:
+        if dead.rank is not None and dead.rank not in seen:
+            seen.add(dead.rank)
+            how = (
+                f"killed by {signal_name(dead.signal)}"
+                if dead.signal
+                else f"exited with code {dead.exit_code}"
+            )
+            add(f"ended: {how}", dead.rank, dead.host)
+    for item in gathered.rank_files:
+        if item.rank is not None and item.rank not in seen and item.kind in ("crash", "term"):
+            seen.add(item.rank)
+            how = "died of a fatal signal" if item.kind == "crash" else "ended by SIGTERM"
+            add(f"{how}" + (f" in {item.location}" if item.location else ""), item.rank, "")
+    if gathered.stacks is not None and gathered.stacks.diagnosis is not None:
+        for rank in gathered.stacks.diagnosis.missing_ranks:
+            if rank not in seen:
+                seen.add(rank)
+                add("not found (exited, or on a node not examined)", rank, "")
+    for rank, last in gathered.traced.items():
+        if rank not in seen:
+            add(f"last seen by its trace ring at {last}", rank, "")
+    return [
+        RankState(fold_ints(ranks), sorted(ranks), state, sorted(hosts))
+        for state, (ranks, hosts) in sorted(states.items(), key=lambda kv: min(kv[1][0]))
+    ]
+
+
+# ------------------------------------------------------------------------ the report
+
+
+def outcome_of(verdict: Optional[Hypothesis], gathered: Gathered) -> str:
+    # kernel messages are the node's, not the job's: alone they are nothing to judge
+    read = [s for s in gathered.signals if s.state == READ and not s.name.endswith("kernel messages")]
+    if verdict is not None:
+        return CAUSE
+    if not read:
+        return PARTIAL if any(s.state == FAILED for s in gathered.signals) else NOTHING
+    stacks = gathered.stacks
+    dumped = stacks is not None and any(p.dumped for p in stacks.processes)
+    if gathered.failures or (stacks is not None and stacks.failures) or (not dumped and not gathered.logs):
+        return PARTIAL
+    return NO_PROBLEM
+
+
+def weigh(gathered: Gathered, seconds: float = 0.0) -> WhyReport:
+    """The report: verdict, hypotheses, rank states, signals, and the signals' own documents."""
+    findings = all_findings(gathered)
+    found = hypotheses(findings, gathered)
+    verdict = found[0] if found else None
+    report = WhyReport(
+        outcome=outcome_of(verdict, gathered),
+        verdict=verdict,
+        hypotheses=found[1:],
+        ranks=rank_states(gathered),
+        signals=list(gathered.signals),
+        hosts=list(gathered.hosts),
+        seconds=seconds,
+        notes=list(gathered.notes),
+        findings=findings,
+        kernel=list(gathered.kernel),
+        dead=list(gathered.dead),
+        rank_files=list(gathered.rank_files),
+        cores=list(gathered.cores),
+        gpus=list(gathered.gpus),
+        logs=list(gathered.logs),
+        failures=list(gathered.failures),
+        nodes=gathered.nodes,
+        stacks=gathered.stacks,
+        fr=gathered.fr,
+    )
+    _gpu_lines(report, gathered)
+    return report
+
+
+def _gpu_lines(report: WhyReport, gathered: Gathered) -> None:
+    """A rank blocked on its GPU: what its GPU shows (utilisation, memory, ECC) as evidence."""
+    verdict = report.verdict
+    if verdict is None or verdict.cause != "gpu_wait":
+        return
+    for gpu in gathered.gpus:
+        words = [f"GPU {gpu.index} ({gpu.name})" if gpu.name else f"GPU {gpu.index}"]
+        if gpu.utilization is not None:
+            busy = "a kernel runs (or never ends)" if gpu.utilization >= 90 else "nearly idle"
+            words.append(f"utilization {gpu.utilization}%: {busy}")
+        if gpu.memory_used_mib is not None:
+            words.append(f"{gpu.memory_used_mib} MiB used")
+        if gpu.ecc_uncorrected:
+            words.append(f"{gpu.ecc_uncorrected} uncorrected ECC errors")
+        verdict.evidence.append(Evidence(f"{gpu.source} on {gpu.host}", ", ".join(words)))

@@ -1,0 +1,108 @@
+"""The capture's document read back, its command line, and the watcher's private files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rankscope.watch.capture import STACKS, WHY, capture_argv, copy_dumps, verdict_of
+from rankscope.watch.index import append_index, new_capture_dir, private_dir, read_index, write_private
+
+
+def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> None:
+    why = capture_argv(WHY, ["--pid", "42"], tmp_path / "c")
+    assert why == [
+        sys.executable,
+        "-m",
+        "rankscope",
+        "why",
+        "--pid",
+        "42",
+        "--out",
+        str(tmp_path / "c"),
+        "--json",
+    ]
+    stacks = capture_argv(STACKS, ["--jobid", "81"], tmp_path / "c")
+    assert stacks[3:] == [
+        "stacks",
+        "--jobid",
+        "81",
+        "--out",
+        str(tmp_path / "c" / "stacks"),
+        "--json",
+    ]
+
+
+def test_verdict_of_a_stacks_document() -> None:
+    document = {"diagnosis": {"headline": "rank 1 is elsewhere", "divergent_ranks": [1]}}
+    assert verdict_of(document) == ("rank 1 is elsewhere", [1])
+
+
+def test_verdict_of_a_why_document() -> None:
+    # The shape of rankscope.why/1 (docs/why.md): the sentence and the culprit global ranks.
+    verdict = {
+        "cause": "sigkill",
+        "text": "rank 3 was killed by SIGKILL",
+        "ranks": [3, 3],
+        "kind": "launcher",
+    }
+    assert verdict_of({"schema": "rankscope.why/1", "verdict": verdict}) == (
+        "rank 3 was killed by SIGKILL",
+        [3],
+    )
+    # No cause named: no verdict, no ranks.
+    assert verdict_of({"schema": "rankscope.why/1", "outcome": "no problem", "verdict": None}) == ("", [])
+
+
+@pytest.mark.parametrize("document", [None, [], "text", {"verdict": 3}, {"diagnosis": []}])
+def test_verdict_of_garbage_is_empty(document: object) -> None:
+    assert verdict_of(document) == ("", [])
+
+
+def test_files_are_private_and_never_written_through_a_link(tmp_path: Path) -> None:
+    out = private_dir(tmp_path / "a" / "caps")
+    assert oct(out.stat().st_mode & 0o777) == "0o700"
+    first = new_capture_dir(out, "stall", now=0)
+    second = new_capture_dir(out, "stall", now=0)
+    assert (first.name, second.name) == ("19700101T000000Z-stall", "19700101T000000Z-stall-2")
+    write_private(first, "watch.json", b"{}")
+    assert oct((first / "watch.json").stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(FileExistsError):
+        write_private(first, "watch.json", b"again")
+    (tmp_path / "victim").write_text("keep")
+    os.symlink(tmp_path / "victim", first / "link")
+    with pytest.raises(OSError):
+        write_private(first, "link", b"x")
+    assert (tmp_path / "victim").read_text() == "keep"
+    os.symlink(tmp_path / "victim", tmp_path / "linked-out")
+    with pytest.raises(OSError):
+        private_dir(tmp_path / "linked-out")
+
+
+def test_index_lines_append_and_garbage_lines_are_skipped(tmp_path: Path) -> None:
+    append_index(tmp_path, {"reason": "stall", "ranks": [1]})
+    with open(tmp_path / "index.jsonl", "a") as handle:
+        handle.write("not json\n")
+    append_index(tmp_path, {"reason": "death", "ranks": []})
+    assert [e["reason"] for e in read_index(tmp_path)] == ["stall", "death"]
+    assert oct((tmp_path / "index.jsonl").stat().st_mode & 0o777) == "0o600"
+    assert json.loads((tmp_path / "index.jsonl").read_text().splitlines()[0]) == {
+        "ranks": [1],
+        "reason": "stall",
+    }
+
+
+def test_copy_dumps_skips_what_it_cannot_read(tmp_path: Path) -> None:
+    dump = tmp_path / "n.rank-0.pid-5.term"
+    dump.write_text("Thread 0x1 (most recent call first):\n")
+    os.symlink(dump, tmp_path / "n.rank-1.pid-6.term")
+    (tmp_path / "cap").mkdir()
+    copied = copy_dumps(
+        [str(dump), str(tmp_path / "n.rank-1.pid-6.term"), str(tmp_path / "gone")], tmp_path / "cap"
+    )
+    assert copied == ["n.rank-0.pid-5.term"]
+    assert (tmp_path / "cap" / "inproc" / dump.name).read_text().startswith("Thread")

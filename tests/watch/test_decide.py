@@ -1,0 +1,123 @@
+"""The watcher's decisions on synthetic snapshots (rankscope.watch.decide is pure)."""
+
+from __future__ import annotations
+
+from rankscope.watch.decide import Decider
+from rankscope.watch.model import Exit, RankSample, Reason, Snapshot
+
+
+def ranks(*calls_steps: tuple[int, int]) -> tuple[RankSample, ...]:
+    return tuple(RankSample(100 + r, r, calls, step) for r, (calls, step) in enumerate(calls_steps))
+
+
+def test_markers_that_stop_for_the_stall_time_make_one_stall() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    assert decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1)))) == []
+    assert decider.decide(Snapshot(5.0, ranks((2, 2), (2, 2)))) == []
+    assert decider.decide(Snapshot(14.0, ranks((2, 2), (2, 2)))) == []
+    [stall] = decider.decide(Snapshot(15.0, ranks((2, 2), (2, 2))))
+    assert stall.reason == Reason.STALL and stall.signal == "progress markers"
+    assert "10 s" in stall.text
+    assert decider.decide(Snapshot(40.0, ranks((2, 2), (2, 2)))) == []  # reported once
+    decider.decide(Snapshot(41.0, ranks((3, 3), (3, 3))))  # it moved again: a new stall may come
+    assert [t.reason for t in decider.decide(Snapshot(51.0, ranks((3, 3), (3, 3))))] == [Reason.STALL]
+
+
+def test_one_rank_advancing_is_no_stall() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    for second in range(0, 60, 5):
+        assert decider.decide(Snapshot(float(second), ranks((1, 1), (second, second)))) == []
+
+
+def test_without_markers_the_output_files_decide_and_the_watchers_own_line_is_no_news() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    quiet = (RankSample(1, 0), RankSample(2, 1))
+    assert decider.decide(Snapshot(0.0, quiet, outputs=(("/log", 10, 1.0),))) == []
+    assert decider.decide(Snapshot(8.0, quiet, outputs=(("/log", 20, 2.0),))) == []
+    [stall] = decider.decide(Snapshot(18.0, quiet, outputs=(("/log", 20, 2.0),)))
+    assert stall.signal == "output files"
+    decider.rebase_outputs((("/log", 90, 3.0),))  # the watcher wrote its line there
+    assert decider.decide(Snapshot(30.0, quiet, outputs=(("/log", 90, 3.0),))) == []
+
+
+def test_markers_present_output_noise_does_not_hide_a_stall() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1)), outputs=(("/log", 1, 1.0),)))
+    [stall] = decider.decide(Snapshot(12.0, ranks((1, 1), (1, 1)), outputs=(("/log", 2, 2.0),)))
+    assert stall.reason == Reason.STALL
+
+
+def test_nothing_to_watch_gives_no_stall() -> None:
+    decider = Decider(stall=1, straggler_steps=0)
+    quiet = (RankSample(1, 0), RankSample(2, 1))
+    assert decider.decide(Snapshot(0.0, quiet)) == decider.decide(Snapshot(100.0, quiet)) == []
+
+
+def test_a_denied_stall_starts_the_clock_again() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))
+    assert decider.decide(Snapshot(10.0, ranks((1, 1), (1, 1))))
+    decider.not_stalled(11.0)
+    assert decider.decide(Snapshot(20.0, ranks((1, 1), (1, 1)))) == []
+    assert decider.decide(Snapshot(21.0, ranks((1, 1), (1, 1))))
+
+
+def test_new_workers_restart_the_clock() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((5, 5), (5, 5))))
+    restarted = (RankSample(300, 0, 1, 0), RankSample(301, 1, 1, 0))  # elastic restart: new pids
+    assert decider.decide(Snapshot(9.0, restarted)) == []
+    assert decider.decide(Snapshot(18.0, restarted)) == []
+
+
+def test_straggler_once_until_it_catches_up() -> None:
+    decider = Decider(stall=100, straggler_steps=5)
+    assert decider.decide(Snapshot(0.0, ranks((1, 4), (1, 0), (1, 3)))) == []
+    [late] = decider.decide(Snapshot(1.0, ranks((2, 9), (2, 3), (2, 8))))
+    assert late.reason == Reason.STRAGGLER and late.ranks == (1,)
+    assert late.text == "rank 1 at step 3, 6 steps behind (step 9)"
+    assert decider.decide(Snapshot(2.0, ranks((3, 12), (3, 4), (3, 12)))) == []
+    assert decider.decide(Snapshot(3.0, ranks((4, 12), (4, 11), (4, 12)))) == []  # caught up
+    [again] = decider.decide(Snapshot(4.0, ranks((5, 20), (5, 12), (5, 20))))
+    assert again.ranks == (1,)
+
+
+def test_straggler_off_with_zero_steps() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    assert decider.decide(Snapshot(0.0, ranks((1, 100), (1, 0)))) == []
+
+
+def test_a_rank_that_failed_while_others_live_is_a_death() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    others = (RankSample(100, 0), RankSample(102, 2))
+    decider.decide(Snapshot(-1.0, (*others, RankSample(101, 1))))
+    [death] = decider.decide(Snapshot(0.0, others, exits=(Exit(101, 1, 1),)))
+    assert death.reason == Reason.DEATH and death.ranks == (1,)
+    assert death.text == "rank 1 (pid 101) exited with code 1 while 2 other ranks still ran"
+    [killed] = decider.decide(Snapshot(1.0, others[:1], exits=(Exit(102, 2, -9),)))
+    assert killed.text == "rank 2 (pid 102) was killed by signal 9 while another rank still ran"
+
+
+def test_the_old_generations_last_rank_is_no_death_beside_the_restarted_workers() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))  # pids 100, 101
+    [death] = decider.decide(Snapshot(1.0, ranks((1, 1)), exits=(Exit(101, 1, 1),)))
+    assert death.ranks == (1,)
+    restarted = (RankSample(300, 0), RankSample(301, 1))
+    assert decider.decide(Snapshot(2.0, restarted, exits=(Exit(100, 0, -15),))) == []
+    # A rank of the new generation that fails while its peers live is a death again.
+    assert decider.decide(Snapshot(3.0, restarted[:1], exits=(Exit(301, 1, 1),)))[0].ranks == (1,)
+
+
+def test_a_finished_rank_or_the_last_rank_is_no_death() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    assert decider.decide(Snapshot(0.0, ranks((1, 1)), exits=(Exit(101, 1, 0),))) == []
+    assert decider.decide(Snapshot(1.0, (), exits=(Exit(100, 0, 1),))) == []  # the job ends
+
+
+def test_an_exit_code_lost_but_a_marker_left_is_a_death() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(-1.0, ranks((1, 1))))
+    gone = Exit(101, 1, None, marker_left=True)
+    assert [t.reason for t in decider.decide(Snapshot(0.0, ranks((1, 1)), exits=(gone,)))] == [Reason.DEATH]
+    assert decider.decide(Snapshot(1.0, ranks((1, 1)), exits=(Exit(102, 2, None),))) == []

@@ -1,0 +1,148 @@
+"""`rankscope watch` with a plain Python job (no torch): a capture asked for with SIGUSR1, SIGTERM
+passed on to the job and its exit code passed back, and bad command lines."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.cli import CliResult, run_cli
+from tests.support.leftovers import kill_marked, marked_env, wait_for
+
+#: A one-rank job's variables (no launcher): the watcher takes the process itself for its worker.
+RANK_ZERO = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+
+JOB = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))
+def waiting_for_a_signal():
+    print("up", flush=True)
+    while True:
+        time.sleep(0.1)
+waiting_for_a_signal()
+"""
+
+
+def run_watch(*args: str, **extra_env: str) -> CliResult:
+    """`rankscope watch ARGS` as a user runs it; the job it starts (detached: it outlives the watcher
+    by design) and everything else carrying the run's mark is SIGKILLed afterwards, also on a timeout."""
+    env, mark = marked_env(**extra_env)
+    try:
+        return run_cli("watch", *args, env=env, timeout=120)
+    finally:
+        kill_marked(mark)
+
+
+def test_usr1_captures_now_within_max_captures_and_sigterm_reaches_the_job_whose_code_comes_back(
+    tmp_path: Path,
+) -> None:
+    env, mark = marked_env()
+    out = tmp_path / "caps"
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--max-captures", "1"]
+    argv += ["--", sys.executable, "-c", JOB]
+    log = tmp_path / "log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(argv, env=env, stdout=handle, stderr=handle, start_new_session=True)
+    try:
+        wait_for(lambda: "up" in log.read_text(), 60, "the job")
+        watcher.send_signal(signal.SIGUSR1)  # what SLURM's --signal=B:USR1@N warning becomes
+        wait_for(lambda: (out / "index.jsonl").exists(), 60, "the requested capture")
+        [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+        assert entry["reason"] == "request"
+        raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
+        assert "waiting_for_a_signal" in raw
+        watcher.send_signal(signal.SIGUSR1)  # one more: over --max-captures, only noted
+        wait_for(lambda: "--max-captures 1 reached" in log.read_text(), 60, "the note")
+        watcher.send_signal(signal.SIGTERM)
+        assert watcher.wait(60) == 42, log.read_text()
+        assert len((out / "index.jsonl").read_text().splitlines()) == 1  # no death: it was told to end
+        assert "rankscope watch: request" in log.read_text()
+    finally:
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()
+
+
+def test_bad_command_lines(tmp_path: Path) -> None:
+    assert run_cli("watch", "--out", str(tmp_path / "a")).returncode == 2
+    assert run_cli("watch", "--pid", "1", "--out", str(tmp_path / "b"), "--", "true").returncode == 2
+    assert run_cli("watch", "--pid", "1", "--jobid", "9", "--out", str(tmp_path / "b")).returncode == 2
+    no_job = run_cli("watch", "--jobid", "987654321", "--out", str(tmp_path / "b"))
+    assert no_job.returncode == 3 and "no Python process of SLURM job 987654321" in no_job.stderr
+    gone = run_cli("watch", "--pid", "999999999", "--out", str(tmp_path / "c"))
+    assert gone.returncode == 8 and "no process with pid 999999999" in gone.stderr
+    missing = run_cli("watch", "--out", str(tmp_path / "d"), "--", str(tmp_path / "no-such-launcher"))
+    assert missing.returncode == 6 and "no-such-launcher" in missing.stderr
+    (tmp_path / "file").write_text("")
+    under_a_file = run_cli("watch", "--out", str(tmp_path / "file" / "caps"), "--", "true")
+    assert under_a_file.returncode == 8 and "cannot use --out" in under_a_file.stderr
+
+
+def test_the_jobs_exit_code_passes_through_and_a_finished_job_leaves_nothing(tmp_path: Path) -> None:
+    result = run_watch("--out", str(tmp_path / "caps"), "--", sys.executable, "-c", "raise SystemExit(5)")
+    assert result.returncode == 5
+    assert list((tmp_path / "caps").iterdir()) == []
+
+
+STALLING = """
+import time
+import rankscope
+for step in range(3):
+    rankscope.progress(step=step)
+    time.sleep(0.05)
+def stuck_here():
+    print("stuck", flush=True)
+    while True:
+        time.sleep(0.2)
+stuck_here()
+"""
+
+
+def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path) -> None:
+    """A one-rank job (rank variables, no launcher, no torch) whose markers stop: two non-blocking
+    samples agree, the capture names where it sits, and --then kill sends the job SIGTERM."""
+    out = tmp_path / "caps"
+    argv = ["--stall", "1", "--interval", "0.2", "--then", "kill", "--out", str(out)]
+    result = run_watch(*argv, "--", sys.executable, "-c", STALLING, **RANK_ZERO)
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr
+    [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert entry["reason"] == "stall" and "unchanged" in entry["confirmed"]
+    raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
+    assert "stuck_here" in raw
+    assert "rankscope watch: --then kill: SIGTERM to the job" in result.stderr
+
+
+def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: Path) -> None:
+    """Output into a pipe (not a file) and no markers: no stall can be seen, and the watcher says so."""
+    argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
+    result = run_watch(*argv, "--", sys.executable, "-c", "import time; time.sleep(4)", **RANK_ZERO)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("no progress markers (rankscope.progress) and no output files for 1 s") == 1
+    assert list((tmp_path / "caps").iterdir()) == []
+
+
+BUSY_WITHOUT_MARKERS = """
+import time
+import rankscope
+rankscope.progress(step=0)
+def descend(depth):
+    if depth:
+        return descend(depth - 1)
+    time.sleep(0.05)
+end = time.monotonic() + 4
+while time.monotonic() < end:  # working, no more markers: the stack grows 0.1 s by 0.1 s
+    descend(int(time.monotonic() * 10) % 60)
+"""
+
+
+def test_quiet_ranks_whose_stacks_move_are_no_stall(tmp_path: Path) -> None:
+    argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
+    result = run_watch(*argv, "--", sys.executable, "-c", BUSY_WITHOUT_MARKERS, **RANK_ZERO)
+    assert result.returncode == 0, result.stderr
+    assert "but the ranks' stacks move" in result.stderr
+    assert list((tmp_path / "caps").iterdir()) == [], result.stderr

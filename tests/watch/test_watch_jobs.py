@@ -1,0 +1,166 @@
+"""`rankscope watch` on real 2-rank torchrun jobs (gloo, CPU): a hang captured before its collective
+timeout kills the job; a crash whose survivor leaves its stacks at teardown; the same crash followed
+by an elastic restart whose straggler is captured; and a job that finishes normally while the watcher that started
+it is SIGKILLed (another watcher attached to it sees the normal end).
+
+Each test runs the watcher as a user would (``python -m rankscope watch ... -- torchrun ...``), its
+stdout and stderr in files; every process it starts carries a mark and is SIGKILLed in teardown.
+The capture command is ``rankscope why`` where this rankscope has it, else ``rankscope stacks``:
+the assertions read what both leave (the raw stacks in the capture directory, the culprit ranks
+of the JSON document in the index line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from tests.support.leftovers import kill_marked, marked_env, wait_for
+
+JOB = Path(__file__).with_name("watch_job.py")
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+pytest.importorskip("torch.distributed")
+
+
+@dataclass
+class WatchRun:
+    process: subprocess.Popen[bytes]
+    workdir: Path
+    out: Path
+    logs: tuple[str, str]
+
+    @property
+    def stdout(self) -> str:
+        return (self.workdir / self.logs[0]).read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return (self.workdir / self.logs[1]).read_text(errors="replace")
+
+    def wait(self, timeout: float = 150) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"watch did not end: {self.stderr[-3000:]}") from None
+
+    def index(self) -> list[dict[str, object]]:
+        path = self.out / "index.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def captured_text(self, name: str) -> str:
+        """Every file under the capture directory ``name``, joined (raw stacks, documents, dumps)."""
+        texts = []
+        for path in sorted((self.out / name).rglob("*")):
+            if path.is_file():
+                texts.append(path.read_text(errors="replace"))
+        return "\n".join(texts)
+
+    def launcher_pid(self) -> int:
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return int(children[0])
+
+
+@pytest.fixture
+def watch(tmp_path: Path) -> Iterator[object]:
+    marks: list[str] = []
+    runs: list[WatchRun] = []
+
+    def start(
+        *watch_args: str,
+        scenario: str = "",
+        job_args: tuple[str, ...] = (),
+        out: str = "caps",
+        torchrun_args: tuple[str, ...] = (),
+    ) -> WatchRun:
+        env, mark = marked_env(OMP_NUM_THREADS="1")
+        marks.append(mark)
+        argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(tmp_path / out), "--interval", "0.5"]
+        argv += watch_args
+        if scenario:  # else the watcher attaches (--pid in watch_args)
+            argv += ["--", *TORCHRUN, *torchrun_args, str(JOB), "--scenario", scenario, *job_args]
+        logs = ("stdout.log", "stderr.log") if scenario else (f"{out}.stdout.log", f"{out}.stderr.log")
+        with open(tmp_path / logs[0], "ab") as stdout, open(tmp_path / logs[1], "ab") as stderr:
+            process = subprocess.Popen(
+                argv, cwd=tmp_path, env=env, stdout=stdout, stderr=stderr, start_new_session=True
+            )
+        run = WatchRun(process, tmp_path, tmp_path / out, logs)
+        runs.append(run)
+        return run
+
+    yield start
+    for mark in marks:
+        kill_marked(mark)
+    for run in runs:
+        if run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGKILL)
+        run.process.wait()
+
+
+def test_hang_is_captured_before_the_collective_timeout_kills_the_job(watch) -> None:  # type: ignore[no-untyped-def]
+    run = watch("--stall", "4", "--straggler-steps", "0", scenario="hang", job_args=("--timeout", "30"))
+    code = run.wait()
+    assert code == 1, run.stderr[-3000:]  # torchrun's own code: rank 0's collective timed out
+    stalls = [entry for entry in run.index() if entry["reason"] == "stall"]
+    assert len(stalls) == 1, run.index()
+    assert stalls[0]["ranks"] == [1], stalls[0]  # the culprit, from the capture's JSON
+    text = run.captured_text(str(stalls[0]["dir"]))
+    # Both ranks were alive when it was taken: the culprit in its loop, rank 0 in the collective.
+    assert "load_batch_forever" in text and "train_step" in text
+    line = next(line for line in run.stderr.splitlines() if line.startswith("rankscope watch: stall"))
+    assert str(stalls[0]["dir"]) in line and "culprit rank 1" in line
+    assert "Timed out" in run.stderr or "timed out" in run.stderr.lower()  # the timeout came after
+
+
+def test_crash_leaves_the_survivors_stacks_of_the_teardown(watch) -> None:  # type: ignore[no-untyped-def]
+    """Rank 1 crashes while rank 0 evaluates; torchrun ends rank 0 with SIGTERM within its 0.1 s monitor
+    interval, faster than any outside look: rank 0's in-process handler dumps its stacks."""
+    run = watch("--stall", "30", "--inproc", scenario="crash")
+    assert run.wait() == 1, run.stderr[-3000:]
+    deaths = [entry for entry in run.index() if entry["reason"] == "death"]
+    assert len(deaths) == 1, run.index()
+    assert deaths[0]["trigger_ranks"] == [1] and "rank 1" in str(deaths[0]["trigger"])
+    dumps = sorted((run.out / str(deaths[0]["dir"]) / "inproc").glob("*.term"))
+    survivor = [p for p in dumps if ".rank-0." in p.name]
+    assert survivor, (dumps, run.stderr[-2000:])
+    assert "in evaluate" in survivor[0].read_text()  # where torchrun's SIGTERM found rank 0
+    assert oct(survivor[0].stat().st_mode & 0o777) == "0o600"
+    assert "rankscope watch: death" in run.stderr
+
+
+def test_elastic_restart_is_followed_and_its_straggler_captured(watch) -> None:  # type: ignore[no-untyped-def]
+    """The same crash under --max-restarts 1: torchrun starts both ranks again (new pids); the second
+    attempt straggles (rank 1 ten times slower) and finishes: torchrun's 0 comes back."""
+    run = watch(
+        "--stall", "30", "--straggler-steps", "5", scenario="crash", torchrun_args=("--max-restarts", "1")
+    )
+    assert run.wait() == 0, run.stderr[-3000:]
+    entries = run.index()
+    assert [entry["reason"] for entry in entries] == ["death", "straggler"], entries
+    death, straggler = entries
+    assert death["trigger_ranks"] == [1]
+    assert straggler["trigger_ranks"] == [1]  # a rank of the new workers: they were found and watched
+    assert "local_step" in run.captured_text(str(straggler["dir"]))
+    assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
+
+
+def test_a_normal_job_outlives_its_killed_watcher_and_leaves_no_capture(watch) -> None:  # type: ignore[no-untyped-def]
+    first = watch("--stall", "30", scenario="normal", out="first")
+    wait_for(lambda: "rank 0 step 3" in first.stdout, 120, "the job's first steps")
+    launcher = first.launcher_pid()
+    # The job writes into the file the watcher was given, not into a pipe of the watcher's.
+    assert os.readlink(f"/proc/{launcher}/fd/1") == str(first.workdir / "stdout.log")
+    second = watch("--pid", str(launcher), "--stall", "30", out="second")
+    os.kill(first.process.pid, signal.SIGKILL)
+    assert second.wait() == 0, second.stderr[-3000:]
+    assert (first.workdir / "done.0").exists() and (first.workdir / "done.1").exists()
+    assert "rank 1 step 39" in first.stdout
+    assert first.index() == [] and second.index() == []
+    assert [p.name for p in second.out.iterdir()] == []

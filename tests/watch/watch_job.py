@@ -1,0 +1,101 @@
+"""A 2-rank gloo job for `rankscope watch`, one scenario per run (``--scenario``).
+
+Every rank marks its steps with rankscope.progress() and prints ``rank R step S``; a rank that
+ends normally touches ``done.<rank>`` in the working directory.
+
+  normal     40 steps of all_reduce, 0.1 s apart; exit 0
+  hang       3 steps, then rank 1 loops in load_batch_forever while rank 0 waits in all_reduce
+             until the collective timeout (--timeout) fails it; torchrun then ends rank 1
+  crash      3 steps, then rank 1 raises in bad_batch while rank 0 sits in evaluate (no collective):
+             torchrun tears rank 0 down with SIGTERM; started again by torchrun (--max-restarts), the
+             ranks take local steps, rank 1 ten times slower, and exit 0
+  straggler  local steps, rank 1 ten times slower than rank 0; one barrier at the end; exit 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import rankscope
+
+
+def train_step(step: int) -> None:
+    tensor = torch.ones(4)
+    dist.all_reduce(tensor)
+
+
+def load_batch_forever() -> None:
+    while True:
+        time.sleep(0.1)
+
+
+def evaluate() -> None:
+    time.sleep(120)
+
+
+def bad_batch(step: int) -> None:
+    raise RuntimeError(f"bad batch at step {step}")
+
+
+def local_step(rank: int) -> None:
+    time.sleep(0.3 if rank == 1 else 0.03)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenario", required=True)
+    parser.add_argument("--timeout", type=float, default=30.0)
+    args = parser.parse_args()
+    if args.scenario == "crash" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        # The elastic restart after the crash: local steps only (a second gloo rendezvous on this
+        # loaded machine sometimes fails to connect, which is not what the test is about).
+        rank = int(os.environ["RANK"])
+        # 40 steps: rank 1 straggles for 12 s, time enough for a watcher that was busy with the
+        # capture of the crash (a whole `why` pass on a loaded machine) to see it.
+        for step in range(40):
+            rankscope.progress(step=step)
+            local_step(rank)
+        while rank == 0 and not Path("done.1").exists():  # the fast rank waits for the slow one
+            time.sleep(0.1)
+        Path(f"done.{rank}").touch()
+        return
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank = dist.get_rank()
+    if args.scenario == "normal":
+        for step in range(40):
+            rankscope.progress(step=step)
+            print(f"rank {rank} step {step}", flush=True)
+            train_step(step)
+            time.sleep(0.1)
+    elif args.scenario in ("hang", "crash"):
+        for step in range(3):
+            rankscope.progress(step=step)
+            print(f"rank {rank} step {step}", flush=True)
+            train_step(step)
+        if rank == 1:
+            time.sleep(0.5)
+            if args.scenario == "hang":
+                load_batch_forever()
+            bad_batch(3)
+        elif args.scenario == "hang":
+            train_step(3)
+        else:
+            evaluate()
+    elif args.scenario == "straggler":
+        for step in range(20):
+            rankscope.progress(step=step)
+            local_step(rank)
+        dist.barrier()
+    Path(f"done.{rank}").touch()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Accuracy: on the cases of `logs errors` (tests/logs/corpus/cases.toml), `fr` (the recorded gloo
+dumps of tests/data/fr/) and `stacks` (the saved directories of tests/data/stacks-out-v1/), `why`
+names the same culprit without the user choosing a verb. (`core bt`'s: tests/why/test_files.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import tomllib
+
+from rankscope.evidence import decide
+from rankscope.fr.analyse import analyse_path
+from rankscope.model import parse_label
+from rankscope.stacks.explain import diagnose
+from rankscope.stacks.saved import read_saved
+from rankscope.why.files import read_fr
+from rankscope.why.output import read_logs
+from rankscope.why.saved import read_from
+from rankscope.why.signals import Gathered
+from rankscope.why.weigh import weigh
+
+TESTS = Path(__file__).resolve().parents[1]
+CORPUS = TESTS / "logs" / "corpus"
+CASES = [
+    c
+    for c in tomllib.loads((CORPUS / "cases.toml").read_text())["case"]
+    if c.get("verb", "errors") == "errors" and "xfail" not in c and ("who" in c or "cause" in c)
+]
+FR = sorted(p for p in (TESTS / "data" / "fr" / "gloo-torch2.13").iterdir() if p.is_dir())
+STACKS = sorted(p for p in (TESTS / "data" / "stacks-out-v1").iterdir() if p.is_dir())
+
+
+def _rank(who: Optional[str], global_rank: Optional[int]) -> list[int]:
+    if global_rank is not None:
+        return [global_rank]
+    if who is None or who == "null":
+        return []
+    rank = parse_label(who)[1] if ":" in who else (int(who) if who.isdigit() else None)
+    return [rank] if rank is not None else []
+
+
+@pytest.mark.parametrize("case", CASES, ids=[Path(c["file"]).stem for c in CASES])
+def test_the_culprit_of_every_logs_errors_case(case: dict[str, Any]) -> None:
+    gathered = Gathered()
+    read_logs([str(CORPUS / "logs" / case["file"])], gathered)
+    report = weigh(gathered)
+    if case.get("who") == "null":
+        assert report.verdict is None or report.verdict.ranks == []
+        return
+    assert report.verdict is not None
+    if "cause" in case:
+        assert report.verdict.cause == case["cause"]
+    if "who" in case:
+        # the case names the rank as the log labels it; a [rankN] marker in the log gives its global rank
+        logs_verdict = decide(gathered.log_findings)
+        assert logs_verdict is not None and logs_verdict.who == case["who"]
+        assert report.verdict.ranks == _rank(case["who"], case.get("global_rank", logs_verdict.global_rank))
+
+
+def test_the_corpus_has_cases() -> None:
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("dumps", FR, ids=[p.name for p in FR])
+def test_the_culprit_of_every_recorded_flight_recorder_case(dumps: Path) -> None:
+    expected = analyse_path(dumps)
+    gathered = Gathered()
+    read_fr(str(dumps), gathered)
+    report = weigh(gathered)
+    if not expected.divergences:
+        assert report.verdict is None
+        return
+    assert report.verdict is not None
+    assert report.verdict.cause == "collective_desync"
+    assert report.verdict.ranks == sorted(expected.divergences[0].suspects)
+
+
+@pytest.mark.parametrize("saved", STACKS, ids=[p.name for p in STACKS])
+def test_the_culprit_of_every_saved_stacks_run(saved: Path) -> None:
+    stacks = read_saved(saved).report
+    expected = (stacks.diagnosis or diagnose(stacks)).divergent_ranks
+    report = weigh(read_from(saved))
+    assert report.verdict is not None
+    assert expected == [1]
+    assert (report.verdict.cause, report.verdict.ranks) == ("elsewhere", expected)
+    assert report.verdict.location == "update_index (hang_job.py:48)"

@@ -1,0 +1,294 @@
+"""What ranks leave behind, read by `why --from` and `--cores`: a real crash dump of the in-process
+handler, a real torchelastic error file, real cores; and bad input, each one line of the report or
+one error line with its exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.core.conftest import Crashes, crashes  # noqa: F401 - the fixture
+from tests.support.cli import run_cli
+
+CRASH = """\
+import ctypes, time
+
+def read_record():
+    ctypes.string_at(0)
+
+def main():
+    read_record()
+
+main()
+"""
+
+RECORD = """\
+from torch.distributed.elastic.multiprocessing.errors import record
+
+def load_shard():
+    raise ValueError("shard 7 is empty")
+
+@record
+def main():
+    load_shard()
+
+main()
+"""
+
+
+def test_a_crash_dump_of_the_in_process_handler(tmp_path: Path) -> None:
+    script = tmp_path / "crasher.py"
+    script.write_text(CRASH)
+    runtime = tmp_path / "rt"
+    env = dict(os.environ, RANKSCOPE_INPROC="1", RANKSCOPE_RUNTIME_DIR=str(runtime), RANK="1", WORLD_SIZE="2")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=60)
+    assert proc.returncode < 0
+    bundle = tmp_path / "capture"
+    bundle.mkdir()
+    for crash in runtime.glob("*.crash"):
+        shutil.copy(crash, bundle / crash.name)
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("fatal_signal", [1])
+    assert verdict["location"] == "read_record (crasher.py:4)"
+    assert "Fatal Python error: Segmentation fault" in verdict["evidence"][0]["text"]
+    assert verdict["evidence"][0]["source"].startswith("crash file ")
+
+
+@pytest.fixture(scope="module")
+def record_error_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real error file of torch's @record, where torchrun --log-dir puts it (RUN/attempt_0/LOCAL_RANK/)."""
+    pytest.importorskip("torch")
+    tmp_path = tmp_path_factory.mktemp("record")
+    script = tmp_path / "train.py"
+    script.write_text(RECORD)
+    target = tmp_path / "logs" / "job-7" / "attempt_0" / "1" / "error.json"
+    target.parent.mkdir(parents=True)
+    env = dict(os.environ, TORCHELASTIC_ERROR_FILE=str(target), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=120)
+    assert proc.returncode != 0 and target.exists(), proc.stderr
+    return target
+
+
+def test_a_torchelastic_error_file_written_by_record(record_error_file: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "capture"
+    bundle.mkdir()
+    shutil.copy(record_error_file, bundle / "error.json")
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert verdict["cause"] == "python_exception"
+    assert verdict["location"] == "load_shard (train.py:4)"
+    assert "shard 7 is empty" in verdict["evidence"][0]["text"]
+
+
+@pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
+def test_cores_name_the_rank_that_crashed(crashes: Crashes, tmp_path: Path) -> None:  # noqa: F811
+    core = crashes.crash(rank=3)
+    cores = tmp_path / "cores"
+    cores.mkdir()
+    shutil.copy(core, cores / core.name)
+    result = run_cli("why", "--cores", str(cores), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("native_crash", [3])
+    assert "SIGSEGV" in verdict["evidence"][0]["text"]
+    assert verdict["next_step"].startswith("rankscope core bt ")
+
+
+def test_bad_inputs_are_lines_of_the_report_or_one_error_line(tmp_path: Path) -> None:
+    missing = run_cli("why", "--from", str(tmp_path / "nope"))
+    assert missing.returncode == 8 and missing.stderr.count("\n") == 1
+    assert "not a directory" in missing.stderr
+    empty = run_cli("why", "--from", str(tmp_path))
+    assert empty.returncode == 8 and "no signal kept there" in empty.stderr
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    (hostile / "n.rank-0.pid-5.crash").write_bytes(b"\x00\xff garbage, not faulthandler")
+    (hostile / "error.json").write_text("{not json")
+    (hostile / "job.log").write_text("[rank0]: ValueError: bad value\n")
+    os.mkfifo(hostile / "n.rank-1.pid-6.term")
+    result = run_cli("why", "--from", str(hostile), "--json", timeout=30)
+    assert result.returncode == 15, result.stderr
+    document = result.json()
+    assert document["verdict"]["ranks"] == [0]
+    signals = {s["name"]: s["state"] for s in document["signals"]}
+    assert signals["torchelastic error files"] == "absent"
+    log = run_cli("why", "--log", str(tmp_path / "missing.log"), "--json")
+    assert log.returncode == 4, log.stderr  # the evidence named could not be read: too partial to judge
+    assert any(s["name"] == "job output" and s["state"] == "failed" for s in log.json()["signals"])
+
+
+@pytest.mark.needs("pidns")
+def test_no_job_and_no_input_is_nothing_to_judge() -> None:
+    """In a pid namespace of its own (no job of another test is visible): exit 3, the signals listed."""
+    proc = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "rankscope", "why"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr + proc.stdout
+    assert "Nothing to judge: no job on this node and no input named or readable" in proc.stdout
+    assert "stacks" in proc.stdout and "no distributed job found on this node" in proc.stdout
+
+
+TERM = """\
+import faulthandler, os, sys
+
+def wait_for_peers():
+    with open(sys.argv[1], "w") as out:
+        faulthandler.dump_traceback(out, all_threads=True)
+
+wait_for_peers()
+"""
+
+
+def test_a_sigterm_dump_beside_a_crash_dump(tmp_path: Path) -> None:
+    """faulthandler's text of a rank ended by SIGTERM (``<base>.term``, what the in-process handler
+    writes) is that rank's state; the other rank's crash is the verdict."""
+    bundle = tmp_path / "capture"
+    runtime = bundle / "runtime"
+    runtime.mkdir(parents=True)
+    script = tmp_path / "peer.py"
+    script.write_text(TERM)
+    subprocess.run(
+        [sys.executable, str(script), str(runtime / "n1.rank-0.pid-41.term")], check=True, timeout=60
+    )
+    crasher = tmp_path / "crasher.py"
+    crasher.write_text(CRASH)
+    env = dict(
+        os.environ, RANKSCOPE_INPROC="1", RANKSCOPE_RUNTIME_DIR=str(tmp_path / "rt"), RANK="1", WORLD_SIZE="2"
+    )
+    subprocess.run([sys.executable, str(crasher)], env=env, capture_output=True, timeout=60)
+    for crash in (tmp_path / "rt").glob("*.crash"):
+        shutil.copy(crash, runtime / crash.name)
+    result = run_cli("why", "--from", str(bundle), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = result.json()
+    assert (document["verdict"]["cause"], document["verdict"]["ranks"]) == ("fatal_signal", [1])
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["0"] == "ended by SIGTERM in wait_for_peers (peer.py:5)"
+    assert states["1"] == "died of a fatal signal in read_record (crasher.py:4)"
+
+
+def test_the_jobs_output_is_read_from_files_never_from_a_pipe_or_a_terminal(tmp_path: Path) -> None:
+    from rankscope.why.output import output_files, torchrun_log_dir
+
+    log = tmp_path / "err.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(["sleep", "30"], stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    try:
+        assert output_files([proc.pid]) == [str(log)]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert torchrun_log_dir(["torchrun", "--log-dir", "logs", "train.py"], "/job") == "/job/logs"
+    assert torchrun_log_dir(["torchrun", "--log_dir=/abs", "train.py"], "/job") == "/abs"
+    assert torchrun_log_dir(["torchrun", "train.py"], "/job") is None
+
+
+SCONTROL = """\
+JobId=2180718 JobName=train.sbatch
+   UserId=ana(1000) GroupId=ana(1000) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=gpu[001-002]
+   WorkDir=/home/ana/run
+   StdErr=/home/ana/run/slurm-2180718.err
+   StdIn=/dev/null
+   StdOut=/home/ana/run/slurm-2180718.out
+"""
+
+
+def test_slurm_output_files_from_scontrol() -> None:
+    from rankscope.why.output import slurm_output_paths
+
+    assert slurm_output_paths(SCONTROL) == [
+        "/home/ana/run/slurm-2180718.err",
+        "/home/ana/run/slurm-2180718.out",
+    ]
+
+
+KILLED = """\
+import os, signal
+
+def save_checkpoint():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def main():
+    save_checkpoint()
+
+main()
+"""
+
+
+def test_a_killed_rank_is_placed_by_its_trace_ring(tmp_path: Path) -> None:
+    """A rank SIGKILLed leaves no stack and no crash dump; its trace ring (rankscope trace run) tells
+    where it was, and the job's output says who killed it."""
+    script = tmp_path / "train.py"
+    script.write_text(KILLED)
+    traces = tmp_path / "traces"
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "rankscope", "trace", "run", "--out", str(traces), "--", str(script)],
+        env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    log = tmp_path / "job.log"
+    log.write_text(
+        "[2026-11-26 00:40:00,000] torch.distributed.elastic.multiprocessing.api: [ERROR] failed "
+        "(exitcode: -9) local_rank: 1 (pid: 4243) of binary: /usr/bin/python3\n"
+    )
+    result = run_cli("why", "--trace", str(traces), "--log", str(log), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = result.json()
+    signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
+    assert signals["trace rings"][0] == "read"
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["1"].startswith("last seen by its trace ring at ") and "save_checkpoint" in states["1"]
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("sigkill", [1])  # torchrun's line
+    assert "save_checkpoint" in verdict["location"]  # the ring's
+    assert any(e["source"] == "trace rings" for e in verdict["evidence"])
+
+
+@pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
+def test_a_core_written_since_the_job_started_is_found_without_asking(
+    crashes: Crashes,  # noqa: F811
+) -> None:
+    """kernel.core_pattern points at the fixture's directory; the job (one process here, started
+    first) is looked at with --pid, and the core of its rank that crashed since is found there."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], cwd=crashes.directory, start_new_session=True
+    )
+    try:
+        time.sleep(0.05)
+        crashes.crash(rank=1)
+        result = run_cli("why", "--pid", str(job.pid), "--json")
+        assert result.returncode == 15, result.stderr + result.stdout
+        document = result.json()
+        assert (document["verdict"]["cause"], document["verdict"]["ranks"]) == ("native_crash", [1])
+        cores = next(s for s in document["signals"] if s["name"] == "cores")
+        assert cores["state"] == "read" and cores["detail"].startswith("1 written since the job started")
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_error_files_under_torchruns_log_dir_name_the_global_rank(record_error_file: Path) -> None:
+    """The global rank from the local rank and the node's place that its live ranks give (node 1 of
+    2-rank nodes)."""
+    from rankscope.model import RankId
+    from rankscope.stacks.report import ProcessInfo, StacksReport
+    from rankscope.why.files import log_dir_errors
+
+    logs = record_error_file.parents[3]
+    live = StacksReport(processes=[ProcessInfo(11, RankId("n2", 2, 0, 4, 1, 2))])
+    (item,) = log_dir_errors([str(logs)], 0.0, live)
+    assert (item.rank, item.location) == (3, "load_shard (train.py:4)")
+    assert "ValueError: shard 7 is empty" in item.what
+    assert log_dir_errors([str(logs)], record_error_file.stat().st_mtime + 10, live) == []  # an earlier job's

@@ -1,0 +1,201 @@
+"""`rankscope why` on real gloo jobs that hang or lose a rank, each shared by the tests of this module.
+
+- crash-hang: rank 1 raises, a thread of its own keeps its process alive, rank 0 waits in a barrier
+  for ever; the traceback is only in the job's output (torchrun's stdout, a regular file here);
+- sigkill: rank 1 is SIGKILLed (as the OOM killer does) while rank 0 loops in its data loader;
+  torchrun (``--monitor-interval 600``) has not reaped it yet, so its exit status is still there;
+- extra / skip (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the other
+  never did, which already returned (no stack shows it; the recorders do); rank 1 never issued the
+  last all_reduce.
+Every run names its target with --pid (other tests' jobs may run beside these).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.fr.ranks import inproc_job
+from tests.support.cli import run_cli
+
+from rankscope import procfs
+from rankscope.demo.launch import LaunchedJob, start_torchrun
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(condition: Any, what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _rank_pid(job: LaunchedJob, rank: int) -> int:
+    return next(pid for pid in job.worker_pids() if procfs.environ(pid).get("RANK") == str(rank))
+
+
+@pytest.fixture(scope="module")
+def crash_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    pytest.importorskip("torch.distributed")
+    env = dict(os.environ, MY_SERVICE_TOKEN="do-not-keep", OMP_NUM_THREADS="1")
+    job = start_torchrun(
+        nproc=2,
+        script_args=["--scenario", "crash-hang", "--culprit", "1"],
+        workdir=tmp_path_factory.mktemp("crash"),
+        env=env,
+    )
+    try:
+        job.wait_ready(timeout=180)
+        _wait(
+            lambda: b"RuntimeError: bad batch" in job.log_path.read_bytes(),
+            "no traceback in the job's output",
+        )
+        yield job
+    finally:
+        job.stop()
+
+
+@pytest.fixture(scope="module")
+def crash_bundle(
+    crash_job: LaunchedJob, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, dict[str, Any]]:
+    """What `rankscope watch` runs: ``why --pid P --out DIR --json``."""
+    out = tmp_path_factory.mktemp("bundle") / "why"
+    result = run_cli("why", "--pid", str(crash_job.pid), "--out", str(out), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    return out, json.loads(result.stdout)
+
+
+def test_a_crash_in_the_output_while_the_other_rank_hangs(crash_job: LaunchedJob, crash_bundle: Any) -> None:
+    _, document = crash_bundle
+    assert document["schema"] == "rankscope.why/1"
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("python_exception", [1])
+    assert verdict["location"].startswith("train_step (hang_job.py:")
+    first = verdict["evidence"][0]
+    assert first["source"].startswith(str(crash_job.log_path) + ":")  # found without asking
+    assert "RuntimeError: bad batch on rank 1" in first["text"]
+    assert any(
+        e["source"] == "stacks" and "rank 0 waits in barrier" in e["text"] for e in verdict["evidence"]
+    )
+    signals = {s["name"]: s["state"] for s in document["signals"]}
+    assert signals["job output"] == "read" and signals["stacks"] == "read"
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["0"].startswith("waits in barrier")
+
+
+def test_the_bundle_is_private_keeps_the_signals_and_no_secret(crash_bundle: Any) -> None:
+    out, document = crash_bundle
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {p.relative_to(out).as_posix() for p in files} >= {
+        "why.json",
+        "report.txt",
+        "environment.txt",
+        "stacks/stacks.json",
+    }
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
+    assert any(p.parent.name == "logs" for p in files)
+    environment = (out / "environment.txt").read_text()
+    assert "do-not-keep" not in environment and "MY_SERVICE_TOKEN=" not in environment
+    assert (
+        environment.startswith("# removed as secret-looking: ")
+        and "MY_SERVICE_TOKEN" in environment.splitlines()[0]
+    )
+    assert any("MY_SERVICE_TOKEN" in note for note in document["notes"])
+
+
+def test_the_bundle_read_back_gives_the_same_verdict(crash_bundle: Any) -> None:
+    out, _ = crash_bundle
+    result = run_cli("why", "--from", str(out))
+    assert result.returncode == 15, result.stderr + result.stdout
+    text = result.stdout
+    assert "Verdict: rank 1 raised RuntimeError: bad batch on rank 1 at step 1" in text
+    assert text.index("Verdict") < text.index("Ranks") < text.index("Signals")
+
+
+@pytest.fixture(scope="module")
+def killed_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    pytest.importorskip("torch.distributed")
+    job = start_torchrun(
+        nproc=2,
+        script_args=["--scenario", "skip-barrier", "--culprit", "0"],
+        workdir=tmp_path_factory.mktemp("killed"),
+        torchrun_args=["--monitor-interval", "600"],
+    )
+    try:
+        job.wait_ready(timeout=180)
+        victim = _rank_pid(job, 1)
+        os.kill(victim, signal.SIGKILL)
+        _wait(lambda: (procfs.stat_fields(victim) or ["?"])[0] == "Z", "the killed rank is not a zombie")
+        yield job
+    finally:
+        job.stop()
+
+
+def test_a_rank_killed_by_sigkill_is_named_from_its_exit_status(killed_job: LaunchedJob) -> None:
+    result = run_cli("why", "--pid", str(killed_job.pid), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = json.loads(result.stdout)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("sigkill", [1])
+    assert verdict["evidence"][0]["source"].startswith("exit status (/proc/")
+    assert "OOM killer" in verdict["text"] and "OOM killer" in verdict["next_step"]
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert states["1"] == "ended: killed by SIGKILL"
+    assert states["0"].startswith("is in load_batch")
+
+
+def _desync(pids: list[int]) -> dict[str, Any]:
+    """why's document once the recorders show the divergence (the ranks hang within seconds)."""
+    args = [a for pid in pids for a in ("--pid", str(pid))]
+    deadline = time.monotonic() + 120
+    while True:
+        result = run_cli("why", *args, "--json")
+        document: dict[str, Any] = json.loads(result.stdout)
+        verdict = document.get("verdict") or {}
+        if verdict.get("cause") == "collective_desync" or time.monotonic() > deadline:
+            assert result.returncode == 15, result.stderr
+            return document
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def extra_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    pytest.importorskip("torch")
+    with inproc_job(tmp_path_factory.mktemp("rt-extra"), "extra", 2) as pids:
+        yield pids
+
+
+def test_an_extra_collective_that_already_returned_is_seen_by_the_recorders(extra_job: list[int]) -> None:
+    document = _desync(extra_job)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("collective_desync", [0])
+    assert verdict["location"].startswith("log_global_loss (fr_job.py:")
+    assert verdict["evidence"][0]["source"] == "flight recorders"
+    # no live stack shows it: it returned
+    frames = [f["function"] for g in document["stacks"]["groups"] for f in g["frames"]]
+    assert "log_global_loss" not in frames
+
+
+@pytest.fixture(scope="module")
+def skip_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    pytest.importorskip("torch")
+    with inproc_job(tmp_path_factory.mktemp("rt-skip"), "skip", 2) as pids:
+        yield pids
+
+
+def test_a_rank_that_never_issued_the_collective(skip_job: list[int]) -> None:
+    document = _desync(skip_job)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("collective_desync", [1])
+    assert "evaluate (fr_job.py:" in verdict["location"]
+    assert any(e["source"] == "stacks" for e in verdict["evidence"])

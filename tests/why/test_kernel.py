@@ -1,0 +1,137 @@
+"""Kernel messages (pure): OOM-killer kills, segfaults and NVIDIA Xids, parsed and weighed.
+
+No GPU and no OOM kill can be produced here on purpose: the lines below were written for this
+test in the kernel's formats (mm/oom_kill.c, arch/x86/mm/fault.c) and NVIDIA's documented Xid
+form (``NVRM: Xid (PCI:BUS): N, pid=PID, name=COMM, text``), as dmesg --time-format iso and
+journalctl -k -o short-iso print them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rankscope.why.collect import event_time
+from rankscope.why.kernel import parse_kernel
+from rankscope.why.signals import Gathered
+from rankscope.why.weigh import weigh
+
+DMESG = """\
+2026-11-26T00:10:01,100000+00:00 eth0: link up
+2026-11-26T00:12:03,123456+00:00 python invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0
+2026-11-26T00:12:03,123500+00:00 oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/user.slice,task=python,pid=4243,uid=1000
+2026-11-26T00:12:03,123600+00:00 Out of memory: Killed process 4243 (python) total-vm:81234567kB, anon-rss:61234567kB, file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:123456kB oom_score_adj:0
+2026-11-26T00:13:00,000000+00:00 python[4250]: segfault at 0 ip 00007f3a1b2c3d4e sp 00007ffd5e6f7a80 error 4 in libfoo.so[7f3a1b200000+1c000]
+2026-11-26T00:14:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 79, pid=4251, name=python, GPU has fallen off the bus.
+2026-11-26T00:14:01,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, subpartition 0.
+"""
+
+JOURNAL = """\
+2026-11-26T00:20:00+0000 node7 kernel: Memory cgroup out of memory: Killed process 5001 (pt_main_thread) total-vm:1000kB, anon-rss:900kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:40kB oom_score_adj:0
+2026-11-26T00:20:05+0000 node7 kernel: traps: python3[5002] general protection fault ip:7f00 sp:7ffc error:0 in libc.so.6[7f00+1000]
+[ 1234.567890] NVRM: Xid (PCI:0000:07:00): 94, pid=5003, name=python, Contained: SM (0x1). RST: No, D-RST: No
+"""
+
+
+def test_dmesg_lines_give_each_event_once_with_its_pid_and_time() -> None:
+    events = parse_kernel(DMESG.splitlines())
+    assert [(e.kind, e.pid, e.xid) for e in events] == [
+        ("oom_kill", 4243, None),  # the summary and the "Killed process" line of one kill: once
+        ("segfault", 4250, None),
+        ("xid", 4251, 79),
+        ("xid", None, 48),
+    ]
+    assert events[0].time == "2026-11-26T00:12:03,123500+00:00"
+    assert event_time(events[0].time) == event_time("2026-11-26T00:12:03.1235+00:00")
+
+
+def test_journal_lines_and_times_after_boot() -> None:
+    events = parse_kernel(JOURNAL.splitlines())
+    assert [(e.kind, e.pid, e.xid) for e in events] == [
+        ("oom_kill", 5001, None),
+        ("segfault", 5002, None),
+        ("xid", 5003, 94),
+    ]
+    assert event_time(events[0].time) is not None
+    assert events[2].time == "1234.567890 s after boot"
+    assert event_time(events[2].time) is None
+
+
+def test_an_oom_kill_of_a_rank_is_the_verdict_and_other_processes_are_not_blamed() -> None:
+    gathered = Gathered(hosts=["node7"], kernel=parse_kernel(DMESG.splitlines()), pid_rank={4243: 3, 4300: 0})
+    report = weigh(gathered)
+    assert report.verdict is not None
+    assert (report.verdict.cause, report.verdict.ranks) == ("oom_kill", [3])
+    assert report.verdict.evidence[0].source.startswith("kernel messages, line ")
+    assert "Killed process 4243" in report.verdict.evidence[0].text
+    # the segfault and Xid 79 are of pids that are not the job's: not hypotheses about it
+    assert all(h.cause not in ("segfault",) for h in report.hypotheses)
+
+
+def test_an_xid_without_a_pid_is_a_hypothesis_about_the_node_and_ecc_is_named() -> None:
+    gathered = Gathered(hosts=["node7"], kernel=parse_kernel(DMESG.splitlines()[-1:]), pid_rank={4300: 0})
+    report = weigh(gathered)
+    assert report.verdict is not None
+    assert report.verdict.cause == "gpu_ecc"
+    assert "Xid 48: double-bit ECC error" in report.verdict.evidence[0].text
+
+
+def test_a_segfault_of_a_rank_is_a_crash_of_that_rank() -> None:
+    gathered = Gathered(kernel=parse_kernel(JOURNAL.splitlines()), pid_rank={5002: 1})
+    report = weigh(gathered)
+    assert report.verdict is not None
+    assert (report.verdict.cause, report.verdict.ranks) == ("segfault", [1])
+
+
+def test_kernel_messages_not_permitted_are_a_line_that_says_why() -> None:
+    """What dmesg and journalctl print to a user without CAP_SYSLOG under kernel.dmesg_restrict=1."""
+    from rankscope.why.collect import kernel_signal
+
+    gathered = Gathered()
+    kernel_signal(
+        None,
+        "",
+        "dmesg: dmesg: read kernel buffer failed: Operation not permitted; journalctl: No journal files were found.",
+        gathered,
+    )
+    (line,) = gathered.signals
+    assert (line.name, line.state) == ("kernel messages", "refused")
+    assert "needs root or CAP_SYSLOG" in line.detail and "Operation not permitted" in line.detail
+    gathered = Gathered()
+    kernel_signal(None, "", "dmesg not found; journalctl not found", gathered)
+    assert gathered.signals[0].state == "absent"
+
+
+SLURM_OUTPUT = """\
+[rank0]:[W1126 00:39:58] step 1200 loss 2.31
+slurmstepd: error: *** STEP 2180718.0 ON gpu001 CANCELLED AT 2026-11-26T00:40:01 DUE TO TIME LIMIT ***
+slurmstepd: error: *** JOB 2180718 ON gpu001 CANCELLED AT 2026-11-26T00:40:01 DUE TO TIME LIMIT ***
+"""
+
+CGROUP_OOM = """\
+slurmstepd: error: Detected 1 oom-kill event(s) in StepId=2180719.0. Some of your processes may have been killed by the cgroup out-of-memory handler.
+"""
+
+
+def test_the_scheduler_ending_the_job_is_named(tmp_path: Path) -> None:
+    """slurmstepd's lines (written for this test in its formats) in the job's output."""
+    from rankscope.why.output import read_logs
+
+    log = tmp_path / "slurm-2180718.out"
+    log.write_text(SLURM_OUTPUT)
+    gathered = Gathered()
+    read_logs([str(log)], gathered)
+    report = weigh(gathered)
+    assert report.verdict is not None
+    assert report.verdict.cause == "scheduler_time_limit"
+    assert report.verdict.evidence[0].source == f"{log}:2"
+    assert (
+        "SLURM cancelled step 2180718.0 on gpu001 at 2026-11-26T00:40:01 due to time limit"
+        in report.verdict.text + report.verdict.evidence[0].text
+    )
+    oom = tmp_path / "slurm-2180719.out"
+    oom.write_text(CGROUP_OOM)
+    gathered = Gathered()
+    read_logs([str(oom)], gathered)
+    report = weigh(gathered)
+    assert report.verdict is not None and report.verdict.cause == "oom_kill"
+    assert "cgroup out-of-memory handler" in report.verdict.evidence[0].text
