@@ -21,6 +21,10 @@ SHARED = (
     "procs.py",
     "lifetime.py",
     "guardian.py",
+    "passthrough.py",
+    "evidence.py",
+    "jobkey.py",
+    "cmdline.py",
 )
 ROOMS = (
     "rankscope.stacks",
@@ -113,3 +117,140 @@ def test_rooms_do_not_print_or_exit() -> None:
                 ):
                     offenders.append(f"{relative}:{node.lineno} {name}")
     assert not offenders, "library code prints or exits: " + ", ".join(offenders)
+
+
+# --- the import table of docs/architecture.md ---------------------------------------------------
+
+DOC = PACKAGE.parents[1] / "docs" / "architecture.md"
+
+
+def _unit(path: Path) -> str:
+    """The table's row a source file belongs to: ``stacks/`` for a room's module, ``model.py`` for a
+    shared one."""
+    relative = path.relative_to(PACKAGE)
+    return f"{relative.parts[0]}/" if len(relative.parts) > 1 else relative.name
+
+
+def _unit_of_module(name: str) -> str:
+    parts = name.split(".")[1:]  # rankscope.stacks.merge -> stacks, merge
+    if not parts:
+        return "__init__.py"
+    if (PACKAGE / parts[0]).is_dir():
+        return f"{parts[0]}/"
+    return f"{parts[0]}.py"
+
+
+def import_table() -> tuple[dict[str, set[str]], set[str]]:
+    """The ``may import`` column by row (``stacks/``, ``model.py``), and the shared modules named
+    under the table. An entry is a room (``logs/``), a module (``model``, ``doctor.system``), or
+    ``shared modules``; ``everything`` allows all; names in parentheses only say what is used."""
+    import re
+
+    text = DOC.read_text()
+    shared_line = re.search(r"A shared module \(([^)]*)\)", text)
+    assert shared_line, "docs/architecture.md names the shared modules under the table"
+    shared = {f"{name}.py" for name in re.findall(r"`([a-z_]+)`", shared_line.group(1))}
+    table: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        row = cells[0].strip("`")
+        allowed: set[str] = set()
+        column = re.sub(r"\([^()]*\)", "", cells[2])
+        if "everything" in column:
+            allowed.add("*")
+        if "shared modules" in column:
+            allowed |= shared
+        for name in re.findall(r"`([^`]+)`", column):
+            for each in name.split("/"):  # `doctor.system`/`doctor.checks`
+                if each:
+                    allowed.add(f"{each}/" if name.endswith("/") and "." not in each else each)
+        table[row] = allowed
+    return table, shared
+
+
+def _allows(allowed: set[str], target: str) -> bool:
+    """Does the row's column allow importing module ``target`` (``rankscope.doctor.system``)?"""
+    parts = target.split(".")[1:]
+    if "*" in allowed or not parts:
+        return True
+    names = {f"{parts[0]}/", f"{parts[0]}.py", *(".".join(parts[:n]) for n in range(1, len(parts) + 1))}
+    return bool(names & allowed)
+
+
+def module_imports(path: Path) -> set[str]:
+    """The rankscope modules ``path`` imports: ``from rankscope.core import grab`` counts as
+    ``rankscope.core.grab``; imports under ``if TYPE_CHECKING:`` count too (they are the same
+    dependency, only later)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("rankscope"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if not node.module.startswith("rankscope"):
+                continue
+            base = PACKAGE.parent.joinpath(*node.module.split("."))
+            for alias in node.names:
+                sub = base / alias.name
+                is_module = sub.is_dir() or sub.with_suffix(".py").exists()
+                names.add(f"{node.module}.{alias.name}" if is_module else node.module)
+    return names
+
+
+def test_every_module_has_a_row_in_the_import_table() -> None:
+    table, _shared = import_table()
+    units = {_unit(path) for path in PACKAGE.rglob("*.py")}
+    missing = sorted(units - set(table))
+    assert not missing, f"docs/architecture.md has no row for {missing}"
+
+
+def test_imports_between_rooms_follow_the_table() -> None:
+    """Each room and shared module imports only what its row's ``may import`` column names."""
+    table, _shared = import_table()
+    offending = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        unit = _unit(path)
+        allowed = table.get(unit, set())
+        for target in sorted(module_imports(path)):
+            if _unit_of_module(target) == unit or _allows(allowed, target):
+                continue
+            offending.append(f"{path.relative_to(PACKAGE)} imports {target} (row {unit}: {sorted(allowed)})")
+    assert not offending, "imports the table does not allow:\n" + "\n".join(offending)
+
+
+#: The modules that start processes themselves, each for the reason at its top; everything else goes
+#: through rankscope.lifetime (start/run/start_detached).
+STARTS_PROCESSES = {
+    "lifetime.py": "the process-lifetime API itself, and the guardian it spawns",
+    "stacks/runner.py": "one py-spy per rank from one poll loop, posix_spawn (subprocess costs more than the dumps)",
+    "cluster/fanout.py": "the transports' own loop (pidfds, held stdin, the subreaper): lifetime.start_group",
+}
+_STARTERS = {
+    "subprocess.Popen",
+    "subprocess.run",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "os.posix_spawn",
+    "os.posix_spawnp",
+    "os.fork",
+    "os.system",
+    "os.popen",
+    "start_group",
+    "lifetime.start_group",
+}
+
+
+def test_processes_are_started_through_lifetime() -> None:
+    offenders = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in STARTS_PROCESSES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in _STARTERS:
+                offenders.append(f"{relative}:{node.lineno} {ast.unparse(node.func)}")
+    assert not offenders, "start it with rankscope.lifetime (start/run/start_detached): " + ", ".join(
+        offenders
+    )

@@ -60,6 +60,61 @@ def test_to_argv_reads_back_to_the_same_options(options: StacksOptions) -> None:
     request = parse_stacks(argv[1:])
     assert request.options == options
     assert request.local and request.as_json and request.cluster is None
+    # ... and so does the light entry every node runs (rankscope.cli.node), without click.
+    assert StacksOptions.from_argv(argv) == options
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stacks", "--json"],
+        ["stacks", "--local", "--json", "--hosts", "n[1-2]"],
+        ["stacks", "--local", "--json", "--samples"],
+        ["stacks", "--local", "--json", "--samples", "many"],
+        ["stacks", "--local", "--json", "--via-signal", "--native"],
+    ],
+)
+def test_any_other_command_line_takes_the_full_path(argv: list[str]) -> None:
+    from rankscope.cli.node import node_options
+
+    assert node_options(argv) is None
+
+
+def test_a_node_answers_the_same_document_without_click() -> None:
+    """`stacks --local --json` through the light entry and through click: the same document."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    target = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    argv = ["stacks", "--local", "--json", "--pid", str(target.pid), "--no-fr"]
+    try:
+        light = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "rankscope", *argv], capture_output=True, text=True
+        )
+        full = subprocess.run(
+            [sys.executable, "-c", f"from rankscope.cli.main import main; main({argv!r})"],
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        os.killpg(target.pid, 9)
+        target.wait()
+    imports_click = re.compile(r"\| +click$", re.MULTILINE)
+    assert not imports_click.search(light.stderr)
+    assert imports_click.search(
+        subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "import rankscope.cli.main"],
+            capture_output=True,
+            text=True,
+        ).stderr
+    )
+    assert light.returncode == full.returncode
+    documents = [json.loads(run.stdout) for run in (light, full)]
+    for document in documents:
+        document.pop("seconds")  # how long each run took
+    assert documents[0] == documents[1]
 
 
 def test_node_argv_is_derived_from_the_same_options() -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import pytest
 from ClusterShell.NodeSet import NodeSet
 from ClusterShell.RangeSet import RangeSet
 from hypothesis import given
@@ -73,3 +74,30 @@ def test_fold_host_ranks_expands_back(ranks_by_host: dict[str, set[int]]) -> Non
         hosts, ranks = part.rsplit(":", 1)
         expanded |= {(host, int(rank)) for host in NodeSet(hosts) for rank in RangeSet(ranks.strip("[]"))}
     assert expanded == pairs
+
+
+def test_a_rank_set_reads_folds_iterates_and_compares() -> None:
+    from rankscope.folding import RankSet
+
+    ranks = RankSet.parse("0-3,7")
+    assert list(ranks) == [0, 1, 2, 3, 7] and len(ranks) == 5 and 7 in ranks and 5 not in ranks
+    assert str(ranks) == "0-3,7" and ranks.phrase() == "ranks 0-3,7"
+    assert RankSet.of([7, 3, 2, 1, 0, 3]) == ranks  # order and repeats do not matter
+    assert RankSet.of([3]).phrase() == "rank 3" and not RankSet() and str(RankSet()) == ""
+    assert sorted([RankSet.of([4]), RankSet.of([1, 2])]) == [RankSet.of([1, 2]), RankSet.of([4])]
+
+
+def test_a_rank_set_in_json_is_its_list_and_reads_back() -> None:
+    from rankscope.folding import RankSet
+    from rankscope.serial import from_json, to_json
+
+    data = to_json(RankSet.parse("2,0-1"))
+    assert data == {"ranks": [0, 1, 2]}
+    assert from_json(RankSet, data) == RankSet.of([0, 1, 2])
+
+
+def test_a_rank_set_that_is_not_one_is_a_value_error() -> None:
+    from rankscope.folding import RankSet
+
+    with pytest.raises(ValueError, match="not a rank set"):
+        RankSet.parse("3-x")

@@ -300,3 +300,18 @@ def test_a_traced_program_is_a_target_and_other_rankscope_commands_are_not(
     entry = procfs.ProcfsEntry(1, "python", "S", 0)
     entry._cmdline = argv
     assert is_rankscope(entry) is command
+
+
+def test_stat_fields_and_start_ticks_of_a_live_and_a_gone_process() -> None:
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        fields = procfs.stat_fields(child.pid)
+        assert (
+            fields is not None and fields[0] in "RS" and int(fields[1]) == os.getpid()
+        )  # state, then the parent
+        assert procfs.start_ticks(child.pid) >= procfs.start_ticks()  # started after this process
+    finally:
+        os.killpg(child.pid, 9)
+        child.wait()
+    assert procfs.stat_fields(child.pid) is None
+    assert procfs.start_ticks(child.pid) == 0

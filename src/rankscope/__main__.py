@@ -1,4 +1,4 @@
-from rankscope.cli.main import main
+from rankscope.cli.node import main
 
 if __name__ == "__main__":
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import IntEnum
 
 
@@ -68,3 +69,16 @@ class NothingFoundError(RankscopeError):
 class BadInputError(RankscopeError):
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message, hint, ExitCode.BAD_INPUT)
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """An error as a JSON document carries it (``{"message", "hint", "exit_code"}``, through rankscope.serial)."""
+
+    message: str
+    hint: str
+    exit_code: int
+
+    @classmethod
+    def of(cls, error: RankscopeError) -> ErrorReport:
+        return cls(error.message, error.hint, int(error.exit_code))

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # `logs grep` folds nothing and starts faster without the model
@@ -38,6 +39,47 @@ def parse_ints(text: str) -> list[int]:
     from ClusterShell.RangeSet import RangeSet
 
     return [int(x) for x in RangeSet(text)]
+
+
+@dataclass(frozen=True, order=True)
+class RankSet:
+    """A set of ranks, the value every room names ranks with: read from ``0-3,7`` (:meth:`parse`),
+    folded back (``str``), iterated in order, compared, and said in words (:meth:`phrase`).
+
+    In JSON it is its sorted list (``{"ranks": [0, 1, 2, 3, 7]}`` through rankscope.serial).
+    """
+
+    ranks: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, ranks: Iterable[int]) -> RankSet:
+        return cls(tuple(sorted(set(ranks))))
+
+    @classmethod
+    def parse(cls, text: str) -> RankSet:
+        """``0-3,7`` (ClusterShell's range syntax); ValueError when it is not one."""
+        from ClusterShell.RangeSet import RangeSetParseError
+
+        try:
+            return cls.of(parse_ints(text))
+        except RangeSetParseError as exc:
+            raise ValueError(f"not a rank set: {text!r} ({exc})") from None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.ranks)
+
+    def __len__(self) -> int:
+        return len(self.ranks)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.ranks
+
+    def __str__(self) -> str:
+        return fold_ints(self.ranks)
+
+    def phrase(self) -> str:
+        """``rank 3`` or ``ranks 0-3,7``."""
+        return f"{'ranks' if len(self.ranks) > 1 else 'rank'} {self}"
 
 
 _HOST = re.compile(r"^([^\d,\[\]]*?)(\d+)([^\d,\[\]]*)$")

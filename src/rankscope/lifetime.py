@@ -43,10 +43,10 @@ torch 2.13 CPU, as root):
   ms of CPU measured on a loaded 2-core machine, in 10 ms clock ticks), off the caller's path:
   rankscope does not wait for it to be ready, since the notes and the end of file wait in the pipe.
 
-The older pieces stay for the rooms that have not moved yet: :func:`start_group` and
-:func:`end_group`, :class:`Orphans` (rankscope as child subreaper for pdsh's ssh clients), and a
-remote command run under a watcher that kills it when the connection drops
-(:func:`rankscope.cluster.transports.remote_script`).
+The older pieces stay for the fan-out (rankscope.cluster.fanout), the one room not moved yet:
+:func:`start_group` (which :func:`start` builds on), :class:`Orphans` (rankscope as child subreaper
+for pdsh's ssh clients), and a remote command run under a watcher that kills it when the connection
+drops (:func:`rankscope.cluster.transports.remote_script`).
 
 Shared module: stdlib, ``procfs`` and ``guardian`` only.
 """
@@ -131,17 +131,6 @@ def start_group(
         popen["preexec_fn"] = os.setpgrp  # before any thread starts: prefix starts its child first
     process = subprocess.Popen(argv, env=child_env, **popen)
     return process, token
-
-
-def end_group(process: subprocess.Popen[bytes], grace: float = TERM_GRACE) -> None:
-    """SIGTERM to the group of ``process``, SIGKILL after ``grace``; waits for ``process`` itself."""
-    import subprocess
-
-    signal_group(process.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(grace)
-    signal_group(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 class StopSignals:
@@ -618,6 +607,7 @@ def start(
     capture: Optional[int] = OUTPUT_LIMIT,
     umask: int = -1,
     grace: float = TERM_GRACE,
+    mark: bool = True,
     **popen: Any,
 ) -> Child:
     """Start ``argv`` for rankscope's own work: it, and what it starts, die with rankscope.
@@ -627,15 +617,19 @@ def start(
     unless ``stderr`` is passed) kept up to that many bytes (None: pass ``stdout``/``stderr``).
     ``umask``: the child's (0o077 for a tool that writes private files, gcore). ``grace``: seconds
     from SIGTERM to SIGKILL when its tree is ended (a launcher forwards SIGTERM). The guardian is
-    started first, so the child is covered from its first instruction.
+    started first, so the child is covered from its first instruction. ``mark`` False: the child is
+    the user's program run in the foreground (``prefix``, ``rerun``), not rankscope's work: no
+    :data:`STARTED_BY` and no guardian; its group is still ended by :meth:`Child.end` and
+    :meth:`Child.reap`.
     """
     import subprocess
 
-    guardian()
+    if mark:
+        guardian()
     if capture is not None:
         popen["stdout"] = subprocess.PIPE
         popen.setdefault("stderr", subprocess.STDOUT)
-    process, token = start_group(argv, env=env, new_session=session, umask=umask, **popen)
+    process, token = start_group(argv, env=env, new_session=session, mark=mark, umask=umask, **popen)
     output = None
     if capture is not None:
         output = Capture(capture)
@@ -691,6 +685,18 @@ def run(argv: list[str], timeout: float, stop_fd: int = -1, **options: Any) -> C
     return child
 
 
+def output(argv: list[str], timeout: float) -> Optional[str]:
+    """``argv``'s stdout (stderr dropped) when it exits 0 within ``timeout``; None when it is missing,
+    fails or runs too long (its tree ended then): the "ask a tool, within a deadline" of every room."""
+    import subprocess
+
+    try:
+        child = run(argv, timeout, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+    return child.text() if child.returncode == 0 and not child.timed_out else None
+
+
 def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Iterable[int] = ()) -> None:
     """SIGTERM a launcher rankscope did not start through :func:`start` (torchrun forwards it),
     then SIGKILL it and the group of every descendant, listed before anything is killed: torchrun
@@ -717,6 +723,19 @@ def kill_tree(process: subprocess.Popen[bytes], grace: float = 5.0, known: Itera
                 kill(pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(grace)
+
+
+def tool_path(name: str) -> Optional[str]:
+    """The tool ``name`` next to this interpreter (a venv's bin/, where pip puts py-spy and pystack,
+    found even when the venv was not activated), else on PATH; None when neither has it."""
+    import sys
+
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    if os.access(beside, os.X_OK):
+        return beside
+    import shutil
+
+    return shutil.which(name)
 
 
 # --- the one child that outlives rankscope ----------------------------------------------------

@@ -368,16 +368,22 @@ def stat_fields(pid: Pid) -> Optional[list[str]]:
     return raw[raw.rfind(b")") + 2 :].decode("ascii", "replace").split()
 
 
+def start_ticks(pid: Pid = "self") -> int:
+    """The process's start in clock ticks after boot (starttime, field 22): with the pid, it tells a
+    reused pid apart. 0 when /proc does not say."""
+    try:
+        return int((stat_fields(pid) or [])[19])
+    except (IndexError, ValueError):
+        return 0
+
+
 def started_after_boot(pid: Pid = "self") -> Optional[float]:
     """Seconds from boot to the process's start (starttime in /proc/PID/stat, to 1/CLK_TCK: 10 ms).
 
     Against ``time.clock_gettime(time.CLOCK_BOOTTIME)`` it says how long the process has run.
     """
-    try:
-        stat = _read(pid, "stat")
-        return int(stat[stat.rfind(b")") + 2 :].split()[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
+    ticks = start_ticks(pid)
+    return ticks / os.sysconf("SC_CLK_TCK") if ticks else None
 
 
 def fd_links(pid: Pid) -> list[tuple[int, str]]:

@@ -11,8 +11,9 @@ targets: under srun, the shell that runs rankscope has SLURM_PROCID too.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from rankscope import procfs
 from rankscope.jobkey import JobKey, common_key, key_from_env
@@ -329,3 +330,44 @@ def unreadable_workers(table: ProcessTable) -> list[ProcfsEntry]:
         and table.nearest_launcher(pid) is not None
     }
     return [info for pid, info in sorted(found.items()) if info.ppid not in found]
+
+
+class ProcessTarget(NamedTuple):
+    """One process a verb works on (``--pid``/``--job``): its pid and, where known, its rank."""
+
+    pid: int
+    #: None: the process is gone, or was named as it is (``expand_launchers`` False).
+    rank: Optional[RankId] = None
+
+
+def resolve_targets(
+    pids: Sequence[int] = (),
+    job: bool = False,
+    *,
+    expand_launchers: bool = True,
+    table: Optional[ProcessTable] = None,
+) -> list[ProcessTarget]:
+    """The processes a verb's ``PID...``/``--job`` name: the one resolver of every verb that takes them.
+
+    ``job``: every worker of every distributed job on this node, by job and rank (empty when there
+    is none: the verb says so in its own words). Otherwise the ``pids`` in the order named: a
+    launcher stands for its workers (as in ``stacks --pid``) unless ``expand_launchers`` is False
+    (``core grab`` dumps the very processes named), a worker gets its rank, and a pid that is gone
+    stays, without a rank (its error comes when the verb reaches it).
+    """
+    if not job and not expand_launchers:
+        return [ProcessTarget(pid) for pid in pids]
+    table = table if table is not None else ProcessTable()
+    if job:
+        return [ProcessTarget(w.pid, w.rank) for found in find_jobs(table) for w in found.workers]
+    targets: list[ProcessTarget] = []
+    for pid in pids:
+        entry = table.procs.get(pid)
+        if entry is None or entry.state in ("Z", "X"):
+            targets.append(ProcessTarget(pid))
+        elif launcher_kind(entry) is not None:
+            workers = workers_of(pid, table).workers
+            targets.extend([ProcessTarget(w.pid, w.rank) for w in workers] or [ProcessTarget(pid)])
+        else:
+            targets.append(ProcessTarget(pid, workers_of(pid, table).workers[0].rank))
+    return targets

@@ -9,11 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
 
+from rankscope import lifetime
 from rankscope.debug import rendezvous
 from rankscope.debug.client import parse_address, pdb_attach_argv
 from rankscope.errors import BadInputError
@@ -70,9 +72,9 @@ def test_attach_pid_never_runs_a_program_that_is_not_python(monkeypatch: pytest.
     # could do worse: only an executable named python* is asked for its version.
     ran: list[list[str]] = []
     monkeypatch.setattr(
-        subprocess,
+        lifetime,
         "run",
-        lambda argv, **kwargs: ran.append(argv) or subprocess.CompletedProcess(argv, 1, "", ""),
+        lambda argv, *args, **kwargs: ran.append(argv) or types.SimpleNamespace(text=lambda: ""),
     )
     worker = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:

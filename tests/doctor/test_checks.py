@@ -9,9 +9,9 @@ from tests.doctor.factory import GIB, healthy
 
 from rankscope.doctor import checks
 from rankscope.doctor.facts import Limits, TorchInfo
-from rankscope.doctor.nvsmi import Gpu, GpuProcess, Link, NvidiaInfo, Topology
 from rankscope.doctor.report import Check, Status
 from rankscope.net.ifname import parse_nccl, selected, unmatched
+from rankscope.nvidia.nvsmi import Gpu, GpuProcess, Link, NvidiaInfo, Topology
 
 MIB = 1024**2
 

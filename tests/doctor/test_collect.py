@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 from rankscope.doctor.checks import run_checks
 from rankscope.doctor.facts import TorchInfo, gather, torch_from_files
-from rankscope.doctor.nvml import read_nvml
 from rankscope.doctor.report import Status
 from rankscope.doctor.system import System
+from rankscope.nvidia.nvml import read_nvml
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu-h100"
 MIB = 1024**2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.doctor.nvsmi import parse_query_xml, parse_topology
+from rankscope.nvidia.nvsmi import parse_query_xml, parse_topology
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "gpu-h100"
 XML = (DATA / "nvidia-smi-q.xml").read_text()
@@ -33,6 +33,7 @@ def test_recorded_xml_agrees_with_the_recorded_query() -> None:
     assert f"{gpu.memory_total_mib} MiB" == query["memory.total [MiB]"]
     assert f"{gpu.memory_used_mib} MiB" == query["memory.used [MiB]"]
     assert f"{gpu.sm_clock_mhz} MHz" == query["clocks.current.sm [MHz]"]
+    assert f"{gpu.utilization_pct} %" == query["utilization.gpu [%]"]
     assert str(gpu.temperature_c) == query["temperature.gpu"]
     assert str(gpu.ecc_uncorrected_volatile) == query["ecc.errors.uncorrected.volatile.total"] == "0"
     assert gpu.max_sm_clock_mhz == 1980

@@ -34,3 +34,14 @@ def test_bench_rank_argv_reads_back(tmp_path: Path) -> None:
     with allreduce.make_context("allreduce", argv[2:]) as ctx:
         again = from_params(BenchOptions, ctx.params)
     assert again == replace(options, nproc=None)
+
+
+def test_default_options_write_no_flag_and_read_back() -> None:
+    # Flags are derived from the fields (rankscope.cmdline): a default is not written, so the
+    # rank's own defaults must be the same.
+    assert GpuTestOptions().rank_argv() == ["gpu-test"]
+    with gpu_test.make_context("gpu-test", []) as ctx:
+        assert from_params(GpuTestOptions, ctx.params) == GpuTestOptions()
+    assert BenchOptions().rank_argv() == ["bench", "allreduce"]
+    with allreduce.make_context("allreduce", []) as ctx:
+        assert from_params(BenchOptions, ctx.params) == BenchOptions()

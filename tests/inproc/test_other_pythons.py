@@ -28,8 +28,8 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.pythons import SRC, version_params
 
+from rankscope import lifetime
 from rankscope.inproc import progress, runtime
-from rankscope.lifetime import end_group, start_group
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,10 @@ def test_a_torchrun_job_on_another_python_is_traced_and_shows_its_steps(python: 
     env.pop("RANKSCOPE_INPROC", None)
     argv = [str(torchrun), "--standalone", f"--nproc-per-node={NPROC}", "--no-python", python]
     argv += ["-m", "rankscope", "trace", "run", "--out", str(traces), "--", "job.py"]
-    job, _ = start_group(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = lifetime.start(
+        argv, None, env=env, capture=None, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    job = child.process
     want = {rank: rank + 2 for rank in range(NPROC)}
     try:
         deadline = time.monotonic() + 60
@@ -130,4 +133,4 @@ def test_a_torchrun_job_on_another_python_is_traced_and_shows_its_steps(python: 
             if parsed is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(parsed[2], signal.SIGKILL)
-        end_group(job)
+        child.end()

@@ -241,3 +241,21 @@ def test_split_keeps_open_files_bounded_under_a_low_ulimit(tmp_path: Path) -> No
     assert len(list(out.iterdir())) == ranks
     for rank in (0, 1023, ranks - 1):
         assert (out / f"n1_rank{rank}.log").read_text() == "pass 0\npass 1\n"
+
+
+def test_json_that_ends_in_an_error_is_still_one_document(tmp_path: Path) -> None:
+    # A path that is not there: reading never started, `read` is null.
+    missing = run_cli("logs", "grep", "--rank", "3", str(tmp_path / "gone.log"), "--json")
+    document = missing.json()
+    assert document["schema"] == "rankscope.logs.grep/1" and document["read"] is None
+    assert set(document["error"]) == {"message", "hint", "exit_code"}
+    assert document["error"]["exit_code"] == missing.returncode != 0
+    assert "gone.log" in document["error"]["message"]
+    # Read, and nothing in it: the verb's own document with the error and what was read.
+    log = tmp_path / "job.log"
+    log.write_text("[n1:0] hello\n")
+    quiet = run_cli("logs", "nccl", str(log), "--json")
+    document = quiet.json()
+    assert document["schema"] == "rankscope.logs.nccl/1" and document["read"]["sources"] == [str(log)]
+    assert document["error"]["exit_code"] == quiet.returncode == 3
+    assert document["error"]["hint"].startswith("run the job with NCCL_DEBUG=INFO")

@@ -167,8 +167,8 @@ def test_tee_with_threads_and_fork_keeps_every_line_whole(tmp_path: Path) -> Non
 
 
 def test_prefix_output_writes_a_line_without_end_in_pieces() -> None:
-    from rankscope.cli.prefix import PIECE as VERB_PIECE
     from rankscope.inproc.prefixing import PIECE
+    from rankscope.passthrough import PIECE as VERB_PIECE
 
     assert PIECE == VERB_PIECE
     code = textwrap.dedent(

@@ -232,8 +232,8 @@ def test_a_leftover_holding_the_output_does_not_hold_prefix(tmp_path: Path) -> N
 
 
 def test_the_piece_size_is_the_logs_readers_cut() -> None:
-    from rankscope.cli.prefix import PIECE
     from rankscope.logs.sources import MAX_LINE
+    from rankscope.passthrough import PIECE
 
     assert PIECE == MAX_LINE
 
@@ -251,7 +251,7 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 @pytest.mark.timeout(120)
 def test_a_long_line_is_written_in_pieces_with_bounded_memory(tmp_path: Path) -> None:
-    from rankscope.cli.prefix import PIECE
+    from rankscope.passthrough import PIECE
 
     out = tmp_path / "out"
     result = subprocess.run(

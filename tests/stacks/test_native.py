@@ -18,8 +18,9 @@ from tests.stacks.pyspy_text import snapshots
 from tests.support.cli import run_cli
 
 from rankscope.demo.launch import LaunchedJob
+from rankscope.nvidia.nvsmi import parse_query_xml
 from rankscope.stacks.explain import diagnose, explaining_frames, gpu_wait, short_native_name
-from rankscope.stacks.gpu import parse_query_csv, query_gpus
+from rankscope.stacks.gpu import gpu_statuses, query_gpus
 from rankscope.stacks.merge import group_snapshots, merge_reports, representatives
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import GpuStatus, ProcessInfo, StacksReport, load_report, report_document
@@ -116,13 +117,11 @@ def _fake_nvidia_smi(tmp_path: Path, csv: str) -> Path:
 
 def test_gpu_status_from_recorded_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A recording: no GPU exists on this machine; query.csv is what nvidia-smi printed on the H100 node.
-    argv = _fake_nvidia_smi(tmp_path, (DATA / "query.csv").read_text())
+    # The XML is what `nvidia-smi -q -x` printed there: the one GPU reader doctor uses too.
+    argv = _fake_nvidia_smi(tmp_path, (DATA / "nvidia-smi-q.xml").read_text())
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     gpus = query_gpus("gpu0")
-    assert argv.read_text().split() == [
-        "--query-gpu=index,name,utilization.gpu,memory.used,memory.total",
-        "--format=csv",
-    ]
+    assert argv.read_text().split() == ["-q", "-x"]
     assert gpus == [GpuStatus("gpu0", 0, "NVIDIA H100 80GB HBM3", 0, 0, 81559, "nvidia-smi")]
     report = _recorded_report(gpus)
     assert report.diagnosis is not None
@@ -133,10 +132,12 @@ def test_gpu_status_from_recorded_nvidia_smi(tmp_path: Path, monkeypatch: pytest
 
 
 def test_a_kernel_that_never_ends_shows_a_busy_gpu() -> None:
-    # The recorded header with the row of a GPU running a kernel (values as nvidia-smi prints them).
-    header = (DATA / "query.csv").read_text().splitlines()[0]
-    row = "0, NVIDIA H100 80GB HBM3, GPU-7201, 00000000:00:06.0, 580.159.04, 81559 MiB, 1025 MiB, 100 %, 61, 390 W, 1980 MHz, 0"
-    gpus = parse_query_csv(f"{header}\n{row}\n", "gpu0")
+    # The recorded document with the values of a GPU running a kernel (as nvidia-smi prints them).
+    xml = (DATA / "nvidia-smi-q.xml").read_text()
+    busy = xml.replace("<gpu_util>0 %</gpu_util>", "<gpu_util>100 %</gpu_util>", 1)
+    busy = busy.replace("<used>0 MiB</used>", "<used>1025 MiB</used>", 1)
+    assert busy.count("100 %") > xml.count("100 %") and "1025 MiB" in busy
+    gpus = gpu_statuses(parse_query_xml(busy), "gpu0")
     report = _recorded_report(gpus)
     assert report.diagnosis is not None
     (note,) = report.diagnosis.notes
@@ -160,7 +161,7 @@ def test_no_gpu_no_gpu_note() -> None:
 
 
 def test_gpus_and_native_flags_survive_json_and_a_multi_node_merge() -> None:
-    gpus = parse_query_csv((DATA / "query.csv").read_text(), "gpu0")
+    gpus = gpu_statuses(parse_query_xml((DATA / "nvidia-smi-q.xml").read_text()), "gpu0")
     node = load_report(json.loads(json.dumps(report_document(_recorded_report(gpus)))))
     other = StacksReport(
         hosts=["gpu1"], gpus=[GpuStatus("gpu1", 0, "NVIDIA H100 80GB HBM3", 100, 1025, 81559)]

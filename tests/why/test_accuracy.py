@@ -10,8 +10,8 @@ from typing import Any, Optional
 import pytest
 import tomllib
 
-from rankscope.cli.fr import analyse_path
 from rankscope.evidence import decide
+from rankscope.fr.analyse import analyse_path
 from rankscope.model import parse_label
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.saved import read_saved

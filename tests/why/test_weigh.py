@@ -11,11 +11,11 @@ from pathlib import Path
 
 from tests.stacks.pyspy_text import snapshots
 
-from rankscope.doctor.nvsmi import parse_query_xml
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.model import Frame, Member, RankId
+from rankscope.nvidia.nvsmi import parse_query_xml
 from rankscope.stacks.explain import diagnose
-from rankscope.stacks.gpu import parse_query_csv
+from rankscope.stacks.gpu import gpu_statuses
 from rankscope.stacks.merge import group_snapshots
 from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport
 from rankscope.why.gpu import from_status, with_details
@@ -52,7 +52,7 @@ def test_a_rank_blocked_on_its_gpu_from_the_recorded_h100_job() -> None:
     snaps = snapshots((DATA / "pyspy_native_cuda_hang.txt").read_text(), "gpu0")
     report = StacksReport(hosts=["gpu0"], groups=group_snapshots(snaps), native=True)
     report.processes = [ProcessInfo(s.pid, s.rank, native=True) for s in snaps]
-    report.gpus = parse_query_csv((DATA / "query.csv").read_text(), "gpu0")
+    report.gpus = gpu_statuses(parse_query_xml((DATA / "nvidia-smi-q.xml").read_text()), "gpu0")
     report.diagnosis = diagnose(report)
     gpus = with_details(
         from_status(report.gpus), parse_query_xml((DATA / "nvidia-smi-q.xml").read_text()), "gpu0"

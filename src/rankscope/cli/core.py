@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import click
 
 from rankscope.cli.outfiles import FORCE_OPTION, OutDir
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import BadInputError, ExitCode
+from rankscope.errors import ExitCode
 from rankscope.serial import dump_document
 
 HELP = """Core files: what crashed and where, for one core or one per rank.
@@ -158,49 +158,18 @@ Examples:
 """
 
 
-def _when(mtime: float) -> str:
-    import time
-
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
-
-
 @core.command("list", help=LIST_HELP)
 @click.argument("dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[DIR]...")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.list/1).")
 def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
-    from rankscope.core.listing import SCHEMA, default_places, list_cores
+    from rankscope.core.listing import SCHEMA, list_cores, places_to_look
+    from rankscope.core.render import render_list
 
-    for directory in dirs:
-        if not os.path.isdir(directory):
-            raise BadInputError(f"{directory}: no such directory", "pass directories that hold core files")
-    if dirs:
-        places = list(dirs)
-    else:
-        try:
-            with open("/proc/sys/kernel/core_pattern") as f:
-                pattern: Optional[str] = f.read().strip()
-        except OSError:
-            pattern = None
-        places = default_places(pattern, os.getcwd())
-    found = list_cores(places, with_coredumpctl=not dirs)
+    found = list_cores(places_to_look(dirs), with_coredumpctl=not dirs)
     if as_json:
         click.echo(json.dumps(dump_document(SCHEMA, found), indent=2))
-    elif found.cores:
-        for one in found.cores:
-            rank = f" rank {one.rank}" if one.rank is not None else ""
-            what = (
-                f"pid {one.pid}{rank} {one.signal} {one.executable}"
-                if one.pid is not None
-                else ("unreadable core" if one.source == "file" else one.source)
-            )
-            size = f"{one.size / 1e6:.0f} MB" if one.size >= 1e6 else f"{one.size} B"
-            click.echo(
-                f"{_when(one.mtime)}  {what}  {size}  {one.path}" + (f"  ({one.note})" if one.note else "")
-            )
     else:
-        click.echo(
-            "no core files in " + ", ".join(found.places) + " (rankscope core check: will there be one?)"
-        )
+        click.echo(render_list(found))
     return ExitCode.OK if found.cores else ExitCode.NOTHING_FOUND
 
 
@@ -265,24 +234,12 @@ def grab(
     parallel: int,
     as_json: bool,
 ) -> int:
-    import shutil
-
-    from rankscope import procfs
     from rankscope.core import grab as grabbing
-    from rankscope.errors import MissingToolError, NothingFoundError, RankscopeError
+    from rankscope.core.render import render_grab
 
     if bool(pids) == job:
         raise click.UsageError("name the processes: PID... or --job (not both)")
-    targets = _grab_targets(pids, job)
-    if not targets:
-        raise NothingFoundError(
-            "no distributed job on this node", "name the pids: rankscope core grab PID..."
-        )
-    missing = [t.pid for t in targets if procfs.process(t.pid) is None]
-    if missing:
-        raise BadInputError(
-            f"no such process: {' '.join(map(str, missing))}", "check the pids (ps, rankscope stacks)"
-        )
+    targets = grabbing.targets_of(pids, job)
     if abort:
         from rankscope.core.setup import read_setup
 
@@ -290,21 +247,7 @@ def grab(
         results = grabbing.abort_all(targets, min(timeout, 60.0), setup.where)
         report = grabbing.GrabReport("", "abort", 0, 0, results)
     else:
-        if shutil.which("gcore") is None:
-            raise MissingToolError("gcore", "install gdb (apt-get install gdb): gcore comes with it")
-        try:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise BadInputError(
-                f"cannot create {directory}: {exc.strerror}", "pass --dir a directory of yours"
-            ) from None
-        free, needed = grabbing.free_bytes(str(directory)), grabbing.needed_bytes(targets)
-        if free < needed and not no_space_check:
-            raise RankscopeError(
-                f"{directory} has {free / 1e9:.1f} GB free, the cores need about {needed / 1e9:.1f} GB",
-                "pass --dir a larger file system, fewer pids, or --no-space-check",
-                ExitCode.BAD_INPUT,
-            )
+        free, needed = grabbing.make_room(directory, targets, space_check=not no_space_check)
         from rankscope.lifetime import sigterm_raises
 
         progress = tty_progress(min_interval=0.25)
@@ -318,33 +261,8 @@ def grab(
     if as_json:
         click.echo(json.dumps(dump_document(grabbing.SCHEMA, report), indent=2))
     else:
-        for result in report.results:
-            who = (
-                result.label if result.label == f"pid {result.pid}" else f"{result.label} (pid {result.pid})"
-            )
-            if result.error:
-                click.echo(f"{who}: FAILED: {result.error}")
-            elif abort:
-                click.echo(f"{who}: aborted (SIGABRT); {result.path}")
-            else:
-                click.echo(
-                    f"{result.label} (pid {result.pid}): {result.path} ({result.size / 1e6:.0f} MB, "
-                    f"{result.elapsed:.1f} s)"
-                )
+        click.echo(render_grab(report))
     failed = len(report.failed)
     if failed == 0:
         return ExitCode.OK
     return ExitCode.ALL_FAILED if failed == len(report.results) else ExitCode.PARTIAL
-
-
-def _grab_targets(pids: tuple[int, ...], job: bool) -> list[Any]:
-    from rankscope.core.grab import Target, mapped_bytes
-    from rankscope.procs import find_jobs
-
-    if job:
-        workers = [worker for found in find_jobs() for worker in found.workers]
-        return [
-            Target(w.pid, w.rank.label if w.rank.rank is not None else f"pid {w.pid}", mapped_bytes(w.pid))
-            for w in workers
-        ]
-    return [Target(pid, f"pid {pid}", mapped_bytes(pid)) for pid in pids]

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import click
 
 from rankscope.cli.params import from_params
-from rankscope.errors import ExitCode, RankscopeError
+from rankscope.errors import ExitCode, NothingFoundError, RankscopeError
 from rankscope.inspect.collect import process_fds
 from rankscope.inspect.render import render_fds
 from rankscope.inspect.report import FDS_SCHEMA, FdsReport
-from rankscope.inspect.targets import job_targets, pid_targets
-from rankscope.model import Failure, FailureKind, RankId, Stage
+from rankscope.model import Failure, FailureKind, Stage
+from rankscope.procs import ProcessTarget, resolve_targets
 from rankscope.serial import dump_document
 
 HELP = """List the open file descriptors of a process, classified: files (mode, offset),
@@ -40,17 +40,23 @@ class FdsRequest:
     peers: bool = False
 
 
-def targets_of(pids: tuple[int, ...], job: bool) -> list[tuple[int, Optional[RankId]]]:
+def targets_of(pids: tuple[int, ...], job: bool) -> list[ProcessTarget]:
     if job and pids:
         raise click.UsageError("name PIDs or use --job, not both")
     if job:
-        return job_targets()
+        found = resolve_targets(job=True)
+        if not found:
+            raise NothingFoundError(
+                "no distributed job on this node (no process with a rank in its environment under a launcher)",
+                "name the process instead: rankscope fds PID",
+            )
+        return found
     if not pids:
         raise click.UsageError("name a PID, or --job for every rank on this node")
-    return pid_targets(pids)
+    return resolve_targets(pids)
 
 
-def collect(targets: list[tuple[int, Optional[RankId]]], peers: bool = False) -> tuple[FdsReport, int]:
+def collect(targets: list[ProcessTarget], peers: bool = False) -> tuple[FdsReport, int]:
     """Every target's descriptors; with one target, its error is the command's; with several, data."""
     if len(targets) == 1:
         pid, rank = targets[0]

@@ -11,11 +11,10 @@ import click
 
 from rankscope.cli.params import from_params
 from rankscope.cli.pictures import HTML_OPTION, check_page_path
-from rankscope.errors import BadInputError, ExitCode
-from rankscope.fr.align import ENABLE_HINT, analyse
-from rankscope.fr.collect import read_dumps
-from rankscope.fr.ras import parse_ras, ras_notes
-from rankscope.fr.records import DEFAULT_LIMITS, Limits, RankDump
+from rankscope.errors import ExitCode
+from rankscope.fr.align import ENABLE_HINT
+from rankscope.fr.analyse import analyse_dumps
+from rankscope.fr.records import DEFAULT_LIMITS, Limits
 from rankscope.fr.render import render_text
 from rankscope.fr.report import FrReport, report_document
 
@@ -62,31 +61,6 @@ class FrRequest:
             max_entries=self.max_entries,
             max_frames=self.max_frames,
         )
-
-
-def analyse_path(
-    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
-) -> FrReport:
-    return analyse_dumps(path, ras, world_size, limits)[0]
-
-
-def analyse_dumps(
-    path: Path, ras: Optional[Path] = None, world_size: Optional[int] = None, limits: Limits = DEFAULT_LIMITS
-) -> tuple[FrReport, list[RankDump]]:
-    """The verdict, and the dumps it was made from (the page draws their entries)."""
-    collected = read_dumps(path, limits)
-    report = analyse(collected.dumps, collected.unreadable, world_size, collected.refused)
-    if ras is not None:
-        try:
-            text = ras.read_text(errors="replace")
-        except OSError as err:
-            raise BadInputError(f"{ras}: {err.strerror or err}") from None
-        try:
-            report.ras = parse_ras(text)
-        except ValueError as err:
-            raise BadInputError(f"{ras}: {err}") from None
-        report.notes.extend(ras_notes(report.ras, len(report.rank_list), len(report.absent)))
-    return report, collected.dumps
 
 
 def exit_code_of(report: FrReport) -> int:

@@ -15,7 +15,7 @@ import click
 
 from rankscope.cli.outfiles import FORCE_OPTION
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import BadInputError, ExitCode, NothingFoundError, RankscopeError
+from rankscope.errors import ErrorReport, ExitCode, NothingFoundError, RankscopeError
 from rankscope.logs.demux import RankGrep
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import ReadSummary, discover
@@ -108,18 +108,14 @@ _READING = "rankscope.logs.reading"
 def _emit_json(document: _Document, reading: Reading, error: Optional[RankscopeError] = None) -> None:
     """Print a ``rankscope.logs.*`` document (its class names the schema), with what was read,
     and the error the verb ends with, if any (its exit code is the command's)."""
-    from rankscope.serial import dump_document
+    from rankscope.serial import dump_document, to_json
 
     document.read = reading.summary()
     data = dump_document(document.SCHEMA, document)
     if error is not None:
-        data["error"] = _error_object(error)
+        data["error"] = to_json(ErrorReport.of(error))
     click.echo(json.dumps(data, indent=2))
     click.get_current_context().meta[_EMITTED] = True
-
-
-def _error_object(error: RankscopeError) -> dict[str, Any]:
-    return {"message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
 
 
 def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
@@ -135,16 +131,14 @@ def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..
             except RankscopeError as error:
                 meta = click.get_current_context().meta
                 if kwargs.get("as_json") and not meta.get(_EMITTED):
-                    from rankscope.serial import to_json
+                    from rankscope.logs.reading import FailedDocument
+                    from rankscope.serial import dump_document
 
                     reading = meta.get(_READING)
-                    read = to_json(reading.summary()) if reading is not None else None
-                    document = {
-                        "schema": f"rankscope.logs.{verb}/1",
-                        "error": _error_object(error),
-                        "read": read,
-                    }
-                    click.echo(json.dumps(document, indent=2))
+                    failed = FailedDocument(
+                        ErrorReport.of(error), reading.summary() if reading is not None else None
+                    )
+                    click.echo(json.dumps(dump_document(f"rankscope.logs.{verb}/1", failed), indent=2))
                 raise
 
         return run
@@ -154,21 +148,6 @@ def _json_on_every_exit(verb: str) -> Callable[[Callable[..., int]], Callable[..
 
 def _read_notes(reading: Reading) -> list[str]:
     return reading.notes()
-
-
-def _labels(ranks: tuple[str, ...]) -> list[bytes]:
-    labels: list[bytes] = []
-    for item in ranks:
-        from ClusterShell.NodeSet import NodeSet, NodeSetParseError
-
-        try:
-            expanded = list(NodeSet(item)) if "[" in item else [item]
-        except NodeSetParseError as exc:
-            raise BadInputError(
-                f"cannot read rank {item!r}: {exc}", "use host:rank, rank, or node[1-2]:[0-3]"
-            ) from None
-        labels.extend(label.encode() for label in expanded)
-    return labels
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -191,13 +170,8 @@ def ranks(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> i
     from rankscope.logs.inventory import Inventory
     from rankscope.logs.labels import fold_labels
 
-    inventory = Inventory()
     with _reading(inputs, host_from_filename) as reading:
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                inventory.feed(chunk, opened.labels)
-                if opened.continues:
-                    inventory.continued_line(chunk, opened.labels)
+        inventory = Inventory().read(reading)
     reading.check_something_read()
     document = inventory.document()
     if as_json:
@@ -263,13 +237,14 @@ def grep(
     as_json: bool,
 ) -> int:
     from rankscope.logs.demux import RankGrep
+    from rankscope.logs.grep import how_matched, rank_labels
 
-    wanted = _labels(ranks_)
+    wanted = rank_labels(ranks_)
     matched = _global_ranks(wanted, inputs, host_from_filename)
     global_of = {label: number for number, labels in matched.items() for label in labels}
     wanted.extend(global_of)
     finder = RankGrep(wanted, keep_prefix)
-    ways = [_how_matched(number, labels) for number, labels in matched.items()]
+    ways = [how_matched(number, labels) for number, labels in matched.items()]
     if as_json:
         found, reading = _grep_json(finder, inputs, host_from_filename, ranks_, ways, global_of)
     else:
@@ -287,48 +262,20 @@ def grep(
 def _global_ranks(
     wanted: list[bytes], inputs: tuple[str, ...], host_from_filename: bool
 ) -> dict[int, list[bytes]]:
-    """The labels torch's [rankN]: markers show each bare number asked for under (read first, in
-    a pass of its own: a rank's ordinary lines come long before its marked traceback)."""
-    from rankscope.logs.demux import GlobalRanks
+    from rankscope.logs.grep import bare_numbers, global_ranks
 
-    numbers = [int(label) for label in wanted if label.isdigit()]
+    numbers = bare_numbers(wanted)
     if not numbers or "-" in inputs:  # stdin cannot be read twice
         return {}
-    markers = GlobalRanks(numbers)
     with _reading(inputs, host_from_filename, show_progress=False) as reading:
-        reading.repair_interleaved = False
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                markers.feed(chunk, opened.labels)
-    return {number: sorted(labels) for number, labels in sorted(markers.labels.items())}
-
-
-def _how_matched(number: int, labels: list[bytes]) -> str:
-    shown = ", ".join(f"[{label.decode('utf-8', 'replace')}]" for label in labels)
-    return f"rank {number} = {shown} (global rank from torch's [rank{number}]: markers)"
+        return global_ranks(numbers, reading)
 
 
 def _grep_text(finder: RankGrep, inputs: tuple[str, ...], host_from_filename: bool) -> tuple[int, Reading]:
-    out = sys.stdout.buffer
-    found = 0
-    line_open = False  # the last line written has no newline yet: a piece of a cut line may follow
+    from rankscope.logs.grep import write_lines
+
     with _reading(inputs, host_from_filename, show_progress=False) as reading:  # lines go to the terminal
-        reading.repair_interleaved = False  # the finder splits the lines it prints itself
-        for opened in reading.sources():
-            for data, lo, hi in opened.windows:
-                lines = list(finder.lines(data, opened.labels, lo, hi, opened.continues and line_open))
-                if lines:
-                    if opened.continues and line_open:  # the rest of the line just written
-                        found -= 1
-                    elif line_open:
-                        out.write(b"\n")
-                    found += len(lines)
-                    out.write(b"\n".join(lines))
-                    line_open = True
-    if line_open:
-        out.write(b"\n")
-    out.flush()
-    reading.stats.interleaved_lines += finder.interleaved_lines
+        found = write_lines(finder, reading, sys.stdout.buffer)
     reading.check_something_read()
     for note in _read_notes(reading):
         click.echo(f"rankscope: note: {note}", err=True)
@@ -344,46 +291,25 @@ def _grep_json(
     global_of: dict[bytes, int],
 ) -> tuple[int, Reading]:
     """Write the rankscope.logs.grep/1 document line by line: its ``lines`` array as found."""
-    from rankscope.logs.labels import host_and_rank, label_text
-    from rankscope.serial import to_json
+    from rankscope.logs.grep import SCHEMA, GrepHead, found_lines
+    from rankscope.serial import dump_document, to_json
 
     out = sys.stdout
-    head = {"schema": "rankscope.logs.grep/1", "ranks": list(ranks_), "matched": ways}
+    head = dump_document(SCHEMA, GrepHead(list(ranks_), ways))
     found = 0
     with _reading(inputs, host_from_filename, show_progress=False) as reading:
         # written once the inputs are found: a missing path ends in the error document alone
         out.write(json.dumps(head)[:-1] + ', "lines": [')
-        reading.repair_interleaved = False
-        for opened in reading.sources():
-            name = opened.source.name
-            lines_before = 0
-            for data, lo, hi in opened.windows:
-                continues = opened.continues
-                base = lines_before - (1 if continues else 0)
-                cursor, newlines = lo, 0
-                for start, label, text in finder.found(data, opened.labels, lo, hi, continues):
-                    newlines += data.count(b"\n", cursor, start)
-                    cursor = start
-                    host, rank = host_and_rank(label)
-                    row = {
-                        "label": label_text(label),
-                        "host": host,
-                        "rank": rank,
-                        "global_rank": global_of.get(label),
-                        "file": name,
-                        "line": base + newlines + 1,
-                        "continued": continues,
-                        "text": text.decode("utf-8", "replace"),
-                    }
-                    out.write(("\n" if not found else "\n, ") + json.dumps(row))
-                    found += 0 if continues else 1
-                lines_before += data.count(b"\n", lo, hi) - (1 if continues else 0)
-    reading.stats.interleaved_lines += finder.interleaved_lines
+        for row in found_lines(finder, reading, global_of):
+            out.write(("\n" if not found else "\n, ") + json.dumps(to_json(row)))
+            found += 0 if row.continued else 1
     tail: dict[str, Any] = {"found": found}
     try:
         reading.check_something_read()
     except RankscopeError as error:
-        tail["error"] = _error_object(error)  # the document is already open: close it with the error
+        tail["error"] = to_json(
+            ErrorReport.of(error)
+        )  # the document is already open: close it with the error
         raise
     finally:
         tail["read"] = to_json(reading.summary())
@@ -538,11 +464,8 @@ def nccl(inputs: tuple[str, ...], as_json: bool, host_from_filename: bool) -> in
     from rankscope.logs.nccl import NcclScan, render_nccl
     from rankscope.logs.nccl_host import read_host_facts
 
-    scan = NcclScan()
     with _reading(inputs, host_from_filename) as reading:
-        for opened in reading.sources():
-            for chunk in opened.chunks:
-                scan.feed(chunk, opened.labels, opened.source.name)
+        scan = NcclScan().read(reading)
     reading.check_something_read()
     result = scan.result(read_host_facts())
     if not result.ranks and not result.findings:

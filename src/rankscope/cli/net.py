@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,27 +76,12 @@ route; never lo, docker or veth. Warns when this host's name resolves to 127.x.
 @click.option("--peer", metavar="HOST", help="Another node of the job (default: $MASTER_ADDR).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (rankscope.net.ifaces/1).")
 def ifaces_cmd(**params: Any) -> int:
-    from rankscope.net.advice import hostname_findings, recommend
-    from rankscope.net.ifaces import gather
-    from rankscope.net.probe import hostname_addresses, source_address
+    from rankscope.net.collect import ifaces_report
     from rankscope.net.render import render_ifaces
-    from rankscope.net.report import IFACES_SCHEMA, IfacesReport
+    from rankscope.net.report import IFACES_SCHEMA
 
     request = from_params(IfacesRequest, params)
-    found = gather("/")
-    peer = request.peer or os.environ.get("MASTER_ADDR") or None
-    source = source_address(peer) if peer else None
-    recommendation = recommend(found.interfaces, found.default_route, peer, source)
-    host, resolved = hostname_addresses()
-    report = IfacesReport(
-        host=host,
-        interfaces=found.interfaces,
-        rdma_only=found.rdma_only,
-        default_route=found.default_route,
-        recommendation=recommendation,
-        hostname_resolves_to=resolved,
-        findings=hostname_findings(host, resolved, recommendation),
-    )
+    report = ifaces_report(request.peer)
     if request.as_json:
         click.echo(json.dumps(dump_document(IFACES_SCHEMA, report), indent=2))
     else:
@@ -227,34 +211,13 @@ Exit code: 0 all open, 4 some open, 5 none.
     help="Retry a refused probe until --timeout (peers starting); each peer that shows up restarts it.",
 )
 def probe_cmd(**params: Any) -> int:
-    from rankscope.net.probe import open_listener, parse_target, probe, serve
+    from rankscope.net.collect import probe_report
     from rankscope.net.render import render_probes
-    from rankscope.net.report import PROBE_SCHEMA, ProbeReport
+    from rankscope.net.report import PROBE_SCHEMA
     from rankscope.net.verdicts import Verdict
 
     request = read_probe_options(params)
-    started = time.monotonic()
-    targets = [parse_target(t, request.port) for t in request.targets]
-    listener: Optional[socket.socket] = None
-    report = ProbeReport(host=socket.gethostname(), results=[])
-    if request.serve is not None:
-        try:
-            listener = open_listener(request.bind, request.serve)
-            report.listening = "{}:{}".format(*listener.getsockname()[:2])
-        except OSError as exc:
-            report.listen_error = exc.strerror or str(exc)
-    try:
-        latest = started + request.hold
-        report.results = probe(
-            targets, request.timeout, request.retry_refused, listener, report.accepted.append, latest
-        )
-        if listener is not None:
-            # net check: a second past the window (which late peers may have stretched), never past --hold
-            until = min(latest, time.monotonic() + 1.0) if request.retry_refused else latest
-            serve(listener, until, on_accept=report.accepted.append)
-    finally:
-        if listener is not None:
-            listener.close()
+    report = probe_report(request)
     if request.as_json:
         click.echo(json.dumps(dump_document(PROBE_SCHEMA, report), indent=2))
     else:
@@ -355,21 +318,13 @@ def check_cmd(**params: Any) -> int:
         raise BadInputError(
             "no nodes given", "pass --hosts NODESET, --hostfile FILE or --jobid J (or --master)"
         )
-    port = request.port or _env_port()
+    from rankscope.net.collect import env_port, parse_addresses
+
+    port = request.port or env_port(os.environ)
     if port is None:
         raise BadInputError("no port given", "pass --port PORT (or set MASTER_PORT)")
-    addresses: dict[str, str] = {}
-    for item in request.address:
-        node, sep, address = item.partition("=")
-        if not sep or not node or not address:
-            raise BadInputError(f"not NODE=ADDR: {item!r}", "e.g. --address node01=10.0.0.1")
-        addresses[node] = address
+    addresses = parse_addresses(request.address)
     return _check_cluster(request, params, port, addresses)
-
-
-def _env_port() -> Optional[int]:
-    value = os.environ.get("MASTER_PORT", "")
-    return int(value) if value.isdigit() and 0 < int(value) < 65536 else None
 
 
 def _check_cluster(
@@ -408,14 +363,16 @@ def _check_cluster(
 def _check_master(request: CheckRequest) -> int:
     from rankscope.net.master import gather_master, judge_master, multi_node
     from rankscope.net.render import render_master
-    from rankscope.net.report import MASTER_SCHEMA
+    from rankscope.net.report import MASTER_SCHEMA, MasterReport
 
     addr = request.master_addr or os.environ.get("MASTER_ADDR", "")
-    port = request.master_port or _env_port()
+    from rankscope.net.collect import env_port
+
+    port = request.master_port or env_port(os.environ)
     facts = gather_master(addr, port, multi_node(os.environ, request.nnodes), request.window)
     checks = judge_master(facts)
     if request.as_json:
-        document = dump_document(MASTER_SCHEMA, {"facts": facts, "checks": checks})
+        document = dump_document(MASTER_SCHEMA, MasterReport(facts, checks))
         click.echo(json.dumps(document, indent=2))
     else:
         click.echo(render_master(checks), nl=False)

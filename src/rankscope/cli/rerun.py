@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import click
 
 from rankscope.cli.params import from_params
-from rankscope.cli.prefix import run_passing_through
 from rankscope.errors import ExitCode
 from rankscope.rerun.advice import sync_warnings
-from rankscope.rerun.collect import Capture, failure_in_log, failure_in_output, rerun_environment, settings
-from rankscope.rerun.compare import Comparison, FailurePoint, compare
+from rankscope.rerun.collect import failure_in_log, run_again
+from rankscope.rerun.render import render
+from rankscope.rerun.report import RerunDocument
 from rankscope.serial import dump_document
-
-#: The exit code when --timeout ended the command (as GNU timeout).
-TIMED_OUT = 124
 
 HELP = """Run CMD again with CUDA_LAUNCH_BLOCKING=1 (--sync) or without GPUs (--cpu), and point
 to the line of your code that raised the error.
@@ -60,56 +56,6 @@ class RerunRequest:
     as_json: bool = False
 
 
-@dataclass
-class RerunDocument:
-    """``rankscope.rerun``: the command, how it ended, its error and user frame, the comparison."""
-
-    SCHEMA: ClassVar[str] = "rankscope.rerun/1"
-
-    command: list[str]
-    #: What the rerun set in the command's environment.
-    environment: dict[str, str]
-    exit_code: int
-    timed_out: bool
-    #: The fatal error of the rerun (with ``user_frame``), None when it left no traceback.
-    error: Optional[FailurePoint]
-    comparison: Optional[Comparison]
-    warnings: list[str] = field(default_factory=list)
-
-
-def _frame_lines(point: FailurePoint) -> list[str]:
-    frame = point.user_frame
-    if frame is None:
-        return ["  in your code: no frame of your own code in the traceback (all in torch or packages)"]
-    out = [f"  in your code: {frame.filename}:{frame.line} in {frame.function}"]
-    if frame.code:
-        out.append(f"      {frame.code}")
-    return out
-
-
-def render(document: RerunDocument) -> str:
-    shown = " ".join(f"{k}={shlex.quote(v)}" for k, v in document.environment.items())
-    ended = (
-        f"timed out, ended (exit code {document.exit_code})"
-        if document.timed_out
-        else f"exit code {document.exit_code}"
-    )
-    out = [f"rankscope rerun ({shown}): {ended}"]
-    error = document.error
-    if error is None:
-        out.append("  no traceback in the output")
-    else:
-        out.append(f"  error: {error.exception}")
-        out.extend(_frame_lines(error))
-        if error.location_unreliable:
-            out.append(
-                "  location still unreliable: CUDA reported this error asynchronously in the rerun too"
-            )
-    if document.comparison is not None:
-        out.append(f"  against {document.comparison.log}: {document.comparison.text}")
-    return "\n".join(out)
-
-
 @click.command(help=HELP, context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
     "--sync", is_flag=True, help="Set CUDA_LAUNCH_BLOCKING=1: every kernel launch waits for the kernel."
@@ -144,25 +90,18 @@ def rerun(**params: Any) -> int:
     warnings = sync_warnings(request.sync, request.cpu)
     for warning in warnings:
         click.echo(f"rankscope: warning: {warning}", err=True)
-    capture = Capture()
-    ran = run_passing_through(
+    document = run_again(
         list(request.command),
-        env=rerun_environment(os.environ, request.sync, request.cpu),
-        tap=capture,
+        os.environ,
+        request.sync,
+        request.cpu,
         timeout=request.timeout,
         stdout=sys.stderr.buffer if request.as_json else None,
-    )
-    code = TIMED_OUT if ran.timed_out else ran.code
-    error = failure_in_output(capture.data())
-    document = RerunDocument(
-        command=list(request.command),
-        environment=settings(request.sync, request.cpu),
-        exit_code=code,
-        timed_out=ran.timed_out,
-        error=error,
-        comparison=compare(request.compare, first, error, code) if request.compare is not None else None,
+        compare_log=request.compare,
+        first=first,
         warnings=warnings,
     )
+    code = document.exit_code
     if request.as_json:
         click.echo(json.dumps(dump_document(RerunDocument.SCHEMA, document), indent=2))
     else:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cli.outcome import exit_code, stopped_exit_code
-from rankscope.cli.outfiles import OutDir
 from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
 from rankscope.folding import fold_hosts
@@ -173,7 +172,7 @@ def fr_verdict(request: StacksRequest, live: Any = None, waits: Any = None) -> A
     verdict = live
     if request.fr is not None:
         if request.fr not in _FR_CACHE:
-            from rankscope.cli.fr import analyse_path
+            from rankscope.fr.analyse import analyse_path
 
             _FR_CACHE[request.fr] = analyse_path(request.fr)
         verdict = _FR_CACHE[request.fr]
@@ -250,6 +249,8 @@ def save_outputs(
     The native dumps of representatives (`--native`) are kept beside their Python dumps as
     ``HOST.rank-N.pid-P.native.json``.
     """
+    from rankscope.cli.outfiles import OutDir  # not on a node's `--local --json` path: it imports click
+
     with OutDir(out_dir, force) as out:
         raw = out.subdir("raw")
         dumps = [(sample, outcome, "") for sample, outcome in result.outcomes]

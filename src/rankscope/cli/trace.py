@@ -14,10 +14,7 @@ import click
 
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.serial import dump_document
-
-TAIL_SCHEMA = "rankscope.trace.tail/1"
-GREP_SCHEMA = "rankscope.trace.grep/1"
-SHOW_SCHEMA = "rankscope.trace.show/1"
+from rankscope.trace.analyse import GREP_SCHEMA, SHOW_SCHEMA, TAIL_SCHEMA
 
 HELP = """Trace where each rank is: calls and returns of your own code (or periodic stack samples)
 into one fixed-size, memory-mapped ring file per process, so the last events survive a hang,
@@ -134,83 +131,27 @@ def run(**params: Any) -> int:
 
 def run_script(request: RunRequest) -> int:
     """Trace the script in this process (torchrun --no-python starts rankscope as the worker)."""
-    import runpy
-    import warnings
-
-    import rankscope.trace as rt
     from rankscope.trace import format as fmt
+    from rankscope.trace.run import run_traced
 
-    script = os.path.abspath(request.script)
-    if not os.path.isfile(script):
-        raise RankscopeError(
-            f"{request.script}: no such file", "name the training script", ExitCode.BAD_INPUT
-        )
-    records = _size(request.ring_size) // fmt.RECORD_BYTES
-    sampling = request.sample is not None
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always", RuntimeWarning)
-        path = rt.start(
-            out=request.out,
-            include=request.include,
-            lines=request.lines,
-            full=request.full,
-            sample_ms=request.sample,
-            calls=request.calls or not sampling,
-            ring_records=max(records, 16),
-        )
-    if path is None:  # a full disk, a bad --out: the program runs untraced; a job never stops for its tracer
-        reason = str(said[-1].message) if said else "rankscope.trace: tracing not started"
-        click.echo(f"{reason} (the program runs untraced)", err=True)
-    sys.argv = [script, *request.args]
-    sys.path[0] = os.path.dirname(script)
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else _print_exit(code))
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as exc:  # the program's own error: its traceback, as python prints it
-        import traceback
-
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != script:
-            tb = tb.tb_next  # rankscope's and runpy's frames are not the program's
-        traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
-        return 1
-    finally:
-        rt.stop()
-    return 0
-
-
-def _print_exit(code: object) -> int:
-    click.echo(str(code), err=True)
-    return 1
+    return run_traced(
+        request.script,
+        request.args,
+        out=request.out,
+        include=request.include,
+        lines=request.lines,
+        full=request.full,
+        sample_ms=request.sample,
+        calls=request.calls,
+        ring_records=_size(request.ring_size) // fmt.RECORD_BYTES,
+        warn=lambda text: click.echo(text, err=True),
+    )
 
 
 def _each_file(target: str, read: Callable[[Any], Any]) -> tuple[list[Any], tuple[Any, ...]]:
-    """``read(open_trace)`` for every trace file under ``target``; a file that cannot be read is
-    listed as unreadable and the others go on (all unreadable: exit 8)."""
-    from rankscope.trace.analyse import Unreadable
-    from rankscope.trace.collect import open_trace, trace_files
+    from rankscope.trace.collect import read_each
 
-    results, bad = [], []
-    for path in trace_files(target):
-        try:
-            with open_trace(path) as opened:
-                results.append(read(opened))
-        except RankscopeError as exc:
-            named = f"{os.fspath(path)}: "  # the report names the file once
-            reason = exc.message[len(named) :] if exc.message.startswith(named) else exc.message
-            bad.append(Unreadable(os.fspath(path), reason))
-    if not results and bad:
-        raise RankscopeError(
-            f"{bad[0].path}: {bad[0].reason}"
-            + (f" (and {len(bad) - 1} more unreadable files)" if len(bad) > 1 else ""),
-            "pass trace-* files written by rankscope trace",
-            ExitCode.BAD_INPUT,
-        )
-    return results, tuple(bad)
+    return read_each(target, read)
 
 
 @trace.command("tail")

@@ -119,12 +119,19 @@ def _slurm_tool(name: str) -> str:
 def _run_slurm(
     argv: Sequence[str], timeout: float, env: Optional[dict[str, str]]
 ) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired as exc:
-        raise RankscopeError(
-            f"{argv[0]} did not answer within {timeout:g}s", "is slurmctld up? try `sinfo`"
-        ) from exc
+    import tempfile
+
+    from rankscope import lifetime
+
+    with tempfile.TemporaryFile() as errors:  # apart from stdout: the reason a lookup failed
+        done = lifetime.run(list(argv), timeout, env=env, stderr=errors)
+        if done.timed_out:
+            raise RankscopeError(
+                f"{argv[0]} did not answer within {timeout:g}s", "is slurmctld up? try `sinfo`"
+            )
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
+    return subprocess.CompletedProcess(list(argv), done.returncode or 0, done.text(), stderr)
 
 
 def slurm_job_nodes(jobid: str, timeout: float = 15.0, env: Optional[dict[str, str]] = None) -> SlurmJob:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,8 +72,7 @@ def gdb_argv(gdb: str, executable: str, core: str) -> list[str]:
 
 def find_pystack() -> Optional[str]:
     """pystack on PATH, or beside the interpreter running rankscope (a venv that was not activated)."""
-    beside = os.path.join(os.path.dirname(sys.executable), "pystack")
-    return beside if os.access(beside, os.X_OK) else shutil.which("pystack")
+    return lifetime.tool_path("pystack")
 
 
 def pystack_argv(pystack: str, executable: Optional[str], core: str) -> list[str]:

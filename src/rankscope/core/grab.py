@@ -21,9 +21,11 @@ import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from rankscope import lifetime, procfs
+from rankscope.errors import BadInputError, ExitCode, MissingToolError, NothingFoundError, RankscopeError
 from rankscope.serial import OMIT_NONE
 
 SCHEMA = "rankscope.core.grab/1"
@@ -79,6 +81,54 @@ def free_bytes(directory: str) -> int:
 
 def needed_bytes(targets: Sequence[Target]) -> int:
     return int(sum(t.size for t in targets) * SPACE_MARGIN)
+
+
+def targets_of(pids: Sequence[int], job: bool) -> list[Target]:
+    """`--job`: every worker of the jobs on this node, labelled by rank; else the pids as named.
+
+    Raises :class:`NothingFoundError` for ``--job`` without a job, :class:`BadInputError` for a pid
+    that is not running."""
+    from rankscope.procs import resolve_targets
+
+    found = resolve_targets(pids, job, expand_launchers=False)
+    if job and not found:
+        raise NothingFoundError(
+            "no distributed job on this node", "name the pids: rankscope core grab PID..."
+        )
+    missing = [t.pid for t in found if procfs.process(t.pid) is None]
+    if missing:
+        raise BadInputError(
+            f"no such process: {' '.join(map(str, missing))}", "check the pids (ps, rankscope stacks)"
+        )
+    return [
+        Target(
+            t.pid,
+            t.rank.label if t.rank is not None and t.rank.rank is not None else f"pid {t.pid}",
+            mapped_bytes(t.pid),
+        )
+        for t in found
+    ]
+
+
+def make_room(directory: Path, targets: Sequence[Target], space_check: bool = True) -> tuple[int, int]:
+    """Ready ``directory`` for gcore (created 0700 when missing; gcore must be installed) and check it
+    has room for the cores; (free bytes, bytes needed)."""
+    if shutil.which("gcore") is None:
+        raise MissingToolError("gcore", "install gdb (apt-get install gdb): gcore comes with it")
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise BadInputError(
+            f"cannot create {directory}: {exc.strerror}", "pass --dir a directory of yours"
+        ) from None
+    free, needed = free_bytes(str(directory)), needed_bytes(targets)
+    if free < needed and space_check:
+        raise RankscopeError(
+            f"{directory} has {free / 1e9:.1f} GB free, the cores need about {needed / 1e9:.1f} GB",
+            "pass --dir a larger file system, fewer pids, or --no-space-check",
+            ExitCode.BAD_INPUT,
+        )
+    return free, needed
 
 
 def _finish(child: lifetime.Child, result: Grabbed, work: str, directory: str) -> None:

@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from stat import S_ISREG
 from typing import Optional
@@ -84,6 +84,24 @@ def default_places(pattern: Optional[str], cwd: str) -> list[str]:
     for place in places:
         seen.setdefault(os.path.realpath(place))
     return list(seen)
+
+
+def places_to_look(dirs: Sequence[str]) -> list[str]:
+    """The directories `core list` reads: those named (each must exist), else :func:`default_places`
+    for this node's kernel.core_pattern and working directory."""
+    from rankscope.errors import BadInputError
+
+    for directory in dirs:
+        if not os.path.isdir(directory):
+            raise BadInputError(f"{directory}: no such directory", "pass directories that hold core files")
+    if dirs:
+        return list(dirs)
+    try:
+        with open("/proc/sys/kernel/core_pattern") as f:
+            pattern: Optional[str] = f.read().strip()
+    except OSError:
+        pattern = None
+    return default_places(pattern, os.getcwd())
 
 
 def overwritten(name: str, pid: Optional[int], rank: Optional[str], env: Mapping[str, str]) -> Optional[str]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 
 from rankscope.core.backtrace import NO_PYSTACK, BtReport, CoreBacktrace, CrashGroup
+from rankscope.core.grab import GrabReport
+from rankscope.core.listing import CoreList
 from rankscope.model import Frame
 
 #: How many frames of each kind the summary shows.
@@ -29,7 +31,7 @@ def _python(frame: Frame) -> str:
 def render_core(core: CoreBacktrace, indent: str = "  ") -> list[str]:
     notes = core.notes
     lines = []
-    written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(notes.mtime))
+    written = _when(notes.mtime)
     what = (
         f"a live process (gcore), pid {notes.pid}"
         if notes.written_by_gcore
@@ -79,3 +81,43 @@ def full_text(core: CoreBacktrace) -> str:
     if core.pystack_text:
         parts += ["=== pystack core --native ===", core.pystack_text]
     return "\n\n".join(parts)
+
+
+def _when(mtime: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
+
+
+def render_list(found: CoreList) -> str:
+    """`core list`: one line per core, newest first; or where nothing was found."""
+    if not found.cores:
+        return "no core files in " + ", ".join(found.places) + " (rankscope core check: will there be one?)"
+    lines = []
+    for one in found.cores:
+        rank = f" rank {one.rank}" if one.rank is not None else ""
+        what = (
+            f"pid {one.pid}{rank} {one.signal} {one.executable}"
+            if one.pid is not None
+            else ("unreadable core" if one.source == "file" else one.source)
+        )
+        size = f"{one.size / 1e6:.0f} MB" if one.size >= 1e6 else f"{one.size} B"
+        lines.append(
+            f"{_when(one.mtime)}  {what}  {size}  {one.path}" + (f"  ({one.note})" if one.note else "")
+        )
+    return "\n".join(lines)
+
+
+def render_grab(report: GrabReport) -> str:
+    """`core grab`: each process's core (or SIGABRT, or why it failed)."""
+    lines = []
+    for result in report.results:
+        who = result.label if result.label == f"pid {result.pid}" else f"{result.label} (pid {result.pid})"
+        if result.error:
+            lines.append(f"{who}: FAILED: {result.error}")
+        elif report.method == "abort":
+            lines.append(f"{who}: aborted (SIGABRT); {result.path}")
+        else:
+            lines.append(
+                f"{result.label} (pid {result.pid}): {result.path} ({result.size / 1e6:.0f} MB, "
+                f"{result.elapsed:.1f} s)"
+            )
+    return "\n".join(lines)

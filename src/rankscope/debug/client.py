@@ -257,16 +257,20 @@ def _child_env(owner: Credentials) -> dict[str, str]:
 
 def _ask_version(exe: str, owner: Credentials) -> Optional[tuple[int, int]]:
     """Ask interpreter ``exe`` its version, as ``owner`` and in isolated mode (-I)."""
+    from rankscope import lifetime
+
     try:
-        out = subprocess.run(
-            [exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            env=_child_env(owner),
-            preexec_fn=lambda: become(owner),
-            close_fds=True,
-        ).stdout.split()
+        out = (
+            lifetime.run(
+                [exe, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
+                10,
+                env=_child_env(owner),
+                stderr=subprocess.DEVNULL,
+                preexec_fn=lambda: become(owner),
+            )
+            .text()
+            .split()
+        )
         return int(out[0]), int(out[1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         return None

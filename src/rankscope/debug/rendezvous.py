@@ -249,12 +249,10 @@ def group_rank() -> Optional[tuple[int, int]]:
 
 
 def _start_time(pid: int) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read().decode("ascii", "replace")
-        return raw[raw.rindex(")") + 2 :].split()[19]
-    except (OSError, ValueError, IndexError):
-        return None
+    from rankscope import procfs
+
+    ticks = procfs.start_ticks(pid)
+    return str(ticks) if ticks else None
 
 
 def process_start(pid: int) -> float:

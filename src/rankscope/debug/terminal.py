@@ -30,9 +30,12 @@ _ANCESTORS = 6
 
 def _stat_fields(pid: int) -> list[str]:
     """/proc/PID/stat split after the command name (whose parentheses may hold anything)."""
-    with open(f"/proc/{pid}/stat", "rb") as handle:
-        raw = handle.read().decode("ascii", "replace")
-    return raw[raw.rindex(")") + 2 :].split()
+    from rankscope import procfs
+
+    fields = procfs.stat_fields(pid)
+    if fields is None:
+        raise OSError(f"/proc/{pid}/stat cannot be read")
+    return fields
 
 
 def _owner_is_foreground(rdev: int) -> Optional[bool]:

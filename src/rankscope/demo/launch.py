@@ -1,8 +1,10 @@
 """Start a real torchrun job and always clean it up.
 
-torchrun starts each worker as its own session leader, so killing torchrun's process
-group does not reach them: :meth:`LaunchedJob.stop` sends SIGTERM to torchrun (which
-forwards it), then SIGKILLs the process group of every worker and launcher still alive.
+The job starts through :func:`rankscope.lifetime.start` (a session of its own, the token its
+workers inherit), so it dies with whatever started it. torchrun starts each worker as its own
+session leader, so killing torchrun's process group does not reach them: :meth:`LaunchedJob.stop`
+sends SIGTERM to torchrun (which forwards it) and to every process that carries the job's token
+(workers and what they started, re-parented or not), then SIGKILL to what is left after the grace.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class LaunchedJob:
     nproc: int
     log_path: Path
     _seen: set[int] = field(default_factory=set)
+    #: The launcher as :func:`rankscope.lifetime.start` started it: it and its workers carry its token,
+    #: so they die with the process that started them, however it ends.
+    child: Optional[lifetime.Child] = None
 
     @property
     def pid(self) -> int:
@@ -66,7 +71,10 @@ class LaunchedJob:
 
     def stop(self, grace: float = 5.0) -> None:
         """Terminate the job and everything it started. Safe to call twice."""
-        kill_tree(self.process, grace, known=self._seen)
+        if self.child is not None:  # SIGTERM to torchrun's group and to every process with its token
+            self.child.end(grace)
+        else:
+            kill_tree(self.process, grace, known=self._seen)
 
     def __enter__(self) -> LaunchedJob:
         return self
@@ -110,10 +118,10 @@ def start_torchrun(
     argv = [*launcher, str(script), *script_args]
     log = stdout if stdout is not None else open(log_path, "wb")  # noqa: SIM115 - handed to the child
     try:
-        process = subprocess.Popen(
-            argv, cwd=workdir, env=job_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        child = lifetime.start(
+            argv, None, env=job_env, capture=None, cwd=workdir, stdout=log, stderr=subprocess.STDOUT
         )
     finally:
         if stdout is None:
             log.close()
-    return LaunchedJob(process=process, workdir=workdir, nproc=nproc, log_path=log_path)
+    return LaunchedJob(process=child.process, workdir=workdir, nproc=nproc, log_path=log_path, child=child)

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from rankscope.doctor.facts import Facts, Limits, TorchInfo
-from rankscope.doctor.nvsmi import Gpu
 from rankscope.doctor.report import Check, Status
 from rankscope.net.ifname import is_loopback, parse_gloo, parse_nccl, selected, unmatched
+from rankscope.nvidia.nvsmi import Gpu
 
 _MIB = 1024 * 1024
 _GIB = 1024 * _MIB

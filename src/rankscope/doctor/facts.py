@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from rankscope.doctor.nvml import read_nvml
-from rankscope.doctor.nvsmi import NvidiaInfo, Topology, parse_query_xml, parse_topology
 from rankscope.doctor.system import System
+from rankscope.nvidia.nvsmi import NvidiaInfo, Topology, parse_topology
+from rankscope.nvidia.read import read_nvidia
 from rankscope.procfs import capeff_has_sys_ptrace
 
 TOOLS = ("py-spy", "gdb", "strace", "pystack")
@@ -153,18 +153,12 @@ def _int_or_none(text: Optional[str]) -> Optional[int]:
 
 def _nvidia(system: System) -> tuple[Optional[NvidiaInfo], Optional[Topology], Optional[str]]:
     nvml = system.nvml()
-    info = read_nvml(nvml) if nvml is not None else None
-    if info is not None:
-        info = _name_processes(system, info)
     smi = system.which("nvidia-smi")
-    if info is None and smi:
-        xml = system.run([smi, "-q", "-x"])
-        if xml is None:
-            return None, None, "nvidia-smi -q -x failed (driver not loaded, or no GPU)"
-        try:
-            info = parse_query_xml(xml)
-        except ValueError as exc:
-            return None, None, str(exc)
+    info, failed = read_nvidia(nvml, smi, system.run)
+    if failed is not None:
+        return None, None, failed
+    if info is not None and info.source == "nvml":
+        info = _name_processes(system, info)
     topology = None
     if info is not None and len(info.gpus) > 1 and smi:
         matrix = system.run([smi, "topo", "-m"])

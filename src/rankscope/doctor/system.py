@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import socket
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from rankscope.nvidia.read import import_nvml
 
 #: Commands the doctor runs (nvidia-smi) get this long.
 COMMAND_TIMEOUT = 10.0
@@ -26,13 +25,9 @@ COMMAND_TIMEOUT = 10.0
 
 def run_command(argv: Sequence[str], timeout: float = COMMAND_TIMEOUT) -> Optional[str]:
     """stdout of ``argv`` (an argv list, no shell), or ``None`` when it fails, is missing or runs too long."""
-    try:
-        done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    from rankscope import lifetime
+
+    return lifetime.output(list(argv), timeout)
 
 
 def file_system_size(path: str) -> Optional[tuple[int, int]]:
@@ -64,16 +59,9 @@ def interface_names() -> list[str]:
 
 def which(tool: str) -> Optional[str]:
     """A tool next to this interpreter (py-spy and pystack come with pip, into the venv's bin/), else on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), tool)
-    return beside if os.access(beside, os.X_OK) else shutil.which(tool)
+    from rankscope import lifetime
 
-
-def import_nvml() -> Optional[Any]:
-    try:
-        import pynvml  # type: ignore[import-not-found]  # nvidia-ml-py, optional
-    except ImportError:
-        return None
-    return pynvml
+    return lifetime.tool_path(tool)
 
 
 @dataclass(frozen=True)

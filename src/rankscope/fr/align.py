@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet, fold_ints
 from rankscope.fr.records import Entry, RankDump, is_library
 from rankscope.fr.report import (
     CALL_SITE,
@@ -65,7 +65,7 @@ Ops = list[Entry]
 
 
 def _ranks_word(ranks: Sequence[int]) -> str:
-    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+    return RankSet.of(ranks).phrase()
 
 
 def place(frame: Optional[Frame]) -> str:

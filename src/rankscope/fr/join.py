@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet, fold_ints
 from rankscope.fr.align import DEFAULT_PG, group_name, headline, number, place
 from rankscope.fr.report import MISSING, Divergence, FrReport, GroupView, P2PWait, RankProgress
 from rankscope.model import Frame, Member
@@ -59,14 +59,10 @@ def group_note(report: FrReport) -> Callable[[Sequence[Member]], str]:
                 words.append(_progress_words(progress, group))
         refused = sorted(x.rank for x in report.refused if x.rank in ranks)
         if refused:
-            words.append(
-                f"flight-recorder dump of {'ranks' if len(refused) > 1 else 'rank'} {fold_ints(refused)} refused"
-            )
+            words.append(f"flight-recorder dump of {RankSet.of(refused).phrase()} refused")
         missing = sorted(r for r in ranks if r in report.absent and r not in refused)
         if missing:
-            words.append(
-                f"no flight-recorder dump from {'ranks' if len(missing) > 1 else 'rank'} {fold_ints(missing)}"
-            )
+            words.append(f"no flight-recorder dump from {RankSet.of(missing).phrase()}")
         return "; ".join(words)
 
     return note
@@ -114,7 +110,7 @@ def _wait_phrases(p2p: Sequence[P2PWait]) -> str:
         where = f" called from {place(site)}" if site is not None else ""
         known = [w for w in same if w.peer is not None]
         peers = f": {', '.join(_peer_words(w) for w in known)}" if known else ""
-        phrase = f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)} {verb} in {op} ({P2P_UNRECORDED}){where}{peers}"
+        phrase = f"{RankSet.of(ranks).phrase()} {verb} in {op} ({P2P_UNRECORDED}){where}{peers}"
         if len(known) < len(same):
             phrase += ", peer not known (`rankscope stacks --locals` reads src/dst from the stacks)"
         phrases.append(phrase)

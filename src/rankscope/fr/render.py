@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.fr.align import group_name, number, place
 from rankscope.fr.report import FrReport, GroupView, RecentEntry
 
@@ -14,12 +14,12 @@ def progress_lines(group: GroupView) -> list[str]:
         by_place.setdefault((p.last_enqueued, p.last_completed, p.op, place(p.call_site)), []).append(p.rank)
     lines = []
     for (enqueued, completed, op, site), ranks in sorted(by_place.items(), key=lambda kv: min(kv[1])):
-        who = f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+        who = RankSet.of(ranks).phrase()
         what = f"enqueued {number(enqueued)}" + (f" {op}" if op else "") + (f" from {site}" if site else "")
         done = f"completed #{completed}" if completed >= 0 else "completed none"
         lines.append(f"{who}: {what}, {done}")
     if group.absent:
-        lines.append(f"{'ranks' if len(group.absent) > 1 else 'rank'} {fold_ints(group.absent)}: no dump")
+        lines.append(f"{RankSet.of(group.absent).phrase()}: no dump")
     return lines
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
+from rankscope.cmdline import flag, to_flags
 from rankscope.gputest.bandwidth import BenchResult, RankTimes, analyse
 from rankscope.gputest.collect import default_backend, require_torch
 from rankscope.ranks import current_rank
@@ -23,24 +24,21 @@ DELAY_SECONDS_HOOK = "RANKSCOPE_BENCH_DELAY_S"
 
 @dataclass(frozen=True)
 class BenchOptions:
-    backend: Optional[str] = None
+    backend: Optional[str] = flag("--backend", None)
     nproc: Optional[int] = None
-    min_bytes: str = "1K"
-    max_bytes: str = "16M"
-    factor: int = 4
-    warmup: int = 5
-    iters: int = 20
-    timeout: float = 120.0
-    json: bool = False
+    min_bytes: str = flag("--min-bytes", "1K")
+    max_bytes: str = flag("--max-bytes", "16M")
+    factor: int = flag("--factor", 4)
+    warmup: int = flag("--warmup", 5)
+    iters: int = flag("--iters", 20)
+    timeout: float = flag("--timeout", 120.0)
+    json: bool = flag("--json", False)
+    #: Written as an absolute path: the rank may run elsewhere.
     plot: Optional[str] = None
 
     def rank_argv(self) -> list[str]:
         """The command line each rank of `--nproc` runs: the same sweep, without the launching."""
-        argv = ["bench", "allreduce", "--min-bytes", self.min_bytes, "--max-bytes", self.max_bytes]
-        argv += ["--factor", str(self.factor), "--warmup", str(self.warmup), "--iters", str(self.iters)]
-        argv += ["--timeout", repr(self.timeout)]
-        argv += ["--backend", self.backend] if self.backend else []
-        argv += ["--json"] if self.json else []
+        argv = ["bench", "allreduce", *to_flags(self)]
         return argv + (["--plot", os.path.abspath(self.plot)] if self.plot else [])
 
 

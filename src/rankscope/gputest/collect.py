@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+from rankscope.cmdline import flag, to_flags
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.folding import fold_ints, parse_ints
 from rankscope.gputest.checks import (
@@ -49,8 +50,8 @@ PAYLOAD_ELEMENTS = 1 << 20  # 4 MiB of float32 per rank: device memory is really
 
 @dataclass(frozen=True)
 class GpuTestOptions:
-    backend: Optional[str] = None  # None: nccl where CUDA is available, else gloo
-    timeout: float = 60.0
+    backend: Optional[str] = flag("--backend", None)  # None: nccl where CUDA is available, else gloo
+    timeout: float = flag("--timeout", 60.0)
     nproc: Optional[int] = None
     devices: Optional[str] = None
     isolate: bool = False
@@ -58,8 +59,7 @@ class GpuTestOptions:
 
     def rank_argv(self) -> list[str]:
         """The command line each rank of `--nproc`/`--isolate` runs: the same test, without the launching."""
-        argv = ["gpu-test", "--timeout", repr(self.timeout)]
-        return argv + (["--backend", self.backend] if self.backend else [])
+        return ["gpu-test", *to_flags(self)]
 
 
 @dataclass

@@ -70,12 +70,9 @@ def self_start_ticks() -> int:
 
 
 def start_ticks(pid: Any) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            raw = handle.read()
-        return int(raw[raw.rindex(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return 0
+    from rankscope import procfs
+
+    return procfs.start_ticks(pid)
 
 
 def _encode_labels(labels: dict[str, str]) -> bytes:

@@ -17,6 +17,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +27,7 @@ from rankscope.inspect.collect import PermissionDeniedError, living, process_fds
 from rankscope.inspect.report import Blocked, ProcessTrace
 from rankscope.inspect.syscalls import describe_restart, summarise
 from rankscope.model import Failure, FailureKind, RankId, Stage
+from rankscope.procs import ProcessTarget
 from rankscope.stacks.permissions import already_traced, explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running, proc_state
 
@@ -62,7 +64,7 @@ def check_target(pid: int) -> None:
 
 
 def trace(
-    targets: list[tuple[int, Optional[RankId]]], seconds: float, stop_fd: Optional[int] = None
+    targets: Sequence[ProcessTarget], seconds: float, stop_fd: Optional[int] = None
 ) -> tuple[list[ProcessTrace], list[Failure]]:
     """Trace every target for ``seconds`` (at once); (traces, failures).
 

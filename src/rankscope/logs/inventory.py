@@ -5,13 +5,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from rankscope.logs.labels import host_and_rank, label_order
 from rankscope.logs.prefixes import PLAIN, SourceLabels, qualify, split_line
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 from rankscope.serial import SKIP
+
+if TYPE_CHECKING:
+    from rankscope.logs.reading import Reading
 
 #: The bracket prefix at the start of every line but the first (a literal "\n" keeps the scan fast).
 _HEAD = re.compile(rb"\n(\[[^\]\n]{1,200}\](?:<std(?:out|err|diag)>)?:?)")
@@ -218,6 +221,15 @@ class Inventory:
                     entry.last_time = value
         self.lines += count
         self.unprefixed += unprefixed
+
+    def read(self, reading: Reading) -> Inventory:
+        """Every line of ``reading`` counted (the pieces of a cut line as one line)."""
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                self.feed(chunk, opened.labels)
+                if opened.continues:
+                    self.continued_line(chunk, opened.labels)
+        return self
 
     def continued_line(self, chunk: bytes, labels: SourceLabels = PLAIN) -> None:
         """``chunk`` (just fed) was a later piece of a cut line: count it with the line it continues."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_host import HostFacts
@@ -28,6 +28,9 @@ from rankscope.logs.nccl_rules import (
 )
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line
 from rankscope.logs.sources import ReadSummary
+
+if TYPE_CHECKING:
+    from rankscope.logs.reading import Reading
 
 __all__ = ["IB_STATUS", "NcclDocument", "NcclFinding", "NcclProcess", "NcclScan", "render_nccl"]
 
@@ -153,6 +156,13 @@ class NcclScan:
     def _evidence(self, line: bytes, line_no: int) -> NcclEvidence:
         text = line.decode("utf-8", "replace").rstrip("\r")
         return NcclEvidence(f"{self._source or '-'}:{line_no}", text[:300])
+
+    def read(self, reading: Reading) -> NcclScan:
+        """Every line of ``reading`` looked at, with its file's name."""
+        for opened in reading.sources():
+            for chunk in opened.chunks:
+                self.feed(chunk, opened.labels, opened.source.name)
+        return self
 
     def result(self, host: Optional[HostFacts] = None) -> NcclDocument:
         """The document; ``host`` (this host's facts) names the interfaces that exist when the log ran here."""

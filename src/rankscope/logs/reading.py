@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
 
-from rankscope.errors import BadInputError, NothingFoundError
+from rankscope.errors import BadInputError, ErrorReport, NothingFoundError
 from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
 from rankscope.logs.prefixes import (
@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 
 #: How much of a source's start is looked at to tell srun --label or Open MPI output.
 _SNIFF = 1 << 20
+
+
+@dataclass(frozen=True)
+class FailedDocument:
+    """What a ``rankscope.logs.<verb>/1`` document holds when the verb ended in an error: the error,
+    and what was read (None when reading never started)."""
+
+    error: ErrorReport
+    read: Optional[ReadSummary]
 
 
 @dataclass

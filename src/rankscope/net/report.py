@@ -7,6 +7,7 @@ from typing import Optional
 
 from rankscope.net.advice import Finding, Recommendation
 from rankscope.net.ifaces import Interface
+from rankscope.net.master import MasterCheck, MasterFacts
 from rankscope.net.sysfs import RdmaPort
 from rankscope.net.verdicts import LinkFinding, Matrix, ProbeResult
 
@@ -46,3 +47,11 @@ class CheckReport:
     findings: list[LinkFinding]
     #: Node -> what its own listener said (in use, permission denied), when not plain.
     listen_errors: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MasterReport:
+    """``rankscope.net.master``: what was found about MASTER_ADDR:MASTER_PORT, and the checks on it."""
+
+    facts: MasterFacts
+    checks: list[MasterCheck]

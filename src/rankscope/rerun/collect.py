@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
-from typing import Optional
+from collections.abc import Mapping, Sequence
+from typing import IO, Optional
 
 from rankscope.logs.errors_report import scan_errors
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import discover
-from rankscope.rerun.compare import FailurePoint, failure_point
+from rankscope.passthrough import run_passing_through
+from rankscope.rerun.compare import FailurePoint, compare, failure_point
+from rankscope.rerun.report import RerunDocument
 
 #: What each mode sets in the command's environment.
 SYNC = {"CUDA_LAUNCH_BLOCKING": "1"}
 CPU = {"CUDA_VISIBLE_DEVICES": ""}
+#: The exit code when the timeout ended the command (as GNU timeout).
+TIMED_OUT = 124
 #: Output kept for finding the traceback: its end is where a fatal one is.
 CAPTURE_LIMIT = 16 << 20
 
@@ -81,3 +85,39 @@ def failure_in_output(output: bytes) -> Optional[FailurePoint]:
         return failure_in_log(path)
     finally:
         os.unlink(path)
+
+
+def run_again(
+    command: Sequence[str],
+    base: Mapping[str, str],
+    sync: bool,
+    cpu: bool,
+    timeout: Optional[float] = None,
+    stdout: Optional[IO[bytes]] = None,
+    compare_log: Optional[str] = None,
+    first: Optional[FailurePoint] = None,
+    warnings: Sequence[str] = (),
+) -> RerunDocument:
+    """Run ``command`` again with the mode's variables over ``base``, its output passed through as it
+    comes (stdout to ``stdout``, default rankscope's), ended after ``timeout`` seconds (exit code
+    :data:`TIMED_OUT`); its error read from the output, compared with ``first`` (the failure read
+    from ``compare_log``) when a log was given."""
+    capture = Capture()
+    ran = run_passing_through(
+        list(command),
+        env=rerun_environment(base, sync, cpu),
+        tap=capture,
+        timeout=timeout,
+        stdout=stdout,
+    )
+    code = TIMED_OUT if ran.timed_out else ran.code
+    error = failure_in_output(capture.data())
+    return RerunDocument(
+        command=list(command),
+        environment=settings(sync, cpu),
+        exit_code=code,
+        timed_out=ran.timed_out,
+        error=error,
+        comparison=compare(compare_log, first, error, code) if compare_log is not None else None,
+        warnings=list(warnings),
+    )

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from rankscope.folding import describe_members, fold_ints
+from rankscope.folding import RankSet, describe_members, fold_ints
 from rankscope.model import Frame, Member, RankId
 from rankscope.stacks.inproc_collect import version_note
 from rankscope.stacks.merge import job_reports
@@ -536,7 +536,7 @@ def _plural(members: Sequence[Member]) -> bool:
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+    return RankSet.of(ranks).phrase()
 
 
 def not_found_here(report: StacksReport, missing: Sequence[int]) -> list[int]:

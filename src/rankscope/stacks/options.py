@@ -8,17 +8,12 @@ tests/test_cli.py checks that the derived command line reads back to an equal ob
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Optional
 
+from rankscope.cmdline import flag as _flag
+from rankscope.cmdline import from_flags, to_flags
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
-
-#: Field metadata key: the `rankscope stacks` flag that sets the field.
-FLAG = "flag"
-
-
-def _flag(name: str, default: Any) -> Any:
-    return field(default=default, metadata={FLAG: name})
 
 
 @dataclass(frozen=True)
@@ -51,23 +46,14 @@ class StacksOptions:
 
     def to_argv(self) -> list[str]:
         """``stacks --local --json`` and a flag for every option that is not its default."""
-        return ["stacks", "--local", "--json", *option_flags(self)]
+        return ["stacks", "--local", "--json", *to_flags(self)]
 
-
-def option_flags(options: Any) -> list[str]:
-    """A flag for every field of a frozen options dataclass that is not its default (each field's
-    metadata names its flag); `why` derives its nodes' command lines the same way."""
-    argv: list[str] = []
-    for spec in fields(options):
-        value = getattr(options, spec.name)
-        if value == spec.default:
-            continue
-        flag = spec.metadata[FLAG]
-        if isinstance(value, bool):
-            argv.append(flag)
-        elif isinstance(value, tuple):
-            for item in value:
-                argv += [flag, str(item)]
-        else:
-            argv += [flag, str(value)]  # str(float) is repr: it reads back to the same float
-    return argv
+    @classmethod
+    def from_argv(cls, argv: list[str]) -> Optional[StacksOptions]:
+        """The options :meth:`to_argv` wrote into ``argv``, read back by the same field metadata
+        (the light entry of every node of a multi-node run, rankscope.cli.node); None for any
+        other command line (it goes to the full command line, click)."""
+        if argv[:3] != ["stacks", "--local", "--json"]:
+            return None
+        values = from_flags(cls, argv[3:])
+        return None if values is None else cls(**values)

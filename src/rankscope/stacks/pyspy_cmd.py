@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 #: Seconds one dump may take, and a whole collection, unless told otherwise (--timeout, --deadline).
 DEFAULT_TIMEOUT = 10.0
@@ -12,12 +11,9 @@ DEFAULT_DEADLINE = 60.0
 
 def find_pyspy() -> str:
     """py-spy next to this interpreter (a venv's bin/), else on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    if os.access(beside, os.X_OK):
-        return beside
-    import shutil
+    from rankscope.lifetime import tool_path
 
-    found = shutil.which("py-spy")
+    found = tool_path("py-spy")
     if found:
         return found
     from rankscope.errors import MissingToolError

@@ -12,6 +12,12 @@ from rankscope.folding import fold_ints
 from rankscope.trace.decode import Event, TraceData
 from rankscope.trace.stacks import OpenCall, OpenStack
 
+#: The documents of `trace tail`, `trace grep` and `trace show` (:class:`TailReport`,
+#: :class:`GrepReport`, and the decoded head with its events).
+TAIL_SCHEMA = "rankscope.trace.tail/1"
+GREP_SCHEMA = "rankscope.trace.grep/1"
+SHOW_SCHEMA = "rankscope.trace.show/1"
+
 
 @dataclass(frozen=True)
 class FileTail:

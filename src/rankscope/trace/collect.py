@@ -11,12 +11,16 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from rankscope.errors import BadInputError, NothingFoundError
+from rankscope.errors import BadInputError, ExitCode, NothingFoundError, RankscopeError
+from rankscope.trace.analyse import Unreadable
 from rankscope.trace.decode import Layout, Source, read_layout
+
+T = TypeVar("T")
 
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -103,3 +107,26 @@ def open_trace(path: Path) -> Iterator[OpenTrace]:
         yield OpenTrace(read_layout(os.fspath(path), source, info.st_size), source)
     finally:
         os.close(fd)
+
+
+def read_each(target: str, read: Callable[[OpenTrace], T]) -> tuple[list[T], tuple[Unreadable, ...]]:
+    """``read(open_trace)`` for every trace file under ``target``; a file that cannot be read is
+    listed as unreadable and the others go on (all unreadable: the first one's error, exit 8)."""
+    results: list[T] = []
+    bad: list[Unreadable] = []
+    for path in trace_files(target):
+        try:
+            with open_trace(path) as opened:
+                results.append(read(opened))
+        except RankscopeError as exc:
+            named = f"{os.fspath(path)}: "  # the report names the file once
+            reason = exc.message[len(named) :] if exc.message.startswith(named) else exc.message
+            bad.append(Unreadable(os.fspath(path), reason))
+    if not results and bad:
+        raise RankscopeError(
+            f"{bad[0].path}: {bad[0].reason}"
+            + (f" (and {len(bad) - 1} more unreadable files)" if len(bad) > 1 else ""),
+            "pass trace-* files written by rankscope trace",
+            ExitCode.BAD_INPUT,
+        )
+    return results, tuple(bad)

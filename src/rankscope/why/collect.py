@@ -106,7 +106,7 @@ def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFac
     if smi is None:
         return gpus
     from rankscope import lifetime
-    from rankscope.doctor.nvsmi import parse_query_xml
+    from rankscope.nvidia.nvsmi import parse_query_xml
 
     child = lifetime.run([smi, "-q", "-x"], min(5.0, _left(deadline)), capture=16 << 20)
     if child.timed_out or child.returncode != 0:

@@ -1,5 +1,5 @@
 """A node's GPUs as `why` shows them beside a rank blocked on its GPU (pure): utilisation and memory
-(`stacks`' query), ECC errors and the processes on each GPU (`nvidia-smi -q -x` through doctor's reader)."""
+(`stacks`' query), ECC errors and the processes on each GPU (`nvidia-smi -q -x` through the shared reader's parser, rankscope.nvidia)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from rankscope.why.report import GpuFacts
 
 if TYPE_CHECKING:
-    from rankscope.doctor.nvsmi import NvidiaInfo
+    from rankscope.nvidia.nvsmi import NvidiaInfo
     from rankscope.stacks.report import GpuStatus
 
 

@@ -1,22 +1,20 @@
 """What a `rankscope why` run is asked to do, and the command line every node of a multi-node run gets.
 
-As `stacks` does (rankscope.stacks.options): each field names its flag, and :meth:`to_argv`
-derives ``why --local --json ...`` from the same object, so no option is lost on the way to a node.
+As `stacks` does (rankscope.stacks.options): each field names its flag (rankscope.cmdline), and
+:meth:`to_argv` derives ``why --local --json ...`` from the same object, so no option is lost on
+the way to a node.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from rankscope.stacks.options import FLAG, option_flags
+from rankscope.cmdline import flag as _flag
+from rankscope.cmdline import to_flags
 
 #: Seconds for the whole pass by default: every signal inside it.
 DEFAULT_TIMEOUT = 10.0
-
-
-def _flag(name: str, default: Any) -> Any:
-    return field(default=default, metadata={FLAG: name})
 
 
 @dataclass(frozen=True)
@@ -47,4 +45,4 @@ class WhyOptions:
         return replace(self, timeout=min(self.timeout, max(1.0, node_timeout * 0.8 - 1.0)))
 
     def to_argv(self) -> list[str]:
-        return ["why", "--local", "--json", *option_flags(self)]
+        return ["why", "--local", "--json", *to_flags(self)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from rankscope.doctor.nvsmi import Gpu, GpuProcess, NvidiaInfo
+from rankscope.nvidia.nvsmi import Gpu, GpuProcess, NvidiaInfo
 
 _MIB = 1024 * 1024
 
@@ -70,4 +70,5 @@ def _gpu(nvml: Any, index: int) -> Gpu:
             GpuProcess(int(p.pid), "", int(p.usedGpuMemory) // _MIB if p.usedGpuMemory else None)
             for p in procs
         ),
+        utilization_pct=_int(_call(lambda: nvml.nvmlDeviceGetUtilizationRates(handle).gpu)),
     )

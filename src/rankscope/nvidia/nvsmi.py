@@ -37,6 +37,8 @@ class Gpu:
     #: Active clock slowdowns other than idle and application settings (thermal, power brake, HW).
     slowdowns: tuple[str, ...] = ()
     processes: tuple[GpuProcess, ...] = ()
+    #: Percent of the last sample period a kernel ran (a kernel that never ends keeps it at 100).
+    utilization_pct: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,7 @@ def parse_query_xml(text: str) -> NvidiaInfo:
                 temperature_c=_int(gpu, "temperature/gpu_temp"),
                 slowdowns=_slowdowns(gpu),
                 processes=_processes(gpu),
+                utilization_pct=_int(gpu, "utilization/gpu_util"),
             )
         )
     return NvidiaInfo(
