@@ -18,6 +18,12 @@ pytest_plugins = ["tests.support.tools", "tests.support.cluster_fixtures"]
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# A shell that starts the suite in the background (`cmd &` in a script) ignores SIGINT for it, and an
+# ignored signal stays ignored across exec: every rankscope a test starts would then shrug off the
+# Ctrl-C the test sends. The suite runs as from a terminal either way (the workers inherit this).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # A run that collected no tests must fail, not pass quietly.

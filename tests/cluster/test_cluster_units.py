@@ -233,6 +233,9 @@ def test_a_signal_ends_every_node_and_the_fanout_reports_them_interrupted(tmp_pa
         time.sleep(0.5)  # the fast node is done by then
         os.kill(os.getpid(), signal.SIGINT)
 
+    # What SIGINT did before (Python's default_int_handler, or SIG_IGN when the suite was started in
+    # the background by a shell): StopSignals must put that back.
+    before = signal.getsignal(signal.SIGINT)
     sender = threading.Thread(target=interrupt_when_slow_runs, daemon=True)
     sender.start()
     with StopSignals() as stop:
@@ -245,4 +248,4 @@ def test_a_signal_ends_every_node_and_the_fanout_reports_them_interrupted(tmp_pa
         ("later", "interrupted", "not started: interrupted by SIGINT"),
     ]
     assert _gone(int(slow_pid.read_text()))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+    assert signal.getsignal(signal.SIGINT) is before  # put back
