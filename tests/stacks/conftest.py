@@ -29,8 +29,20 @@ def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 2 deadlocks on its own lock; ranks 0,1,3 wait in all_reduce; 2 background threads per rank.
 
     Three files read it (test_real_jobs, test_native, test_jobs_by_evidence) and none changes it:
-    one job per worker. Hung, it takes no CPU while it waits."""
-    yield from _hung_job(tmp_path_factory, "lock", "--scenario", "lock", "--culprit", "2", "--threads", "2")
+    one job per worker. Hung, it takes no CPU while it waits. Its collective timeout is an hour: a
+    worker's session outlasts hang_job's default of 10 minutes, after which the job would end."""
+    yield from _hung_job(
+        tmp_path_factory,
+        "lock",
+        "--scenario",
+        "lock",
+        "--culprit",
+        "2",
+        "--threads",
+        "2",
+        "--timeout",
+        "3600",
+    )
 
 
 @pytest.fixture(scope="module")

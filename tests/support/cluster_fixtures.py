@@ -54,7 +54,11 @@ def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mult
     """Two torchrun agents ("node01", "node02") of a hung job: ranks 0-1 on node01, 2-3 on node02; rank 2
     deadlocks on its own lock, the others wait in all_reduce. tests/stacks/test_from.py and
     tests/cluster/test_stacks_ssh.py read it and change nothing: one per worker."""
-    job = start_multinode_job(tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2)
+    # One per worker for the whole session (11 minutes and more): the hang outlives hang_job's default
+    # 10-minute collective timeout.
+    job = start_multinode_job(
+        tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2, collective_timeout=3600
+    )
     try:
         job.wait_ready()
         yield job

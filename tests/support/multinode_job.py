@@ -62,6 +62,7 @@ def start_multinode_job(
     scenario: str = "lock",
     culprit: int = 2,
     extra_env: Optional[Mapping[str, str]] = None,
+    collective_timeout: Optional[float] = None,
 ) -> MultiNodeJob:
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -79,6 +80,8 @@ def start_multinode_job(
                 "--master-addr=127.0.0.1", f"--master-port={port}",
                 str(HANG_JOB), "--scenario", scenario, "--culprit", str(culprit),
             ]  # fmt: skip
+            if collective_timeout is not None:
+                argv += ["--timeout", str(collective_timeout)]
             with open(log_path, "wb") as log:
                 process = subprocess.Popen(
                     argv, cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
