@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
@@ -101,20 +101,16 @@ def gather_stacks(options: WhyOptions, deadline: float, stop: Optional[Stop]) ->
 
 
 def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFacts]:
-    """ECC errors and the processes of each GPU (`nvidia-smi -q -x`); ``gpus`` as they are without it."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return gpus
+    """ECC errors and the processes of each GPU from the one GPU reader (rankscope.nvidia.read: NVML,
+    else ``nvidia-smi -q -x``); ``gpus`` as they are without it."""
     from rankscope import lifetime
-    from rankscope.nvidia.nvsmi import parse_query_xml
+    from rankscope.nvidia.read import import_nvml, read_nvidia
 
-    child = lifetime.run([smi, "-q", "-x"], min(5.0, _left(deadline)), capture=16 << 20)
-    if child.timed_out or child.returncode != 0:
-        return gpus
-    try:
-        return with_details(gpus, parse_query_xml(child.text()), host)
-    except ValueError:
-        return gpus
+    def run(argv: Sequence[str]) -> Optional[str]:
+        return lifetime.output(list(argv), min(5.0, _left(deadline)))
+
+    info, _ = read_nvidia(import_nvml(), shutil.which("nvidia-smi"), run)
+    return with_details(gpus, info, host) if info is not None else gpus
 
 
 # ----------------------------------------------------------------------------- ended ranks
