@@ -25,9 +25,11 @@ from rankscope.errors import MissingToolError, RankscopeError
 from rankscope.ranks import short_hostname
 from rankscope.why.files import (
     error_file,
+    job_rings,
     log_dir_errors,
     read_cores,
     read_fr,
+    read_rings,
     read_traces,
     recent_cores,
     runtime_files,
