@@ -171,6 +171,8 @@ def read_kernel(deadline: float) -> tuple[Optional[str], str, str]:
             reasons.append(f"{argv[0]} did not answer in time")
         elif child.returncode == 0 and text.strip():
             return text, argv[0], ""
+        elif child.returncode == 0:  # journalctl with no journal here (or none it may read) says nothing
+            reasons.append(f"{argv[0]}: no messages")
         else:
             first = (
                 text.strip().splitlines()[0] if text.strip() else f"exit code {child.returncode}, no output"
@@ -366,6 +368,8 @@ def gather_local(
         read_fr(options.fr, gathered)
     if options.trace is not None:
         read_traces(options.trace, gathered)
+    elif job_pids:
+        _found_rings(sorted(job_pids), started, gathered)
     if options.cores is not None:
         read_cores(options.cores, gathered)
     elif started:
@@ -388,6 +392,18 @@ def gather_local(
     if time.monotonic() > deadline:
         gathered.notes.append(f"the pass took longer than --timeout {options.timeout:g} s")
     return gathered
+
+
+def _found_rings(pids: list[int], started: float, gathered: Gathered) -> None:
+    """The job's trace rings with no --trace DIR: those its ranks hold open, and the rings written
+    beside them since the job started (ranks that ended)."""
+    rings, directories = job_rings(pids, started)
+    if rings:
+        read_rings(rings, gathered, "found without asking in " + ", ".join(directories))
+    else:
+        gathered.signal(
+            "trace rings", ABSENT, "no rank runs under rankscope trace run (a ring elsewhere: --trace DIR)"
+        )
 
 
 def _dead_words(dead: DeadRank) -> str:
