@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,11 @@ from rankscope.demo.launch import HANG_JOB
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class SlurmJob:
-    jobid: str
-    output: Path
-
-
 @pytest.fixture(scope="module")
 def crashed_slurm_job(
     slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SlurmJob]:
+) -> Iterator[tuple[str, Path]]:
+    """(the job id, its StdOut file) once both ranks are in place and rank 1's traceback is written."""
     pytest.importorskip("torch.distributed")
     workdir = tmp_path_factory.mktemp("sbatch-why")
     script = workdir / "train.sh"
@@ -53,16 +47,17 @@ def crashed_slurm_job(
                 log = output.read_text(errors="replace")[-2000:] if output.exists() else ""
                 raise RuntimeError(f"job {jobid} did not hang as planned: {log}")
             time.sleep(0.2)
-        yield SlurmJob(jobid, output)
+        yield jobid, output
     finally:
         slurm_cluster.run("scancel", jobid, check=False)
 
 
 def test_why_jobid_reads_slurms_stdout_and_names_the_rank_that_raised(
-    slurm_cluster: SlurmCluster, crashed_slurm_job: SlurmJob
+    slurm_cluster: SlurmCluster, crashed_slurm_job: tuple[str, Path]
 ) -> None:
+    jobid, output = crashed_slurm_job
     result = run_cli(
-        "why", "--jobid", crashed_slurm_job.jobid, "--json", "--remote-rankscope", str(REMOTE_RANKSCOPE),
+        "why", "--jobid", jobid, "--json", "--remote-rankscope", str(REMOTE_RANKSCOPE),
         env=slurm_cluster.env, timeout=180,
     )  # fmt: skip
     assert result.returncode == 15, result.stdout + result.stderr
@@ -71,8 +66,8 @@ def test_why_jobid_reads_slurms_stdout_and_names_the_rank_that_raised(
     assert (verdict["cause"], verdict["ranks"]) == ("python_exception", [1])
     first = verdict["evidence"][0]
     # the node's finding, in SLURM's StdOut (from scontrol: no rank's stdout or stderr is a file)
-    assert first["source"].startswith(f"localhost: {crashed_slurm_job.output}:"), first
+    assert first["source"].startswith(f"localhost: {output}:"), first
     assert "RuntimeError: bad batch on rank 1" in first["text"]
-    assert f"localhost:{crashed_slurm_job.output}" in document["logs"]
+    assert f"localhost:{output}" in document["logs"]
     states = {s["ranks"]: s["state"] for s in document["ranks"]}
     assert states["0"].startswith("waits in barrier"), states
