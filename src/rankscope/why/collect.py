@@ -7,7 +7,9 @@ come from `stacks`' own pipeline (rankscope.stacks.local.run_local); then this n
 messages, the ranks that already ended (their launcher's unreaped children), the ranks' crash and
 SIGTERM dumps in their runtime directory, torchelastic error files, the job's output (found without
 asking: the launcher's stdout/stderr when they are regular files, torchrun --log-dir, SLURM's
-StdOut/StdErr; and --log) read by `logs errors`, flight-recorder dumps (--fr) and cores (--cores).
+StdOut/StdErr; and --log) read by `logs errors`, flight-recorder dumps (--fr), the ranks' trace
+rings (found without asking, or --trace) and cores (--cores). Each GPU's ECC errors and processes
+come from the one GPU reader, rankscope.nvidia.read.
 """
 
 from __future__ import annotations
