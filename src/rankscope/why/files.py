@@ -271,7 +271,7 @@ def read_rings(files: Iterable[str], gathered: Gathered, where: str) -> None:
 
 
 #: A ring's name (rankscope.trace.writer.trace_name): ``trace-{host}-{rank}-{pid}``, ``.N`` for a later
-#: session of the same process.
+#: tracing of the same process.
 _RING = re.compile(r"^trace-.+-(?:\d+|x)-\d+(?:\.\d+)?$")
 
 
