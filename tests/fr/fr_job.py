@@ -44,8 +44,8 @@ def log_global_loss(t):
     dist.all_reduce(t)
 
 
-def step(t):
-    dist.all_reduce(t)
+def step(t, group=None):
+    dist.all_reduce(t, group=group)
 
 
 def evaluate():
@@ -105,6 +105,15 @@ def main():
             if int(os.environ["WORLD_SIZE"]) > RANK + 1:
                 dist.send(t, RANK + 1)
             dist.barrier()
+    elif SCENARIO == "same-call":
+        # Every rank ends in step's all_reduce, reached from one line: rank 0 waits in the second one
+        # of a new group, which rank 1 skipped; rank 1 waits in the next one of the default group.
+        # (Both issue the group's first: gloo's recorder names no group's members, the entries do.)
+        sub = dist.new_group([0, 1])
+        step(t, sub)
+        for group in (sub, None):
+            if not (RANK == 1 and group is sub):
+                step(t, group)
     time.sleep(3600)
 
 

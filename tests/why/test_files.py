@@ -4,8 +4,10 @@ one error line with its exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -86,6 +88,78 @@ def test_a_torchelastic_error_file_written_by_record(record_error_file: Path, tm
     assert verdict["cause"] == "python_exception"
     assert verdict["location"] == "load_shard (train.py:4)"
     assert "shard 7 is empty" in verdict["evidence"][0]["text"]
+
+
+WAITING = """\
+import os, sys, time
+
+def save_checkpoint():
+    open(sys.argv[1], "w").close()
+    time.sleep(600)
+
+def wait_for_peers():
+    open(sys.argv[1], "w").close()
+    time.sleep(600)
+
+save_checkpoint() if os.environ["RANK"] == "1" else wait_for_peers()
+"""
+
+
+def test_trace_rings_are_found_without_asking(tmp_path: Path) -> None:
+    """Two ranks under `rankscope trace run --out DIR`: rank 1 is SIGKILLed in save_checkpoint, rank 0
+    waits. Named only by rank 0's pid, why finds the ring rank 0 holds open, and beside it rank 1's
+    (written since the job started), not a ring an earlier job left there."""
+    script = tmp_path / "train.py"
+    script.write_text(WAITING)
+    traces = tmp_path / "traces"
+    ranks = []
+    try:
+        for rank in (0, 1):
+            env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+            argv = [sys.executable, "-m", "rankscope", "trace", "run", "--out", str(traces), "--"]
+            ranks.append(
+                subprocess.Popen(
+                    [*argv, str(script), str(tmp_path / f"ready.{rank}")], env=env, start_new_session=True
+                )
+            )
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"ready.{rank}").exists() for rank in (0, 1)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in ranks), (
+                "the ranks did not start"
+            )
+            time.sleep(0.1)
+        ranks[1].kill()
+        ranks[1].wait()
+        (ring,) = traces.glob("trace-*-1-*")
+        earlier = traces / "trace-elsewhere-1-4242"  # an earlier job's ring of rank 1: not this job's
+        shutil.copyfile(ring, earlier)
+        os.utime(earlier, (time.time() - 3600, time.time() - 3600))
+        result = run_cli("why", "--pid", str(ranks[0].pid), "--json")
+        assert result.returncode == 15, result.stderr + result.stdout
+        document = result.json()
+        signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
+        assert signals["trace rings"] == ("read", f"found without asking in {traces}: 2 rings, 2 ranks")
+        verdict = document["verdict"]
+        assert verdict["ranks"] == [1] and "save_checkpoint" in verdict["location"]  # the ring's place
+        assert any(
+            e["source"] == "trace rings"
+            and e["text"].startswith("rank 1 was last at ")
+            and "save_checkpoint" in e["text"]
+            for e in verdict["evidence"]
+        ), verdict
+    finally:
+        for proc in ranks:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:  # a job with no ring: one line that says so
+        result = run_cli("why", "--pid", str(plain.pid), "--json")
+        signals = {s["name"]: s["state"] for s in result.json()["signals"]}
+        assert signals["trace rings"] == "absent"
+    finally:
+        os.killpg(plain.pid, signal.SIGKILL)
+        plain.wait()
 
 
 @pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads

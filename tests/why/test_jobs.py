@@ -4,9 +4,10 @@
   for ever; the traceback is only in the job's output (torchrun's stdout, a regular file here);
 - sigkill: rank 1 is SIGKILLed (as the OOM killer does) while rank 0 loops in its data loader;
   torchrun (``--monitor-interval 600``) has not reaped it yet, so its exit status is still there;
-- extra / skip (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the other
-  never did, which already returned (no stack shows it; the recorders do); rank 1 never issued the
-  last all_reduce.
+- extra / skip / same-call (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the
+  other never did, which already returned (no stack shows it; the recorders do); rank 1 never issued
+  the last all_reduce; both ranks wait in step's all_reduce, from one line, and only the recorders
+  show that rank 1 never issued the one (of another group) that rank 0 waits in.
 Every run names its target with --pid (other tests' jobs may run beside these).
 """
 
@@ -199,3 +200,28 @@ def test_a_rank_that_never_issued_the_collective(skip_job: list[int]) -> None:
     assert (verdict["cause"], verdict["ranks"]) == ("collective_desync", [1])
     assert "evaluate (fr_job.py:" in verdict["location"]
     assert any(e["source"] == "stacks" for e in verdict["evidence"])
+
+
+@pytest.fixture(scope="module")
+def same_call_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
+    pytest.importorskip("torch")
+    with inproc_job(tmp_path_factory.mktemp("rt-same"), "same-call", 2) as pids:
+        yield pids
+
+
+def test_every_rank_waits_in_one_collective_and_the_recorders_name_the_rank_that_never_issued_it(
+    same_call_job: list[int],
+) -> None:
+    """Both ranks wait in step's all_reduce, reached from the same line: the stacks alone blame no
+    rank; the recorders show that rank 1 never issued the all_reduce of the group rank 0 waits in."""
+    document = _desync(same_call_job)
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert list(states) == ["0-1"] and "all_reduce" in states["0-1"], states  # one state: no culprit there
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("collective_desync", [1])
+    assert verdict["text"] == "rank 1 never issued a collective that other ranks issued (a collective desync)"
+    first = verdict["evidence"][0]
+    assert first["source"] == "flight recorders"
+    assert first["text"].startswith("rank 1 never issued all_reduce #2 from step (fr_job.py:"), first["text"]
+    assert "which rank 0 issued (waiting)" in first["text"]
+    assert "all_waiting" in {h["cause"] for h in document["hypotheses"]}  # what the stacks alone say

@@ -8,7 +8,16 @@ journalctl -k -o short-iso print them.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
+
+import pytest
+from tests.support.machine_lock import machine_lock
+from tests.support.users import LocalUser, job_user, local_users  # noqa: F401 - fixtures
 
 from rankscope.why.collect import event_time
 from rankscope.why.kernel import parse_kernel
@@ -99,6 +108,48 @@ def test_kernel_messages_not_permitted_are_a_line_that_says_why() -> None:
     gathered = Gathered()
     kernel_signal(None, "", "dmesg not found; journalctl not found", gathered)
     assert gathered.signals[0].state == "absent"
+
+
+RESTRICT = Path("/proc/sys/kernel/dmesg_restrict")
+
+
+def test_a_user_refused_by_dmesg_is_answered_by_journalctl_or_told_why(
+    job_user: LocalUser,  # noqa: F811 - the imported fixture
+) -> None:
+    """For real: `why` run by an unprivileged user under kernel.dmesg_restrict=1 (set for the test
+    when it is not, under the sysctl lock): dmesg is refused, journalctl -k is asked next (this
+    machine keeps no journal: it has nothing to say), and the kernel line says both and why."""
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
+        log.write("step 1 loss 2.0\n")
+    os.chmod(log.name, 0o644)  # the user reads it
+    try:
+        with machine_lock("sysctl"):
+            before = RESTRICT.read_text().strip()
+            try:
+                if before != "1":
+                    RESTRICT.write_text("1\n")
+            except OSError as err:
+                pytest.skip(f"kernel.dmesg_restrict cannot be set here: {err}")
+            try:
+                proc = subprocess.run(
+                    job_user.argv(sys.executable, "-m", "rankscope", "why", "--log", log.name, "--json"),
+                    capture_output=True, text=True, timeout=60, cwd="/",
+                    env=dict(os.environ, HOME=str(job_user.home)),
+                )  # fmt: skip
+            finally:
+                if before != "1":
+                    RESTRICT.write_text(before + "\n")
+    finally:
+        os.unlink(log.name)
+    document = json.loads(proc.stdout)
+    kernel = next(s for s in document["signals"] if s["name"] == "kernel messages")
+    assert kernel["state"] == "refused", kernel
+    dmesg, journal = kernel["detail"].split("; ", 1)
+    assert dmesg == "dmesg: dmesg: read kernel buffer failed: Operation not permitted"
+    assert journal.startswith("journalctl: ")  # the fallback was asked: its own answer
+    assert kernel["detail"].endswith(
+        "(reading kernel messages needs root or CAP_SYSLOG: kernel.dmesg_restrict)"
+    )
 
 
 SLURM_OUTPUT = """\

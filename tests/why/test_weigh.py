@@ -2,13 +2,17 @@
 
 This machine has no GPU: the GPU case reads recordings made on an H100 node (tests/data/gpu-h100/:
 py-spy --native of a 4-rank job whose rank 2 waits in cudaDeviceSynchronize behind a kernel that
-never ends, nvidia-smi's CSV query and its -q -x XML). Nothing else is mocked.
+never ends, nvidia-smi's CSV query and its -q -x XML). Nothing else is mocked but nvidia-smi itself
+where `why` runs it (a stand-in that prints the recording).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
+import pytest
 from tests.stacks.pyspy_text import snapshots
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
@@ -163,7 +167,7 @@ def test_a_rank_behind_the_others_is_a_straggler() -> None:
     assert "rank 1 at step 6 while other ranks reached step 7" in why.verdict.evidence[0].text
 
 
-def test_uncorrected_ecc_errors_on_the_gpu_of_a_rank() -> None:
+def _ecc_xml() -> str:
     """The recorded H100's `nvidia-smi -q -x`, edited as a GPU with 2 uncorrected ECC errors since the
     driver loaded and one process (pid 4243) would show it (NVIDIA's format, numbers written here)."""
     xml = (DATA / "nvidia-smi-q.xml").read_text()
@@ -171,11 +175,15 @@ def test_uncorrected_ecc_errors_on_the_gpu_of_a_rank() -> None:
     xml = xml[:volatile] + xml[volatile:].replace(
         "<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>", 1
     )
-    xml = xml.replace(
+    return xml.replace(
         "<processes>\n",
         "<processes>\n<process_info><gpu_instance_id>N/A</gpu_instance_id><compute_instance_id>N/A</compute_instance_id>"
         "<pid>4243</pid><type>C</type><process_name>python3</process_name><used_memory>1234 MiB</used_memory></process_info>\n",
     )
+
+
+def test_uncorrected_ecc_errors_on_the_gpu_of_a_rank() -> None:
+    xml = _ecc_xml()
     gpus = with_details([], parse_query_xml(xml), "gpu0")
     assert (gpus[0].ecc_uncorrected, gpus[0].pids) == (2, [4243])
     why = weigh(Gathered(hosts=["gpu0"], gpus=gpus, pid_rank={4243: 5, 4244: 6}))
@@ -186,3 +194,27 @@ def test_uncorrected_ecc_errors_on_the_gpu_of_a_rank() -> None:
         in why.verdict.evidence[0].text
     )
     assert why.verdict.evidence[0].source == "nvidia-smi on gpu0"
+
+
+def test_why_asks_the_one_gpu_reader_for_ecc_errors_and_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gpu_details goes through rankscope.nvidia.read (NVML, else `nvidia-smi -q -x`). No GPU and no
+    driver here (NVML does not start): a stand-in nvidia-smi, the one thing mocked, prints the edited
+    H100 recording for exactly ``-q -x`` and fails for any other command line."""
+    from rankscope.why.collect import gpu_details
+
+    xml = tmp_path / "q.xml"
+    xml.write_text(_ecc_xml())
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f'#!/bin/sh\n[ "$*" = "-q -x" ] || exit 9\nexec cat {xml}\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    status = from_status(gpu_statuses(parse_query_xml(xml.read_text()), "gpu0"))
+    assert (status[0].ecc_uncorrected, status[0].pids) == (None, [])
+    (gpu,) = gpu_details(status, "gpu0", time.monotonic() + 10)
+    assert (gpu.ecc_uncorrected, gpu.pids) == (2, [4243])
+    assert (gpu.name, gpu.utilization) == (status[0].name, status[0].utilization)  # the query's, kept
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert gpu_details(status, "gpu0", time.monotonic() + 10) == status  # as they were

@@ -71,8 +71,9 @@ crash/SIGTERM dumps, torchelastic error files, the job's output (found without
 asking: the launcher's stdout/stderr when they are files, torchrun --log-dir,
 SLURM's StdOut/StdErr; or --log) with the scheduler's words in it, kernel
 messages (OOM kills, segfaults, NVIDIA Xid), cores written since the job started
-(or --cores DIR) and trace rings (--trace DIR). A signal that is absent or
-refused is a line of the report, never a failure.
+(or --cores DIR) and trace rings (those the ranks hold open and the ones written
+beside them; or --trace DIR). A signal that is absent or refused is a line of
+the report, never a failure.
 
 \b
 Examples:

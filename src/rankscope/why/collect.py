@@ -7,7 +7,9 @@ come from `stacks`' own pipeline (rankscope.stacks.local.run_local); then this n
 messages, the ranks that already ended (their launcher's unreaped children), the ranks' crash and
 SIGTERM dumps in their runtime directory, torchelastic error files, the job's output (found without
 asking: the launcher's stdout/stderr when they are regular files, torchrun --log-dir, SLURM's
-StdOut/StdErr; and --log) read by `logs errors`, flight-recorder dumps (--fr) and cores (--cores).
+StdOut/StdErr; and --log) read by `logs errors`, flight-recorder dumps (--fr), the ranks' trace
+rings (found without asking, or --trace) and cores (--cores). Each GPU's ECC errors and processes
+come from the one GPU reader, rankscope.nvidia.read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
@@ -25,9 +27,11 @@ from rankscope.errors import MissingToolError, RankscopeError
 from rankscope.ranks import short_hostname
 from rankscope.why.files import (
     error_file,
+    job_rings,
     log_dir_errors,
     read_cores,
     read_fr,
+    read_rings,
     read_traces,
     recent_cores,
     runtime_files,
@@ -101,20 +105,16 @@ def gather_stacks(options: WhyOptions, deadline: float, stop: Optional[Stop]) ->
 
 
 def gpu_details(gpus: list[GpuFacts], host: str, deadline: float) -> list[GpuFacts]:
-    """ECC errors and the processes of each GPU (`nvidia-smi -q -x`); ``gpus`` as they are without it."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return gpus
+    """ECC errors and the processes of each GPU from the one GPU reader (rankscope.nvidia.read: NVML,
+    else ``nvidia-smi -q -x``); ``gpus`` as they are without it."""
     from rankscope import lifetime
-    from rankscope.nvidia.nvsmi import parse_query_xml
+    from rankscope.nvidia.read import import_nvml, read_nvidia
 
-    child = lifetime.run([smi, "-q", "-x"], min(5.0, _left(deadline)), capture=16 << 20)
-    if child.timed_out or child.returncode != 0:
-        return gpus
-    try:
-        return with_details(gpus, parse_query_xml(child.text()), host)
-    except ValueError:
-        return gpus
+    def run(argv: Sequence[str]) -> Optional[str]:
+        return lifetime.output(list(argv), min(5.0, _left(deadline)))
+
+    info, _ = read_nvidia(import_nvml(), shutil.which("nvidia-smi"), run)
+    return with_details(gpus, info, host) if info is not None else gpus
 
 
 # ----------------------------------------------------------------------------- ended ranks
@@ -173,6 +173,8 @@ def read_kernel(deadline: float) -> tuple[Optional[str], str, str]:
             reasons.append(f"{argv[0]} did not answer in time")
         elif child.returncode == 0 and text.strip():
             return text, argv[0], ""
+        elif child.returncode == 0:  # journalctl with no journal here (or none it may read) says nothing
+            reasons.append(f"{argv[0]}: no messages")
         else:
             first = (
                 text.strip().splitlines()[0] if text.strip() else f"exit code {child.returncode}, no output"
@@ -368,6 +370,8 @@ def gather_local(
         read_fr(options.fr, gathered)
     if options.trace is not None:
         read_traces(options.trace, gathered)
+    elif job_pids:
+        _found_rings(sorted(job_pids), started, gathered)
     if options.cores is not None:
         read_cores(options.cores, gathered)
     elif started:
@@ -390,6 +394,18 @@ def gather_local(
     if time.monotonic() > deadline:
         gathered.notes.append(f"the pass took longer than --timeout {options.timeout:g} s")
     return gathered
+
+
+def _found_rings(pids: list[int], started: float, gathered: Gathered) -> None:
+    """The job's trace rings with no --trace DIR: those its ranks hold open, and the rings written
+    beside them since the job started (ranks that ended)."""
+    rings, directories = job_rings(pids, started)
+    if rings:
+        read_rings(rings, gathered, "found without asking in " + ", ".join(directories))
+    else:
+        gathered.signal(
+            "trace rings", ABSENT, "no rank runs under rankscope trace run (a ring elsewhere: --trace DIR)"
+        )
 
 
 def _dead_words(dead: DeadRank) -> str:

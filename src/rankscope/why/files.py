@@ -235,29 +235,72 @@ def _cores_in(directories: Iterable[str], gathered: Gathered, since: float) -> i
 def read_traces(path: str, gathered: Gathered) -> None:
     """Where each rank's trace ring (``rankscope trace run``) last saw it; only the end of each file is read."""
     from rankscope.errors import RankscopeError
-    from rankscope.trace.analyse import where
-    from rankscope.trace.collect import open_trace, trace_files
-    from rankscope.trace.decode import read_tail
+    from rankscope.trace.collect import trace_files
 
     try:
         files = trace_files(path)
     except RankscopeError as err:
         gathered.signal("trace rings", FAILED if os.path.lexists(path) else ABSENT, err.message)
         return
+    read_rings([str(f) for f in files], gathered, path)
+
+
+def read_rings(files: Iterable[str], gathered: Gathered, where: str) -> None:
+    """The end of each ring file: where its rank last was; one signal line saying ``where`` they are."""
+    from rankscope.errors import RankscopeError
+    from rankscope.trace.analyse import where as last_place
+    from rankscope.trace.collect import open_trace
+    from rankscope.trace.decode import read_tail
+
     unreadable = 0
+    read = 0
     for file in files:
         try:
-            with open_trace(file) as opened:
+            with open_trace(Path(file)) as opened:
                 data = read_tail(opened.layout, opened.source, 1)
         except RankscopeError:
             unreadable += 1
             continue
+        read += 1
         if data.rank is not None:
-            gathered.traced[data.rank] = where(data)
-    detail = f"{path}: {len(gathered.traced)} ranks" + (
+            gathered.traced[data.rank] = last_place(data)
+    detail = f"{where}: {read} ring{'s' if read != 1 else ''}, {len(gathered.traced)} ranks" + (
         f", {unreadable} files unreadable" if unreadable else ""
     )
     gathered.signal("trace rings", READ if gathered.traced else FAILED, detail)
+
+
+#: A ring's name (rankscope.trace.writer.trace_name): ``trace-{host}-{rank}-{pid}``, ``.N`` for a later
+#: tracing of the same process.
+_RING = re.compile(r"^trace-.+-(?:\d+|x)-\d+(?:\.\d+)?$")
+
+
+def job_rings(pids: Iterable[int], since: float) -> tuple[list[str], list[str]]:
+    """(ring files, their directories) of a job, found without asking: the ``trace-*`` files its
+    processes hold open (``rankscope trace run``, ``rankscope.trace.start``), and beside them every
+    ring written since the job started (those of ranks that already ended)."""
+    from rankscope import procfs
+
+    held: list[str] = []
+    for pid in pids:
+        try:
+            links = procfs.fd_links(pid)
+        except OSError:
+            continue
+        held += [t for _, t in links if os.path.isabs(t) and _RING.match(os.path.basename(t))]
+    directories = sorted({os.path.dirname(p) for p in held})
+    found = dict.fromkeys(held)
+    for directory in directories:
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if not _RING.match(entry.name) or not entry.is_file(follow_symlinks=False):
+                        continue
+                    if entry.stat(follow_symlinks=False).st_mtime >= since - 1:  # not an earlier job's
+                        found.setdefault(entry.path)
+        except OSError:
+            continue
+    return sorted(found), directories
 
 
 def read_fr(path: str, gathered: Gathered) -> None:

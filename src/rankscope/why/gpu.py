@@ -1,5 +1,6 @@
 """A node's GPUs as `why` shows them beside a rank blocked on its GPU (pure): utilisation and memory
-(`stacks`' query), ECC errors and the processes on each GPU (`nvidia-smi -q -x` through the shared reader's parser, rankscope.nvidia)."""
+(`stacks`' query), ECC errors and the processes on each GPU (the one GPU reader, rankscope.nvidia:
+NVML, else `nvidia-smi -q -x`)."""
 
 from __future__ import annotations
 

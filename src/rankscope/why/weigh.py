@@ -81,6 +81,17 @@ _WORDS = {
 }
 
 
+def _desync_words(what: str, issued: str) -> str:
+    """What the recorders' first divergence says the culprit did: never issued or skipped a
+    collective the others issued; else ``issued`` (one the others did not)."""
+    first = what.split(";", 1)[0]
+    if " never issued " in first:
+        return "never issued a collective that other ranks issued (a collective desync)"
+    if " skipped " in first:
+        return "skipped a collective that the other ranks issued (a collective desync)"
+    return issued
+
+
 def _short(text: str, limit: int = 160) -> str:
     line = text.strip().splitlines()[0] if text.strip() else text
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -103,6 +114,8 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
         words = f"raised {_short(finding.what)}"
+    if finding.cause == "collective_desync":
+        words = _desync_words(finding.what, words)
     if finding.cause == "all_waiting" or not ranks:
         text = _short(finding.what, 300)  # no rank to name: what the evidence says
     else:
