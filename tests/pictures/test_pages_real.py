@@ -320,3 +320,16 @@ def test_trace_export_timeline_in_a_browser(browser: Browser, tmp_path: Path) ->
     assert min(widths[1]) > max(widths[0]), widths
     seen = colours(tab.screenshot())
     assert seen.get((255, 169, 77), 0) > 0 and seen.get((116, 192, 252), 0) > 5, sorted(seen.items())[:20]
+
+
+def test_trace_export_html_refuses_a_symbolic_link_before_exporting(tmp_path: Path) -> None:
+    traces = traced_ranks(tmp_path)
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    link = tmp_path / "trace.html"
+    link.symlink_to(target)
+    out = tmp_path / "job.json"
+    result = run_cli("trace", "export", str(traces), "--out", str(out), "--html", str(link))
+    assert result.returncode == 8 and "symbolic link" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert target.read_text() == "keep me" and not out.exists()
