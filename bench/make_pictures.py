@@ -10,6 +10,10 @@
 - fr.png: `rankscope fr --html` of the dumps of a real 3-rank gloo job (tests/data/fr, scenario extra);
 - net.png: `rankscope net check --html` over ssh to sshd on 127.0.0.1: node01 probed at 127.0.0.1,
   node02 at ::1 (the listeners bind 0.0.0.0, IPv4 only: refused), node03's ssh login refused;
+- trace.png: `rankscope trace export --html` of a real 2-rank torchrun job (gloo, CPU) traced with
+  rankscope.trace, torch.distributed included (TRACED below): five steps, rank 1 slower to load its
+  batches; at step 6 rank 1 never finishes loading and rank 0 waits in all_reduce, their open calls
+  drawn to the end of the rings;
 - grid.png: the node-by-rank grid of a 1,024-rank report made up in memory (tests/pictures/synthetic.py:
   one machine cannot run a job on 8 nodes), as bench/bench_html.py measures it.
 """
@@ -34,6 +38,41 @@ from rankscope.pictures.stacks_page import stacks_page  # noqa: E402
 
 OUT = ROOT / "docs" / "pictures"
 RANKSCOPE = [sys.executable, "-m", "rankscope"]
+#: A 2-rank training loop traced from its first line (torch.distributed's calls too): rank 1 loads
+#: its batches slower, and at step 6 never finishes loading; rank 0 waits for it in all_reduce.
+TRACED = """\
+import os, time
+from pathlib import Path
+import torch, torch.distributed as dist
+import rankscope, rankscope.trace as rt
+
+rt.start(out={out!r}, include=["torch.distributed"])
+
+def load_batch(rank, step):
+    time.sleep(0.02 * (1 + 2 * rank))
+    while rank == 1 and step == 6:
+        time.sleep(0.05)
+
+def forward(t):
+    return (t @ t).sum()
+
+def sync_gradients(t):
+    dist.all_reduce(t)
+
+def train():
+    rank = dist.get_rank()
+    t = torch.ones(64, 64)
+    for step in range(1, 8):
+        if step == 6:
+            Path(os.environ["RANKSCOPE_READY_DIR"], f"ready.{{rank}}").touch()
+        load_batch(rank, step)
+        forward(t)
+        sync_gradients(t)
+        rankscope.progress(step=step)
+
+dist.init_process_group("gloo")
+train()
+"""
 
 
 def rankscope(*args: str) -> None:
@@ -61,6 +100,22 @@ def shoot(tab: Tab, page: Path, name: str, selector: str = "", height: int = 0, 
     print(f"wrote {OUT / name}")
 
 
+def traced_job(work: Path) -> None:
+    """trace.html: the rings of a hung 2-rank job, exported while it hangs."""
+    (work / "traced").mkdir()
+    script = work / "traced" / "traced_job.py"
+    script.write_text(TRACED.format(out=str(work / "traces")))
+    job = start_torchrun(script, nproc=2, workdir=work / "traced")
+    try:
+        job.wait_ready(timeout=180, settle=2.0)
+        rankscope(
+            "trace", "export", str(work / "traces"), "--out", str(work / "trace.json"),
+            "--html", str(work / "trace.html"),
+        )  # fmt: skip
+    finally:
+        job.stop()
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rankscope-pictures-") as tmp:
@@ -74,6 +129,7 @@ def main() -> None:
             rankscope("why", "--pid", str(job.process.pid), "--html", str(work / "why.html"))
         finally:
             job.stop()
+        traced_job(work)
         data = ROOT / "tests" / "data" / "fr" / "gloo-torch2.13" / "extra"
         rankscope("fr", str(data), "--html", str(work / "fr.html"))
         sshd = start_sshd(work / "sshd", ["node01", "node02"])
@@ -96,6 +152,7 @@ def main() -> None:
             shoot(browser.tab, work / "why.html", "why.png")
             shoot(browser.tab, work / "fr.html", "fr.png")
             shoot(browser.tab, work / "net.html", "net.png")
+            shoot(browser.tab, work / "trace.html", "trace.png")
             shoot(browser.tab, work / "big.html", "grid.png", selector="section.grid", height=330)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.pictures.browser import Browser, colours, running_browser
+from tests.pictures.rings import traced_ranks
 from tests.support.cli import CliResult, run_cli
 from tests.support.cluster_fixtures import REMOTE_RANKSCOPE, client_env
 from tests.support.sshd import Sshd, free_port
@@ -288,3 +289,47 @@ def test_html_refuses_a_symbolic_link(job: LaunchedJob, tmp_path: Path) -> None:
     result = run_cli("stacks", "--pid", str(job.process.pid), "--html", str(link))
     assert result.returncode == 8 and "symbolic link" in result.stderr, result.stderr
     assert target.read_text() == "keep me" and result.stdout == ""
+
+
+@pytest.mark.needs("chromium")
+def test_trace_export_timeline_in_a_browser(browser: Browser, tmp_path: Path) -> None:
+    traces = traced_ranks(tmp_path)
+    page = tmp_path / "trace.html"
+    result = run_cli("trace", "export", str(traces), "--out", str(tmp_path / "job.json"), "--html", str(page))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert stat.S_IMODE(page.stat().st_mode) == 0o600
+    assert browser.tab.open(page) == [page.resolve().as_uri()]  # the document itself, nothing else
+    assert browser.tab.errors == []
+    tab = browser.tab
+    assert tab.evaluate("document.body.dataset.drawn") == "yes"
+    rows = tab.evaluate(
+        "[...document.querySelectorAll('.timeline .tl-row:not(.tl-axis)')].map(r => [r.dataset.rank,"
+        " [...r.querySelectorAll('.sl.open')].map(s => s.textContent),"
+        " r.querySelectorAll('.sl:not(.open)').length, r.querySelectorAll('.tick').length])"
+    )
+    host = rows[0][0].rsplit(":", 1)[0]
+    assert [row[0] for row in rows] == [f"{host}:0", f"{host}:1"], rows
+    for _, still, ended, ticks in rows:
+        assert still == ["wait_for_peer ⟶"], still  # drawn to the ring's end and marked
+        assert ended >= 15 and ticks == 5  # 5 steps of load_batch, forward, train_step
+    # rank 1 loads slower: its load_batch bars are wider on the same axis
+    widths = tab.evaluate(
+        "[...document.querySelectorAll('.timeline .tl-row:not(.tl-axis)')].map(r => [...r.querySelectorAll('.sl')]"
+        ".filter(s => s.textContent === 'load_batch').map(s => s.getBoundingClientRect().width))"
+    )
+    assert min(widths[1]) > max(widths[0]), widths
+    seen = colours(tab.screenshot())
+    assert seen.get((255, 169, 77), 0) > 0 and seen.get((116, 192, 252), 0) > 5, sorted(seen.items())[:20]
+
+
+def test_trace_export_html_refuses_a_symbolic_link_before_exporting(tmp_path: Path) -> None:
+    traces = traced_ranks(tmp_path)
+    target = tmp_path / "victim.txt"
+    target.write_text("keep me")
+    link = tmp_path / "trace.html"
+    link.symlink_to(target)
+    out = tmp_path / "job.json"
+    result = run_cli("trace", "export", str(traces), "--out", str(out), "--html", str(link))
+    assert result.returncode == 8 and "symbolic link" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert target.read_text() == "keep me" and not out.exists()

@@ -18,8 +18,12 @@ from tests.support.cli import run_cli
 from tests.trace.conftest import run_program
 from tests.trace.trace_events import check_trace_events
 
+from rankscope.pictures.html import render_html
+from rankscope.pictures.page import TimelineSection
+from rankscope.pictures.timeline_page import TimelineBuilder, export_page
 from rankscope.trace import format as fmt
 from rankscope.trace.decode import decode
+from rankscope.trace.export_write import export
 
 JOB = """
 import os, sys, time
@@ -189,6 +193,48 @@ def test_export_of_the_job_is_valid_trace_event_json_with_open_calls_and_steps(
     assert doc["otherData"]["clock_skew"] == []  # one host: nothing to measure
 
 
+def test_timeline_of_the_job_draws_each_rank_its_open_calls_and_steps(
+    stuck_job: Path, tmp_path: Path
+) -> None:
+    """The section ``trace export --html`` draws, built from the same events the JSON gets."""
+    builder = TimelineBuilder()
+    result = export(str(stuck_job), str(tmp_path / "job.json"), builder)
+    section = builder.section()
+    tail = run_cli("trace", "tail", str(stuck_job), "--json").json()
+    files = {f["rank"]: f for g in tail["groups"] for f in g["files"]}
+    assert [row.label for row in section.rows] == [f"{files[r]['host']}:{r}" for r in range(4)]
+    assert result.open_calls == sum(len(f["stack"]) for f in files.values())
+    for rank, row in enumerate(section.rows):
+        still = sorted((s for s in row.slices if s.open), key=lambda s: s.lane)
+        assert [s.name for s in still] == [c["name"] for c in files[rank]["stack"]], rank
+        assert all(s.end == row.end for s in still) and still[0].before  # <module>: open before the ring
+        assert [step.step for step in row.steps] == [0, 1, 2, 3, 4]
+        assert any(not s.open for s in row.slices)
+        assert all(section.start <= s.start <= s.end <= row.end <= section.end for s in row.slices)
+        assert all(0 <= s.lane < row.lanes for s in row.slices)
+    assert any("calls still open at the end of their ring" in note for note in section.notes)
+    assert len(render_html(export_page(result, builder, str(stuck_job)))) < 1_000_000
+
+
+def test_timeline_keeps_the_longest_calls_and_counts_the_rest(stuck_job: Path, tmp_path: Path) -> None:
+    everything = TimelineBuilder(max_slices=1 << 30)
+    export(str(stuck_job), str(tmp_path / "all.json"), everything)
+    capped = TimelineBuilder(max_slices=10)
+    export(str(stuck_job), str(tmp_path / "ten.json"), capped)
+    doc = json.loads((tmp_path / "ten.json").read_text())
+    ended = sum(1 for e in doc["traceEvents"] if e["ph"] == "E")
+
+    def durations(builder: TimelineBuilder) -> list[float]:
+        return sorted(
+            (s.end - s.start for r in builder.section().rows for s in r.slices if not s.open), reverse=True
+        )
+
+    assert len(durations(everything)) > 10
+    assert durations(capped) == durations(everything)[:10]
+    (note,) = [n for n in capped.section().notes if "calls that ended" in n]
+    assert note.startswith(f"10 of {ended} calls that ended are drawn (the longest); {ended - 10} left out")
+
+
 def test_export_shows_the_clock_skew_of_another_host(stuck_job: Path, tmp_path: Path) -> None:
     """Two of the real rings are made to come from a host whose clock is 250 ms ahead (their
     metadata rewritten: this machine has one clock); the collectives they share measure it."""
@@ -221,6 +267,14 @@ def test_export_shows_the_clock_skew_of_another_host(stuck_job: Path, tmp_path: 
     assert "clock of node2 +" in result.stdout
     labels = [e["args"]["labels"] for e in doc["traceEvents"] if e.get("name") == "process_labels"]
     assert len(labels) == 2 and all(label.startswith("clock +") and "vs " in label for label in labels)
+    # The timeline page notes it: each row of node2 carries its clock, the section says the skew.
+    builder = TimelineBuilder()
+    again = export(str(both), str(tmp_path / "again.json"), builder)
+    section = export_page(again, builder, str(both)).sections[0]
+    assert isinstance(section, TimelineSection)
+    clocks = {row.label.split(":")[0]: row.clock for row in section.rows}
+    assert clocks["node2"].startswith("clock +") and clocks[next(h for h in clocks if h != "node2")] == ""
+    assert any(note.startswith("clock of node2 +") for note in section.notes)
 
 
 SMALL = """

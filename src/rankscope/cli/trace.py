@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import click
 
+from rankscope.cli.pictures import HTML_OPTION, check_page_path, write_page
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.serial import dump_document
 from rankscope.trace.analyse import GREP_SCHEMA, SHOW_SCHEMA, TAIL_SCHEMA
@@ -42,6 +43,12 @@ several hosts are aligned on wall-clock time; where the rings recorded the same 
 Examples:
   rankscope trace export traces --out job.json
   rankscope trace export traces/trace-node1-3-4242 --out rank3.json
+  rankscope trace export traces --out job.json --html job.html   # + a timeline page, offline
+
+With --html FILE the same events are also drawn as one self-contained page (nothing fetched):
+one row per rank (host:rank), the longest calls as bars on the wall-clock axis, nested calls in
+sub-rows, the calls still open at the end drawn to the ring's end and marked, progress steps as
+ticks, the clock skew noted.
 
 The file is written 0600 and renamed into place when complete. Exit 0; 4 when some trace files
 could not be read (listed on stderr, the others exported); 8 when none could.
@@ -276,10 +283,21 @@ def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool
 @trace.command("export", help=EXPORT_HELP)
 @click.argument("target", metavar="DIR")
 @click.option("--out", "out", required=True, metavar="FILE.json", help="The trace-event JSON file to write.")
-def export_cmd(target: str, out: str) -> int:
+@HTML_OPTION
+def export_cmd(target: str, out: str, html: Optional[Path]) -> int:
     from rankscope.trace.export_write import export
 
-    result = export(target, out)
+    check_page_path(html)
+    timeline = None
+    if html is not None:
+        from rankscope.pictures.timeline_page import TimelineBuilder
+
+        timeline = TimelineBuilder()
+    result = export(target, out, timeline)
+    if html is not None and timeline is not None:
+        from rankscope.pictures.timeline_page import export_page
+
+        write_page(html, export_page(result, timeline, target))
     skew = "".join(f", clock of {s.host} {s.ms:+.3f} ms vs {s.reference}" for s in result.skew)
     click.echo(
         f"{result.out}: {result.events} events of {result.files} trace files, "

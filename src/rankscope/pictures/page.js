@@ -155,7 +155,66 @@
     box.appendChild(table);
   }
 
-  const DRAW = { flame: flame, grid: grid, fr: fr, heatmap: heatmap, table: facts };
+  const LANE = 16;
+
+  function ms(us) { return (us / 1000).toFixed(us < 10000 ? 3 : 1) + " ms"; }
+
+  function timeline(section, box) {
+    section.notes.forEach(function (line) { box.appendChild(el("p", "note", line)); });
+    const span = Math.max(1, section.end - section.start);
+    const at = function (us) { return ((us - section.start) / span * 100) + "%"; };
+    const axis = el("div", "tl-row tl-axis");
+    axis.appendChild(el("span", "who", ""));
+    const scale = el("div", "tl-area");
+    for (let i = 0; i <= 4; i++) {
+      const mark = el("span", "tl-mark", ms(span * i / 4));
+      mark.style.left = (i * 25) + "%";
+      mark.style.transform = "translateX(-" + (i * 25) + "%)";  // the first and last stay inside
+      scale.appendChild(mark);
+    }
+    axis.appendChild(scale);
+    box.appendChild(axis);
+    const detail = el("div", "detail", "Click a bar: the call, where it is, how long it ran.");
+    detail.id = "slice-detail";
+    section.rows.forEach(function (row) {
+      const line = el("div", "tl-row");
+      line.dataset.rank = row.label;
+      const who = el("span", "who", row.label);
+      who.title = row.label + (row.clock ? " — " + row.clock : "") + "\n" +
+        row.threads.map(function (t) { return "lane " + t[0] + ": " + t[1]; }).join("\n");
+      if (row.clock) who.appendChild(el("span", "tl-clock", row.clock));
+      line.appendChild(who);
+      const area = el("div", "tl-area");
+      area.style.height = (Math.max(1, row.lanes) * LANE + 8) + "px";
+      row.slices.forEach(function (call) {
+        const bar = el("div", "sl" + (call.open ? " open" : "") + (call.before ? " before" : ""),
+          call.name + (call.open ? " ⟶" : ""));
+        bar.style.left = at(call.start);
+        bar.style.width = ((call.end - call.start) / span * 100) + "%";
+        bar.style.top = (call.lane * LANE) + "px";
+        const lines = [call.name + " at " + call.where, ms(call.end - call.start) + (call.open ?
+          ", still open at the end of the ring" : "") + (call.before ? ", open before the ring's oldest record" : "")];
+        bar.title = lines.join("\n");
+        bar.addEventListener("click", function () { detail.textContent = row.label + ": " + lines.join("\n"); });
+        area.appendChild(bar);
+      });
+      row.steps.forEach(function (step) {
+        const tick = el("div", "tick");
+        tick.style.left = at(step.at);
+        tick.title = "step " + step.step + " at " + ms(step.at - section.start);
+        area.appendChild(tick);
+      });
+      const end = el("div", "tl-end");
+      end.style.left = at(row.end);
+      end.title = "end of the ring";
+      area.appendChild(end);
+      line.appendChild(area);
+      box.appendChild(line);
+    });
+    box.appendChild(detail);
+  }
+
+  const DRAW = { flame: flame, grid: grid, fr: fr, heatmap: heatmap, table: facts, timeline: timeline };
 
   header();
   data.sections.forEach(function (section) {

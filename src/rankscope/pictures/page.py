@@ -145,7 +145,62 @@ class TableSection:
     kind: str = "table"
 
 
-Section = Union[FlameSection, GridSection, FrSection, HeatmapSection, TableSection]
+@dataclass
+class TimelineSlice:
+    """One call on a rank's timeline: from its call to its return (or to the end of the ring)."""
+
+    name: str
+    #: ``train.py:42``
+    where: str
+    #: microseconds since the timeline's zero
+    start: float
+    end: float
+    #: the sub-row: the thread's first lane plus the call's nesting depth
+    lane: int
+    #: still open at the end of the ring (drawn to the ring's end)
+    open: bool = False
+    #: already open at the ring's oldest record (its start is the ring's start, not the call's)
+    before: bool = False
+
+
+@dataclass
+class TimelineStep:
+    """A ``rankscope.progress`` step."""
+
+    at: float
+    step: int
+
+
+@dataclass
+class TimelineRow:
+    """One rank (``host:rank``): its calls as bars, one lane per nesting depth of each thread."""
+
+    label: str
+    #: the first lane of each thread, and its name
+    threads: list[tuple[int, str]]
+    lanes: int
+    slices: list[TimelineSlice]
+    steps: list[TimelineStep]
+    #: the ring's last record (microseconds)
+    end: float
+    #: a word on the rank's clock (``clock +250.000 ms vs node1``)
+    clock: str = ""
+
+
+@dataclass
+class TimelineSection:
+    """The calls of every rank on one wall-clock axis (``trace export --html``)."""
+
+    title: str
+    rows: list[TimelineRow]
+    #: the axis, microseconds since the earliest file's start
+    start: float
+    end: float
+    notes: list[str] = field(default_factory=list)
+    kind: str = "timeline"
+
+
+Section = Union[FlameSection, GridSection, FrSection, HeatmapSection, TableSection, TimelineSection]
 
 
 @dataclass

@@ -14,15 +14,25 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, Protocol
 
 from rankscope.errors import BadInputError, RankscopeError
 from rankscope.trace.analyse import Unreadable
 from rankscope.trace.collect import open_trace, trace_files
-from rankscope.trace.decode import Layout, iter_events
+from rankscope.trace.decode import Layout, TraceData, iter_events
 from rankscope.trace.export import FileExport, Skew, clock_skew, opened_before
 
 SCHEMA = "rankscope.trace.export/1"
+
+
+class EventSink(Protocol):
+    """What also takes the events as they are written (``--html``: the timeline builder)."""
+
+    def rank(self, pid: int, label: str) -> None: ...
+
+    def clock(self, pid: int, words: str) -> None: ...
+
+    def feed(self, event: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,9 @@ def _order(item: tuple[Path, Layout]) -> tuple[int, str, str]:
     return (number, str(meta.get("host")), os.fspath(item[0]))
 
 
-def export(target: str, out: str) -> ExportResult:
-    """Write the trace-event JSON of every trace file under ``target`` to ``out``."""
+def export(target: str, out: str, timeline: Optional[EventSink] = None) -> ExportResult:
+    """Write the trace-event JSON of every trace file under ``target`` to ``out``; every event
+    written is fed to ``timeline`` too, when given (``--html``)."""
     found, bad = _layouts(target)
     if not found:
         first = bad[0]
@@ -87,6 +98,8 @@ def export(target: str, out: str) -> ExportResult:
             nonlocal first_event
             n = 0
             for event in events:
+                if timeline is not None:
+                    timeline.feed(event)
                 handle.write(("" if first_event else ",\n") + json.dumps(event, separators=(",", ":")))
                 first_event = False
                 n += 1
@@ -102,12 +115,14 @@ def export(target: str, out: str) -> ExportResult:
                     clock = layout.meta.get("clock_ns")
                     offset = (wall - base) / 1000 if wall is not None and isinstance(clock, int) else 0.0
                     item = FileExport(head, pid, offset, before)
+                    if timeline is not None:
+                        timeline.rank(pid, row_label(head))
                     count += emit(item.events(iter_events(layout, opened.source)[1]))
                     exports.append(item)
             except RankscopeError as exc:  # cut short while read: what was written stays
                 bad.append(Unreadable(os.fspath(path), _reason(path, exc)))
         skew = clock_skew(exports)
-        count += emit(_skew_labels(exports, skew))
+        count += emit(_skew_labels(exports, skew, timeline))
         other = {
             "schema": SCHEMA,
             "clock": "wall clock of each file's host, microseconds since the earliest file's start",
@@ -121,13 +136,22 @@ def export(target: str, out: str) -> ExportResult:
     return ExportResult(out, len(exports), count, open_calls, tuple(skew), tuple(bad))
 
 
-def _skew_labels(exports: list[FileExport], skew: list[Skew]) -> Iterator[dict[str, Any]]:
+def row_label(trace: TraceData) -> str:
+    """``host:rank`` (``host:pid N`` for a process with no rank)."""
+    return f"{trace.host}:{trace.rank if trace.rank is not None else f'pid {trace.pid}'}"
+
+
+def _skew_labels(
+    exports: list[FileExport], skew: list[Skew], timeline: Optional[EventSink]
+) -> Iterator[dict[str, Any]]:
     """Each process of a host with a measured skew says it (Perfetto shows process labels)."""
     by_host = {s.host: s for s in skew}
     for item in exports:
         found = by_host.get(item.trace.host)
         if found is not None:
             label = f"clock {found.ms:+.3f} ms vs {found.reference} (from {found.samples} collective returns)"
+            if timeline is not None:
+                timeline.clock(item.pid, label)
             yield {"name": "process_labels", "ph": "M", "pid": item.pid, "args": {"labels": label}}
 
 
