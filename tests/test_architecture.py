@@ -224,7 +224,6 @@ def test_imports_between_rooms_follow_the_table() -> None:
 STARTS_PROCESSES = {
     "lifetime.py": "the process-lifetime API itself, and the guardian it spawns",
     "stacks/runner.py": "one py-spy per rank from one poll loop, posix_spawn (subprocess costs more than the dumps)",
-    "cluster/fanout.py": "the transports' own loop (pidfds, held stdin, the subreaper): lifetime.start_group",
 }
 _STARTERS = {
     "subprocess.Popen",
@@ -237,8 +236,6 @@ _STARTERS = {
     "os.fork",
     "os.system",
     "os.popen",
-    "start_group",
-    "lifetime.start_group",
 }
 
 
