@@ -316,8 +316,6 @@ def import_cycles() -> list[list[str]]:
 
 #: Cycles not broken yet, each with what holds it; a new one fails the test below.
 KNOWN_CYCLES = [
-    # read_tail (decode) fills each thread's open stacks from trace.stacks, which builds on decode.
-    ["rankscope.trace.decode", "rankscope.trace.stacks"],
     # why_cluster calls cli.why's finish; cli.why starts why_cluster for --hosts.
     ["rankscope.cli.why", "rankscope.cli.why_cluster"],
 ]
