@@ -17,7 +17,7 @@ What it promises (docs/shared-node.md):
   (:func:`note_path`, :func:`private_tempdir`: partial cores, strace output, gpu-test's directory).
 - **The one kind of child that outlives rankscope** is the user's job started by a watcher:
   :func:`start_detached`. It gets no token, a session of its own, stdin from /dev/null, and is
-  never noted, so neither :meth:`Child.end`, :class:`Orphans` nor the guardian touch it.
+  never noted, so neither :meth:`Child.end` nor the guardian touch it.
 
 Why a guardian, and why it finds the tree by environment (measured on this machine, Linux 6.x,
 torch 2.13 CPU, as root):
@@ -43,10 +43,9 @@ torch 2.13 CPU, as root):
   ms of CPU measured on a loaded 2-core machine, in 10 ms clock ticks), off the caller's path:
   rankscope does not wait for it to be ready, since the notes and the end of file wait in the pipe.
 
-The older pieces stay for the fan-out (rankscope.cluster.fanout), the one room not moved yet:
-:func:`start_group` (which :func:`start` builds on), :class:`Orphans` (rankscope as child subreaper
-for pdsh's ssh clients), and a remote command run under a watcher that kills it when the connection
-drops (:func:`rankscope.cluster.transports.remote_script`).
+The fan-out (rankscope.cluster.fanout) builds its pidfd loop on :func:`start`'s :class:`Child`;
+its remote command runs under a watcher that kills it when the connection drops
+(:func:`rankscope.cluster.transports.remote_script`).
 
 Shared module: stdlib, ``procfs`` and ``guardian`` only.
 """
@@ -96,41 +95,6 @@ def signal_group(pgid: int, sig: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
     return True
-
-
-def start_group(
-    argv: list[str],
-    env: Optional[Mapping[str, str]] = None,
-    hold_stdin: bool = False,
-    new_session: bool = True,
-    mark: bool = True,
-    **popen: Any,
-) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``argv`` as the leader of a process group of its own; (the process, its token).
-
-    ``new_session``: a session too (no controlling terminal: a transport never reads the
-    user's terminal); otherwise only a group (``prefix``, whose child keeps the terminal).
-    ``hold_stdin``: stdin is a pipe rankscope keeps open and never writes; it closes when
-    rankscope is done with the child or dies, which is how a remote watcher learns it.
-    ``mark``: put :data:`STARTED_BY` in its environment (what :class:`Orphans` goes by).
-    Other keyword arguments go to :class:`subprocess.Popen` (stdout, stderr).
-    """
-    import subprocess  # not at import time: `stacks` on one node needs only StopSignals from here
-
-    token = new_token()
-    child_env = dict(os.environ if env is None else env)
-    if mark:
-        child_env[STARTED_BY] = token
-    if hold_stdin:
-        popen["stdin"] = subprocess.PIPE
-    else:
-        popen.setdefault("stdin", subprocess.DEVNULL)
-    if new_session:
-        popen["start_new_session"] = True
-    else:
-        popen["preexec_fn"] = os.setpgrp  # before any thread starts: prefix starts its child first
-    process = subprocess.Popen(argv, env=child_env, **popen)
-    return process, token
 
 
 class StopSignals:
@@ -187,103 +151,6 @@ class StopSignals:
         for fd in (self._read, self._write):
             os.close(fd)
         self._read, self._write = -1, -1
-
-
-_PR_SET_CHILD_SUBREAPER = 36
-_PR_GET_CHILD_SUBREAPER = 37
-
-
-def _prctl(option: int, value: Any) -> bool:
-    try:
-        import ctypes  # only here: the one place rankscope needs it
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-class Orphans:
-    """While active, rankscope adopts what its children orphan, and :meth:`end` kills it.
-
-    ``known``: the pids of children the caller still runs (and reaps itself): never touched.
-    """
-
-    def __init__(self) -> None:
-        self.active = False
-        self._was: Optional[int] = None
-
-    def __enter__(self) -> Orphans:
-        import ctypes
-
-        was = ctypes.c_int(0)
-        if _prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was)) and _prctl(_PR_SET_CHILD_SUBREAPER, 1):
-            self._was, self.active = was.value, True
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.end(set())
-        if self.active and not self._was:
-            _prctl(_PR_SET_CHILD_SUBREAPER, 0)
-        self.active = False
-
-    def adopted(self, known: set[int]) -> list[procfs.ProcfsEntry]:
-        """Children of rankscope that it did not start itself (orphans of its children)."""
-        if not self.active:
-            return []
-        me = os.getpid()
-        return [p for p in procfs.table().values() if p.ppid == me and p.pid not in known]
-
-    def end(self, known: set[int], token: Optional[str] = None) -> int:
-        """Kill (by group) and reap the adopted orphans, only those of the child ``token`` if given.
-
-        Only processes that carry this rankscope's :data:`STARTED_BY` are touched. An orphan that
-        already exited is left as it is: its zombie holds nothing but a pid, and reaping children
-        rankscope cannot attribute could take an exit status from the code that started them.
-        Returns how many were killed.
-        """
-        killed = 0
-        for orphan in self.adopted(known):
-            if orphan.state == "Z" or _is_ssh_master(orphan):
-                continue
-            came_from = orphan.variable(STARTED_BY)
-            if came_from is None or not came_from.startswith(f"{run_id()}:"):
-                continue  # not started by this rankscope: leave it be
-            if token is not None and came_from != token:
-                continue
-            pgid = _pgid(orphan.pid)
-            if pgid is not None and pgid != os.getpgrp():
-                signal_group(pgid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(orphan.pid, signal.SIGKILL)
-            _reap(orphan.pid)
-            killed += 1
-        return killed
-
-
-def _is_ssh_master(process: procfs.ProcfsEntry) -> bool:
-    """An ssh ControlPersist master: it names itself ``ssh: CONTROL_PATH [mux]``."""
-    words = process.cmdline
-    return bool(words) and words[0].startswith("ssh: ") and words[-1].endswith("[mux]")
-
-
-def _pgid(pid: int) -> Optional[int]:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
-
-
-def _reap(pid: int, timeout: float = 2.0) -> None:
-    end = time.monotonic() + timeout
-    while True:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done or time.monotonic() >= end:
-            return
-        time.sleep(0.005)
 
 
 # --- the guardian: what rankscope started dies with it, SIGKILL included ----------------------
@@ -620,16 +487,26 @@ def start(
     started first, so the child is covered from its first instruction. ``mark`` False: the child is
     the user's program run in the foreground (``prefix``, ``rerun``), not rankscope's work: no
     :data:`STARTED_BY` and no guardian; its group is still ended by :meth:`Child.end` and
-    :meth:`Child.reap`.
+    :meth:`Child.reap`. stdin is /dev/null unless ``stdin`` is passed (the fan-out's transports get
+    a pipe rankscope holds open and never writes: its end of file tells a remote watcher).
     """
-    import subprocess
+    import subprocess  # not at import time: `stacks` on one node needs only StopSignals from here
 
     if mark:
         guardian()
     if capture is not None:
         popen["stdout"] = subprocess.PIPE
         popen.setdefault("stderr", subprocess.STDOUT)
-    process, token = start_group(argv, env=env, new_session=session, mark=mark, umask=umask, **popen)
+    popen.setdefault("stdin", subprocess.DEVNULL)
+    token = new_token()
+    child_env = dict(os.environ if env is None else env)
+    if mark:
+        child_env[STARTED_BY] = token
+    if session:
+        popen["start_new_session"] = True
+    else:
+        popen["preexec_fn"] = os.setpgrp  # before any thread starts: prefix starts its child first
+    process = subprocess.Popen(argv, env=child_env, umask=umask, **popen)
     output = None
     if capture is not None:
         output = Capture(capture)
@@ -748,7 +625,7 @@ def start_detached(
 
     A session of its own, stdin /dev/null, and no :data:`STARTED_BY` of this run (one it inherited
     from this rankscope is removed; one from an outer rankscope that started this one is kept, and
-    that rankscope's promise holds). Nothing here, in :class:`Orphans` or in the guardian ends it:
+    that rankscope's promise holds). Nothing here or in the guardian ends it:
     the caller may wait for it, and never kills it on its own way out.
     """
     import subprocess

@@ -68,6 +68,25 @@ def _transports_of(node: str, text: str) -> list[int]:
     return found
 
 
+def _orphaned_guardians_within(seconds: float) -> list[int]:
+    """Guardians (``guardian.py RUN_ID GRACE``, the run id ``PID.HEX``) whose rankscope has exited,
+    once none is left, or those left after ``seconds``: each ends its run's carriers, then exits."""
+    end = time.monotonic() + seconds
+    while True:
+        left = []
+        for pid in _naming("rankscope/guardian.py"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                run_pid = int(
+                    argv[argv.index(next(a for a in argv if a.endswith(b"guardian.py"))) + 1].split(b".")[0]
+                )
+                if not _alive(run_pid):
+                    left.append(pid)
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.1)
+
+
 def _none_naming_within(text: str, seconds: float) -> list[int]:
     """``_naming(text)`` once it is empty, or what is left after ``seconds`` (the remote watcher
     lives a second after it killed the command, to send the SIGKILL)."""
@@ -266,6 +285,11 @@ def test_an_ssh_controlpersist_master_is_kept_as_asked(sshd_nodes: Sshd) -> None
             )
             assert result.returncode == 0, result.stdout + result.stderr
             assert len(_naming(f"{tmp_path}/cm-")) == 1
+        # The guardian of each run ends what carries the run's token once the run is gone; the
+        # master (whose environment ssh overwrites with its title) is still there after them.
+        [master] = _naming(f"{tmp_path}/cm-")
+        assert _orphaned_guardians_within(10) == []
+        assert _naming(f"{tmp_path}/cm-") == [master]
     finally:
         for pid in _naming(str(tmp_path)):
             with contextlib.suppress(ProcessLookupError):

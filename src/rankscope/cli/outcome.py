@@ -38,3 +38,11 @@ def stopped_exit_code(signum: int) -> int:
     It wins over the targets' outcome: what was printed is partial because the user stopped it.
     """
     return 128 + signum
+
+
+def open_exit_code(total: int, good: int) -> int:
+    """Probes and links (`net probe`, `net check`): 0 when all of ``total`` are good, 4 when some,
+    5 when none (or there were none)."""
+    if total and good == total:
+        return int(ExitCode.OK)
+    return int(ExitCode.PARTIAL if good else ExitCode.ALL_FAILED)

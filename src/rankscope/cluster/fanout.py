@@ -3,12 +3,15 @@
 One thread runs everything: at most ``fanout`` transports (ssh, pdsh, or one srun step) at a
 time, their stdout and stderr read through one selector, each process watched through a pidfd.
 A node is done when its transport exits, not when its pipes close: a daemonised grandchild (an
-ssh ControlPersist master) may hold them open for minutes. Every transport runs in its own
-process group (:mod:`rankscope.lifetime`, the one rule for what rankscope starts); at its
-deadline the group gets SIGTERM (srun then ends its step, ssh its session) and SIGKILL a second
-later; whatever the group left behind is killed when the node is done, and so is what it left
-outside its group (pdsh's ssh clients run in sessions of their own: rankscope adopts them as
-their subreaper and kills them by the node they came from). ssh and pdsh get a stdin that stays
+ssh ControlPersist master) may hold them open for minutes. Every transport is a
+:class:`rankscope.lifetime.Child` (:func:`rankscope.lifetime.start`, the one rule for what
+rankscope starts): a session and process group of its own, its token in its environment, the
+guardian ending it if rankscope dies, reaped exactly once (its group SIGKILLed before the pid is
+released); each pipe is kept up to :data:`OUTPUT_LIMIT` bytes (:class:`rankscope.lifetime.Capture`).
+At its deadline the group gets SIGTERM (srun then ends its step, ssh its session) and SIGKILL a
+second later; whatever the group left behind is killed when the node is done, and so is what it
+left outside its group (pdsh's ssh clients run in sessions of their own: they carry the
+transport's token, and every carrier of it is ended). ssh and pdsh get a stdin that stays
 open and silent while the node runs: the remote watcher of
 :func:`rankscope.cluster.transports.remote_script` ends the remote command when it closes.
 SIGINT or SIGTERM to rankscope (a :class:`rankscope.lifetime.StopSignals` passed as ``stop``)
@@ -35,12 +38,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Optional, Protocol
+from typing import Optional, Protocol
 
+from rankscope import guardian
 from rankscope.cluster.classify import NodeResult, classify, last_line, split_markers, started_node
 from rankscope.cluster.transports import SrunStep
 from rankscope.folding import duration
-from rankscope.lifetime import TERM_GRACE, Orphans, StopSignals, signal_group, start_group
+from rankscope.lifetime import OUTPUT_LIMIT, TERM_GRACE, Capture, Child, StopSignals, signal_group, start
 from rankscope.model import Stage
 
 #: After SIGINT/SIGTERM to rankscope, how long a transport gets to end cleanly before SIGKILL
@@ -63,23 +67,22 @@ class NodeTransport(Protocol):
 class _Running:
     """One transport process: its pipes, its deadline, what it printed so far."""
 
-    def __init__(
-        self, index: int, node: str, process: subprocess.Popen[bytes], token: str, budget: float
-    ) -> None:
+    def __init__(self, index: int, node: str, child: Child, budget: float) -> None:
+        process = child.process
         assert process.stdout is not None and process.stderr is not None
         self.index = index
         self.node = node
-        self.process = process
-        self.token = token
+        self.child = child
         self.budget = budget
-        self.began = time.monotonic()
+        self.began = child.started
         self.deadline = self.began + budget
         self.kill_at = float("inf")
         self.timed_out = False
         #: The signal (SIGINT, SIGTERM) that made rankscope end this node; 0: none.
         self.interrupted = 0
-        self.pipes: dict[int, IO[bytes]] = {p.fileno(): p for p in (process.stdout, process.stderr)}
-        self.output: dict[IO[bytes], list[bytes]] = {process.stdout: [], process.stderr: []}
+        self.stdout, self.stderr = Capture(OUTPUT_LIMIT), Capture(OUTPUT_LIMIT)
+        self.pipes = {process.stdout.fileno(): process.stdout, process.stderr.fileno(): process.stderr}
+        self.captures = {process.stdout.fileno(): self.stdout, process.stderr.fileno(): self.stderr}
         self.pidfd: Optional[int] = None
 
     @property
@@ -90,12 +93,8 @@ class _Running:
     def wake_at(self) -> float:
         return self.kill_at if self.ending else self.deadline
 
-    def text(self, pipe: Optional[IO[bytes]]) -> str:
-        assert pipe is not None
-        return b"".join(self.output[pipe]).decode(errors="replace")
-
     def signal_group(self, sig: int) -> None:
-        signal_group(self.process.pid, sig)
+        signal_group(self.child.pid, sig)
 
     def end(self, now: float, grace: float) -> None:
         """SIGTERM to the group now, SIGKILL after ``grace`` (sooner if already due)."""
@@ -122,26 +121,34 @@ class _Fanout:
         self.stopped = 0
         if stop is not None and stop.fd >= 0:
             self.selector.register(stop.fd, selectors.EVENT_READ, None)
-        self.orphans = Orphans().__enter__()
         # A pidfd is a third descriptor per node: only where the open-files limit has room for it.
         room = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.use_pidfd = hasattr(os, "pidfd_open") and (room < 0 or 3 * fanout + 64 <= room)
 
     def start(self, index: int, node: str, argv: list[str], budget: float) -> Optional[NodeResult]:
         """Start one transport; a NodeResult at once if it cannot start."""
+        # stdin: a pipe rankscope holds open and never writes (the remote watcher's end of file
+        # when it closes), or /dev/null; never the user's terminal (a session of its own).
+        stdin = subprocess.PIPE if self.hold_stdin else subprocess.DEVNULL
         try:
-            process, token = start_group(
-                argv, self.env, self.hold_stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            child = start(
+                argv,
+                budget,
+                env=self.env,
+                capture=None,
+                stdin=stdin,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:
             return NodeResult(node, Stage.TRANSPORT_ERROR, None, "", "", f"cannot start {argv[0]}: {exc}")
-        run = _Running(index, node, process, token, budget)
+        run = _Running(index, node, child, budget)
         for fd in run.pipes:
             os.set_blocking(fd, False)
             self.selector.register(fd, selectors.EVENT_READ, run)
         if self.use_pidfd:
             try:
-                run.pidfd = os.pidfd_open(process.pid)
+                run.pidfd = os.pidfd_open(child.pid)
                 self.selector.register(run.pidfd, selectors.EVENT_READ, run)
             except OSError:  # a kernel without pidfds: look for exits every _POLL_EXIT seconds
                 self.use_pidfd = False
@@ -150,7 +157,6 @@ class _Fanout:
 
     def _read(self, run: _Running, fd: int) -> bool:
         """Take what one pipe holds now; False when nothing more is there (closed at end of file)."""
-        pipe = run.pipes[fd]
         try:
             chunk = os.read(fd, 65536)
         except BlockingIOError:
@@ -160,7 +166,7 @@ class _Fanout:
         if not chunk:
             self._close(run, fd)
             return False
-        run.output[pipe].append(chunk)
+        run.captures[fd].add(chunk)
         return True
 
     def _close(self, run: _Running, fd: int) -> None:
@@ -183,7 +189,7 @@ class _Fanout:
         now = time.monotonic()
         ended = []
         for run in list(self.running):
-            if run.process.poll() is not None:
+            if run.child.exited():  # not reaped yet: its pid and group stay reserved until _finish
                 ended.append((run.index, self._finish(run)))
             elif not run.ending and now >= run.deadline:
                 # SIGTERM first: srun then ends its step on the nodes, ssh closes its session.
@@ -206,15 +212,16 @@ class _Fanout:
             run.interrupted = run.interrupted or self.stopped
 
     def _finish(self, run: _Running) -> NodeResult:
-        """The transport exited: take what its pipes hold now, end its group, classify it."""
+        """The transport exited: end its group and reap it, take what its pipes hold now, classify it."""
         self.running.remove(run)
-        run.signal_group(signal.SIGKILL)  # anything it left behind in its group
-        if run.process.stdin is not None:
-            run.process.stdin.close()  # the remote watcher's end of file, if ssh still runs
+        child = run.child
+        returncode = child.reap()  # anything it left behind in its group is SIGKILLed first
+        if child.process.stdin is not None:
+            child.process.stdin.close()  # the remote watcher's end of file, if ssh still runs
         if run.ending:
-            # ... and outside it (pdsh's ssh clients), adopted by rankscope when we killed their parent.
+            # ... and outside it (pdsh's ssh clients in sessions of their own), by its token.
             # A transport that ends by itself has ended its own children: no /proc pass for it.
-            self.orphans.end({r.process.pid for r in self.running}, run.token)
+            guardian.end_carriers(child.token, 0.0)
         for fd in list(run.pipes):
             for _ in range(_DRAIN_READS):
                 if not self._read(run, fd):
@@ -225,10 +232,8 @@ class _Fanout:
             self.selector.unregister(run.pidfd)
             os.close(run.pidfd)
         elapsed = time.monotonic() - run.began
-        stdout, stderr = run.text(run.process.stdout), run.text(run.process.stderr)
-        result = classify(
-            run.node, run.process.returncode, stdout, stderr, run.timed_out, run.budget, elapsed
-        )
+        stdout, stderr = run.stdout.text(), run.stderr.text()
+        result = classify(run.node, returncode, stdout, stderr, run.timed_out, run.budget, elapsed)
         if run.interrupted and result.returncode is None:  # no exit status came back from the node
             name = signal.Signals(run.interrupted).name
             reason = f"interrupted by {name} before it answered"
@@ -238,10 +243,8 @@ class _Fanout:
     def close(self) -> None:
         """End whatever still runs (an exception in the caller): nothing outlives the fan-out."""
         for run in list(self.running):
-            run.signal_group(signal.SIGKILL)
-            run.process.wait()
+            run.child.end(0.0)  # its group and every carrier of its token, SIGKILLed and reaped
             self._finish(run)
-        self.orphans.__exit__(None, None, None)  # and whatever else they left: one /proc pass
         self.selector.close()
 
 

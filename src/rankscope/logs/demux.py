@@ -8,12 +8,15 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, ClassVar, Optional
+from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Optional
 
 from rankscope.logs.interleaved import split_pieces
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.prefixes import SourceLabels, split_line, torch_global_rank
 from rankscope.logs.sources import ReadSummary
+
+if TYPE_CHECKING:
+    from rankscope.logs.reading import OpenedSource
 
 
 def prefix_literals(label: bytes) -> list[bytes]:
@@ -291,6 +294,15 @@ class Splitter:
     def close(self) -> None:
         while self.files:
             self.files.popitem(last=False)[1].close()
+
+    def split(self, sources: Iterator[OpenedSource]) -> None:
+        """Every source's lines into their files; the files are closed at the end (or on an error)."""
+        try:
+            for opened in sources:
+                for chunk in opened.chunks:
+                    self.feed(chunk, opened.labels, opened.continues)
+        finally:
+            self.close()
 
     def written(self, out_dir: Path) -> list[SplitFile]:
         """The files written so far, by file name; ``out_dir`` is the directory they are in."""

@@ -4,11 +4,12 @@ document, one at a time: memory does not grow with the matches)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Optional
+from typing import Any, BinaryIO, Optional, TextIO
 
-from rankscope.errors import BadInputError
+from rankscope.errors import BadInputError, ErrorReport, RankscopeError
 from rankscope.logs.demux import GlobalRanks, RankGrep
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.reading import Reading
@@ -124,3 +125,41 @@ def found_lines(finder: RankGrep, reading: Reading, global_of: dict[bytes, int])
                 )
             lines_before += data.count(b"\n", lo, hi) - (1 if continues else 0)
     reading.stats.interleaved_lines += finder.interleaved_lines
+
+
+class GrepDocument:
+    """The ``rankscope.logs.grep/1`` document written as it is found: the ranks asked and how each
+    matched, then the ``lines`` array one row at a time, then ``found`` and what was read."""
+
+    def __init__(self, out: TextIO, ranks: list[str], ways: list[str]) -> None:
+        self.out = out
+        self.ranks, self.ways = ranks, ways
+        #: Lines found (a cut line's later pieces are rows of their own, not lines).
+        self.found = 0
+
+    def write_lines(self, rows: Iterable[GrepLine]) -> None:
+        """The head, then every row as it comes (call once the inputs are found: a missing path
+        ends in the error document alone)."""
+        from rankscope.serial import dump_document, to_json
+
+        head = dump_document(SCHEMA, GrepHead(self.ranks, self.ways))
+        self.out.write(json.dumps(head)[:-1] + ', "lines": [')
+        for written, row in enumerate(rows):
+            self.out.write(("\n" if not written else "\n, ") + json.dumps(to_json(row)))
+            self.found += 0 if row.continued else 1
+
+    def close(self, reading: Reading) -> None:
+        """Close the document with ``found`` and what was read; when nothing could be read, with the
+        error too (the document is already open), and the error is raised."""
+        from rankscope.serial import to_json
+
+        tail: dict[str, Any] = {"found": self.found}
+        try:
+            reading.check_something_read()
+        except RankscopeError as error:
+            tail["error"] = to_json(ErrorReport.of(error))
+            raise
+        finally:
+            tail["read"] = to_json(reading.summary())
+            self.out.write("\n], " + json.dumps(tail)[1:] + "\n")
+            self.out.flush()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Protocol
 
-from rankscope.errors import BadInputError, ErrorReport, NothingFoundError
+from rankscope.errors import BadInputError, ErrorReport, NothingFoundError, RankscopeError
 from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
 from rankscope.logs.prefixes import (
@@ -28,6 +29,7 @@ from rankscope.logs.sources import (
     ReadStats,
     ReadSummary,
     Window,
+    discover,
     read_windows,
     window_bytes,
 )
@@ -46,6 +48,49 @@ class FailedDocument:
 
     error: ErrorReport
     read: Optional[ReadSummary]
+
+
+class LogsDocument(Protocol):
+    """A ``rankscope.logs.*`` document: its class names the schema; ``read`` says what was read."""
+
+    SCHEMA: ClassVar[str]
+    read: ReadSummary
+
+
+def document_data(
+    document: LogsDocument, reading: Reading, error: Optional[RankscopeError] = None
+) -> dict[str, Any]:
+    """A ``rankscope.logs.*`` document as JSON (its class names the schema), with what was read and
+    the error the verb ends with, if any."""
+    from rankscope.serial import dump_document, to_json
+
+    document.read = reading.summary()
+    data = dump_document(document.SCHEMA, document)
+    if error is not None:
+        data["error"] = to_json(ErrorReport.of(error))
+    return data
+
+
+def failed_data(verb: str, error: RankscopeError, reading: Optional[Reading]) -> dict[str, Any]:
+    """The ``rankscope.logs.<verb>/1`` document of a verb that ended in ``error`` before it printed
+    one: the error, and what was read (null when reading never started)."""
+    from rankscope.serial import dump_document
+
+    failed = FailedDocument(ErrorReport.of(error), reading.summary() if reading is not None else None)
+    return dump_document(f"rankscope.logs.{verb}/1", failed)
+
+
+@contextlib.contextmanager
+def stoppable_reading(
+    inputs: Sequence[str], host_from_filename: bool, progress: Optional[Callable[[str], None]] = None
+) -> Iterator[Reading]:
+    """The inputs (files, directories, .gz, ``-``) to read, with SIGINT and SIGTERM recorded for as
+    long as the block runs: a signal ends the reading at the next block, ``reading.stop.signum`` says
+    which came, and the caller reports what was read."""
+    from rankscope.lifetime import StopSignals
+
+    with StopSignals() as stop:
+        yield Reading(discover(inputs), host_from_filename, progress, stop=stop)
 
 
 @dataclass

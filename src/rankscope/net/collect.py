@@ -11,7 +11,7 @@ from typing import Optional
 
 from rankscope.errors import BadInputError
 from rankscope.net.options import ProbeOptions
-from rankscope.net.report import IfacesReport, ProbeReport
+from rankscope.net.report import IfacesReport, MasterReport, ProbeReport
 
 
 def ifaces_report(peer: Optional[str], root: str = "/") -> IfacesReport:
@@ -70,6 +70,34 @@ def env_port(environ: Mapping[str, str]) -> Optional[int]:
     """MASTER_PORT when it is a port number."""
     value = environ.get("MASTER_PORT", "")
     return int(value) if value.isdigit() and 0 < int(value) < 65536 else None
+
+
+def check_port(port: Optional[int], environ: Mapping[str, str]) -> int:
+    """The port `net check` checks between nodes: ``--port``, else MASTER_PORT; one error line otherwise."""
+    port = port or env_port(environ)
+    if port is None:
+        raise BadInputError("no port given", "pass --port PORT (or set MASTER_PORT)")
+    return port
+
+
+def master_report(
+    environ: Mapping[str, str],
+    addr: Optional[str] = None,
+    port: Optional[int] = None,
+    nnodes: Optional[int] = None,
+    timeout: float = 3.0,
+) -> MasterReport:
+    """`net check --master`: MASTER_ADDR:MASTER_PORT (or ``addr``, ``port``) looked at from here,
+    within ``timeout`` seconds, and judged."""
+    from rankscope.net.master import gather_master, judge_master, multi_node
+
+    facts = gather_master(
+        addr or environ.get("MASTER_ADDR", ""),
+        port or env_port(environ),
+        multi_node(environ, nnodes),
+        timeout,
+    )
+    return MasterReport(facts, judge_master(facts))
 
 
 def parse_addresses(items: Sequence[str]) -> dict[str, str]:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from rankscope.numerics.result import (
-    Anomaly,
-    Comparison,
-    LeafDiff,
-    ModuleComparison,
-    ModuleRow,
-    TensorDiff,
-    TensorStats,
-)
+if TYPE_CHECKING:  # the results' __str__ imports this module: only their types here, no cycle
+    from rankscope.numerics.result import (
+        Anomaly,
+        Comparison,
+        LeafDiff,
+        ModuleComparison,
+        ModuleRow,
+        TensorDiff,
+        TensorStats,
+    )
 
 #: Parameters listed by name before "... and N more".
 SHOWN = 4

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
-from rankscope.folding import describe_members, duration, fold_hosts, fold_ints
+from rankscope.folding import RankSet, describe_members, duration, fold_hosts
 from rankscope.model import Frame, Member
 from rankscope.stacks.explain import (
     describe_frame,
@@ -216,7 +216,7 @@ def _job_title(job: Optional[JobInfo], part: StacksReport) -> str:
     sizes = sorted({p.rank.world_size for p in part.processes if p.rank.world_size})
     facts = []
     if ranks:
-        facts.append(f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}")
+        facts.append(RankSet.of(ranks).phrase())
     if sizes:
         facts.append(f"world size {'/'.join(str(s) for s in sizes)}")
     dumped = sum(1 for p in part.processes if p.dumped)

@@ -9,13 +9,12 @@ whose whole stacks were cut short) the outer calls are lost and the stack is mar
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from rankscope.trace import format as fmt
-from rankscope.trace.decode import CUT_FRAME, STACK_MAX, CodeName, Event, Layout, Source, forward
+if TYPE_CHECKING:  # decode reads the records and feeds them here: only its event type, no cycle
+    from rankscope.trace.decode import Event
 
 #: The sampler keeps the innermost 64 frames (tracer.SAMPLE_DEPTH): a sample that long may be cut.
 SAMPLE_DEPTH = 64
@@ -23,6 +22,8 @@ SAMPLE_DEPTH = 64
 DEPTH_MAX = 1024
 
 Frame = tuple[str, int, str]
+#: The outermost frame of a whole stack whose outer calls the writer left out.
+CUT_FRAME: Frame = ("", 0, "...")
 
 
 @dataclass(frozen=True)
@@ -147,90 +148,3 @@ class StackBuilder:
 
     def all(self) -> dict[int, OpenStack]:
         return {thread: self.stack(thread) for thread in self.stacks}
-
-
-def stack_ranges(layout: Layout, newest: int) -> list[tuple[int, int]]:
-    """The records that rebuild the stacks: from the latest lap's start to the newest record.
-
-    A ring's current lap starts at slot 0 (where the ring never wrapped, slot 0 is the start of the
-    trace); a ``--full`` file's last chunk starts with its lap's whole stacks (format version 2;
-    a version 1 file is read from its start).
-    """
-    if layout.ring:
-        return [(0, newest + 1)] if newest >= 0 else []
-    if layout.slots <= 0:
-        return []
-    first = 0 if layout.version < 2 else (layout.slots - 1) // fmt.FULL_CHUNK_RECORDS * fmt.FULL_CHUNK_RECORDS
-    return [(first, layout.slots)]
-
-
-def open_stacks(layout: Layout, source: Source, newest: int) -> dict[int, OpenStack]:
-    """Every thread's open calls at the end of the file, and the starting thread's in any case.
-
-    Reads the records a chunk at a time and builds no event objects (a full 6 MiB lap is 262,144
-    records): only calls, returns and whole stacks touch the per-thread stacks.
-    """
-    builder = StackBuilder()
-    names = layout.names
-    unknown = CodeName("", 0, "?")
-    parts: dict[int, deque[Frame]] = {}  # whole stacks and samples being assembled
-    last_sample: dict[int, tuple[Frame, ...]] = {}
-    for table in forward(layout, source, stack_ranges(layout, newest)):
-        for i in range(0, len(table) - 2, 3):
-            if not table[i]:
-                continue
-            word, thread = table[i + 1], table[i + 2]
-            kind = word & 0xFF
-            if kind == fmt.MARK:
-                mark = (word >> 8) & 0xFFFFFF
-                if mark == fmt.MARK_LAP:
-                    builder.lap()
-                elif mark == fmt.MARK_LAP_END:
-                    builder.lap_end()
-                elif mark in (fmt.MARK_START, fmt.MARK_STOP):
-                    builder.mark(mark == fmt.MARK_START)
-                continue
-            if kind not in _STACK_KINDS:
-                continue
-            cn = names.get(word >> 32, unknown)
-            line = (word >> 8) & 0xFFFFFF
-            if kind == fmt.CALL:
-                builder.call(thread, (cn.file, line or cn.line, cn.name))
-            elif kind == fmt.RETURN or kind == fmt.UNWIND:
-                builder.leave(thread, cn.file, cn.name)
-            elif kind == fmt.LINE:
-                builder.line(thread, (cn.file, line, cn.name))
-            elif kind == fmt.STACK_FRAME or kind == fmt.SAMPLE_FRAME:
-                part = parts.get(thread)
-                if part is None:
-                    part = parts[thread] = deque(maxlen=STACK_MAX)
-                part.append((cn.file, line, cn.name))
-            elif kind == fmt.STACK_END:
-                frames = tuple(parts.pop(thread, ()))
-                builder.whole_stack(thread, (CUT_FRAME, *frames) if line & 1 else frames)
-            elif kind == fmt.SAMPLE_LEAF:
-                frames = (*parts.pop(thread, ()), (cn.file, line, cn.name))
-                last_sample[thread] = frames
-                builder.sample(thread, frames)
-            else:  # SAMPLE_SAME: the thread's previous sample
-                builder.sample(thread, last_sample.get(thread, ()))
-    found = builder.all()
-    main = layout.thread
-    if main is not None and main not in found:  # no record of it: nothing open, or not known
-        found[main] = builder.stack(main)
-    return found
-
-
-_STACK_KINDS = frozenset(
-    (
-        fmt.CALL,
-        fmt.RETURN,
-        fmt.UNWIND,
-        fmt.LINE,
-        fmt.STACK_FRAME,
-        fmt.STACK_END,
-        fmt.SAMPLE_FRAME,
-        fmt.SAMPLE_LEAF,
-        fmt.SAMPLE_SAME,
-    )
-)
