@@ -37,6 +37,12 @@ def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> No
     ]
 
 
+def test_log_from_reaches_why_and_a_why_without_a_cause_says_what_it_found(tmp_path: Path) -> None:
+    argv = capture_argv(WHY, ["--pid", "42"], tmp_path / "c", {"/job/out.log": 563})
+    assert argv[3:8] == ["why", "--pid", "42", "--log-from", "/job/out.log:563"]
+    assert "--log-from" not in capture_argv(STACKS, ["--pid", "42"], tmp_path / "c", {"/job/out.log": 5})
+
+
 def test_verdict_of_a_stacks_document() -> None:
     document = {"diagnosis": {"headline": "rank 1 is elsewhere", "divergent_ranks": [1]}}
     assert verdict_of(document) == ("rank 1 is elsewhere", [1])
@@ -54,8 +60,9 @@ def test_verdict_of_a_why_document() -> None:
         "rank 3 was killed by SIGKILL",
         [3],
     )
-    # No cause named: no verdict, no ranks.
-    assert verdict_of({"schema": "rankscope.why/1", "outcome": "no problem", "verdict": None}) == ("", [])
+    # No cause named: what it found instead of a verdict, no ranks.
+    document = {"schema": "rankscope.why/1", "outcome": "no problem", "verdict": None}
+    assert verdict_of(document) == ("no cause named (why: no problem)", [])
 
 
 @pytest.mark.parametrize("document", [None, [], "text", {"verdict": 3}, {"diagnosis": []}])

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.cli import CliResult, run_cli
@@ -146,3 +147,66 @@ def test_quiet_ranks_whose_stacks_move_are_no_stall(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "but the ranks' stacks move" in result.stderr
     assert list((tmp_path / "caps").iterdir()) == [], result.stderr
+
+
+TWO_RANKS = """
+import os, signal, subprocess, sys, time
+RANK = '''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(42))
+print("up", os.environ["RANK"], flush=True)
+def rank_work():
+    while not (os.environ["RANK"] == "1" and os.path.exists("die")):
+        time.sleep(0.05)
+    sys.exit(3)
+rank_work()
+'''
+signal.signal(signal.SIGTERM, lambda *_: None)  # the ranks' codes tell how the job ended
+env = {**os.environ, "WORLD_SIZE": "2"}
+ranks = [subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+         for r in (0, 1)]
+codes = {}
+while len(codes) < 2:  # a launcher that looks at its ranks twice a second, as torchrun's monitor does
+    time.sleep(0.5)
+    for rank in ranks:
+        if rank.pid not in codes and rank.poll() is not None:
+            codes[rank.pid] = rank.returncode
+sys.exit(codes[ranks[0].pid])
+"""
+
+
+def test_a_death_during_a_capture_is_seen_at_once_queued_captured_and_then_kill_ends_the_job(
+    tmp_path: Path,
+) -> None:
+    """A launcher-like script with two ranks (no torch). While a capture asked for with SIGUSR1 runs,
+    rank 1 exits with code 3: the watcher reads that code from the exit at once (its parent reaps it
+    within 0.5 s, long before the capture ends), captures the death once the first capture is done,
+    and --then kill ends rank 0, whose code (42) the job passes back."""
+    env, mark = marked_env()
+    out = tmp_path / "caps"
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--interval", "0.2"]
+    argv += ["--stall", "600", "--then", "kill", "--", sys.executable, "-c", TWO_RANKS]
+    log = tmp_path / "log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=handle, stderr=handle, start_new_session=True
+        )
+    try:
+        wait_for(lambda: "up 0" in log.read_text() and "up 1" in log.read_text(), 60, "the ranks")
+        time.sleep(0.6)  # three looks of the watcher (--interval 0.2): it has found both ranks
+        watcher.send_signal(signal.SIGUSR1)
+        wait_for(lambda: any(p.name.endswith("-request") for p in out.iterdir()), 60, "the capture")
+        (tmp_path / "die").touch()  # rank 1 ends while the capture runs
+        assert watcher.wait(120) == 42, log.read_text()
+        entries = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+        assert [e["reason"] for e in entries] == ["request", "death"], (entries, log.read_text())
+        death = entries[1]
+        assert death["trigger_ranks"] == [1] and "exited with code 3" in str(death["trigger"])
+        text = log.read_text()
+        assert "death (rank 1 (pid" in text and "queued behind the running capture (request)" in text
+        assert "rankscope watch: --then kill: SIGTERM to the job" in text
+    finally:
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()

@@ -148,6 +148,12 @@ def test_elastic_restart_is_followed_and_its_straggler_captured(watch) -> None: 
     assert death["trigger_ranks"] == [1]
     assert straggler["trigger_ranks"] == [1]  # a rank of the new workers: they were found and watched
     assert "local_step" in run.captured_text(str(straggler["dir"]))
+    # The straggler capture reads the job's output from where the first attempt's ended: the crash of
+    # that attempt is not its verdict.
+    argv = json.loads((run.out / str(straggler["dir"]) / "watch.json").read_text())["argv"]
+    assert straggler["verb"] == "stacks" or "--log-from" in argv, argv
+    assert "RuntimeError" not in str(straggler["verdict"]), straggler
+    assert "RuntimeError" in str(death["verdict"]) or death["verb"] == "stacks", death  # that one's own
     assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
 
 

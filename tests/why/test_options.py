@@ -15,7 +15,13 @@ def _parsed(argv: list[str]) -> WhyOptions:
 
 def test_every_option_reaches_the_nodes() -> None:
     options = WhyOptions(
-        pids=(4, 5), logs=("a.log", "b.log"), fr="/fr/", cores="/c", timeout=7.5, slurm_job="12"
+        pids=(4, 5),
+        logs=("a.log", "b.log"),
+        log_from=("/x/a:b.log:12",),
+        fr="/fr/",
+        cores="/c",
+        timeout=7.5,
+        slurm_job="12",
     )
     argv = options.to_argv()
     assert argv[:3] == ["why", "--local", "--json"]
@@ -35,3 +41,41 @@ def test_the_page_and_the_folded_stacks_are_made_where_why_runs(tmp_path: Path) 
     argv = request.node_argv()
     assert "--html" not in argv and "--folded" not in argv and str(page) not in argv, argv
     assert argv[1:] == ["why", "--local", "--json", "--pid", "4"], argv
+
+
+EARLIER_ATTEMPT = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/job/train.py", line 9, in <module>
+[rank1]:     bad_batch(3)
+[rank1]:   File "/job/train.py", line 5, in bad_batch
+[rank1]:     raise RuntimeError("bad batch at step 3")
+[rank1]: RuntimeError: bad batch at step 3
+"""
+
+
+def test_log_from_reads_the_output_from_that_byte_and_names_it_so(tmp_path: Path) -> None:
+    """What `watch` passes after an elastic restart: the earlier attempt's traceback is before the
+    byte, so it is not the verdict of the workers that run now; without it, it is."""
+    from rankscope.why.output import log_starts, read_logs
+    from rankscope.why.signals import Gathered
+    from rankscope.why.weigh import weigh
+
+    log = tmp_path / "job.log"
+    log.write_text(EARLIER_ATTEMPT + "[rank0]: step 1\n[rank1]: step 1\n")
+    whole = Gathered()
+    read_logs([str(log)], whole)
+    verdict = weigh(whole).verdict
+    assert verdict is not None and verdict.cause == "python_exception" and verdict.ranks == [1]
+    since = Gathered()
+    read_logs([str(log)], since, starts=log_starts([f"{log}:{len(EARLIER_ATTEMPT)}"]))
+    assert weigh(since).verdict is None
+    [signal] = [s for s in since.signals if s.name == "job output"]
+    assert f"{log} (from byte {len(EARLIER_ATTEMPT)})" in signal.detail, signal.detail
+
+
+def test_a_log_from_without_its_byte_is_a_bad_command_line() -> None:
+    import click
+    import pytest
+
+    with pytest.raises(click.BadParameter, match="is not FILE:BYTES"):
+        why.make_context("why", ["--log-from", "job.log"])

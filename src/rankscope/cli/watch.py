@@ -31,7 +31,7 @@ Examples:
   rankscope watch --jobid 81234             # a SLURM job: its ranks here, captures of every node
   rankscope watch --jobid "$SLURM_JOB_ID" -- srun python train.py   # in an sbatch script
   rankscope watch --inproc -- torchrun ...  # + every rank's stacks at its teardown
-  rankscope watch --then kill -- torchrun ...  # end the job after a stall capture
+  rankscope watch --then kill -- torchrun ...  # end the job after a stall, straggler or death capture
 
 A stall is noticed from the ranks' progress markers (rankscope.progress(step=...)),
 or, in a job that records none, from its output files going silent; it is then
@@ -106,7 +106,7 @@ def _job_env(inproc: bool) -> Optional[dict[str, str]]:
     type=click.Choice(["watch", "kill"]),
     default="watch",
     show_default=True,
-    help="After a stall capture: go on watching, or SIGTERM the job.",
+    help="After a stall, straggler or death capture: go on watching, or SIGTERM the job.",
 )
 @click.option(
     "--capture-timeout",

@@ -59,6 +59,16 @@ def read_request(params: Mapping[str, Any]) -> WhyRequest:
     return from_params(WhyRequest, params, options=from_params(WhyOptions, params), cluster=cluster)
 
 
+def _log_from(values: tuple[str, ...]) -> tuple[str, ...]:
+    from rankscope.why.output import log_starts
+
+    try:
+        log_starts(values)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--log-from") from None
+    return values
+
+
 HELP = """Why is the job stuck or dead? One verdict from every signal: the culprit
 rank(s), the cause, the line of your code, and the evidence, each line naming its source.
 
@@ -95,7 +105,7 @@ evidence is too partial to judge.
 """
 
 COLLECTING = {
-    "pids": "--pid", "logs": "--log", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
+    "pids": "--pid", "logs": "--log", "log_from": "--log-from", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
 }  # fmt: skip
 
 
@@ -105,6 +115,14 @@ COLLECTING = {
 )
 @click.option(
     "--log", "logs", multiple=True, metavar="FILE", help="The job's output: a file or directory (repeatable)."
+)
+@click.option(
+    "--log-from",
+    "log_from",
+    multiple=True,
+    metavar="FILE:BYTES",
+    callback=lambda _ctx, _param, value: _log_from(value),
+    help="Read the output file FILE from byte BYTES on (what `watch` passes after an elastic restart; repeatable).",
 )
 @click.option("--fr", metavar="DUMPS", default=None, help="Flight-recorder dumps (a directory or PREFIX).")
 @click.option("--cores", metavar="DIR", default=None, help="A directory of the job's core files.")

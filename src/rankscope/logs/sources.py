@@ -43,6 +43,9 @@ class LogSource:
     fixed_label: Optional[bytes] = None
     #: Set for files found but not read as logs (torchrun's error.json), with the reason.
     not_read: str = ""
+    #: The byte a plain file is read from (what came before belongs to something else); its
+    #: ``name`` says so, since line numbers then count from there.
+    start: int = 0
 
     def open(self) -> Stream:
         """The source's bytes, gunzipped when they start with the gzip magic (files and stdin)."""
@@ -57,6 +60,7 @@ class LogSource:
         handle.seek(0)
         if magic == GZIP_MAGIC:
             return Gunzip(handle, self.name)
+        handle.seek(self.start)
         return handle
 
 

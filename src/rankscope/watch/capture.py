@@ -1,4 +1,5 @@
-"""The capture: one command, run as a child with a deadline, whose JSON document holds the verdict.
+"""The capture: one command, run as a child with a deadline beside the watching loop
+(:class:`RunningCapture`), whose JSON document holds the verdict.
 
 The command is ``rankscope why --pid PID --out CAPTURE_DIR --json`` (``--jobid J`` for a SLURM job: every node) (``why`` writes its bundle into
 the capture directory and prints its document). A rankscope without the ``why`` verb runs
@@ -42,38 +43,104 @@ class CaptureResult:
     errors: str = ""
 
 
-def capture_argv(verb: str, targets: list[str], directory: Path) -> list[str]:
-    """``targets``: the words that name the job (``--pid N`` for each launcher, or ``--jobid J``)."""
+def capture_argv(
+    verb: str, targets: list[str], directory: Path, log_from: Optional[dict[str, int]] = None
+) -> list[str]:
+    """``targets``: the words that name the job (``--pid N`` for each launcher, or ``--jobid J``);
+    ``log_from``: the byte each output file is read from (``why --log-from``: after an elastic
+    restart, the current workers' output starts there)."""
     command = [sys.executable, "-m", "rankscope"]
     if verb == WHY:
-        return [*command, WHY, *targets, "--out", str(directory), "--json"]
+        starts = [word for path, at in (log_from or {}).items() for word in ("--log-from", f"{path}:{at}")]
+        return [*command, WHY, *targets, *starts, "--out", str(directory), "--json"]
     return [*command, STACKS, *targets, "--out", str(directory / "stacks"), "--json"]
 
 
-def run_capture(
-    verb: str, targets: list[str], directory: Path, deadline: float, stop_fd: int = -1
-) -> CaptureResult:
-    """Run the capture of the job ``targets`` names (see :func:`capture_argv`) into ``directory`` (new and empty) within ``deadline`` seconds.
+@dataclass
+class RunningCapture:
+    """A capture child that runs while the watcher goes on watching (:meth:`start`); the watcher
+    waits on :attr:`pidfd` (or polls :meth:`done`) and collects it with :meth:`finish`.
 
-    Its stdout (the JSON document) is read up to lifetime's bound; its stderr goes to an unnamed
-    private file and is kept in the result. The child, and what it starts (py-spy), end with the
-    deadline, on ``stop_fd`` and with rankscope.
+    Its stdout (the JSON document) and stderr go to unnamed private files, so the child never
+    blocks on a pipe nobody reads while the watcher looks elsewhere. The child, and what it starts
+    (py-spy), end with its deadline (:meth:`finish` after :attr:`deadline`) and with rankscope.
     """
-    argv = capture_argv(verb, targets, directory)
-    with tempfile.TemporaryFile() as errors:
-        child = lifetime.run(argv, deadline, stop_fd=stop_fd, stderr=errors)
-        errors.seek(0)
-        stderr = errors.read()[-4096:].decode("utf-8", "replace")
-    result = CaptureResult(directory, verb, argv, child.returncode, child.timed_out, errors=stderr)
-    try:
-        result.document = json.loads(child.text())
-    except ValueError:
-        result.document = None
-    result.verdict, result.ranks = verdict_of(result.document)
-    if not result.verdict:
-        last = stderr.strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
-        result.verdict = f"no verdict ({'timed out' if child.timed_out else last[0]})"
-    return result
+
+    verb: str
+    argv: list[str]
+    directory: Path
+    child: lifetime.Child
+    stdout: Any
+    stderr: Any
+    #: A descriptor that becomes readable when the child exits (-1 where pidfd_open is missing).
+    pidfd: int = -1
+
+    @classmethod
+    def start(
+        cls,
+        verb: str,
+        targets: list[str],
+        directory: Path,
+        deadline: float,
+        log_from: Optional[dict[str, int]] = None,
+    ) -> RunningCapture:
+        argv = capture_argv(verb, targets, directory, log_from)
+        stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
+        stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
+        try:
+            child = lifetime.start(argv, deadline, capture=None, stdout=stdout, stderr=stderr)
+        except OSError:
+            stdout.close()
+            stderr.close()
+            raise
+        try:
+            pidfd = os.pidfd_open(child.pid)
+        except (OSError, AttributeError):
+            pidfd = -1
+        return cls(verb, argv, directory, child, stdout, stderr, pidfd)
+
+    @property
+    def deadline(self) -> float:
+        assert self.child.deadline is not None
+        return self.child.deadline
+
+    def done(self, now: float) -> bool:
+        """The child exited, or its deadline passed."""
+        return self.child.exited() or now >= self.deadline
+
+    def finish(self) -> CaptureResult:
+        """Reap the child (its tree ended first when it is still running: its deadline passed, or
+        the watcher is ending) and read what it printed."""
+        timed_out = self.child.timed_out
+        if self.child.returncode is None:
+            if self.child.exited():
+                self.child.reap()
+            else:
+                timed_out = True
+                self.child.end()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        try:
+            self.stdout.seek(0)
+            document = self.stdout.read(lifetime.OUTPUT_LIMIT)
+            self.stderr.seek(0, os.SEEK_END)
+            self.stderr.seek(max(0, self.stderr.tell() - 4096))
+            errors = self.stderr.read().decode("utf-8", "replace")
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+        code = self.child.returncode
+        result = CaptureResult(self.directory, self.verb, self.argv, code, timed_out, errors=errors)
+        try:
+            result.document = json.loads(document)
+        except ValueError:
+            result.document = None
+        result.verdict, result.ranks = verdict_of(result.document)
+        if not result.verdict:
+            last = errors.strip().splitlines()[-1:] or [f"exit code {code}"]
+            result.verdict = f"no verdict ({'timed out' if timed_out else last[0]})"
+        return result
 
 
 def verdict_of(document: Any) -> tuple[str, list[int]]:
@@ -84,6 +151,9 @@ def verdict_of(document: Any) -> tuple[str, list[int]]:
     if isinstance(verdict, dict):  # rankscope.why/1: verdict.text, verdict.ranks (docs/why.md)
         text = verdict.get("text")
         return (text if isinstance(text, str) else ""), _ints(verdict.get("ranks"))
+    outcome = document.get("outcome")
+    if verdict is None and isinstance(outcome, str):  # why named no cause: say what it found
+        return f"no cause named (why: {outcome})", []
     diagnosis = document.get("diagnosis")  # rankscope stacks
     if isinstance(diagnosis, dict):
         headline = diagnosis.get("headline")

@@ -1,9 +1,14 @@
 """The watching loop: look at the job every ``interval`` seconds, wake at once when a process of it
 exits, and capture what :mod:`rankscope.watch.decide` says is worth it.
 
-The job is never signalled (unless ``--then kill`` after a stall capture, or a SIGINT/SIGTERM the
-watcher received while it runs the job itself, which it forwards to the job's process group) and
-never stopped: until a stall is suspected, the watcher only reads /proc and small files.
+The job is never signalled (unless ``--then kill`` after a stall, straggler or death capture, or a
+SIGINT/SIGTERM the watcher received while it runs the job itself, which it forwards to the job's
+process group) and never stopped: until a stall is suspected, the watcher only reads /proc and small
+files.
+
+A capture runs beside the loop (:class:`RunningCapture`: the selector waits on its pidfd and its
+deadline), one at a time: triggers that come meanwhile wait in :attr:`Watcher.pending`, one per
+reason, and are taken when it ends.
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from rankscope import procfs
+from rankscope import lifetime, procfs
 from rankscope.procs import launcher_kind
 from rankscope.watch import collect
-from rankscope.watch.capture import CaptureResult, copy_dumps, run_capture
+from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.index import append_index, new_capture_dir, write_private
@@ -118,6 +123,27 @@ def requests() -> Iterator[int]:
         os.close(write)
 
 
+#: The captures after which ``--then kill`` ends the job (never a requested one: a look was asked for).
+KILL_AFTER = (Reason.STALL, Reason.STRAGGLER, Reason.DEATH)
+
+
+@dataclass
+class Capturing:
+    """The capture that runs, and what it is for."""
+
+    capture: RunningCapture
+    trigger: Trigger
+    confirmed: Optional[str]
+
+
+@dataclass
+class Waiting:
+    """A trigger that came while a capture ran, with where the output stood when it came."""
+
+    trigger: Trigger
+    output_from: dict[str, int]
+
+
 REQUESTED = Trigger(
     Reason.REQUEST, "SIGUSR1: a capture asked for (a scheduler's warning before the time limit)"
 )
@@ -144,6 +170,14 @@ class Watcher:
     _blind_since: Optional[float] = None
     #: The signal passed on to the job: the ranks that die now were told to (no death is captured).
     stopped_by: Optional[int] = None
+    #: The capture that runs now (one at a time), and the triggers that came while it ran.
+    running: Optional[Capturing] = None
+    pending: list[Waiting] = field(default_factory=list)
+    #: The output files' sizes when the first worker of a new generation was found (an elastic
+    #: restart): the later captures read the output from there (``why --log-from``).
+    output_from: dict[str, int] = field(default_factory=dict)
+    #: Every worker of the last generation exited: new ones are a restart.
+    _generation_ended: bool = False
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
@@ -164,19 +198,22 @@ class Watcher:
             try:
                 while not self.job.ended():
                     exits: list[Exit] = []
-                    for key, _ in selector.select(max(0.0, next_look - time.monotonic())):
+                    for key, _ in selector.select(self._pause(next_look)):
                         if isinstance(key.data, collect.Watched):
                             exits.append(self._exited(key.data))
                         elif key.data is REQUESTED:
                             with contextlib.suppress(OSError):
                                 os.read(asked, 64)
                             self._act(REQUESTED, decider)
+                    if self.running is not None and self.running.capture.done(time.monotonic()):
+                        self._collect(decider)
                     now = time.monotonic()
                     if now < next_look and not exits:
                         continue
                     if exits or now >= next_scan or not self.workers:
-                        self._scan()
-                        next_scan = now + self.options.rescan
+                        # new workers found: the next look scans again (a launcher starting its ranks
+                        # one by one), else a rank started a moment later goes unwatched until a rescan
+                        next_scan = now if self._scan() else now + self.options.rescan
                     snap = self._snapshot(now, exits)
                     triggers = decider.decide(snap)
                     for trigger in triggers:
@@ -184,7 +221,12 @@ class Watcher:
                     if triggers:
                         decider.rebase_outputs(collect.output_states(self.outputs))
                     next_look = time.monotonic() + self.options.interval
+                self._drain_captures()
             finally:
+                if self.running is not None:  # the watcher is ending (an error): its capture with it
+                    self._unwatch_capture()
+                    self.running.capture.finish()
+                    self.running = None
                 for fd in root_fds:
                     with contextlib.suppress(OSError):
                         os.close(fd)
@@ -203,13 +245,18 @@ class Watcher:
         self.workers.pop(worker.pid, None)
         if gone.failed:
             self.failed_exits.append(gone)
+        if not self.workers:  # a generation ended: the next one's output starts when it is found
+            self._generation_ended = True
         return gone
 
-    def _scan(self) -> None:
-        """Find the workers again: new ones (an elastic restart, a late start) get a pidfd."""
+    def _scan(self) -> bool:
+        """Find the workers again: new ones (an elastic restart, a late start) get a pidfd. Whether
+        any new one was found."""
+        new = False
         for worker in collect.find_workers(self.job.tops()):
             if worker.pid in self.workers or not collect.alive(worker.pid):
                 continue
+            new = True
             worker.pidfd = collect.open_pidfd(worker.pid)
             if worker.pidfd >= 0:
                 self.selector.register(worker.pidfd, selectors.EVENT_READ, worker)
@@ -219,6 +266,10 @@ class Watcher:
             if worker.pidfd < 0 and not collect.alive(pid):  # no pidfd: noticed here instead
                 self.workers.pop(pid)
         self.outputs = collect.output_files([*self.job.roots, *self.workers])
+        if new and self._generation_ended:  # an elastic restart: what came before is the old attempt's
+            self._generation_ended = False
+            self.output_from = {path: size for path, size, _ in collect.output_states(self.outputs)}
+        return new
 
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
         ranks = tuple(worker.sample() for worker in self.workers.values())
@@ -240,9 +291,18 @@ class Watcher:
 
     # --- acting -------------------------------------------------------------------------------
 
-    def _act(self, trigger: Trigger, decider: Decider) -> None:
+    def _pause(self, next_look: float) -> float:
+        """How long the selector may wait: until the next look, or the running capture's deadline."""
+        until = next_look if self.running is None else min(next_look, self.running.capture.deadline)
+        return max(0.0, until - time.monotonic())
+
+    def _act(self, trigger: Trigger, decider: Decider, output_from: Optional[dict[str, int]] = None) -> None:
         if trigger.reason == Reason.DEATH and self.stopped_by is not None:
             return  # the job is ending because its user said so
+        output_from = self.output_from if output_from is None else output_from
+        if self.running is not None:
+            self._queue(Waiting(trigger, output_from))
+            return
         if len(self.captures) >= self.options.max_captures:
             if not self._told_max:
                 self._told_max = True
@@ -265,10 +325,61 @@ class Watcher:
                 )
                 return
             confirmed = check.text
-        self._capture(trigger, confirmed)
-        if trigger.reason == Reason.STALL and self.options.then == "kill":
+        self._capture(trigger, confirmed, output_from)
+
+    def _queue(self, new: Waiting) -> None:
+        """A trigger while a capture runs waits for it to end; one of a reason already waiting is
+        folded into that one (its ranks added, its text the latest)."""
+        trigger = new.trigger
+        for index, waiting in enumerate(self.pending):
+            if waiting.trigger.reason == trigger.reason:
+                ranks = tuple(sorted({*waiting.trigger.ranks, *trigger.ranks}))
+                folded = Trigger(trigger.reason, trigger.text, ranks, trigger.signal)
+                self.pending[index] = Waiting(folded, new.output_from)
+                return
+        self.pending.append(new)
+        assert self.running is not None
+        self.say(
+            note(
+                f"{trigger.reason.value} ({trigger.text}): queued behind the running capture "
+                f"({self.running.trigger.reason.value})"
+            )
+        )
+
+    def _collect(self, decider: Optional[Decider]) -> None:
+        """The running capture ended (or passed its deadline): record it, then --then kill, then the
+        next trigger that waited."""
+        assert self.running is not None
+        running, self.running = self.running, None
+        self._unwatch_capture(running)
+        self._record(running.trigger, running.capture.finish(), running.confirmed)
+        if running.trigger.reason in KILL_AFTER and self.options.then == "kill" and not self.job.ended():
             self.say(note("--then kill: SIGTERM to the job"))
+            self.stopped_by = signal.SIGTERM  # its ranks now end as told: no deaths to capture
             self.job.terminate()
+            self.pending.clear()
+        if decider is not None:
+            decider.rebase_outputs(collect.output_states(self.outputs))
+            while self.pending and self.running is None:
+                waiting = self.pending.pop(0)
+                self._act(waiting.trigger, decider, waiting.output_from)
+
+    def _unwatch_capture(self, running: Optional[Capturing] = None) -> None:
+        running = running or self.running
+        if running is not None and running.capture.pidfd >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(running.capture.pidfd)
+
+    def _drain_captures(self) -> None:
+        """The job ended: the running capture is waited for (within its deadline); the triggers
+        that waited are only noted, there is no job left to capture."""
+        if self.running is not None:
+            lifetime.wait([self.running.capture.child])
+            self._collect(None)
+        for waiting in self.pending:
+            trigger = waiting.trigger
+            self.say(note(f"{trigger.reason.value} ({trigger.text}): not captured, the job ended first"))
+        self.pending.clear()
 
     def _targets(self) -> list[str]:
         """What the capture is pointed at: the SLURM job (every node), else the launchers at the top
@@ -283,13 +394,18 @@ class Watcher:
         pids = pids or sorted(self.workers) or list(self.job.roots)
         return [word for pid in pids for word in ("--pid", str(pid))]
 
-    def _capture(self, trigger: Trigger, confirmed: Optional[str]) -> None:
+    def _capture(self, trigger: Trigger, confirmed: Optional[str], output_from: dict[str, int]) -> None:
+        """Start the capture; the loop goes on watching and collects it when it ends."""
         directory = new_capture_dir(self.out, trigger.reason.value)
         self.captures.append(directory)
         if trigger.reason == Reason.DEATH:
             self.death_captures.append(directory)
-        result = run_capture(self.verb, self._targets(), directory, self.options.capture_timeout)
-        self._record(trigger, result, confirmed)
+        capture = RunningCapture.start(
+            self.verb, self._targets(), directory, self.options.capture_timeout, output_from
+        )
+        self.running = Capturing(capture, trigger, confirmed)
+        if capture.pidfd >= 0:
+            self.selector.register(capture.pidfd, selectors.EVENT_READ, self.running)
 
     def _record(self, trigger: Trigger, result: CaptureResult, confirmed: Optional[str]) -> None:
         entry: dict[str, Any] = {

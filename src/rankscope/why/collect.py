@@ -39,7 +39,7 @@ from rankscope.why.files import (
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
-from rankscope.why.output import output_files, read_logs, slurm_outputs, torchrun_log_dir
+from rankscope.why.output import log_starts, output_files, read_logs, slurm_outputs, torchrun_log_dir
 from rankscope.why.report import (
     ABSENT,
     FAILED,
@@ -381,7 +381,7 @@ def gather_local(
     logs = list(dict.fromkeys(logs))
     if logs:
         say("job output")
-        read_logs(logs, gathered, deadline, stop)
+        read_logs(logs, gathered, deadline, stop, log_starts(options.log_from))
     else:
         gathered.signal(
             "job output",

@@ -24,6 +24,9 @@ class WhyOptions:
     pids: tuple[int, ...] = _flag("--pid", ())
     #: The job's output files (besides what is found without asking).
     logs: tuple[str, ...] = _flag("--log", ())
+    #: ``FILE:BYTES``: read that output file from byte BYTES on (what a watcher passes after an
+    #: elastic restart: the earlier attempt's output is not the current workers').
+    log_from: tuple[str, ...] = _flag("--log-from", ())
     #: Flight-recorder dumps (a directory or prefix, as `rankscope fr`).
     fr: Optional[str] = _flag("--fr", None)
     #: A directory of core files.

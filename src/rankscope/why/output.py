@@ -20,6 +20,7 @@ from rankscope.why.scheduler import scheduler_findings
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
+    from rankscope.logs.sources import LogSource
     from rankscope.stacks.collect import Stop
 
 
@@ -129,10 +130,42 @@ class _Deadline:
         return "the deadline (--timeout)"
 
 
+def log_starts(values: Iterable[str]) -> dict[str, int]:
+    """``--log-from FILE:BYTES`` as {real path: byte}; a value without ``:BYTES`` is refused (ValueError)."""
+    starts: dict[str, int] = {}
+    for value in values:
+        path, sep, number = value.rpartition(":")
+        if not sep or not path or not number.isdigit():
+            raise ValueError(f"{value!r} is not FILE:BYTES")
+        starts[os.path.realpath(path)] = int(number)
+    return starts
+
+
+def _from_starts(sources: list[LogSource], starts: dict[str, int]) -> list[LogSource]:
+    """Each source read from its ``--log-from`` byte (named so: its line numbers count from there)."""
+    out = []
+    for source in sources:
+        start = starts.get(os.path.realpath(source.path)) if source.path is not None else None
+        if start:
+            source = replace(source, name=_from_words(source.name, starts), start=start)
+        out.append(source)
+    return out
+
+
+def _from_words(path: str, starts: dict[str, int]) -> str:
+    start = starts.get(os.path.realpath(path))
+    return f"{path} (from byte {start})" if start else path
+
+
 def read_logs(
-    paths: list[str], gathered: Gathered, deadline: Optional[float] = None, stop: Optional[Stop] = None
+    paths: list[str],
+    gathered: Gathered,
+    deadline: Optional[float] = None,
+    stop: Optional[Stop] = None,
+    starts: Optional[dict[str, int]] = None,
 ) -> None:
-    """The job's output through `logs errors`: its findings and the user frames of its tracebacks."""
+    """The job's output through `logs errors`: its findings and the user frames of its tracebacks.
+    ``starts``: real path -> the byte a file is read from (:func:`log_starts`)."""
     from rankscope.errors import RankscopeError
     from rankscope.logs.errors_report import scan_errors
     from rankscope.logs.reading import Reading
@@ -140,7 +173,8 @@ def read_logs(
     from rankscope.logs.sources import discover
 
     try:
-        reading = Reading(discover(paths), stop=cast(Any, _Deadline(deadline, stop)))
+        sources = _from_starts(discover(paths), starts or {})
+        reading = Reading(sources, stop=cast(Any, _Deadline(deadline, stop)))
         report, counts = scan_errors(reading)
     except (RankscopeError, OSError) as err:
         gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
@@ -161,7 +195,8 @@ def read_logs(
         for f in counts.findings
     )
     gathered.log_findings.extend(scheduler_findings(_scheduler_lines(paths)))
-    read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(paths)}): {counts.lines} lines"
+    shown = [_from_words(path, starts or {}) for path in paths]
+    read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(shown)}): {counts.lines} lines"
     read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
     gathered.signal("job output", READ, read)
     for skipped in reading.skipped:
