@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.support.leftovers import wait_for
 
 from rankscope.inproc import runtime
 from rankscope.watch.confirm import confirm_stall, sample_inproc, without_current_thread
@@ -32,6 +33,8 @@ def parked(tmp_path: Path) -> Iterator[int]:
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "up\n"
+        # "up" comes one line before the sleep: on a loaded machine a first sample can still see it.
+        wait_for(lambda: "nanosleep" in Path(f"/proc/{proc.pid}/wchan").read_text(), 30, "the sleep")
         yield proc.pid
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
