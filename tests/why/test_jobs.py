@@ -156,16 +156,22 @@ def test_a_rank_killed_by_sigkill_is_named_from_its_exit_status(killed_job: Laun
 
 
 def _desync(pids: list[int]) -> dict[str, Any]:
-    """why's document once the recorders show the divergence (the ranks hang within seconds)."""
+    """why's document once the recorders show the divergence and the job has settled (the ranks hang
+    within seconds; before that, on a loaded machine, a read can fall between two collectives of a
+    rank, and the recorders then hold one entry less than they will): the same verdict twice."""
     args = [a for pid in pids for a in ("--pid", str(pid))]
     deadline = time.monotonic() + 120
+    previous: Any = None
     while True:
         result = run_cli("why", *args, "--json")
         document: dict[str, Any] = json.loads(result.stdout)
         verdict = document.get("verdict") or {}
-        if verdict.get("cause") == "collective_desync" or time.monotonic() > deadline:
+        key = (verdict.get("cause"), verdict.get("ranks"), verdict.get("location"))
+        settled = key[0] == "collective_desync" and key == previous
+        if settled or time.monotonic() > deadline:
             assert result.returncode == 15, result.stderr
             return document
+        previous = key
         time.sleep(1)
 
 
