@@ -187,7 +187,9 @@ def why(**params: Any) -> int:
     if request.cluster is not None:
         from rankscope.cli.why_cluster import run_cluster_why
 
-        return run_cluster_why(request, started)
+        gathered, signum = run_cluster_why(request)
+        code = finish(request, gathered, started)
+        return 128 + signum if signum else code
     from rankscope.cli.progress import tty_progress
     from rankscope.lifetime import StopSignals
     from rankscope.why.collect import gather_local

@@ -8,11 +8,13 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rankscope.cli.why import WhyRequest
+    from rankscope.why.signals import Gathered
 
 
-def run_cluster_why(request: WhyRequest, started: float) -> int:
+def run_cluster_why(request: WhyRequest) -> tuple[Gathered, int]:
+    """Every node's answer joined into one ``Gathered``, and the signal that stopped the run (0 if none):
+    the caller weighs and reports it as it does a local run."""
     from rankscope.cli.progress import tty_progress
-    from rankscope.cli.why import finish
     from rankscope.cluster.run import run_remote
     from rankscope.lifetime import StopSignals
     from rankscope.why.nodes import merge_answers, parse_answer
@@ -26,8 +28,4 @@ def run_cluster_why(request: WhyRequest, started: float) -> int:
     finally:
         if progress is not None:
             progress.clear()
-    gathered = merge_answers([parse_answer(result) for result in results])
-    code = finish(request, gathered, started)
-    if stop.signum:
-        return 128 + stop.signum
-    return code
+    return merge_answers([parse_answer(result) for result in results]), stop.signum or 0
