@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
@@ -15,6 +16,28 @@ if TYPE_CHECKING:  # imported on use: a local `rankscope stacks` never needs the
     from rankscope.cluster.run import ClusterTarget
 
 F = TypeVar("F", bound=Callable[..., Any])
+N = TypeVar("N", bound="NodeOptions")
+
+
+class NodeOptions(Protocol):
+    """An options dataclass a node's command line is derived from (`StacksOptions`, `WhyOptions`)."""
+
+    @property
+    def slurm_job(self) -> Any: ...
+
+    def for_node(self: N, node_timeout: float) -> N: ...
+
+    def to_argv(self) -> list[str]: ...
+
+
+def node_argv(remote_rankscope: str, options: NodeOptions, cluster: ClusterTarget) -> list[str]:
+    """The command line every node of a multi-node run gets: the options made to answer before the
+    per-node deadline, the SLURM job named when the nodes are a job's."""
+    for_node = options.for_node(cluster.node_timeout)
+    if cluster.jobid:
+        for_node = replace(for_node, slurm_job=cluster.jobid)  # type: ignore[type-var]
+    return [remote_rankscope, *for_node.to_argv()]
+
 
 _OPTIONS = [
     click.option(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import click
 
-from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
+from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target, node_argv
 from rankscope.cli.exit_help import epilog
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
@@ -54,10 +54,7 @@ class StacksRequest:
     def node_argv(self) -> list[str]:
         """The command line every node of a multi-node run gets, derived from :attr:`options`."""
         assert self.cluster is not None
-        options = self.options.for_node(self.cluster.node_timeout)
-        if self.cluster.jobid:
-            options = replace(options, slurm_job=self.cluster.jobid)
-        return [self.remote_rankscope, *options.to_argv()]
+        return node_argv(self.remote_rankscope, self.options, self.cluster)
 
 
 def read_request(params: Mapping[str, Any]) -> StacksRequest:
