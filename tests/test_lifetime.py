@@ -133,9 +133,12 @@ def test_sigterm_raises_terminated_once() -> None:
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
-def test_end_all_ends_children_that_worker_threads_wait_for() -> None:
+def test_end_all_ends_children_that_worker_threads_wait_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """end_all ends every child of this process: the test sees only its own, or a session-scoped job
+    that this pytest worker started for other files (a hung torchrun) would end with it."""
     import threading
 
+    monkeypatch.setattr(lifetime, "_LIVE", set())
     children: list[lifetime.Child] = []
 
     def worker() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.leftovers import wait_for
 
 from rankscope.inproc import runtime
 
@@ -109,6 +110,9 @@ def test_a_running_ranks_first_dump_leaves_the_frames_out(job: tuple[subprocess.
 @pytest.mark.parametrize("job", ["blocked"], indirect=True)
 def test_a_blocked_rank_gets_its_frames(job: tuple[subprocess.Popen[str], Path]) -> None:
     proc, directory = job
+    # "up" is printed just before the sleep: on a loaded machine the main thread may still be running
+    # Python between the two, and the handler rightly sees a running rank.
+    wait_for(lambda: "nanosleep" in Path(f"/proc/{proc.pid}/wchan").read_text(), 30, "the sleep")
     result = _ask(directory, proc.pid, "fr", {"id": "b1"}, "b1")
     assert result["name"].endswith(".b1.fr") and result["problem"] is None
     assert _ask(directory, proc.pid, "imported", {}, "b2") is True
