@@ -105,6 +105,13 @@ def main():
             if int(os.environ["WORLD_SIZE"]) > RANK + 1:
                 dist.send(t, RANK + 1)
             dist.barrier()
+    elif SCENARIO == "member-skips":
+        # Rank 0 waits in the first all_reduce of a new group [0, 1] that rank 1, busy in its own code,
+        # never issues; rank 2 (no member) sleeps too. gloo's recorder names no group's members.
+        sub = dist.new_group([0, 1])
+        if RANK == 0:
+            step(t, sub)
+        evaluate()
     elif SCENARIO == "same-call":
         # Every rank ends in step's all_reduce, reached from one line: rank 0 waits in the second one
         # of a new group, which rank 1 skipped; rank 1 waits in the next one of the default group.

@@ -27,6 +27,7 @@ from rankscope.fr.report import (
     P2P,
     SIZE,
     SKIPPED,
+    UNMATCHED,
     Divergence,
     FrReport,
     GroupView,
@@ -185,8 +186,9 @@ def world_of(dumps: Sequence[RankDump], world_size: Optional[int] = None) -> lis
     return list(range(max(known) + 1)) if known else []
 
 
-def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[str, list[int]]]:
-    """pg name -> (desc, member ranks)."""
+def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[str, list[int], bool]]:
+    """pg name -> (desc, member ranks, whether the dumps name them: False when only the ranks seen in
+    the group's entries and statuses are known)."""
     named: dict[str, list[int]] = {}
     descs: dict[str, str] = {}
     seen: dict[str, set[int]] = {}
@@ -205,14 +207,45 @@ def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[
     groups = {}
     for name in sorted(seen, key=lambda n: (len(n), n)):
         desc = descs.get(name, "")
+        known = True
         if name in named:
             members = sorted(named[name])
         elif desc == DEFAULT_PG or (not desc and name == "0"):
             members = list(world)
         else:
-            members = sorted(seen[name])
-        groups[name] = (desc, members)
+            members, known = sorted(seen[name]), False
+        groups[name] = (desc, members, known)
     return groups
+
+
+def unmatched(view: GroupView, members_named: bool, world: Sequence[int], dumps: dict[int, RankDump]) -> None:
+    """A group whose members no dump names (gloo's recorder names none; only the ranks seen in it are
+    known) where every rank seen waits in one collective that no other dumped rank issued: a member
+    never issued it, but which one the records cannot tell. Set as the group's divergence, no suspects."""
+    if members_named or view.divergence is not None or view.desc == DEFAULT_PG or not view.pg:
+        return
+    seen = [p for p in view.progress if p.rank in dumps]
+    if not seen or any(p.last_enqueued < 0 or p.last_completed >= p.last_enqueued for p in seen):
+        return
+    seqs = {p.last_enqueued for p in seen}
+    others = [r for r in world if r not in view.member_list]
+    if len(seqs) != 1 or not others:
+        return
+    seq = seqs.pop()
+    ranks = [p.rank for p in seen]
+    entry = next(
+        (e for e in dumps[ranks[0]].entries if e.pg == view.pg and e.seq == seq and not e.is_p2p), None
+    )
+    if entry is None:
+        return
+    where = group_name(view.pg, view.desc)
+    verb = "waits" if len(ranks) == 1 else "wait"
+    text = (
+        f"{_ranks_word(ranks)} {verb} in {_describe(entry)} in {where}, which no other dumped rank issued; the "
+        f"dumps do not name the members of {where} (gloo's recorder does not), so the member that never "
+        f"issued it is one of {_ranks_word(others)}"
+    )
+    view.divergence = Divergence(view.pg, view.desc, UNMATCHED, seq, [], text, [_side(ranks, entry, False)])
 
 
 def group_name(pg: str, desc: str) -> str:
@@ -572,8 +605,10 @@ def analyse(
     for dump in dumps:
         if dump.cut:
             report.notes.append(f"rank {dump.rank}'s dump was cut: " + "; ".join(dump.cut))
-    for pg, (desc, members) in _groups(dumps, world).items():
-        report.groups.append(judge_group(pg, desc, members, by_rank))
+    for pg, (desc, members, known) in _groups(dumps, world).items():
+        view = judge_group(pg, desc, members, by_rank)
+        unmatched(view, known, world, by_rank)
+        report.groups.append(view)
         for rank in cut_away(pg, members, by_rank):
             report.notes.append(
                 f"rank {rank}'s kept entries hold none of {group_name(pg, desc)}: not compared there"

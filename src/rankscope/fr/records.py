@@ -464,3 +464,21 @@ def _dump(
         cut=cut,
         entries_cut=dropped,
     )
+
+
+def add_members(dump: RankDump, groups: Any) -> None:
+    """Members the rank's own process named beside its dump (``{"<pg name>": [ranks]}``, the in-process
+    handler's answer), for the groups the dump itself does not name (gloo's recorder names none).
+    Anything but a dict of lists of ranks is ignored; at most :data:`MAX_RANK` ranks in all."""
+    if not isinstance(groups, Mapping):
+        return
+    left = MAX_RANK - sum(len(m) for m in dump.group_ranks.values())
+    for name, value in itertools.islice(groups.items(), DEFAULT_LIMITS.max_groups):
+        if not isinstance(name, str) or not name or name in dump.group_ranks or not isinstance(value, list):
+            continue
+        members = sorted(
+            {v for v in value[:left] if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_RANK}
+        )
+        if members:
+            dump.group_ranks[name] = members
+            left -= len(members)

@@ -19,6 +19,9 @@ SIZE = "size"  # same collective, different tensor sizes
 DTYPE = "dtype"  # same collective, different dtypes
 CALL_SITE = "call site"  # same collective and sizes, issued from different lines (silently paired)
 MISSING = "missing"  # some ranks never issued a collective the others did
+UNMATCHED = (
+    "unmatched"  # a group the dumps name no members of: the ranks seen in it wait, nobody else issued it
+)
 P2P = "p2p"  # sends and receives between two ranks that do not pair up
 NO_DUMP = "no dump"  # a member rank left no records at all
 

@@ -48,6 +48,39 @@ def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any
     return pickled, as_json
 
 
+#: At most this many member ranks in all are named by :func:`group_members` (its answer stays well
+#: below the 1 MiB a reply may hold; the default group of a larger job is its whole world anyway).
+MAX_MEMBERS = 1 << 16
+
+
+def group_members() -> dict[str, list[int]]:
+    """Every process group this rank belongs to, by the name its recorder entries carry -> the
+    global ranks of its members, as torch.distributed knows them in this process; {} when unknown.
+
+    gloo's recorder (torch 2.13) names no group's members in its dump, only NCCL's does: without
+    them a rank that never issued a subgroup's collective cannot be told from a non-member. Reads
+    torch.distributed's own tables (never imports it); never raises.
+    """
+    try:
+        c10d = sys.modules.get("torch.distributed.distributed_c10d")
+        world = getattr(c10d, "_world", None)
+        names = getattr(world, "pg_names", None)
+        ranks = getattr(world, "pg_group_ranks", None)
+        if not isinstance(names, dict) or not isinstance(ranks, dict):
+            return {}
+        found: dict[str, list[int]] = {}
+        left = MAX_MEMBERS
+        for group, name in list(names.items()):
+            members = ranks.get(group)
+            if not isinstance(name, str) or not isinstance(members, dict) or len(members) > left:
+                continue
+            found[name] = sorted(int(r) for r in members)
+            left -= len(members)
+        return found
+    except Exception:  # noqa: BLE001 - never into the training process
+        return {}
+
+
 #: What a dump without Python frames says (the file is written).
 WITHOUT_FRAMES = "written without Python frames"
 

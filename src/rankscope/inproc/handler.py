@@ -177,7 +177,8 @@ def _fr(args: dict[str, Any]) -> Any:
     carry their Python frames when that costs the job nothing: torch's symbolizer is already imported,
     or the main thread is blocked (the job hangs); else (a running job's first dump) they are left out,
     and the answer's problem says so; ``{"frames": true}`` asks for them anyway. The
-    answer is ``{"name": "<file name>", "problem": null}``, or ``{"name": null, "problem": "why"}``
+    answer is ``{"name": "<file name>", "problem": null, "groups": {"<pg name>": [ranks]}}`` (the
+    groups this rank belongs to: gloo's recorder does not name them), or ``{"name": null, "problem": "why"}``
     (torch not imported, no recorder in this torch), or both when the file was written but the recorder
     was turned off. torch is never imported here: only a process that imported it has a recorder.
     """
@@ -187,13 +188,16 @@ def _fr(args: dict[str, Any]) -> Any:
     ident = str(args.get("id") or "0")
     if not _ID.match(ident):
         raise ValueError(f"bad request id {ident!r}")
-    from rankscope.inproc.frdump import dump_flight_recorder
+    from rankscope.inproc.frdump import dump_flight_recorder, group_members
 
     name = state.name(f"{ident}.fr")
     frames = args.get("frames") is True or "torch._inductor" in sys.modules or _main_thread_still()
     problem = dump_flight_recorder(os.path.join(state.directory, name), bool(args.get("only_active")), frames)
     written = problem is None or problem.startswith("written")
-    return {"name": name if written else None, "problem": problem}
+    answer: dict[str, Any] = {"name": name if written else None, "problem": problem}
+    if written:
+        answer["groups"] = group_members()
+    return answer
 
 
 _kinds["stacks"] = _stacks

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from rankscope import procfs
 from rankscope.folding import fold_ints
 from rankscope.fr.join import LiveWait
-from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, is_library
+from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, add_members, is_library
 from rankscope.model import Frame, ProcessSnapshot
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
@@ -100,7 +100,9 @@ def gather(
         if isinstance(problem, str) and problem.startswith(WITHOUT_FRAMES):
             live.partial[rank] = problem
         try:
-            live.dumps.append(read_live_dump(path, answer.handler.uid, rank, cache))
+            dump = read_live_dump(path, answer.handler.uid, rank, cache)
+            add_members(dump, result.get("groups"))  # gloo's recorder names no group's members
+            live.dumps.append(dump)
         except (OSError, ValueError, pickle.UnpicklingError, EOFError, UnicodeDecodeError) as err:
             why = str(err) or type(err).__name__
         except Exception as err:  # a corrupt pickle can raise almost anything
