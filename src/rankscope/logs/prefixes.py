@@ -93,7 +93,10 @@ class Dialect:
       (``ERROR 04-25 10:31:09 [file.py:N] ``) is removed from the text;
     - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
     - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
-      ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix.
+      ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix;
+    - ``kubectl``: ``kubectl logs --prefix`` (Kubernetes >= 1.17, one pod per node of a PyTorchJob):
+      ``[pod/NAME/CONTAINER] text``, label the pod's name, like a host; a torchrun ``--tee`` prefix
+      inside it (``[pod/NAME/c] [default3]:text``) adds the local rank (``NAME:3``).
     """
 
     name: str
@@ -113,6 +116,12 @@ class Dialect:
             label = match.group(1)
             if label in _NOT_HOSTS:
                 return None
+        elif self.name == "kubectl":
+            label = match.group(1)
+            tee = BRACKET_PREFIX.match(line, end)
+            if tee is not None and tee.group("num") is not None and tee.group("name") != b"rank":
+                label += b":" + label_of(tee).rpartition(b":")[2]
+                end = tee.end()
         elif self.name == "sglang":
             parts = [part for part in (match.group(1), match.group(2)) if part]
             if not parts:
@@ -145,11 +154,15 @@ DIALECTS = (
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
     Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
 )
+#: Tried before the bracket forms: a container whose name ends in a digit looks like ``[name3]``.
+KUBECTL = Dialect("kubectl", re.compile(rb"\[pod/([^/\[\]\s]{1,253})/[^/\[\]\s]{1,253}\] ?"))
 
 
 def sniff_dialect(sample: bytes) -> Optional[Dialect]:
     """The dialect most lines of a source's head have, when the standard prefixes do not lead."""
     lines = [line for line in sample.split(b"\n")[:2000] if line.strip()]
+    if lines and sum(1 for line in lines if KUBECTL.pattern.match(line)) > len(lines) // 2:
+        return KUBECTL
     if not lines or sum(1 for line in lines if BRACKET_PREFIX.match(line)) > len(lines) // 2:
         return None
     for dialect in DIALECTS:
