@@ -10,7 +10,7 @@ is a list of :class:`rankscope.evidence.Finding`, weighed with the tracebacks by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
@@ -42,6 +42,18 @@ _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
 _RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
 _DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
+#: torch's heartbeat monitor (ProcessGroupNCCL, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, 480 s by default).
+_STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
+#: The head of torch's C++ log lines: ``E626 05:14:36.393067`` (month unpadded, day; no year).
+_GLOG = re.compile(r"\b[IWEF](\d{3,4}) (\d\d:\d\d:\d\d(?:\.\d+)?)")
+
+
+def _glog_time(text: str) -> Optional[str]:
+    """``0626 05:14:36.393067`` from a torch C++ line: comparable within one log (one year)."""
+    found = _GLOG.search(text, 0, 80)
+    return f"{found.group(1).zfill(4)} {found.group(2)}" if found is not None else None
+
+
 _DEEPSPEED_EXIT = re.compile(rb"--local_rank=(\d+).*exits with return code = (-?\d+)")
 _TORCHRUN_FAILED = re.compile(rb"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _SRUN = re.compile(
@@ -65,6 +77,21 @@ ELSEWHERE_STEP = (
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
     "torch.distributed.elastic.multiprocessing.errors.record so the error file holds the traceback"
 )
+
+
+WATCHDOG_ABORT = (
+    " after torch's NCCL watchdog fired (it aborts the process after a collective timeout or a hang: "
+    "a consequence)"
+)
+
+
+def _aborted_by_watchdog(finding: Finding) -> Finding:
+    """A launcher's report of a SIGABRT that comes after watchdog lines in the log: torch's watchdog
+    aborted the rank (after a collective timeout, or its own hang), so the death is no cause of its
+    own. A SIGABRT reported before any watchdog line (a rank that aborted first) stays a culprit."""
+    if finding.kind != Kind.LAUNCHER or finding.cause != "sigabrt" or finding.role != CULPRIT:
+        return finding
+    return replace(finding, role=VICTIM, what=finding.what + WATCHDOG_ABORT, next_step="")
 
 
 def signal_cause(number: int) -> str:
@@ -95,6 +122,11 @@ class LineEvidence:
     exception_lines: dict[bytes, list[tuple[str, str, int, int, Optional[int]]]] = field(default_factory=dict)
     findings_: list[Finding] = field(default_factory=list)
     watch: dict[object, _Watch] = field(default_factory=dict)
+    #: Ranks whose watchdog the heartbeat monitor found stuck: key -> (who, rank, seconds, source, line,
+    #: order, glog time).
+    stuck: dict[object, tuple[Optional[str], Optional[int], str, str, int, int, Optional[str]]] = field(
+        default_factory=dict
+    )
     first_timeout: list[Finding] = field(default_factory=list)
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
     _source: str = ""
@@ -148,6 +180,8 @@ class LineEvidence:
             self._watchdog(line, line_no)
         elif b"timeout from rank" in line:
             self._dump_from(line, line_no)
+        elif b"watchdog got stuck" in line:
+            self._stuck(line, line_no)
 
     def continued_line(self) -> None:
         self._lines_before -= 1
@@ -237,7 +271,87 @@ class LineEvidence:
             self._source,
             line_no,
             self.order(line_no),
+            _glog_time(text),
         )
+
+    def _stuck(self, line: bytes, line_no: int) -> None:
+        label, _raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace")
+        found = _STUCK.search(text)
+        if found is None:
+            return
+        who, rank = self._who(label, text)
+        key = who if who is not None else (self._source, line_no)
+        if key not in self.stuck:
+            self.stuck[key] = (
+                who,
+                rank,
+                found.group(1),
+                self._source,
+                line_no,
+                self.order(line_no),
+                _glog_time(text),
+            )
+
+    def _stuck_finding(self) -> list[Finding]:
+        """Ranks whose NCCL watchdog made no progress. A consequence of a collective timeout (victims)
+        where the rank timed out itself, or its line is stamped at or after the first timeout (the
+        watchdog's abort and debug dump hung in the teardown: the monitor fires 480 s later).
+        Otherwise a CUDA or NCCL call hangs in the rank, which reported no timeout of its own:
+        culprits (the rank the others waited for, where some timed out)."""
+        if not self.stuck:
+            return []
+        entries = sorted(self.stuck.values(), key=lambda s: s[5])
+        ranks = sorted({s[1] for s in entries if s[1] is not None})
+        timed_out = {w.rank for w in self.watch.values()} | {f.global_rank for f in self.first_timeout}
+        times = sorted(w.time for w in self.watch.values() if w.time is not None)
+
+        def consequence(
+            entry: tuple[Optional[str], Optional[int], str, str, int, int, Optional[str]],
+        ) -> bool:
+            if entry[1] is not None and entry[1] in timed_out:
+                return True
+            return bool(times) and entry[6] is not None and entry[6] >= times[0]
+
+        after_timeout = bool(self.watch or self.first_timeout) and all(consequence(s) for s in entries)
+        if not after_timeout and (self.watch or self.first_timeout):
+            entries = [s for s in entries if not consequence(s)]
+            ranks = sorted({s[1] for s in entries if s[1] is not None})
+        who, _rank, seconds, source, line, order, _time = entries[0]
+        folded = fold_ints(ranks) if ranks else None
+        named = f"rank(s) {folded}" if folded else "a rank"
+        if after_timeout:
+            text = (
+                f"the NCCL watchdog of {named} made no progress for {seconds} s after the collective "
+                "timeout: its abort and debug dump hung (a consequence)"
+            )
+            step = "the collective timeout above is the cause; this is its teardown"
+        else:
+            text = (
+                f"the NCCL watchdog of {named} made no progress for {seconds} s: a CUDA or NCCL call hangs "
+                "in the rank (a thread holding the GIL inside a CUDA call, a hung GPU or NCCL kernel)"
+            )
+            step = (
+                "read the native stacks of that rank while it hangs (`rankscope stacks --native`): the "
+                "thread inside a CUDA or NCCL call is the cause; TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC sets "
+                f"the {seconds} s"
+            )
+        return [
+            Finding(
+                Kind.WATCHDOG,
+                "watchdog_stuck",
+                VICTIM if after_timeout else CULPRIT,
+                who if len(entries) == 1 else None,
+                text,
+                None,
+                source,
+                line,
+                order,
+                ranks=folded,
+                global_rank=ranks[0] if len(ranks) == 1 else None,
+                next_step=step,
+            )
+        ]
 
     def _dump_from(self, line: bytes, line_no: int) -> None:
         found = _DUMP_FROM.search(line)
@@ -383,12 +497,16 @@ class LineEvidence:
                     )
                 )
                 break
-        out.extend(self._watchdog_findings())
-        return out
+        watchdog = self._watchdog_findings()
+        if watchdog:
+            first = min(f.order for f in watchdog)
+            out = [_aborted_by_watchdog(f) if f.order > first else f for f in out]
+        return [*out, *watchdog]
 
     def _watchdog_findings(self) -> list[Finding]:
+        stuck = self._stuck_finding()
         if not self.watch:
-            return list(self.first_timeout)
+            return [*self.first_timeout, *stuck]
         watches = sorted(self.watch.values(), key=lambda w: w.order)
         first = watches[0]
         ranks = sorted({w.rank for w in watches if w.rank is not None})
@@ -440,4 +558,4 @@ class LineEvidence:
         if self.first_timeout:
             # torch named the first rank that timed out: it comes before the collective's own finding
             out = [*self.first_timeout, *out]
-        return out
+        return [*out, *stuck]
