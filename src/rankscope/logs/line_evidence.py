@@ -57,8 +57,33 @@ def _glog_time(text: str) -> Optional[str]:
 _DEEPSPEED_EXIT = re.compile(rb"--local_rank=(\d+).*exits with return code = (-?\d+)")
 _TORCHRUN_FAILED = re.compile(rb"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _SRUN = re.compile(
-    rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Exited with exit code (\d+))"
+    rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
+    rb"|Exited with exit code (\d+))"
 )
+#: slurmstepd ending a job or step: ``*** JOB 88123 ON node07 CANCELLED AT 2026-11-26T01:00:00 DUE TO TIME LIMIT ***``
+#: (without ``DUE TO``: scancel, or srun ending the step after a task failed).
+_SLURM_CANCELLED = re.compile(
+    rb"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z][A-Z ]*?))? \*\*\*"
+)
+_SLURM_REASONS = {
+    b"TIME LIMIT": (
+        "slurm_time_limit",
+        "at its time limit",
+        "raise the job's --time, or checkpoint more often; a hang that ran into the limit shows in "
+        "`rankscope watch` captures (`rankscope launch --watch` adds the `#SBATCH --signal` that takes "
+        "one before the limit)",
+    ),
+    b"PREEMPTION": (
+        "slurm_preempted",
+        "for a job of higher priority (preemption)",
+        "requeue or resume from a checkpoint",
+    ),
+    b"NODE FAILURE": (
+        "slurm_node_fail",
+        "because a node failed",
+        "`sinfo -R` and `scontrol show node` name the node and the reason; `rankscope doctor` on it",
+    ),
+}
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
@@ -129,6 +154,7 @@ class LineEvidence:
     )
     first_timeout: list[Finding] = field(default_factory=list)
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
+    _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     _source: str = ""
     _index: int = -1
     _labels: SourceLabels = PLAIN
@@ -167,7 +193,9 @@ class LineEvidence:
                     handler(chunk[start:end], line_at(start))
                 pos = chunk.find(needle, end)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
-        if launchers and (b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk):
+        if launchers and (
+            b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk or b"slurmstepd" in chunk
+        ):
             self._launcher(chunk, line_at)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
@@ -390,19 +418,65 @@ class LineEvidence:
                 self._death(who, code, launcher, line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
         for match in _SRUN.finditer(chunk):
             how = match.group(3)
-            code = (
-                -9
-                if how == b"Killed"
-                else -15
-                if how == b"Terminated"
-                else -11
-                if how.startswith(b"Seg")
-                else -6
-            )
+            codes = {b"Killed": -9, b"Terminated": -15, b"Segmentation fault": -11, b"Bus error": -7}
+            code = codes.get(how, -6)
             if match.group(4) is not None:
                 code = int(match.group(4))
             who = match.group(2).decode()
-            self._death(who, code, "srun", line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
+            line_no = line_at(chunk.rfind(b"\n", 0, match.start()) + 1)
+            if how == b"Out Of Memory":
+                self._oom_killed(who, match.group(1).decode("utf-8", "replace"), line_no)
+            else:
+                self._death(who, code, "srun", line_no, match)
+        for match in _SLURM_CANCELLED.finditer(chunk):
+            self._cancelled(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
+
+    def _oom_killed(self, who: str, host: str, line_no: int) -> None:
+        self.findings_.append(
+            Finding(
+                Kind.LAUNCHER,
+                "oom_killed",
+                CULPRIT,
+                who,
+                f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the job's "
+                "cgroup limit, --mem)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step="host memory, not GPU memory: `sacct -j JOB --format=JobID,MaxRSS,ReqMem` shows "
+                "how much each step used; raise --mem, or lower the data loader's workers and prefetch",
+            )
+        )
+
+    def _cancelled(self, match: re.Match[bytes], line_no: int) -> None:
+        what, ident, host, when = (g.decode("utf-8", "replace") for g in match.group(1, 2, 3, 4))
+        reason = _SLURM_REASONS.get(match.group(5) or b"")
+        if reason is None:  # scancel, or the step ended after a failure
+            cause, why, step, role = "slurm_cancelled", "", "", VICTIM
+            if match.group(5):
+                why = f"due to {match.group(5).decode().lower()}"
+        else:
+            (cause, why, step), role = reason, CULPRIT
+        text = f"SLURM cancelled {what.lower()} {ident} on {host} at {when}" + (f" {why}" if why else "")
+        job = ident.split(".")[0]
+        if (cause, job) in self._cancelled_seen:
+            return  # the job's line and its step's say the same
+        self._cancelled_seen.add((cause, job))
+        self.findings_.append(
+            Finding(
+                Kind.LAUNCHER,
+                cause,
+                role,
+                None,
+                text,
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step=step,
+            )
+        )
 
     def _death(
         self, who: Optional[str], code: int, launcher: str, line_no: int, match: re.Match[bytes]
