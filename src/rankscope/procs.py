@@ -6,6 +6,14 @@ started by srun). A *worker* is a Python process that carries a rank variable in
 environment, is not itself a launcher, and whose parent is not a worker of the same rank
 (which excludes data-loader subprocesses). rankscope itself and its ancestors are never
 targets: under srun, the shell that runs rankscope has SLURM_PROCID too.
+
+A job started with ``torch.multiprocessing.spawn`` (``mp.spawn(fn, nprocs=N)``, the DDP tutorials'
+way) has no launcher and usually no rank in any environment (the ranks set ``MASTER_ADDR`` and call
+``init_process_group(rank=...)`` in their own code): its ranks are the parent's children that
+multiprocessing's spawn start method runs (``python -c "from multiprocessing.spawn import
+spawn_main; ..." --multiprocessing-fork``) and that loaded torch, two or more. ``mp.spawn`` starts
+rank i as its i-th process, so they are numbered by their start (then pid), launcher ``mp.spawn``.
+A parent that is itself a rank is left alone (its spawn children are data-loader workers).
 """
 
 from __future__ import annotations
@@ -77,6 +85,19 @@ class Discovery:
 
 def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
+
+
+#: What multiprocessing's spawn start method runs in each child (torch.multiprocessing.spawn uses it).
+_SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"
+#: The launcher name of a job of torch.multiprocessing.spawn's children.
+MP_SPAWN = "mp.spawn"
+_TORCH_LIBRARIES = (b"libtorch",)
+
+
+def is_spawn_child(proc: ProcfsEntry) -> bool:
+    """A process multiprocessing's spawn start method started (its command line says so)."""
+    argv = proc.cmdline
+    return "--multiprocessing-fork" in argv and any(arg.startswith(_SPAWN_MAIN) for arg in argv)
 
 
 def launcher_kind(proc: ProcfsEntry) -> Optional[str]:
@@ -182,6 +203,44 @@ class ProcessTable:
             return False
         return False
 
+    def spawned_ranks(self, pid: int) -> list[int]:
+        """The ranks of a ``torch.multiprocessing.spawn`` job ``pid`` started, in rank order (their
+        start, then pid); [] when it started none (see the module's docstring)."""
+        info = self.procs.get(pid)
+        if info is None or pid in self.excluded or self.is_candidate_worker(pid) or is_rankscope(info):
+            return []
+        kids = [
+            c
+            for c in self.children.get(pid, [])
+            if self.procs[c].state not in ("Z", "X")
+            and is_spawn_child(self.procs[c])
+            and not self.has_rank(c)
+        ]
+        if len(kids) < 2 or not all(procfs.maps_any(c, _TORCH_LIBRARIES) for c in kids):
+            return []
+        return sorted(kids, key=lambda c: (procfs.start_ticks(c), c))
+
+    def spawn_job(self, pid: int, host: Optional[str] = None) -> Optional[Job]:
+        """The job of a ``torch.multiprocessing.spawn`` parent, ranks by start order; None when ``pid`` is none."""
+        kids = self.spawned_ranks(pid)
+        if not kids:
+            return None
+        host = host or short_hostname()
+        workers = []
+        for rank, kid in enumerate(kids):
+            worker = self.worker(kid, host)
+            worker.rank = RankId(
+                host,
+                rank,
+                local_rank=rank,
+                world_size=len(kids),
+                local_world_size=len(kids),
+                launcher=MP_SPAWN,
+            )
+            workers.append(worker)
+        info = self.procs[pid]
+        return Job(launcher=MP_SPAWN, launcher_pid=pid, launcher_cmdline=info.command, workers=workers)
+
     def worker(self, pid: int, host: Optional[str] = None) -> Worker:
         info = self.procs[pid]
         env = info.environ or {}
@@ -248,6 +307,10 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
         job.workers.append(worker)
     # Workers are keyed by their *nearest* launcher, so srun's slurmstepd around torchrun is not a job.
     jobs = list(launched.values())
+    for pid in sorted({table.procs[c].ppid for c in table.procs if _maybe_spawned(table.procs[c])}):
+        spawned = table.spawn_job(pid, host)
+        if spawned is not None:
+            jobs.append(spawned)
     strays: list[Worker] = []
     for (key, uid), workers in loose.items():
         home = [
@@ -269,10 +332,19 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
     )
 
 
+def _maybe_spawned(proc: ProcfsEntry) -> bool:
+    """A Python process whose parent may be a ``torch.multiprocessing.spawn`` job (its names first: cheap)."""
+    return proc.comm.startswith(("python", "pt_main_thread")) and is_spawn_child(proc)
+
+
 def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job:
-    """The job a ``--pid`` names: a launcher's workers, or a single worker/process."""
+    """The job a ``--pid`` names: a launcher's workers (``mp.spawn``'s parent too), or a single
+    worker/process."""
     host = host or short_hostname()
     info = table.procs[pid]
+    spawned = table.spawn_job(pid, host)
+    if spawned is not None:
+        return spawned
     kind = launcher_kind(info)
     if kind is not None:
         workers = [
@@ -365,7 +437,7 @@ def resolve_targets(
         entry = table.procs.get(pid)
         if entry is None or entry.state in ("Z", "X"):
             targets.append(ProcessTarget(pid))
-        elif launcher_kind(entry) is not None:
+        elif launcher_kind(entry) is not None or table.spawned_ranks(pid):
             workers = workers_of(pid, table).workers
             targets.extend([ProcessTarget(w.pid, w.rank) for w in workers] or [ProcessTarget(pid)])
         else:
