@@ -14,6 +14,13 @@ multiprocessing's spawn start method runs (``python -c "from multiprocessing.spa
 spawn_main; ..." --multiprocessing-fork``) and that loaded torch, two or more. ``mp.spawn`` starts
 rank i as its i-th process, so they are numbered by their start (then pid), launcher ``mp.spawn``.
 A parent that is itself a rank is left alone (its spawn children are data-loader workers).
+
+PyTorch Lightning's DDP (``Trainer(strategy="ddp")`` run as ``python train.py``) has no launcher
+either: the script is local rank 0 and runs itself again once per other local rank, with
+``LOCAL_RANK=i``, ``NODE_RANK``, ``WORLD_SIZE`` and ``MASTER_ADDR``/``MASTER_PORT`` in the child's
+environment, none in its own (it sets them at run time), and no ``RANK`` anywhere. Such children of
+one Python parent that is no rank are a job (launcher ``lightning``) with the parent as local rank 0;
+global rank ``NODE_RANK * processes + LOCAL_RANK`` (its formula).
 """
 
 from __future__ import annotations
@@ -311,6 +318,8 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
         spawned = table.spawn_job(pid, host)
         if spawned is not None:
             jobs.append(spawned)
+    taken = {w.pid for job in jobs for w in job.workers} | {w.pid for ws in loose.values() for w in ws}
+    jobs.extend(_relaunched_jobs(table, host, taken))
     strays: list[Worker] = []
     for (key, uid), workers in loose.items():
         home = [
@@ -332,6 +341,68 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
     )
 
 
+#: The launcher name of a job whose script runs itself per local rank (PyTorch Lightning's DDP).
+RELAUNCH = "lightning"
+
+
+def _relaunched_jobs(table: ProcessTable, host: str, taken: set[int]) -> list[Job]:
+    """Jobs of scripts that ran themselves again per local rank (see the module's docstring)."""
+    by_parent: dict[int, list[tuple[int, int]]] = {}
+    for pid, info in table.procs.items():
+        if pid in taken or pid in table.excluded or info.state in ("Z", "X") or table.has_rank(pid):
+            continue
+        value = info.variable("LOCAL_RANK")
+        if (
+            value is None
+            or not value.strip().isdigit()
+            or int(value) < 1
+            or info.variable("MASTER_PORT") is None
+        ):
+            continue
+        by_parent.setdefault(info.ppid, []).append((int(value), pid))
+    jobs = []
+    for parent, children in sorted(by_parent.items()):
+        head = table.procs.get(parent)
+        if (
+            head is None
+            or parent in taken
+            or parent in table.excluded
+            or table.has_rank(parent)
+            or launcher_kind(head) is not None
+            or is_rankscope(head)
+            or head.is_python is not True
+        ):
+            continue
+        children.sort()
+        if [local for local, _ in children] != list(range(1, len(children) + 1)):
+            continue  # not one local rank each, from 1: not this pattern
+        first = table.procs[children[0][1]]
+        processes = len(children) + 1
+        node_rank = (
+            int(first.variable("NODE_RANK") or 0) if (first.variable("NODE_RANK") or "0").isdigit() else 0
+        )
+        size = first.variable("WORLD_SIZE")
+        world = int(size) if size is not None and size.isdigit() else processes
+        workers = []
+        for local, pid in [(0, parent), *children]:
+            worker = table.worker(pid, host)
+            worker.rank = RankId(
+                host,
+                node_rank * processes + local,
+                local_rank=local,
+                world_size=world,
+                node_rank=node_rank,
+                local_world_size=processes,
+                launcher=RELAUNCH,
+            )
+            worker.key = table.worker(children[0][1], host).key  # the parent's own environment has none
+            workers.append(worker)
+        jobs.append(
+            Job(launcher=RELAUNCH, launcher_pid=parent, launcher_cmdline=head.command, workers=workers)
+        )
+    return jobs
+
+
 def _maybe_spawned(proc: ProcfsEntry) -> bool:
     """A Python process whose parent may be a ``torch.multiprocessing.spawn`` job (its names first: cheap)."""
     return proc.comm.startswith(("python", "pt_main_thread")) and is_spawn_child(proc)
@@ -345,6 +416,9 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
     spawned = table.spawn_job(pid, host)
     if spawned is not None:
         return spawned
+    relaunched = [job for job in _relaunched_jobs(table, host, set()) if pid in {w.pid for w in job.workers}]
+    if relaunched:
+        return relaunched[0]
     kind = launcher_kind(info)
     if kind is not None:
         workers = [
