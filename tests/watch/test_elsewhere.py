@@ -81,7 +81,8 @@ def test_torchs_rank_marker_names_the_global_rank(tmp_path: Path) -> None:
 def test_launcher_reports_without_tracebacks(tmp_path: Path) -> None:
     srun = Job(tmp_path / "srun.out")
     triggers = srun.write("srun: error: node3: task 6: Exited with exit code 2\n")
-    assert [t.ranks for t in triggers] == [(6,)] and "task 6 exited with code 2" in triggers[0].text
+    # a task is not a rank (under `srun torchrun` it is a node's launcher): named, not taken for one
+    assert [t.ranks for t in triggers] == [()] and "srun: task 6 exited with code 2" in triggers[0].text
     summary = Job(tmp_path / "torchrun.out")
     triggers = summary.write(
         "============================================================\n"
@@ -147,7 +148,7 @@ def test_this_nodes_death_disarms_and_a_restart_arms_again(tmp_path: Path) -> No
     assert job.look((local,)) == []  # the capture of this node's death is the one
     job.write("srun: error: node2: task 4: Exited with exit code 1\n")  # the same failure, later
     job.elsewhere.restarted({str(job.path): job.path.stat().st_size})
-    assert [t.ranks for t in job.write("srun: error: node2: task 3: Exited with exit code 1\n")] == [(3,)]
+    assert len(job.write("srun: error: node2: task 3: Exited with exit code 1\n")) == 1
 
 
 def test_no_trigger_without_live_ranks_here_and_a_flood_is_read_from_its_end(tmp_path: Path) -> None:
@@ -160,5 +161,6 @@ def test_no_trigger_without_live_ranks_here_and_a_flood_is_read_from_its_end(tmp
         f.write(b"srun: error: node2: task 5: Exited with exit code 1\n")  # lost in the flood
         f.write(b"0: step\n" * (READ_MAX // 8 + 10))
         f.write(b"srun: error: node2: task 6: Exited with exit code 1\n")
-    assert [t.ranks for t in flood.look()] == [(6,)]
+    [trigger] = flood.look()
+    assert "task 6" in trigger.text and "task 5" not in trigger.text
     assert flood.elsewhere.reader.files[str(flood.path)].skipped > 0

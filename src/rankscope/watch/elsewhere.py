@@ -152,8 +152,11 @@ class _File:
         self.findings_seen = len(self.evidence.findings_)
         for finding in new:
             if finding.kind in _DEATH_KINDS and finding.cause != "sigterm":
+                # mpirun names the MPI rank; torchrun and DeepSpeed a local rank, srun a task (a
+                # node's launcher under `srun torchrun`): not a global rank, never taken for one
+                # of this node's ranks
                 rank = int(finding.who) if finding.who and finding.who.isdigit() else None
-                rank = None if "local rank" in finding.what else rank
+                rank = rank if finding.what.startswith("mpirun:") else None
                 found.append(ReportedDeath(finding.what, rank, finding.what, self.path))
         if b"Failures:" in chunk or b"Root Cause (first" in chunk:
             for entry in find_summaries(chunk):
