@@ -26,7 +26,7 @@ from tests.support.sshd import free_port
 from rankscope.launch.builders import WATCH_WARNING, build
 from rankscope.launch.plan import Launcher, LaunchPlan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.needs("slurm")]
 
 #: One rank that trains for ever: steps recorded, one line a step (no stall, no death).
 TRAIN = """import time
