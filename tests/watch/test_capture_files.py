@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rankscope.watch.attempt import Attempt
 from rankscope.watch.capture import STACKS, WHY, capture_argv, copy_dumps, verdict_of
 from rankscope.watch.index import append_index, new_capture_dir, private_dir, read_index, write_private
 
@@ -37,10 +38,12 @@ def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> No
     ]
 
 
-def test_log_from_reaches_why_and_a_why_without_a_cause_says_what_it_found(tmp_path: Path) -> None:
-    argv = capture_argv(WHY, ["--pid", "42"], tmp_path / "c", {"/job/out.log": 563})
-    assert argv[3:8] == ["why", "--pid", "42", "--log-from", "/job/out.log:563"]
-    assert "--log-from" not in capture_argv(STACKS, ["--pid", "42"], tmp_path / "c", {"/job/out.log": 5})
+def test_a_restarted_attempt_reaches_why_and_a_why_without_a_cause_says_what_it_found(tmp_path: Path) -> None:
+    attempt = Attempt({"/job/out.log": 563}, 1764117915.25)
+    argv = capture_argv(WHY, ["--pid", "42"], tmp_path / "c", attempt)
+    assert argv[3:10] == ["why", "--pid", "42", "--log-from", "/job/out.log:563", "--since", "1764117915.250"]
+    assert "--log-from" not in capture_argv(STACKS, ["--pid", "42"], tmp_path / "c", attempt)
+    assert "--since" not in capture_argv(WHY, ["--pid", "42"], tmp_path / "c")  # the first attempt: all of it
 
 
 def test_verdict_of_a_stacks_document() -> None:

@@ -1,7 +1,9 @@
 """`rankscope watch` on real 2-rank torchrun jobs (gloo, CPU): a hang captured before its collective
 timeout kills the job; a crash whose survivor leaves its stacks at teardown; the same crash followed
-by an elastic restart whose straggler is captured; and a job that finishes normally while the watcher that started
-it is SIGKILLed (another watcher attached to it sees the normal end).
+by an elastic restart whose straggler is captured (and whose capture skips what the first attempt
+left); a job that finishes normally while the watcher that started it is SIGKILLed (another watcher
+attached to it sees the normal end); and a rank that fails on another "node", seen only through
+the output file both nodes write into.
 
 Each test runs the watcher as a user would (``python -m rankscope watch ... -- torchrun ...``), its
 stdout and stderr in files; every process it starts carries a mark and is SIGKILLed in teardown.
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.leftovers import kill_marked, marked_env, wait_for
+from tests.support.sshd import free_port
 
 JOB = Path(__file__).with_name("watch_job.py")
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -79,13 +82,14 @@ def watch(tmp_path: Path) -> Iterator[object]:
         job_args: tuple[str, ...] = (),
         out: str = "caps",
         torchrun_args: tuple[str, ...] = (),
+        launcher: tuple[str, ...] = tuple(TORCHRUN),
     ) -> WatchRun:
         env, mark = marked_env(OMP_NUM_THREADS="1")
         marks.append(mark)
         argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(tmp_path / out), "--interval", "0.5"]
         argv += watch_args
         if scenario:  # else the watcher attaches (--pid in watch_args)
-            argv += ["--", *TORCHRUN, *torchrun_args, str(JOB), "--scenario", scenario, *job_args]
+            argv += ["--", *launcher, *torchrun_args, str(JOB), "--scenario", scenario, *job_args]
         logs = ("stdout.log", "stderr.log") if scenario else (f"{out}.stdout.log", f"{out}.stderr.log")
         with open(tmp_path / logs[0], "ab") as stdout, open(tmp_path / logs[1], "ab") as stderr:
             process = subprocess.Popen(
@@ -137,10 +141,13 @@ def test_crash_leaves_the_survivors_stacks_of_the_teardown(watch) -> None:  # ty
 
 def test_elastic_restart_is_followed_and_its_straggler_captured(watch) -> None:  # type: ignore[no-untyped-def]
     """The same crash under --max-restarts 1: torchrun starts both ranks again (new pids); the second
-    attempt straggles (rank 1 ten times slower) and finishes: torchrun's 0 comes back."""
+    attempt straggles (rank 1 ten times slower) and finishes: torchrun's 0 comes back. The first
+    attempt leaves rank 0's SIGTERM dump (--inproc) and each rank's output under --log-dir's
+    attempt_0/ (--tee): the straggler capture reads neither."""
     run = watch(
-        "--stall", "30", "--straggler-steps", "5", scenario="crash", torchrun_args=("--max-restarts", "1")
-    )
+        "--stall", "30", "--straggler-steps", "5", "--inproc", scenario="crash",
+        torchrun_args=("--max-restarts", "1", "--log-dir", "tlogs", "--tee", "3"),
+    )  # fmt: skip
     assert run.wait() == 0, run.stderr[-3000:]
     entries = run.index()
     assert [entry["reason"] for entry in entries] == ["death", "straggler"], entries
@@ -155,6 +162,17 @@ def test_elastic_restart_is_followed_and_its_straggler_captured(watch) -> None: 
     assert "RuntimeError" not in str(straggler["verdict"]), straggler
     assert "RuntimeError" in str(death["verdict"]) or death["verb"] == "stacks", death  # that one's own
     assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
+    # What the first attempt left: rank 1's traceback in attempt_0/, rank 0's SIGTERM dump (kept in
+    # the death capture when the job ended).
+    first_logs = list(run.workdir.glob("tlogs/*/attempt_0/1/stderr.log"))
+    assert first_logs and "RuntimeError" in first_logs[0].read_text(), first_logs
+    assert list((run.out / str(death["dir"]) / "inproc").glob("*.rank-0.*.term")), run.stderr[-2000:]
+    if straggler["verb"] == "why":
+        assert "--since" in argv, argv
+        document = json.loads((run.out / str(straggler["dir"]) / "watch-document.json").read_text())
+        assert [f for f in document["rank_files"] if f["kind"] == "term"] == [], document["rank_files"]
+        sources = [str(f["source"]) for f in document["findings"]]
+        assert not [s for s in sources if "attempt_0" in s], sources
 
 
 def test_a_normal_job_outlives_its_killed_watcher_and_leaves_no_capture(watch) -> None:  # type: ignore[no-untyped-def]
@@ -170,3 +188,42 @@ def test_a_normal_job_outlives_its_killed_watcher_and_leaves_no_capture(watch) -
     assert "rank 1 step 39" in first.stdout
     assert first.index() == [] and second.index() == []
     assert [p.name for p in second.out.iterdir()] == []
+
+
+def test_a_rank_that_fails_on_another_node_is_captured_from_the_jobs_output(watch) -> None:  # type: ignore[no-untyped-def]
+    """Two torchrun "nodes" of one job (static rendezvous, one rank each): the watcher runs node 0;
+    node 1's launcher writes into the same output file, as srun or a batch script gathers every
+    node's lines into one file on the first node. Node 1 is not under the watcher's launcher, so
+    its processes are never looked at, exactly as on another machine: only its lines in the output
+    can tell the watcher that rank 1 raised. Rank 0 sits in evaluate (no collective, so nothing on
+    node 0 fails or notices); the death capture takes it there, and --then kill ends node 0."""
+    port = free_port()
+
+    def node(rank: int) -> list[str]:
+        return [
+            sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+            "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port),
+        ]  # fmt: skip
+
+    run = watch("--stall", "30", "--then", "kill", scenario="crash", launcher=tuple(node(0)))
+    env, mark = marked_env(OMP_NUM_THREADS="1")
+    with open(run.workdir / run.logs[1], "ab") as shared:  # O_APPEND: both nodes' lines, whole
+        other = subprocess.Popen(
+            [*node(1), str(JOB), "--scenario", "crash"],
+            cwd=run.workdir, env=env, stdout=shared, stderr=shared, start_new_session=True,
+        )  # fmt: skip
+    try:
+        assert other.wait(120) == 1  # node 1's torchrun: its rank raised
+        code = run.wait()
+    finally:
+        kill_marked(mark)  # node 1's launcher and its rank
+        other.wait()
+    deaths = [entry for entry in run.index() if entry["reason"] == "death"]
+    assert len(deaths) == 1, (run.index(), run.stderr[-3000:])
+    death = deaths[0]
+    assert death["trigger_ranks"] == [1], death
+    assert "RuntimeError: bad batch at step 3" in str(death["trigger"]), death
+    # rank 0, alive on this node when the capture was taken
+    assert "evaluate" in run.captured_text(str(death["dir"])), run.stderr[-2000:]
+    assert "--then kill: SIGTERM to the job" in run.stderr
+    assert code != 0

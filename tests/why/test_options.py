@@ -18,6 +18,7 @@ def test_every_option_reaches_the_nodes() -> None:
         pids=(4, 5),
         logs=("a.log", "b.log"),
         log_from=("/x/a:b.log:12",),
+        since=1764117915.25,
         fr="/fr/",
         cores="/c",
         timeout=7.5,
@@ -71,6 +72,34 @@ def test_log_from_reads_the_output_from_that_byte_and_names_it_so(tmp_path: Path
     assert weigh(since).verdict is None
     [signal] = [s for s in since.signals if s.name == "job output"]
     assert f"{log} (from byte {len(EARLIER_ATTEMPT)})" in signal.detail, signal.detail
+
+
+def test_since_leaves_out_the_output_files_not_written_since(tmp_path: Path) -> None:
+    """A torchrun --log-dir after a restart: attempt_0's files (the earlier attempt's traceback)
+    were last written before the restart, attempt_1's after it."""
+    import os
+
+    from rankscope.why.output import read_logs
+    from rankscope.why.signals import Gathered
+    from rankscope.why.weigh import weigh
+
+    run = tmp_path / "logs" / "run-1"
+    earlier, current = run / "attempt_0" / "1", run / "attempt_1" / "1"
+    for directory in (earlier, current):
+        directory.mkdir(parents=True)
+    (earlier / "stderr.log").write_text(EARLIER_ATTEMPT)
+    (current / "stderr.log").write_text("[rank1]: step 1\n")
+    restart = (current / "stderr.log").stat().st_mtime - 5
+    os.utime(earlier / "stderr.log", (restart - 10, restart - 10))
+    whole = Gathered()
+    read_logs([str(tmp_path / "logs")], whole)
+    verdict = weigh(whole).verdict
+    assert verdict is not None and verdict.ranks == [1]  # without it, the earlier attempt's
+    since = Gathered()
+    read_logs([str(tmp_path / "logs")], since, since=restart)
+    assert weigh(since).verdict is None
+    [signal] = [s for s in since.signals if s.name == "job output"]
+    assert "1 traceback" not in signal.detail, signal.detail
 
 
 def test_a_log_from_without_its_byte_is_a_bad_command_line() -> None:

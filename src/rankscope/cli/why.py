@@ -103,7 +103,7 @@ evidence is too partial to judge.
 """
 
 COLLECTING = {
-    "pids": "--pid", "logs": "--log", "log_from": "--log-from", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
+    "pids": "--pid", "logs": "--log", "log_from": "--log-from", "since": "--since", "fr": "--fr", "cores": "--cores", "trace": "--trace", "out_dir": "--out",
 }  # fmt: skip
 
 
@@ -121,6 +121,14 @@ COLLECTING = {
     metavar="FILE:BYTES",
     callback=lambda _ctx, _param, value: _log_from(value),
     help="Read the output file FILE from byte BYTES on (what `watch` passes after an elastic restart; repeatable).",
+)
+@click.option(
+    "--since",
+    type=float,
+    default=None,
+    metavar="EPOCH",
+    help="Skip what the job left before this time (seconds since the epoch): rank dumps, error files, "
+    "cores, output files not written since (what `watch` passes after an elastic restart).",
 )
 @click.option("--fr", metavar="DUMPS", default=None, help="Flight-recorder dumps (a directory or PREFIX).")
 @click.option("--cores", metavar="DIR", default=None, help="A directory of the job's core files.")

@@ -229,6 +229,11 @@ class TracebackCollector:
         """The chunk just fed was a later piece of a cut line: not a line of its own."""
         self._lines_before -= 1
 
+    def completed_open(self) -> list[RankTraceback]:
+        """The tracebacks whose exception line was read and that are not decided yet (caught, or the
+        rank died of it): what a reader that follows a live log acts on at once."""
+        return [b.tb for b in self._active.values() if b.tb.exception and b.state in ("tail", "after")]
+
     def finish(self) -> None:
         for building in self._active.values():
             tb = building.tb

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rankscope import lifetime
+from rankscope.watch.attempt import FIRST, Attempt
 from rankscope.watch.index import write_private
 
 #: The verbs that can capture, best first.
@@ -43,16 +44,13 @@ class CaptureResult:
     errors: str = ""
 
 
-def capture_argv(
-    verb: str, targets: list[str], directory: Path, log_from: Optional[dict[str, int]] = None
-) -> list[str]:
+def capture_argv(verb: str, targets: list[str], directory: Path, attempt: Attempt = FIRST) -> list[str]:
     """``targets``: the words that name the job (``--pid N`` for each launcher, or ``--jobid J``);
-    ``log_from``: the byte each output file is read from (``why --log-from``: after an elastic
-    restart, the current workers' output starts there)."""
+    ``attempt``: where the current attempt starts (after an elastic restart, `why` reads only what
+    it left: :class:`rankscope.watch.attempt.Attempt`)."""
     command = [sys.executable, "-m", "rankscope"]
     if verb == WHY:
-        starts = [word for path, at in (log_from or {}).items() for word in ("--log-from", f"{path}:{at}")]
-        return [*command, WHY, *targets, *starts, "--out", str(directory), "--json"]
+        return [*command, WHY, *targets, *attempt.why_words(), "--out", str(directory), "--json"]
     return [*command, STACKS, *targets, "--out", str(directory / "stacks"), "--json"]
 
 
@@ -82,9 +80,9 @@ class RunningCapture:
         targets: list[str],
         directory: Path,
         deadline: float,
-        log_from: Optional[dict[str, int]] = None,
+        attempt: Attempt = FIRST,
     ) -> RunningCapture:
-        argv = capture_argv(verb, targets, directory, log_from)
+        argv = capture_argv(verb, targets, directory, attempt)
         stdout = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed by finish()
         try:

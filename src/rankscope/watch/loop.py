@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from rankscope import lifetime, procfs
 from rankscope.procs import launcher_kind
 from rankscope.watch import collect
+from rankscope.watch.attempt import FIRST, Attempt
 from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
+from rankscope.watch.elsewhere import Elsewhere
 from rankscope.watch.index import append_index, new_capture_dir, write_private
 from rankscope.watch.model import Exit, Reason, Snapshot, Trigger, WatchOptions
 from rankscope.watch.render import capture_line, note
@@ -46,6 +48,17 @@ class JobHandle:
     process: Optional[subprocess.Popen[bytes]] = None
     #: The SLURM job: its processes on this node are watched, and a capture covers every node.
     jobid: Optional[str] = None
+    #: The SLURM job's StdOut/StdErr (asked once): every node's lines, where srun's tasks write
+    #: through a pipe of slurmstepd.
+    _slurm_files: Optional[list[str]] = None
+
+    def output_files(self, pids: list[int]) -> list[str]:
+        """The job's output files: where its processes' stdout and stderr go, and SLURM's."""
+        if self.jobid is not None and self._slurm_files is None:
+            from rankscope.why.output import slurm_outputs
+
+            self._slurm_files = slurm_outputs(self.jobid, time.monotonic() + 5.0)[0]
+        return list(dict.fromkeys([*collect.output_files(pids), *(self._slurm_files or [])]))
 
     def tops(self) -> list[int]:
         """Where the workers are looked for: the roots, and the SLURM job's processes on this node."""
@@ -138,10 +151,10 @@ class Capturing:
 
 @dataclass
 class Waiting:
-    """A trigger that came while a capture ran, with where the output stood when it came."""
+    """A trigger that came while a capture ran, with the attempt it came in."""
 
     trigger: Trigger
-    output_from: dict[str, int]
+    attempt: Attempt
 
 
 REQUESTED = Trigger(
@@ -173,11 +186,13 @@ class Watcher:
     #: The capture that runs now (one at a time), and the triggers that came while it ran.
     running: Optional[Capturing] = None
     pending: list[Waiting] = field(default_factory=list)
-    #: The output files' sizes when the first worker of a new generation was found (an elastic
-    #: restart): the later captures read the output from there (``why --log-from``).
-    output_from: dict[str, int] = field(default_factory=dict)
-    #: Every worker of the last generation exited: new ones are a restart.
-    _generation_ended: bool = False
+    #: Where the current attempt starts (an elastic restart): the later captures read only what
+    #: it left (``why --log-from``, ``--since``).
+    attempt: Attempt = FIRST
+    #: When every worker of the last generation had exited (time.time()): new ones are a restart.
+    _generation_ended: Optional[float] = None
+    #: Deaths of ranks elsewhere (another node), as the job's output reports them.
+    elsewhere: Elsewhere = field(default_factory=Elsewhere)
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
@@ -216,6 +231,7 @@ class Watcher:
                         next_scan = now if self._scan() else now + self.options.rescan
                     snap = self._snapshot(now, exits)
                     triggers = decider.decide(snap)
+                    triggers += self.elsewhere.look(snap, self._local_ranks(), triggers)
                     for trigger in triggers:
                         self._act(trigger, decider)
                     if triggers:
@@ -246,7 +262,7 @@ class Watcher:
         if gone.failed:
             self.failed_exits.append(gone)
         if not self.workers:  # a generation ended: the next one's output starts when it is found
-            self._generation_ended = True
+            self._generation_ended = time.time()
         return gone
 
     def _scan(self) -> bool:
@@ -265,10 +281,13 @@ class Watcher:
         for pid, worker in list(self.workers.items()):
             if worker.pidfd < 0 and not collect.alive(pid):  # no pidfd: noticed here instead
                 self.workers.pop(pid)
-        self.outputs = collect.output_files([*self.job.roots, *self.workers])
-        if new and self._generation_ended:  # an elastic restart: what came before is the old attempt's
-            self._generation_ended = False
-            self.output_from = {path: size for path, size, _ in collect.output_states(self.outputs)}
+        self.outputs = self.job.output_files([*self.job.roots, *self.workers])
+        if (
+            new and self._generation_ended is not None
+        ):  # an elastic restart: what came before is the old attempt's
+            sizes = {path: size for path, size, _ in collect.output_states(self.outputs)}
+            self.attempt, self._generation_ended = Attempt(sizes, self._generation_ended), None
+            self.elsewhere.restarted(sizes)
         return new
 
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
@@ -289,6 +308,9 @@ class Watcher:
             )
         return Snapshot(now, ranks, tuple(exits), outputs)
 
+    def _local_ranks(self) -> set[int]:
+        return {worker.rank for worker in self.seen.values() if worker.rank is not None}
+
     # --- acting -------------------------------------------------------------------------------
 
     def _pause(self, next_look: float) -> float:
@@ -296,12 +318,12 @@ class Watcher:
         until = next_look if self.running is None else min(next_look, self.running.capture.deadline)
         return max(0.0, until - time.monotonic())
 
-    def _act(self, trigger: Trigger, decider: Decider, output_from: Optional[dict[str, int]] = None) -> None:
+    def _act(self, trigger: Trigger, decider: Decider, attempt: Optional[Attempt] = None) -> None:
         if trigger.reason == Reason.DEATH and self.stopped_by is not None:
             return  # the job is ending because its user said so
-        output_from = self.output_from if output_from is None else output_from
+        attempt = self.attempt if attempt is None else attempt
         if self.running is not None:
-            self._queue(Waiting(trigger, output_from))
+            self._queue(Waiting(trigger, attempt))
             return
         if len(self.captures) >= self.options.max_captures:
             if not self._told_max:
@@ -325,7 +347,7 @@ class Watcher:
                 )
                 return
             confirmed = check.text
-        self._capture(trigger, confirmed, output_from)
+        self._capture(trigger, confirmed, attempt)
 
     def _queue(self, new: Waiting) -> None:
         """A trigger while a capture runs waits for it to end; one of a reason already waiting is
@@ -335,7 +357,7 @@ class Watcher:
             if waiting.trigger.reason == trigger.reason:
                 ranks = tuple(sorted({*waiting.trigger.ranks, *trigger.ranks}))
                 folded = Trigger(trigger.reason, trigger.text, ranks, trigger.signal)
-                self.pending[index] = Waiting(folded, new.output_from)
+                self.pending[index] = Waiting(folded, new.attempt)
                 return
         self.pending.append(new)
         assert self.running is not None
@@ -362,7 +384,7 @@ class Watcher:
             decider.rebase_outputs(collect.output_states(self.outputs))
             while self.pending and self.running is None:
                 waiting = self.pending.pop(0)
-                self._act(waiting.trigger, decider, waiting.output_from)
+                self._act(waiting.trigger, decider, waiting.attempt)
 
     def _unwatch_capture(self, running: Optional[Capturing] = None) -> None:
         running = running or self.running
@@ -394,14 +416,14 @@ class Watcher:
         pids = pids or sorted(self.workers) or list(self.job.roots)
         return [word for pid in pids for word in ("--pid", str(pid))]
 
-    def _capture(self, trigger: Trigger, confirmed: Optional[str], output_from: dict[str, int]) -> None:
+    def _capture(self, trigger: Trigger, confirmed: Optional[str], attempt: Attempt) -> None:
         """Start the capture; the loop goes on watching and collects it when it ends."""
         directory = new_capture_dir(self.out, trigger.reason.value)
         self.captures.append(directory)
         if trigger.reason == Reason.DEATH:
             self.death_captures.append(directory)
         capture = RunningCapture.start(
-            self.verb, self._targets(), directory, self.options.capture_timeout, output_from
+            self.verb, self._targets(), directory, self.options.capture_timeout, attempt
         )
         self.running = Capturing(capture, trigger, confirmed)
         if capture.pidfd >= 0:

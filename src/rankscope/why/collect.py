@@ -309,7 +309,7 @@ def gather_local(
             )
         launchers = [j.launcher_pid for j in report.jobs if j.launcher_pid is not None]
         job_pids.update(launchers)
-        started = _job_start(launchers or sorted(job_pids))
+        started = max(_job_start(launchers or sorted(job_pids)), options.since or 0.0)
         gpus = report.gpus
         if gpus is None and report.processes:  # the GPU of each rank, not only of one that waits for it
             from rankscope.stacks.gpu import query_gpus
@@ -381,7 +381,7 @@ def gather_local(
     logs = list(dict.fromkeys(logs))
     if logs:
         say("job output")
-        read_logs(logs, gathered, deadline, stop, log_starts(options.log_from))
+        read_logs(logs, gathered, deadline, stop, log_starts(options.log_from), options.since)
     else:
         gathered.signal(
             "job output",

@@ -27,6 +27,10 @@ class WhyOptions:
     #: ``FILE:BYTES``: read that output file from byte BYTES on (what a watcher passes after an
     #: elastic restart: the earlier attempt's output is not the current workers').
     log_from: tuple[str, ...] = _flag("--log-from", ())
+    #: Seconds since the epoch: what the job left before is not read (its ranks' dumps and error
+    #: files, cores, trace rings, output files not written since; what a watcher passes after an
+    #: elastic restart: that is the earlier attempt's).
+    since: Optional[float] = _flag("--since", None)
     #: Flight-recorder dumps (a directory or prefix, as `rankscope fr`).
     fr: Optional[str] = _flag("--fr", None)
     #: A directory of core files.

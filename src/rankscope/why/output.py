@@ -152,6 +152,21 @@ def _from_starts(sources: list[LogSource], starts: dict[str, int]) -> list[LogSo
     return out
 
 
+def _written_since(sources: list[LogSource], since: Optional[float]) -> list[LogSource]:
+    """The sources written since ``since`` (all without it; stdin always)."""
+    if not since:
+        return sources
+    kept = []
+    for source in sources:
+        try:
+            if source.path is not None and source.path.stat().st_mtime < since:
+                continue
+        except OSError:
+            continue
+        kept.append(source)
+    return kept
+
+
 def _from_words(path: str, starts: dict[str, int]) -> str:
     start = starts.get(os.path.realpath(path))
     return f"{path} (from byte {start})" if start else path
@@ -163,9 +178,11 @@ def read_logs(
     deadline: Optional[float] = None,
     stop: Optional[Stop] = None,
     starts: Optional[dict[str, int]] = None,
+    since: Optional[float] = None,
 ) -> None:
     """The job's output through `logs errors`: its findings and the user frames of its tracebacks.
-    ``starts``: real path -> the byte a file is read from (:func:`log_starts`)."""
+    ``starts``: real path -> the byte a file is read from (:func:`log_starts`); ``since``: files
+    not written since then are left out (an earlier attempt's, such as a --log-dir's ``attempt_0``)."""
     from rankscope.errors import RankscopeError
     from rankscope.logs.errors_report import scan_errors
     from rankscope.logs.reading import Reading
@@ -173,7 +190,7 @@ def read_logs(
     from rankscope.logs.sources import discover
 
     try:
-        sources = _from_starts(discover(paths), starts or {})
+        sources = _from_starts(_written_since(discover(paths), since), starts or {})
         reading = Reading(sources, stop=cast(Any, _Deadline(deadline, stop)))
         report, counts = scan_errors(reading)
     except (RankscopeError, OSError) as err:
