@@ -10,6 +10,7 @@ from typing import Optional
 
 from rankscope import procfs
 from rankscope.errors import NothingFoundError
+from rankscope.procs import is_rankscope
 
 
 def _job_of(entry: procfs.ProcfsEntry) -> Optional[str]:
@@ -17,13 +18,17 @@ def _job_of(entry: procfs.ProcfsEntry) -> Optional[str]:
 
 
 def slurm_job_pids(jobid: str) -> list[int]:
-    """The outermost Python processes of job ``jobid`` here (launchers, or workers started by srun)."""
+    """The outermost Python processes of job ``jobid`` here (launchers, or workers started by srun);
+    rankscope's own (a `rankscope watch` inside the job) are none of them."""
     procs = procfs.table()
     excluded = procfs.self_and_ancestors(procs)
     python = {
         pid: entry.ppid
         for pid, entry in procs.items()
-        if pid not in excluded and _job_of(entry) == jobid and entry.is_python is True
+        if pid not in excluded
+        and _job_of(entry) == jobid
+        and entry.is_python is True
+        and not is_rankscope(entry)
     }
     tops = sorted(pid for pid, ppid in python.items() if ppid not in python)
     if not tops:
