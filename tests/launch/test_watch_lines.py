@@ -58,7 +58,7 @@ def test_the_batch_shell_passes_the_warning_on_and_exits_with_the_watchers_code(
     shell = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
     try:
         wait_for(lambda: (tmp_path / "up").exists(), 30, "the stand-in watcher")
-        time.sleep(0.2)  # the trap is set right after the watcher starts
+        time.sleep(0.2)  # the watcher's pid is known to the trap right after it starts
         shell.send_signal(signal.SIGUSR1)  # what #SBATCH --signal=B:USR1@120 does
         assert shell.wait(30) == 3
         assert (tmp_path / "got").read_text() == "usr1\n"
@@ -67,6 +67,31 @@ def test_the_batch_shell_passes_the_warning_on_and_exits_with_the_watchers_code(
             .read_text()
             .startswith("watch --inproc --jobid 77 --out rankscope-watch-77 -- srun bash -c ")
         )
+    finally:
+        if shell.poll() is None:
+            os.killpg(shell.pid, signal.SIGKILL)
+            shell.wait()
+
+
+def test_a_warning_before_the_watcher_starts_leaves_the_batch_shell_running(tmp_path: Path) -> None:
+    """SLURM may send the warning early (by up to a minute): one that comes before the watcher starts
+    finds the trap already set, so the batch shell lives on and runs the step under the watcher."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "rankscope").write_text(FAKE_WATCH)
+    # The first SLURM command the script runs sends the batch shell (its session's leader) the warning.
+    (bin_dir / "scontrol").write_text("#!/bin/sh\nkill -USR1 $(ps -o sid= -p $$)\necho node1\n")
+    for tool in ("rankscope", "scontrol"):
+        (bin_dir / tool).chmod(0o755)
+    script = tmp_path / "job.sbatch"
+    script.write_text(_script(Launcher.SBATCH, watch=True).replace(f"cd {os.getcwd()}", f"cd {tmp_path}"))
+    assert "scontrol" in script.read_text().split("rankscope watch")[0]  # it runs before the watcher
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    env.update(SLURM_JOB_ID="78", SLURM_JOB_NODELIST="node1")
+    shell = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
+    try:
+        wait_for(lambda: (tmp_path / "up").exists(), 30, "the stand-in watcher")
+        assert shell.poll() is None
     finally:
         if shell.poll() is None:
             os.killpg(shell.pid, signal.SIGKILL)

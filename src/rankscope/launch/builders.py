@@ -108,12 +108,22 @@ def _sbatch_header(plan: LaunchPlan, tasks_per_node: int) -> list[str]:
     lines += [
         "#SBATCH --output=%x-%j.out",
         "set -eu",
+        *_watch_trap(plan),
         'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
         f"export MASTER_PORT={plan.port}",
     ]
     if plan.workdir:
         lines.append(render([Lit("cd"), Lit(plan.workdir)]))
     return lines
+
+
+def _watch_trap(plan: LaunchPlan) -> list[str]:
+    """The batch shell's trap that passes SLURM's warning on to the watcher, set before anything else
+    runs: SLURM may send the warning early (by up to a minute), and bash's default for SIGUSR1 would
+    end the shell."""
+    if not plan.watch:
+        return []
+    return ["watch_pid=", 'trap \'[ -n "$watch_pid" ] && kill -USR1 "$watch_pid"\' USR1']
 
 
 #: Seconds before the time limit that SLURM warns the batch shell (SIGUSR1): the watcher captures then.
@@ -136,7 +146,6 @@ def _step(plan: LaunchPlan, step: list[Word]) -> list[str]:
     return [
         render(watch) + " &",
         "watch_pid=$!",
-        "trap 'kill -USR1 \"$watch_pid\"' USR1",
         'while :; do wait "$watch_pid" && rc=0 || rc=$?; kill -0 "$watch_pid" 2>/dev/null || exit "$rc"; done',
     ]
 
