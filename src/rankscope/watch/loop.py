@@ -31,7 +31,8 @@ from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.index import append_index, new_capture_dir, write_private
-from rankscope.watch.model import Exit, Reason, Snapshot, Trigger, WatchOptions
+from rankscope.watch.model import Exit, RankSample, Reason, Snapshot, Trigger, WatchOptions
+from rankscope.watch.recorders import RecorderLooks, cadence
 from rankscope.watch.render import capture_line, note
 
 if TYPE_CHECKING:
@@ -178,6 +179,8 @@ class Watcher:
     output_from: dict[str, int] = field(default_factory=dict)
     #: Every worker of the last generation exited: new ones are a restart.
     _generation_ended: bool = False
+    #: The ranks' flight recorders, read only while the job has neither markers nor output files.
+    _recorders: Optional[RecorderLooks] = None
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
@@ -274,7 +277,9 @@ class Watcher:
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
         ranks = tuple(worker.sample() for worker in self.workers.values())
         outputs = collect.output_states(self.outputs)
-        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks)
+        recorders = self._read_recorders(now, ranks, outputs)
+        answering = recorders or (self._recorders is not None and self._recorders.answering)
+        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks) and not answering
         if not blind:
             self._blind_since = None
         elif self._blind_since is None:
@@ -283,11 +288,23 @@ class Watcher:
             self._told_blind = True
             self.say(
                 note(
-                    f"no progress markers (rankscope.progress) and no output files for {self.options.stall:g} s: "
-                    "a stall is noticed once either appears; deaths are watched"
+                    f"no progress markers (rankscope.progress), no output files and no flight recorders "
+                    f"(RANKSCOPE_INPROC=1 and torch.distributed in the ranks) for {self.options.stall:g} s: "
+                    "a stall is noticed once one appears; deaths are watched"
                 )
             )
-        return Snapshot(now, ranks, tuple(exits), outputs)
+        return Snapshot(now, ranks, tuple(exits), outputs, recorders)
+
+    def _read_recorders(
+        self, now: float, ranks: tuple[RankSample, ...], outputs: tuple[tuple[str, int, float], ...]
+    ) -> tuple[tuple[int, int], ...]:
+        """The ranks' recorder numbers, for a job with neither markers nor output files (else none)."""
+        if self._recorders is None:
+            self._recorders = RecorderLooks(cadence(self.options.stall, self.options.interval))
+        if not ranks or outputs or any(r.calls for r in ranks):
+            self._recorders.reset()
+            return ()
+        return self._recorders.look(now, self.workers.values())
 
     # --- acting -------------------------------------------------------------------------------
 
