@@ -31,6 +31,8 @@ KIND = "fr_status"
 MAX_PERIOD = 15.0
 #: How long one ask may wait for the ranks' answers (a rank whose handler cannot run keeps its number).
 ANSWER_TIMEOUT = 1.0
+#: The most late requests whose replies are still looked for (and removed) at later asks.
+MAX_LATE = 64
 
 
 def cadence(stall: float, interval: float) -> float:
@@ -64,6 +66,8 @@ class RecorderLooks:
     answering: bool = False
     #: pid -> its handler, found once per worker.
     handlers: dict[int, Handler] = field(default_factory=dict)
+    #: Requests answered after their deadline: their replies are removed at a later ask.
+    late: list[tuple[Handler, str]] = field(default_factory=list)
 
     def look(self, now: float, workers: Iterable[Watched]) -> tuple[tuple[int, int], ...]:
         """(pid, number) of the live workers that have one, asking again when the period is over."""
@@ -83,6 +87,7 @@ class RecorderLooks:
         """Ask every worker's handler at once, then read the answers until :data:`ANSWER_TIMEOUT`."""
         for pid in [pid for pid in self.handlers if pid not in {w.pid for w in workers}]:
             del self.handlers[pid]  # exited
+        self.late = [item for item in self.late[-MAX_LATE:] if _read_reply(*item, REPLY_MAX) is None]
         deadline = time.monotonic() + ANSWER_TIMEOUT
         waiting: dict[int, tuple[Handler, str]] = {}
         for worker in workers:
@@ -111,6 +116,7 @@ class RecorderLooks:
             if not waiting or time.monotonic() >= deadline:
                 break  # a rank whose handler cannot answer now keeps its last number
             time.sleep(POLL)
+        self.late += waiting.values()
 
     def _handler(self, worker: Watched) -> Optional[Handler]:
         """The worker's handler, found once (its description read, its start time checked) while it
