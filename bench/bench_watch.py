@@ -75,13 +75,18 @@ def measure(argv: list[str], log: Path, seconds: float, ready: str) -> float:
         time.sleep(seconds)
         return cpu_seconds(process.pid) - start
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes], grace: float = 10) -> None:
+    """SIGTERM to the process group ``process`` leads; SIGKILL after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def main() -> None:

@@ -116,3 +116,40 @@ def test_a_blocked_rank_gets_its_frames(job: tuple[subprocess.Popen[str], Path])
     result = _ask(directory, proc.pid, "fr", {"id": "b1"}, "b1")
     assert result["name"].endswith(".b1.fr") and result["problem"] is None
     assert _ask(directory, proc.pid, "imported", {}, "b2") is True
+
+
+@pytest.mark.parametrize("job", ["running"], indirect=True)
+def test_the_recorders_status_is_a_few_numbers_that_advance(job: tuple[subprocess.Popen[str], Path]) -> None:
+    """``fr_status``: each process group's newest collective enqueued and completed, no entries, no frames,
+    nothing imported; a running job's numbers grow between two asks."""
+    proc, directory = job
+    first = _ask(directory, proc.pid, "fr_status", {}, "c1")
+    assert first["problem"] is None and set(first["groups"]) == {"0"}, first
+    enqueued, completed = first["groups"]["0"]
+    assert enqueued >= 3 and completed >= 3  # the three all_reduces before "up", at least
+    wait_for(
+        lambda: _ask(directory, proc.pid, "fr_status", {}, "c2")["groups"]["0"][0] > enqueued,
+        30,
+        "a later collective",
+    )
+    assert not list(directory.glob("*.fr"))  # no dump written
+    assert _ask(directory, proc.pid, "imported", {}, "c3") is False
+    assert proc.poll() is None
+
+
+def test_a_process_without_torch_says_so_and_imports_nothing(tmp_path: Path) -> None:
+    code = "import sys, time; print('up', flush=True); time.sleep(60)"
+    env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(tmp_path / "rt")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        result = _ask(tmp_path / "rt", proc.pid, "fr_status", {}, "d1")
+        assert result == {"groups": {}, "problem": "torch.distributed is not imported in this process"}
+        modules = _ask(tmp_path / "rt", proc.pid, "threads", {}, "d2")  # the handler still answers
+        assert modules and proc.poll() is None
+        assert "torch" not in Path(f"/proc/{proc.pid}/maps").read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

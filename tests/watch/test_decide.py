@@ -121,3 +121,26 @@ def test_an_exit_code_lost_but_a_marker_left_is_a_death() -> None:
     gone = Exit(101, 1, None, marker_left=True)
     assert [t.reason for t in decider.decide(Snapshot(0.0, ranks((1, 1)), exits=(gone,)))] == [Reason.DEATH]
     assert decider.decide(Snapshot(1.0, ranks((1, 1)), exits=(Exit(102, 2, None),))) == []
+
+
+def test_without_markers_or_outputs_the_recorders_decide() -> None:
+    """A job with neither markers nor output files: its ranks' recorder numbers (rankscope.watch.recorders)."""
+    decider = Decider(stall=10, straggler_steps=0)
+    quiet = (RankSample(1, 0), RankSample(2, 1))
+    for second in range(0, 40, 5):  # one rank's recorder moves: the job advances
+        assert decider.decide(Snapshot(float(second), quiet, recorders=((1, 7), (2, second)))) == []
+    assert decider.decide(Snapshot(44.0, quiet, recorders=((1, 7), (2, 35)))) == []
+    [stall] = decider.decide(Snapshot(45.0, quiet, recorders=((1, 7), (2, 35))))
+    assert stall.signal == "flight recorders" and stall.text == "no flight recorder advanced for 10 s"
+
+
+def test_the_recorders_count_only_without_markers_and_outputs() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    quiet = (RankSample(1, 0),)
+    decider.decide(Snapshot(0.0, quiet, outputs=(("/log", 1, 1.0),), recorders=((1, 1),)))
+    [stall] = decider.decide(Snapshot(12.0, quiet, outputs=(("/log", 1, 1.0),), recorders=((1, 9),)))
+    assert stall.signal == "output files"  # the log is silent: a recorder that moves does not hide it
+    decider = Decider(stall=10, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1)), recorders=((100, 1),)))
+    [stall] = decider.decide(Snapshot(12.0, ranks((1, 1)), recorders=((100, 9),)))
+    assert stall.signal == "progress markers"

@@ -123,7 +123,8 @@ def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: P
     argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]
     result = run_watch(*argv, "--", sys.executable, "-c", "import time; time.sleep(4)", **RANK_ZERO)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("no progress markers (rankscope.progress) and no output files for 1 s") == 1
+    told = "no progress markers (rankscope.progress), no output files and no flight recorders"
+    assert result.stderr.count(told) == 1 and "for 1 s: a stall is noticed once one appears" in result.stderr
     assert list((tmp_path / "caps").iterdir()) == []
 
 

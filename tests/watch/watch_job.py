@@ -10,6 +10,8 @@ ends normally touches ``done.<rank>`` in the working directory.
              torchrun tears rank 0 down with SIGTERM; started again by torchrun (--max-restarts), the
              ranks take local steps, rank 1 ten times slower, and exit 0
   straggler  local steps, rank 1 ten times slower than rank 0; one barrier at the end; exit 0
+  quiet      no markers, no output: all_reduce every 0.05 s for --healthy seconds (each rank then
+             writes ``healthy.<rank>``: the time it ended and its count), then the hang of ``hang``
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", required=True)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--healthy", type=float, default=10.0)
     args = parser.parse_args()
     if args.scenario == "crash" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         # The elastic restart after the crash: local steps only (a second gloo rendezvous on this
@@ -88,6 +91,16 @@ def main() -> None:
             train_step(3)
         else:
             evaluate()
+    elif args.scenario == "quiet":
+        count, begun = 0, time.monotonic()
+        while time.monotonic() - begun < args.healthy:
+            train_step(count)
+            count += 1
+            time.sleep(0.05)
+        Path(f"healthy.{rank}").write_text(f"{time.time()} {count} {time.monotonic() - begun}")
+        if rank == 1:
+            load_batch_forever()
+        train_step(count)
     elif args.scenario == "straggler":
         for step in range(20):
             rankscope.progress(step=step)

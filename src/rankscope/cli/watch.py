@@ -34,7 +34,8 @@ Examples:
   rankscope watch --then kill -- torchrun ...  # end the job after a stall, straggler or death capture
 
 A stall is noticed from the ranks' progress markers (rankscope.progress(step=...)),
-or, in a job that records none, from its output files going silent; it is then
+or, in a job that records none, from its output files going silent, or, with
+neither, from the ranks' flight recorders (--inproc) showing no new collective; it is then
 confirmed by two non-blocking stack samples (py-spy --nonblocking: no rank is
 stopped) before a capture (`rankscope why`) is written into a new timestamped
 directory under --out. Each capture prints one line on stderr and appends one
@@ -67,7 +68,7 @@ def _job_env(inproc: bool) -> Optional[dict[str, str]]:
     default=60.0,
     show_default=True,
     metavar="SECONDS",
-    help="Seconds without progress (markers, else output files) that make a stall.",
+    help="Seconds without progress (markers, else output files, else flight recorders) that make a stall.",
 )
 @click.option(
     "--straggler-steps",

@@ -12,7 +12,8 @@ prepares, in the process's private runtime directory (:mod:`rankscope.inproc.run
   removes the reply after reading it. Kinds are a registry: :func:`register_request`. Built in:
   ``stacks`` (every thread's Python stack, see :func:`_stacks`), ``ping``, ``threads`` (the names
   of the threads), ``fr`` (the flight recorder written to ``<base>.<id>.fr``, see :func:`_fr`;
-  torch is imported only by the job, never by the handler).
+  torch is imported only by the job, never by the handler), ``fr_status`` (how far the recorder
+  has got: a few numbers per process group, :mod:`rankscope.inproc.frstatus`).
 - ``<base>.inproc``: this description (JSON): pid, host, rank, the main thread's identifier, the
   files' names, the request kinds known, the protocol version, the process start time.
 - ``<base>.crash``: faulthandler's C-level dump of every thread when the process dies of a fatal
@@ -204,6 +205,16 @@ _kinds["stacks"] = _stacks
 _kinds["ping"] = _ping
 _kinds["threads"] = _threads
 _kinds["fr"] = _fr
+
+
+def _fr_status(args: dict[str, Any]) -> Any:
+    """Each process group's newest collective enqueued and completed (:mod:`rankscope.inproc.frstatus`)."""
+    from rankscope.inproc.frstatus import recorder_status
+
+    return recorder_status(args)
+
+
+_kinds["fr_status"] = _fr_status
 
 
 def _version_problem(request: dict[str, Any]) -> Optional[str]:

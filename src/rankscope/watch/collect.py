@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,6 +21,8 @@ from rankscope.procs import ProcessTable, launcher_kind, workers_of
 from rankscope.ranks import short_hostname
 from rankscope.watch.model import Exit, RankSample
 
+#: The least time between two listings of a rank's runtime directory for a marker it does not have.
+LIST_EVERY = 10.0
 #: The in-process handler's dumps of a dying rank: the launcher's SIGTERM, and fatal signals.
 DUMP_KINDS = ("term", "crash")
 
@@ -38,11 +41,38 @@ class Watched:
     marker: Optional[str] = None
     #: A descriptor that becomes readable when it exits (-1 where pidfd_open is not available).
     pidfd: int = -1
+    #: When the runtime directory was last listed for the marker (a rank that records none).
+    listed_at: float = float("-inf")
 
     def find_marker(self) -> Optional[str]:
+        """Its marker's path: the name it would have is looked at every call (one ``lstat``); the
+        directory, shared by every process of the user, is listed at most every LIST_EVERY seconds."""
         if self.marker is None:
-            self.marker = runtime.files_of(self.directory, self.pid, self.host).get("progress")
+            for rank in dict.fromkeys((self.rank, None)):
+                path = os.path.join(self.directory, runtime.file_name(self.host, self.pid, "progress", rank))
+                if os.path.lexists(path):
+                    self.marker = path
+                    return path
+            now = time.monotonic()
+            if now - self.listed_at >= LIST_EVERY:
+                self.listed_at = now
+                self.marker = self._listed_marker()
         return self.marker
+
+    def _listed_marker(self) -> Optional[str]:
+        """Its marker found by listing the directory (a name of another rank than the one it reads)."""
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return None
+        tail = f"pid-{self.pid}.progress"
+        for name in names:
+            if not name.endswith(tail):  # most names are other processes': no parsing for them
+                continue
+            parsed = runtime.parse_name(name)
+            if parsed is not None and parsed[0] == self.host and parsed[2] == self.pid:
+                return os.path.join(self.directory, name)
+        return None
 
     def sample(self) -> RankSample:
         """Its marker now (calls and step), when it records one."""

@@ -1,7 +1,8 @@
 """Pure: snapshots of the job in, reasons to capture out. No I/O, no clock of its own.
 
 - **Stall**: no rank's progress marker advanced for ``stall`` seconds; for a job that records no
-  markers, its output files unchanged (size and modification time) for as long. The clock starts
+  markers, its output files unchanged (size and modification time) for as long; for a job with
+  neither, its ranks' flight recorders showing no new collective for as long. The clock starts
   at the first look that finds workers and restarts whenever anything advances, when new workers
   appear (an elastic restart), and when the caller says a suspected stall was not one
   (:meth:`Decider.not_stalled`: the ranks' stacks moved). One stall is reported once: the next
@@ -24,6 +25,7 @@ from rankscope.watch.model import Reason, Snapshot, Trigger
 
 MARKERS = "progress markers"
 OUTPUTS = "output files"
+RECORDERS = "flight recorders"
 
 
 @dataclass
@@ -34,6 +36,7 @@ class Decider:
     last_advance: Optional[float] = None
     calls: dict[int, int] = field(default_factory=dict)
     outputs: dict[str, tuple[int, float]] = field(default_factory=dict)
+    recorders: dict[int, int] = field(default_factory=dict)
     stalled: bool = False
     behind: set[int] = field(default_factory=set)
     #: The workers of the last look: a death counts only while others of its own generation live.
@@ -80,20 +83,27 @@ class Decider:
 
     def _advanced(self, snap: Snapshot) -> bool:
         """Whether anything says the job moved: a marker advanced (the output files only count
-        for a job that records no markers), or workers came or went."""
+        for a job that records no markers, the recorders for one with neither), or workers came or went."""
         calls = {r.pid: r.calls for r in snap.ranks if r.calls}
         outputs = {path: (size, mtime) for path, size, mtime in snap.outputs}
+        recorders = dict(snap.recorders)
         changed = bool(snap.exits) or any(self.calls.get(pid) != n for pid, n in calls.items())
         if not calls:
             changed = changed or outputs != self.outputs
+            if not outputs:
+                changed = changed or any(self.recorders.get(pid) != n for pid, n in recorders.items())
         self.calls, self.outputs = {**self.calls, **calls}, outputs
+        self.recorders = {**self.recorders, **recorders}
         return changed
 
     def _watched(self, snap: Snapshot) -> str:
-        """What says the job advances: its markers when any rank records one, else its output files."""
+        """What says the job advances: its markers when any rank records one, else its output files,
+        else its flight recorders."""
         if any(r.calls for r in snap.ranks):
             return MARKERS
-        return OUTPUTS if snap.outputs else ""
+        if snap.outputs:
+            return OUTPUTS
+        return RECORDERS if snap.recorders else ""
 
     def _stragglers(self, snap: Snapshot) -> Optional[Trigger]:
         steps = {r.rank: r.step for r in snap.ranks if r.rank is not None and r.step is not None}

@@ -33,7 +33,8 @@ from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.elsewhere import Elsewhere
 from rankscope.watch.index import append_index, new_capture_dir, write_private
-from rankscope.watch.model import Exit, Reason, Snapshot, Trigger, WatchOptions
+from rankscope.watch.model import Exit, RankSample, Reason, Snapshot, Trigger, WatchOptions
+from rankscope.watch.recorders import RecorderLooks, cadence
 from rankscope.watch.render import capture_line, note
 
 if TYPE_CHECKING:
@@ -193,6 +194,8 @@ class Watcher:
     _generation_ended: Optional[float] = None
     #: Deaths of ranks elsewhere (another node), as the job's output reports them.
     elsewhere: Elsewhere = field(default_factory=Elsewhere)
+    #: The ranks' flight recorders, read only while the job has neither markers nor output files.
+    _recorders: Optional[RecorderLooks] = None
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
@@ -293,7 +296,9 @@ class Watcher:
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
         ranks = tuple(worker.sample() for worker in self.workers.values())
         outputs = collect.output_states(self.outputs)
-        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks)
+        recorders = self._read_recorders(now, ranks, outputs)
+        answering = recorders or (self._recorders is not None and self._recorders.answering)
+        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks) and not answering
         if not blind:
             self._blind_since = None
         elif self._blind_since is None:
@@ -302,11 +307,23 @@ class Watcher:
             self._told_blind = True
             self.say(
                 note(
-                    f"no progress markers (rankscope.progress) and no output files for {self.options.stall:g} s: "
-                    "a stall is noticed once either appears; deaths are watched"
+                    f"no progress markers (rankscope.progress), no output files and no flight recorders "
+                    f"(RANKSCOPE_INPROC=1 and torch.distributed in the ranks) for {self.options.stall:g} s: "
+                    "a stall is noticed once one appears; deaths are watched"
                 )
             )
-        return Snapshot(now, ranks, tuple(exits), outputs)
+        return Snapshot(now, ranks, tuple(exits), outputs, recorders)
+
+    def _read_recorders(
+        self, now: float, ranks: tuple[RankSample, ...], outputs: tuple[tuple[str, int, float], ...]
+    ) -> tuple[tuple[int, int], ...]:
+        """The ranks' recorder numbers, for a job with neither markers nor output files (else none)."""
+        if self._recorders is None:
+            self._recorders = RecorderLooks(cadence(self.options.stall, self.options.interval))
+        if not ranks or outputs or any(r.calls for r in ranks):
+            self._recorders.reset()
+            return ()
+        return self._recorders.look(now, self.workers.values())
 
     def _local_ranks(self) -> set[int]:
         return {worker.rank for worker in self.seen.values() if worker.rank is not None}

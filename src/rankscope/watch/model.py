@@ -11,7 +11,8 @@ from rankscope.model import Words
 class Reason(Words):
     """Why a capture was taken."""
 
-    #: Progress markers (or, without them, the job's output files) stopped for --stall seconds.
+    #: Progress markers (or, without them, the job's output files, or without those its flight
+    #: recorders) stopped for --stall seconds.
     STALL = "stall"
     #: A rank fell --straggler-steps behind the most advanced one.
     STRAGGLER = "straggler"
@@ -68,6 +69,9 @@ class Snapshot:
     exits: tuple[Exit, ...] = ()
     #: (path, size, mtime) of each output file of the job.
     outputs: tuple[tuple[str, int, float], ...] = ()
+    #: (pid, number) of each rank whose flight recorder was read (rankscope.watch.recorders): asked
+    #: only while the job has neither markers nor output files.
+    recorders: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,7 @@ class Trigger:
     text: str
     #: The ranks it is about (the straggler, the rank that died); empty for a whole-job stall.
     ranks: tuple[int, ...] = ()
-    #: For a stall: what went quiet ("progress markers" or "output files").
+    #: For a stall: what went quiet ("progress markers", "output files" or "flight recorders").
     signal: str = ""
 
 
