@@ -92,7 +92,7 @@ def unreachable_env() -> dict[str, str]:
 
 
 def netns_rows(cap: float, repeat: int) -> list[dict[str, object]]:
-    from tests.support.netns_pair import veth_pair_nodes
+    from tests.support.netns import veth_pair_nodes
 
     rows = []
     for name, script in (

@@ -160,7 +160,7 @@ def run_manual(fabric: Fabric, nodes: list[str], timeout: float, scratch: Path) 
 
 def kill_namespace_processes(fabric: Fabric) -> None:
     """Whatever still runs inside the namespaces made here (listeners, remote probes)."""
-    for namespace in [*fabric.namespaces.values(), fabric.router]:
+    for namespace in fabric.net.namespaces.values():
         with contextlib.suppress(Exception):
             listed = subprocess.run(
                 ["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=20

@@ -19,28 +19,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import client_env
+from tests.support.cluster_fixtures import client_env, run_via, via_args
+from tests.support.leftovers import alive, gone_within
 from tests.support.sshd import Sshd
 
 VIAS = ["ssh", "pdsh"]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def _gone_within(pid: int, seconds: float) -> bool:
-    end = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
+def _start_exec(sshd: Sshd, *args: str, via: str) -> subprocess.Popen[str]:
+    """``rankscope exec`` (:func:`via_args`) left running, its output in pipes, in a session of its own."""
+    argv = [sys.executable, "-m", "rankscope", *via_args(sshd, "exec", *args, via=via)]
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=client_env(),
+        start_new_session=True,
+    )
 
 
 def _naming(text: str) -> list[int]:
@@ -53,7 +49,7 @@ def _naming(text: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if text in cmdline and _alive(int(entry.name)):
+        if text in cmdline and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
 
@@ -80,7 +76,7 @@ def _orphaned_guardians_within(seconds: float) -> list[int]:
                 run_pid = int(
                     argv[argv.index(next(a for a in argv if a.endswith(b"guardian.py"))) + 1].split(b".")[0]
                 )
-                if not _alive(run_pid):
+                if not alive(run_pid):
                     left.append(pid)
         if not left or time.monotonic() > end:
             return left
@@ -128,25 +124,22 @@ def test_the_remote_command_dies_at_the_node_timeout(
 ) -> None:
     pid_file = tmp_path / "remote.pid"
     cleanup.append(pid_file)
-    result = run_cli(
+    result = run_via(
+        sshd_nodes,
         "exec",
-        "--via",
-        via,
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
         "--hosts",
         "node01",
         "--node-timeout",
         "3",
         "--",
         _slow_command(pid_file),
-        env=client_env(),
+        via=via,
         timeout=40,
     )
     assert result.returncode == 5, result.stdout + result.stderr
     assert "timeout: command still running after 3s" in result.stdout
     # Without the remote watcher `sleep 41` ran on with ppid 1.
-    assert _gone_within(int(pid_file.read_text()), 5)
+    assert gone_within(int(pid_file.read_text()), 5)
     assert _none_naming_within(str(tmp_path), 5) == []
 
 
@@ -179,17 +172,8 @@ def test_pdsh_leaves_no_ssh_client_behind_when_the_network_goes_dark(
     relay.write_text(STALLING_RELAY)
     proxy = f"{sys.executable} {relay} {sshd_nodes.listen} {sshd_nodes.port} {trigger}"
     sshd_nodes.add_alias("goesdark", ProxyCommand=proxy)
-    argv = [sys.executable, "-m", "rankscope", "exec", "--via", "pdsh", "--ssh-config"]
-    argv += [str(sshd_nodes.ssh_config), "--hosts", "goesdark", "--node-timeout", "6", "--"]
-    argv.append(_slow_command(pid_file))
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=client_env(),
-        start_new_session=True,
-    )
+    argv = ["--hosts", "goesdark", "--node-timeout", "6", "--", _slow_command(pid_file)]
+    process = _start_exec(sshd_nodes, *argv, via="pdsh")
     try:
         _wait_for(pid_file)
         trigger.touch()
@@ -218,16 +202,8 @@ def test_a_signal_ends_exec_at_once_with_the_partial_results(
         f'case "$RANKSCOPE_NODE" in node01) echo fast answer; touch {fast_done};; '
         f"*) {_slow_command(pid_file)};; esac"
     )
-    argv = [sys.executable, "-m", "rankscope", "exec", "--via", via]
-    argv += ["--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]"]
-    argv += ["--node-timeout", "60", "--", command]
-    process = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=client_env(),
-        start_new_session=True,
+    process = _start_exec(
+        sshd_nodes, "--hosts", "node[01-02]", "--node-timeout", "60", "--", command, via=via
     )
     try:
         remote_pid = int(_wait_for(pid_file))
@@ -249,7 +225,7 @@ def test_a_signal_ends_exec_at_once_with_the_partial_results(
     assert "fast answer" in stdout
     assert f"node02  interrupted: interrupted by {signal.Signals(sig).name} before it answered" in stdout
     assert f"rankscope: interrupted by {signal.Signals(sig).name}" in stderr
-    assert _gone_within(remote_pid, 5)
+    assert gone_within(remote_pid, 5)
     assert _none_naming_within(str(tmp_path), 5) == []
 
 
@@ -269,20 +245,7 @@ def test_an_ssh_controlpersist_master_is_kept_as_asked(sshd_nodes: Sshd) -> None
     options += ["--ssh-option", "ControlPersist=30"]
     try:
         for _ in range(2):  # the second run goes through the master the first one left
-            result = run_cli(
-                "exec",
-                "--via",
-                "ssh",
-                "--ssh-config",
-                str(sshd_nodes.ssh_config),
-                *options,
-                "--hosts",
-                "node01",
-                "--",
-                "echo kept",
-                env=client_env(),
-                timeout=40,
-            )
+            result = run_via(sshd_nodes, "exec", *options, "--hosts", "node01", "--", "echo kept", timeout=40)
             assert result.returncode == 0, result.stdout + result.stderr
             assert len(_naming(f"{tmp_path}/cm-")) == 1
         # The guardian of each run ends what carries the run's token once the run is gone; the

@@ -9,10 +9,8 @@ from tests.support.cluster_fixtures import NetnsCluster
 
 
 def test_black_hole_costs_its_deadline_and_closed_port_is_unreachable(netns_cluster: NetnsCluster) -> None:
-    result = netns_cluster.run_cli(
-        "exec", "--via", "ssh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "10",
-        "--hosts", "sshnode,blackhole,closed", "--", "echo from $RANKSCOPE_NODE",
-    )  # fmt: skip
+    hosts = ["--hosts", "sshnode,blackhole,closed"]
+    result = netns_cluster.run_via("exec", "--node-timeout", "10", *hosts, "--", "echo from $RANKSCOPE_NODE")
     assert result.returncode == 4, result.stdout + result.stderr
     out = result.stdout
     assert "sshnode (1)" in out and "from sshnode" in out
@@ -23,9 +21,9 @@ def test_black_hole_costs_its_deadline_and_closed_port_is_unreachable(netns_clus
 
 @pytest.mark.needs("pdsh")
 def test_overall_deadline_bounds_a_black_hole(netns_cluster: NetnsCluster) -> None:
-    result = netns_cluster.run_cli(
-        "exec", "--via", "pdsh", "--ssh-config", str(netns_cluster.sshd.ssh_config), "--node-timeout", "30",
-        "--deadline", "10", "--json", "--hosts", "sshnode,blackhole", "--", "true",
+    result = netns_cluster.run_via(
+        "exec", "--node-timeout", "30", "--deadline", "10", "--json", "--hosts", "sshnode,blackhole", "--", "true",
+        via="pdsh",
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr
     stages = {n["node"]: (n["stage"], n["reason"]) for n in result.json()["nodes"]}

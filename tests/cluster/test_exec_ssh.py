@@ -10,30 +10,13 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import client_env
+from tests.support.cluster_fixtures import client_env, run_via
 from tests.support.sshd import Sshd
-
-
-def exec_cli(sshd: Sshd, *args: str) -> object:
-    return run_cli(
-        "exec", "--ssh-config", str(sshd.ssh_config), "--node-timeout", "20", *args, env=client_env()
-    )
 
 
 @pytest.mark.parametrize("via", ["ssh", "pdsh"])
 def test_identical_outputs_fold_into_one_block(sshd_nodes: Sshd, pdsh_installed: None, via: str) -> None:
-    result = run_cli(
-        "exec",
-        "--via",
-        via,
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
-        "--hosts",
-        "node[01-04]",
-        "--",
-        "echo hello from the node",
-        env=client_env(),
-    )
+    result = run_via(sshd_nodes, "exec", "--hosts", "node[01-04]", "--", "echo hello from the node", via=via)
     assert result.returncode == 0, result.stderr
     assert "node[01-04] (4)" in result.stdout
     assert result.stdout.count("hello from the node") == 1
@@ -42,17 +25,13 @@ def test_identical_outputs_fold_into_one_block(sshd_nodes: Sshd, pdsh_installed:
 
 def test_different_outputs_and_exit_codes_per_node(sshd_nodes: Sshd) -> None:
     # RANKSCOPE_NODE is set per alias by the fixture: the nodes answer differently.
-    result = run_cli(
+    result = run_via(
+        sshd_nodes,
         "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
         "--hosts",
         "node[01-04]",
         "--",
         'case "$RANKSCOPE_NODE" in node0[12]) echo even;; *) echo odd; exit 3;; esac',
-        env=client_env(),
     )
     assert result.returncode == 4, result.stdout + result.stderr
     assert "node[01-02] (2)" in result.stdout
@@ -61,19 +40,15 @@ def test_different_outputs_and_exit_codes_per_node(sshd_nodes: Sshd) -> None:
 
 
 def test_failure_stages_are_listed_and_partial_results_kept(sshd_nodes: Sshd, tmp_path: Path) -> None:
-    result = run_cli(
+    result = run_via(
+        sshd_nodes,
         "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
         "--hosts",
         "node01,badauth,unknownkey,closedport",
         "--out",
         str(tmp_path / "out"),
         "--",
         "hostname",
-        env=client_env(),
     )
     assert result.returncode == 4, result.stderr
     out = result.stdout
@@ -99,37 +74,15 @@ def test_failure_stages_are_listed_and_partial_results_kept(sshd_nodes: Sshd, tm
 
 
 def test_insecure_flag_is_the_only_way_past_an_unknown_host_key(sshd_nodes: Sshd) -> None:
-    result = run_cli(
-        "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
-        "--insecure-no-host-key-check",
-        "--hosts",
-        "unknownkey",
-        "--",
-        "echo in",
-        env=client_env(),
+    result = run_via(
+        sshd_nodes, "exec", "--insecure-no-host-key-check", "--hosts", "unknownkey", "--", "echo in"
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "unknownkey (1)" in result.stdout
 
 
 def test_json_and_all_failed_exit_code(sshd_nodes: Sshd) -> None:
-    result = run_cli(
-        "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
-        "--json",
-        "--hosts",
-        "closedport,badauth",
-        "--",
-        "true",
-        env=client_env(),
-    )
+    result = run_via(sshd_nodes, "exec", "--json", "--hosts", "closedport,badauth", "--", "true")
     assert result.returncode == 5
     document = result.json()
     assert document["schema"] == "rankscope.exec/1"
@@ -144,18 +97,7 @@ def test_hostfile_formats(sshd_nodes: Sshd, tmp_path: Path) -> None:
     hostfile.write_text(
         "# DeepSpeed, MPICH and plain lines mixed\nnode01 slots=8\nnode02:8\n\nnode03\nnode01 slots=8\n"
     )
-    result = run_cli(
-        "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
-        "--hostfile",
-        str(hostfile),
-        "--",
-        "echo up",
-        env=client_env(),
-    )
+    result = run_via(sshd_nodes, "exec", "--hostfile", str(hostfile), "--", "echo up")
     assert result.returncode == 0, result.stderr
     assert "node[01-03] (3)" in result.stdout
 
@@ -163,18 +105,7 @@ def test_hostfile_formats(sshd_nodes: Sshd, tmp_path: Path) -> None:
 def test_shell_metacharacters_in_node_names_are_never_run(sshd_nodes: Sshd, tmp_path: Path) -> None:
     canary = tmp_path / "pwned"
     for nodes in (f"node01;touch {canary}", f"$(touch {canary})", "-oProxyCommand=touch " + str(canary)):
-        result = run_cli(
-            "exec",
-            "--via",
-            "ssh",
-            "--ssh-config",
-            str(sshd_nodes.ssh_config),
-            "--hosts",
-            nodes,
-            "--",
-            "true",
-            env=client_env(),
-        )
+        result = run_via(sshd_nodes, "exec", "--hosts", nodes, "--", "true")
         assert result.returncode in (2, 8), result.stdout + result.stderr
         assert result.stderr.startswith("rankscope: error:"), result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
@@ -189,19 +120,8 @@ def test_shell_metacharacters_in_node_names_are_never_run(sshd_nodes: Sshd, tmp_
 def test_command_words_reach_the_node_verbatim(sshd_nodes: Sshd, tmp_path: Path) -> None:
     # Several words are quoted one by one: `;` and `$(...)` arrive as text, not as shell code.
     canary = tmp_path / "pwned"
-    result = run_cli(
-        "exec",
-        "--via",
-        "ssh",
-        "--ssh-config",
-        str(sshd_nodes.ssh_config),
-        "--hosts",
-        "node01",
-        "--",
-        "echo",
-        f"a; touch {canary}",
-        f"$(touch {canary})",
-        env=client_env(),
+    result = run_via(
+        sshd_nodes, "exec", "--hosts", "node01", "--", "echo", f"a; touch {canary}", f"$(touch {canary})"
     )
     assert result.returncode == 0, result.stderr
     assert f"a; touch {canary} $(touch {canary})" in result.stdout
@@ -221,10 +141,16 @@ def test_garbage_hostfile_and_bad_nodeset_are_one_line_errors(tmp_path: Path) ->
 
 
 def test_remote_setup_runs_before_the_command(sshd_nodes: Sshd) -> None:
-    result = run_cli(
-        "exec", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]",
-        "--remote-setup", "export GREETING='hello from setup'", "--", 'echo "$GREETING"', env=client_env(),
-    )  # fmt: skip
+    result = run_via(
+        sshd_nodes,
+        "exec",
+        "--hosts",
+        "node[01-02]",
+        "--remote-setup",
+        "export GREETING='hello from setup'",
+        "--",
+        'echo "$GREETING"',
+    )
     assert result.returncode == 0, result.stderr
     assert "node[01-02] (2)\n---------------\nhello from setup" in result.stdout
 
@@ -238,10 +164,7 @@ def test_folding_matches_clustershell_clush(sshd_nodes: Sshd) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert theirs.returncode == 0, theirs.stderr
-    ours = run_cli(
-        "exec", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-04]", "--", command,
-        env=client_env(),
-    )  # fmt: skip
+    ours = run_via(sshd_nodes, "exec", "--hosts", "node[01-04]", "--", command)
     assert ours.returncode == 0, ours.stderr
     # Same blocks, same folding, same order: a clush -b user reads rankscope exec without learning anything.
     assert ours.stdout == theirs.stdout

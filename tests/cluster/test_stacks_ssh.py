@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import REMOTE_SETUP, client_env
+from tests.support.cluster_fixtures import REMOTE_SETUP, run_via
 from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
 from tests.support.sshd import Sshd
 
@@ -20,11 +19,10 @@ def test_stacks_across_nodes_names_the_culprit_and_every_failed_node(
     dispatch = write_node_dispatch(
         tmp_path / "rankscope-on-node", hung_two_node_job.workdir, missing=["node04"], empty=["node03"]
     )
-    result = run_cli(
-        "stacks", "--via", via, "--ssh-config", str(sshd_nodes.ssh_config),
-        "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch),
+    result = run_via(
+        sshd_nodes, "stacks", "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch),
         "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", "--out", str(tmp_path / "out"),
-        env=client_env(), timeout=180,
+        via=via, timeout=180,
     )  # fmt: skip
     out = result.stdout
     assert result.returncode == 4, out + result.stderr
@@ -45,10 +43,9 @@ def test_stacks_json_merges_ranks_of_all_nodes(
     sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path
 ) -> None:
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
-    result = run_cli(
-        "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json",
-        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), "--html", str(tmp_path / "job.html"),
-        env=client_env(), timeout=180,
+    result = run_via(
+        sshd_nodes, "stacks", "--json", "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch),
+        "--html", str(tmp_path / "job.html"), timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     document = result.json()

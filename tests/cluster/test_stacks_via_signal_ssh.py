@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from tests.support.cli import run_cli
 from tests.support.cluster_fixtures import client_env
-from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.multinode_job import MultiNodeJob, multinode_job, write_node_dispatch
 from tests.support.sshd import Sshd
 
 from rankscope.inproc import runtime
@@ -22,22 +22,9 @@ from rankscope.inproc import runtime
 def inproc_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
     # Ranks 0-1 on node01, 2-3 on node02; rank r marks step r+1; rank 3 loops, the others wait in a barrier.
     workdir = tmp_path_factory.mktemp("job")
-    job = start_multinode_job(
-        workdir,
-        ["node01", "node02"],
-        scenario="steps",
-        culprit=3,
-        extra_env={
-            "RANKSCOPE_INPROC": "1",
-            "TORCH_FR_BUFFER_SIZE": "2000",
-            runtime.ENV_DIR: str(workdir / "rt"),
-        },
-    )
-    try:
-        job.wait_ready()
+    env = {"RANKSCOPE_INPROC": "1", "TORCH_FR_BUFFER_SIZE": "2000", runtime.ENV_DIR: str(workdir / "rt")}
+    with multinode_job(workdir, ["node01", "node02"], scenario="steps", culprit=3, extra_env=env) as job:
         yield job
-    finally:
-        job.stop()
 
 
 @pytest.mark.slow

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
 
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 
 
 @pytest.fixture(scope="module")
 def gloo_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 1 deadlocks on its own lock; rank 0 waits for it in all_reduce."""
-    pytest.importorskip("torch.distributed")
-    job = start_torchrun(
-        nproc=2,
-        script_args=("--scenario", "lock", "--culprit", "1"),
-        workdir=Path(tmp_path_factory.mktemp("gloo")),
-    )
-    try:
-        job.wait_ready(timeout=180)
+    with torchrun_job(tmp_path_factory.mktemp("gloo"), "--scenario", "lock", "--culprit", "1") as job:
         yield job
-    finally:
-        job.stop()
 
 
 def test_fds_job_lists_the_gloo_sockets_between_the_ranks(gloo_job: LaunchedJob) -> None:

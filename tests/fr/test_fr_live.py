@@ -7,16 +7,13 @@ blocked in a collective: test scaffolding standing in for rankscope's in-process
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.fr.ranks import start_rank, stop_ranks
 from tests.support.cli import run_cli
-from tests.support.sshd import free_port
+from tests.support.ranks_job import ranks_job
 
 
 @dataclass
@@ -29,20 +26,8 @@ class Job:
 def hung_extra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]:
     pytest.importorskip("torch")
     out = tmp_path_factory.mktemp("fr")
-    port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for rank in range(2):
-            args = ["extra", str(out / "rank_"), "2"]
-            procs.append(start_rank(rank, 2, port, args, {"TORCH_FR_BUFFER_SIZE": "2000"}))
-        deadline = time.monotonic() + 240  # torch's import on a loaded machine
-        while not all((out / f"rank_{r}").exists() for r in range(2)):
-            assert all(p.poll() is None for p in procs), "a rank of the job ended"
-            assert time.monotonic() < deadline, "the ranks never wrote their dumps"
-            time.sleep(0.2)
-        yield Job([p.pid for p in procs], out)
-    finally:
-        stop_ranks(procs)
+    with ranks_job(None, "extra", 2, dumps=out, dump_after=2) as pids:
+        yield Job(pids, out)
 
 
 def test_fr_names_the_extra_all_reduce_of_a_live_job(hung_extra: Job) -> None:

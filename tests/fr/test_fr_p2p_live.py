@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fr.ranks import inproc_job
 from tests.support.cli import run_cli
+from tests.support.ranks_job import ranks_job
 
 WORLD = 4
 
@@ -26,7 +26,7 @@ def pipeline_dumps(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory: pytest.TempPathFactory, pipeline_dumps: Path) -> Iterator[list[str]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline", WORLD, dumps=pipeline_dumps) as pids:
+    with ranks_job(tmp_path_factory.mktemp("runtime"), "pipeline", WORLD, dumps=pipeline_dumps) as pids:
         yield [arg for pid in pids for arg in ("--pid", str(pid))]
 
 
@@ -91,7 +91,7 @@ def test_ranks_waiting_in_recv_are_named_as_a_point_to_point_wait(
 @pytest.fixture(scope="module")
 def idle_pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("runtime"), "pipeline-idle", WORLD) as pids:
+    with ranks_job(tmp_path_factory.mktemp("runtime"), "pipeline-idle", WORLD) as pids:
         yield [arg for pid in pids for arg in ("--pid", str(pid))]
 
 

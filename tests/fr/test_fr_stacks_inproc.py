@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fr.ranks import inproc_job
 from tests.support.cli import run_cli
+from tests.support.ranks_job import ranks_job
 
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
@@ -32,7 +32,7 @@ NO_HANDLER = 2
 @pytest.fixture(scope="module")
 def hung_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("runtime"), "extra", WORLD, without_handler={NO_HANDLER}) as pids:
+    with ranks_job(tmp_path_factory.mktemp("runtime"), "extra", WORLD, without_handler={NO_HANDLER}) as pids:
         yield pids
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from tests.support.netns_pair import TwoNodes, veth_pair_nodes
+from tests.support.netns import TwoNodes, veth_pair_nodes
 
 from rankscope.net.ifname import is_loopback
 

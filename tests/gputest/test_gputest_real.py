@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.sshd import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -23,12 +24,6 @@ def env(**extra: str) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME") and k != "MASTER_ADDR"}
     base["OMP_NUM_THREADS"] = "1"
     return {**base, **extra}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_three_local_ranks_pass_with_three_ok_lines_and_a_summary() -> None:

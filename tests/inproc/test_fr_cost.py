@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 from tests.support.leftovers import wait_for
+from tests.support.sshd import free_port
 
 from rankscope.inproc import runtime
 
@@ -46,12 +46,6 @@ else:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     pytest.importorskip("torch.distributed")
@@ -60,7 +54,7 @@ def job(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[subpro
         "RANKSCOPE_INPROC": "1",
         runtime.ENV_DIR: str(tmp_path / "rt"),
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "RANK": "0",
         "WORLD_SIZE": "1",
     }

@@ -18,17 +18,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
 from tests.support.pythons import SRC, version_params
 
-from rankscope import lifetime
 from rankscope.inproc import progress, runtime
 
 pytestmark = pytest.mark.slow
@@ -95,18 +93,17 @@ def test_a_torchrun_job_on_another_python_is_traced_and_shows_its_steps(python: 
         runtime.ENV_DIR: str(rt),
     }
     env.pop("RANKSCOPE_INPROC", None)
-    argv = [str(torchrun), "--standalone", f"--nproc-per-node={NPROC}", "--no-python", python]
-    argv += ["-m", "rankscope", "trace", "run", "--out", str(traces), "--", "job.py"]
-    child = lifetime.start(
-        argv, None, env=env, capture=None, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    job = child.process
+    launcher = [str(torchrun), "--standalone", f"--nproc-per-node={NPROC}", "--no-python", python]
+    launcher += ["-m", "rankscope", "trace", "run", "--out", str(traces), "--"]
     want = {rank: rank + 2 for rank in range(NPROC)}
-    try:
+    # torchrun_job stops the workers with torchrun, whatever session each runs in.
+    with torchrun_job(
+        tmp_path, nproc=NPROC, script=Path("job.py"), env=env, launcher=launcher, ready=False
+    ) as job:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _steps(rt) != want and job.poll() is None:
+        while time.monotonic() < deadline and _steps(rt) != want and job.process.poll() is None:
             time.sleep(0.2)
-        assert _steps(rt) == want, job.stderr.read().decode() if job.poll() is not None and job.stderr else ""
+        assert _steps(rt) == want, job.log_tail()
 
         files = sorted(p.name for p in traces.glob("trace-*"))
         assert sorted(int(name.split("-")[-2]) for name in files) == list(range(NPROC)), files
@@ -126,11 +123,3 @@ def test_a_torchrun_job_on_another_python_is_traced_and_shows_its_steps(python: 
             (group,) = [g for g in document["groups"] if g["thread"] == "MainThread"]
             assert group["frames"][-1]["function"] == "wait_for_peers"
             assert sorted(m["rank"] for m in group["members"]) == list(range(NPROC))
-    finally:
-        # The workers first (torchrun starts each in a session of its own), then torchrun's group.
-        for path in rt.glob("*.progress"):
-            parsed = runtime.parse_name(path.name)
-            if parsed is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(parsed[2], signal.SIGKILL)
-        child.end()

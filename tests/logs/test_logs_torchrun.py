@@ -16,8 +16,8 @@ from typing import Optional
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import run_torchrun
 
-from rankscope.demo.launch import start_torchrun
 from rankscope.ranks import short_hostname
 
 JOB = Path(__file__).parent / "jobs" / "crash_job.py"
@@ -35,20 +35,18 @@ def _crash(
     nproc: int = 4,
 ) -> Path:
     log = tmp / "job.log"
-    with open(log, "wb") as out:
-        job = start_torchrun(
-            script=script,
-            nproc=nproc,
-            workdir=tmp,
-            torchrun_args=torchrun_args,
-            script_args=["--odd-rank", "1"] if script == JOB else [],
-            stdout=out,
-            env={**os.environ, **(env or {})},
-        )
-        try:
-            code = job.process.wait(240)
-        finally:
-            job.stop()
+    script_args = ["--odd-rank", "1"] if script == JOB else []
+    environment = {**os.environ, **(env or {})}
+    code = run_torchrun(
+        tmp,
+        log,
+        *script_args,
+        script=script,
+        timeout=240,
+        nproc=nproc,
+        torchrun_args=torchrun_args,
+        env=environment,
+    )
     assert code != 0, log.read_text(errors="replace")[-2000:]
     return log
 

@@ -6,13 +6,13 @@ torchrun's prefix is ``[${role_name}${local_rank}]:``: with --role the number is
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.sshd import free_port
 
 from rankscope.demo.launch import LaunchedJob
 
@@ -21,19 +21,13 @@ JOB = Path(__file__).parent / "jobs" / "crash_job.py"
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def two_node_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The console log of two 2-rank torchrun agents (--role nodeA:/nodeB:); global rank 3
     (nodeB's local rank 1) raises a RuntimeError, the others a ValueError."""
     tmp_path = tmp_path_factory.mktemp("twonodes")
     log = tmp_path / "job.log"
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     jobs: list[LaunchedJob] = []
     with open(log, "wb") as out:

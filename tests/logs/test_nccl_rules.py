@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import run_torchrun
 
-from rankscope.demo.launch import start_torchrun
 from rankscope.logs.nccl import NcclScan
 from rankscope.logs.nccl_host import HostFacts, read_host_facts
 from rankscope.logs.nccl_rules import RULES
@@ -143,19 +143,14 @@ def test_gloo_socket_ifname_that_matches_nothing_real_job(tmp_path: Path) -> Non
     """A real 2-rank gloo job with GLOO_SOCKET_IFNAME=nosuch0: gloo's own error, explained."""
     host = short_hostname()
     log = tmp_path / "job.log"
-    with open(log, "wb") as out:
-        job = start_torchrun(
-            script=JOBS / "gloo_allreduce.py",
-            nproc=2,
-            workdir=tmp_path,
-            torchrun_args=["--role", f"{host}:", "--tee", "3"],
-            stdout=out,
-            env={**os.environ, "GLOO_SOCKET_IFNAME": "nosuch0"},
-        )
-        try:
-            code = job.process.wait(120)
-        finally:
-            job.stop()
+    code = run_torchrun(
+        tmp_path,
+        log,
+        script=JOBS / "gloo_allreduce.py",
+        timeout=120,
+        torchrun_args=["--role", f"{host}:", "--tee", "3"],
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "nosuch0"},
+    )
     text = log.read_text(errors="replace")
     assert code != 0, text[-2000:]
     assert "Unable to find address for: nosuch0" in text  # what torch's gloo prints

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import run_torchrun
+from tests.support.leftovers import gone_within
 from tests.support.system import ensure_commands
 
-from rankscope.demo.launch import start_torchrun
 from rankscope.ranks import short_hostname
 
 HOST = short_hostname()
@@ -52,19 +53,10 @@ def test_prefix_missing_command_is_one_line_error() -> None:
 @pytest.mark.timeout(240)
 def test_prefix_under_torchrun_no_python(tmp_path: Path) -> None:
     log = tmp_path / "console.log"
-    with open(log, "wb") as out:
-        job = start_torchrun(
-            script=Path(RANKSCOPE),
-            nproc=4,
-            workdir=tmp_path,
-            torchrun_args=["--no-python"],
-            script_args=["prefix", "--", sys.executable, "-c", EMIT_OK],
-            stdout=out,
-        )
-        try:
-            code = job.process.wait(180)
-        finally:
-            job.stop()
+    argv = ["prefix", "--", sys.executable, "-c", EMIT_OK]
+    code = run_torchrun(
+        tmp_path, log, *argv, script=Path(RANKSCOPE), timeout=180, nproc=4, torchrun_args=["--no-python"]
+    )
     text = log.read_text()
     assert code == 0, text
     for rank in range(4):
@@ -146,23 +138,6 @@ def test_prefix_into_a_closed_pipe_ends_the_command() -> None:
     assert b"rankscope" not in err
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie waiting for its reaper is gone
-
-
-def _wait_gone(pid: int, seconds: float = 10.0) -> bool:
-    end = time.monotonic() + seconds
-    while _alive(pid):
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def _start_prefix(tmp_path: Path, script: str) -> subprocess.Popen[bytes]:
     """`rankscope prefix -- bash -c SCRIPT` in a session of its own (killed as a group in teardown)."""
     return subprocess.Popen(
@@ -197,7 +172,7 @@ def test_sigterm_to_prefix_reaches_the_grandchild(tmp_path: Path) -> None:
         stdout, _ = proc.communicate(timeout=20)
         assert proc.returncode == 128 + signal.SIGTERM
         assert b"after" not in stdout
-        assert _wait_gone(pid, 5)
+        assert gone_within(pid, 5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -221,7 +196,7 @@ def test_a_leftover_holding_the_output_does_not_hold_prefix(tmp_path: Path) -> N
         pid = _read_pid(pid_file)
         assert proc.returncode == 3
         assert stdout == f"[{HOST}:0] started\n".encode()
-        assert _wait_gone(pid, 5)
+        assert gone_within(pid, 5)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -17,10 +17,11 @@ import pytest
 from tests.pictures.browser import Browser, colours, running_browser
 from tests.pictures.rings import traced_ranks
 from tests.support.cli import CliResult, run_cli
-from tests.support.cluster_fixtures import REMOTE_RANKSCOPE, client_env
+from tests.support.cluster_fixtures import REMOTE_RANKSCOPE, run_via
+from tests.support.jobs import torchrun_job
 from tests.support.sshd import Sshd, free_port
 
-from rankscope.demo.launch import HANG_JOB, LaunchedJob, start_torchrun
+from rankscope.demo.launch import HANG_JOB, LaunchedJob
 
 DATA = Path(__file__).parent.parent / "data"
 #: A thread name that would run script if a page put it in as markup; the ``;`` is the folded format's separator.
@@ -39,19 +40,12 @@ runpy.run_path({job!r}, run_name="__main__")
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
     workdir = tmp_path_factory.mktemp("pictures-job")
     script = workdir / "hostile_job.py"
     script.write_text(WRAPPER.format(name=HOSTILE, job=str(HANG_JOB)))
     env = dict(os.environ, HF_TOKEN=SECRET)
-    launched = start_torchrun(
-        script, nproc=2, script_args=("--scenario", "steps", "--culprit", "1"), workdir=workdir, env=env
-    )
-    try:
-        launched.wait_ready(timeout=180)
+    with torchrun_job(workdir, "--scenario", "steps", "--culprit", "1", script=script, env=env) as launched:
         yield launched
-    finally:
-        launched.stop()
 
 
 @pytest.fixture(scope="module")
@@ -242,11 +236,11 @@ def test_net_check_page_is_a_heatmap(sshd_nodes: Sshd, browser: Browser, tmp_pat
     listeners bind 0.0.0.0, IPv4), and closedport's ssh login is refused."""
     page = tmp_path / "net.html"
     port = free_port()
-    result = run_cli(
-        "net", "check", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node01,node02,closedport",
+    result = run_via(
+        sshd_nodes, "net check", "--hosts", "node01,node02,closedport",
         "--address", "node01=127.0.0.1", "--address", "node02=::1", "--address", "closedport=127.0.0.3",
         "--remote-rankscope", REMOTE_RANKSCOPE, "--port", str(port), "--window", "1", "--html", str(page),
-        env=client_env(), timeout=120,
+        timeout=120,
     )  # fmt: skip
     assert result.returncode == 4, result.stdout + result.stderr
     assert browser.tab.open(page) == [page.resolve().as_uri()] and browser.tab.errors == []

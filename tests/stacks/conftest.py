@@ -5,23 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from tests.support.jobs import torchrun_job
 
-from rankscope.demo.launch import LaunchedJob, start_torchrun
-
-
-def _hung_job(
-    tmp_path_factory: pytest.TempPathFactory, name: str, *script_args: str, nproc: int = 4
-) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
-    job = start_torchrun(nproc=nproc, script_args=script_args, workdir=Path(tmp_path_factory.mktemp(name)))
-    try:
-        job.wait_ready(timeout=180)
-        yield job
-    finally:
-        job.stop()
+from rankscope.demo.launch import LaunchedJob
 
 
 @pytest.fixture(scope="session")
@@ -31,30 +19,26 @@ def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     Three files read it (test_real_jobs, test_native, test_jobs_by_evidence) and none changes it:
     one job per worker. Hung, it takes no CPU while it waits. Its collective timeout is an hour: a
     worker's session outlasts hang_job's default of 10 minutes, after which the job would end."""
-    yield from _hung_job(
-        tmp_path_factory,
-        "lock",
-        "--scenario",
-        "lock",
-        "--culprit",
-        "2",
-        "--threads",
-        "2",
-        "--timeout",
-        "3600",
-    )
+    args = ("--scenario", "lock", "--culprit", "2", "--threads", "2", "--timeout", "3600")
+    with torchrun_job(tmp_path_factory.mktemp("lock"), *args, nproc=4) as job:
+        yield job
 
 
 @pytest.fixture(scope="module")
 def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 1 never reaches the barrier (it loops in load_batch); ranks 0 and 2 wait there."""
-    yield from _hung_job(tmp_path_factory, "skip", "--scenario", "skip-barrier", "--culprit", "1", nproc=3)
+    args = ("--scenario", "skip-barrier", "--culprit", "1")
+    with torchrun_job(tmp_path_factory.mktemp("skip"), *args, nproc=3) as job:
+        yield job
 
 
 @pytest.fixture(scope="module")
 def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 2 is stuck deep in decode_record recursion; ranks 0-1 reach a barrier through another chain."""
-    yield from _hung_job(tmp_path_factory, "deep", "--scenario", "deep", "--culprit", "2", nproc=3)
+    with torchrun_job(
+        tmp_path_factory.mktemp("deep"), "--scenario", "deep", "--culprit", "2", nproc=3
+    ) as job:
+        yield job
 
 
 @pytest.fixture

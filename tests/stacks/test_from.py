@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import client_env
+from tests.support.cluster_fixtures import run_via
+from tests.support.jobs import torchrun_job
 from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
 from tests.support.sshd import Sshd
 
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 
 #: `stacks --out` directories written by rankscope 0.1.0 (see its README).
 V1 = Path(__file__).parent.parent / "data" / "stacks-out-v1"
@@ -132,17 +133,9 @@ def test_options_that_collect_are_refused_with_from(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def two_rank_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
-    job = start_torchrun(
-        nproc=2,
-        script_args=("--scenario", "skip-barrier", "--culprit", "1"),
-        workdir=Path(tmp_path_factory.mktemp("from-job")),
-    )
-    try:
-        job.wait_ready(timeout=180)
+    args = ("--scenario", "skip-barrier", "--culprit", "1")
+    with torchrun_job(tmp_path_factory.mktemp("from-job"), *args) as job:
         yield job
-    finally:
-        job.stop()
 
 
 @pytest.mark.slow
@@ -170,9 +163,9 @@ def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNode
     """A `--hosts` run keeps each node's answer, not raw dumps: --from re-diagnoses the merged stacks.json."""
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
     out = tmp_path / "out"
-    live = run_cli(
-        "stacks", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json", "--out", str(out),
-        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), env=client_env(), timeout=180,
+    live = run_via(
+        sshd_nodes, "stacks", "--json", "--out", str(out), "--hosts", "node[01-02]",
+        "--remote-rankscope", str(dispatch), timeout=180,
     )  # fmt: skip
     assert live.returncode == 0, live.stdout + live.stderr
     assert sorted(p.name for p in out.iterdir()) == ["node01.out", "node02.out", "report.txt", "stacks.json"]

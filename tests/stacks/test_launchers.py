@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
 from tests.support.sshd import free_port
-
-from rankscope.demo.launch import start_torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -22,11 +21,7 @@ def test_accelerate_launch_job_is_found_and_named(tmp_path: Path) -> None:
     # accelerate's multi-process launcher (torch elastic inside `accelerate launch`); hang_job uses gloo.
     launcher = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     launcher += ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]
-    job = start_torchrun(
-        nproc=2, script_args=["--scenario", "lock", "--culprit", "1"], workdir=tmp_path, launcher=launcher
-    )
-    try:
-        job.wait_ready(timeout=180)
+    with torchrun_job(tmp_path, "--scenario", "lock", "--culprit", "1", launcher=launcher) as job:
         result = run_cli("stacks", "--json")  # no target: discovery must find the accelerate job
         # Other tests' jobs may run on this node too (exit 4 when one of theirs fails): check only ours.
         assert result.returncode in (0, 4), result.stderr
@@ -40,5 +35,3 @@ def test_accelerate_launch_job_is_found_and_named(tmp_path: Path) -> None:
         assert diagnosis["divergent_ranks"] == [1]
         whoami = run_cli("whoami", "--pid", str(job.worker_pids()[1]), "--json").json()
         assert whoami["launcher"] == "accelerate" and whoami["world_size"] == 2
-    finally:
-        job.stop()

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli, run_cli_as
+from tests.support.jobs import torchrun_job
 
 from rankscope import procfs
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 from rankscope.model import FailureKind
 from rankscope.stacks.permissions import (
     explain_ptrace_denied,
@@ -70,18 +71,9 @@ def test_already_traced_names_the_tracer(tool: str, python_sleeper: subprocess.P
 
 @pytest.fixture(scope="module")
 def root_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
     # Rank 1 deadlocks on its own lock, rank 0 waits for it in all_reduce: the job stays up.
-    job = start_torchrun(
-        nproc=2,
-        script_args=("--scenario", "lock", "--culprit", "1"),
-        workdir=Path(tmp_path_factory.mktemp("rootjob")),
-    )
-    try:
-        job.wait_ready(timeout=180)
+    with torchrun_job(tmp_path_factory.mktemp("rootjob"), "--scenario", "lock", "--culprit", "1") as job:
         yield job
-    finally:
-        job.stop()
 
 
 def test_other_users_job_says_whose_and_why(root_job: LaunchedJob, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
 
 from rankscope.demo.launch import LaunchedJob
 from rankscope.procs import ProcessTable, find_jobs
@@ -104,11 +105,8 @@ def test_whoami_of_a_real_torchrun_worker(lock_job: LaunchedJob) -> None:
 
 
 def test_worker_that_exits_during_collection(tmp_path_factory: pytest.TempPathFactory) -> None:
-    from tests.stacks.conftest import _hung_job
-
-    gen = _hung_job(tmp_path_factory, "exiting", "--scenario", "skip-barrier", "--culprit", "0", nproc=2)
-    job = next(gen)
-    try:
+    workdir = tmp_path_factory.mktemp("exiting")
+    with torchrun_job(workdir, "--scenario", "skip-barrier", "--culprit", "0") as job:
         (found,) = [j for j in find_jobs(ProcessTable()) if j.launcher_pid == job.pid]
         targets = [Target(w.pid, w.rank, w.cmdline) for w in found.workers]
         # Pause the torchrun agent, or it tears the other worker down as soon as one dies.
@@ -125,8 +123,6 @@ def test_worker_that_exits_during_collection(tmp_path_factory: pytest.TempPathFa
         failure = outcomes[1].failure
         assert failure is not None and failure.rank is not None and failure.rank.rank == targets[1].rank.rank
         assert "exited" in failure.reason or "zombie" in failure.reason
-    finally:
-        gen.close()
 
 
 def test_skipped_barrier(barrier_job: LaunchedJob) -> None:

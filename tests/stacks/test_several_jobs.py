@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import READY_TIMEOUT, torchrun_job
 
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 
 pytestmark = pytest.mark.slow
 
@@ -16,26 +16,17 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def two_jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, LaunchedJob]]:
     """Job A: rank 1 deadlocks on a lock (rank 0 in all_reduce). Job B: rank 0 never reaches the barrier."""
-    pytest.importorskip("torch.distributed")
-    a = start_torchrun(
-        nproc=2,
-        script_args=("--scenario", "lock", "--culprit", "1"),
-        workdir=Path(tmp_path_factory.mktemp("job-a")),
-    )
-    try:
-        b = start_torchrun(
-            nproc=2,
-            script_args=("--scenario", "skip-barrier", "--culprit", "0"),
-            workdir=Path(tmp_path_factory.mktemp("job-b")),
-        )
-        try:
-            a.wait_ready(timeout=180)
-            b.wait_ready(timeout=180)
-            yield a, b
-        finally:
-            b.stop()
-    finally:
-        a.stop()
+    with (
+        torchrun_job(
+            tmp_path_factory.mktemp("job-a"), "--scenario", "lock", "--culprit", "1", ready=False
+        ) as a,
+        torchrun_job(
+            tmp_path_factory.mktemp("job-b"), "--scenario", "skip-barrier", "--culprit", "0", ready=False
+        ) as b,
+    ):
+        a.wait_ready(timeout=READY_TIMEOUT)  # both started first: their start-ups overlap
+        b.wait_ready(timeout=READY_TIMEOUT)
+        yield a, b
 
 
 def test_each_job_has_its_own_diagnosis_in_json(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.jobs import torchrun_job
 
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 from rankscope.inproc import runtime
 
 pytestmark = pytest.mark.slow
@@ -35,18 +36,11 @@ REFUSAL = (
 
 @pytest.fixture(scope="module")
 def steps_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, Path]]:
-    pytest.importorskip("torch.distributed")
     workdir = tmp_path_factory.mktemp("steps")
     directory = workdir / "rt"
     env = {**os.environ, "RANKSCOPE_INPROC": "1", runtime.ENV_DIR: str(directory)}
-    job = start_torchrun(
-        nproc=3, script_args=("--scenario", "steps", "--culprit", "2"), workdir=workdir, env=env
-    )
-    try:
-        job.wait_ready(timeout=180)
+    with torchrun_job(workdir, "--scenario", "steps", "--culprit", "2", nproc=3, env=env) as job:
         yield job, directory
-    finally:
-        job.stop()
 
 
 def stacks(*args: str, standin: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from tests.support.cli import CliResult
-from tests.support.multinode_job import MultiNodeJob, start_multinode_job
+from tests.support.cli import CliResult, run_cli
+from tests.support.multinode_job import MultiNodeJob, multinode_job
 from tests.support.netns import NetnsNodes, create_client
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, add_alias, free_port, start_sshd
@@ -56,14 +56,10 @@ def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mult
     tests/cluster/test_stacks_ssh.py read it and change nothing: one per worker."""
     # One per worker for the whole session (11 minutes and more): the hang outlives hang_job's default
     # 10-minute collective timeout.
-    job = start_multinode_job(
+    with multinode_job(
         tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2, collective_timeout=3600
-    )
-    try:
-        job.wait_ready()
+    ) as job:
         yield job
-    finally:
-        job.stop()
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +71,17 @@ def client_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("PDSH_SSH_ARGS_APPEND", None)
     return env
+
+
+def via_args(sshd: Sshd, verb: str, *args: str, via: str = "ssh") -> list[str]:
+    """The arguments of ``rankscope VERB --via VIA --ssh-config <sshd's config> ARGS``: a command
+    over ``sshd``'s nodes (``exec``, ``stacks --hosts``, ``why --hosts``, ``net check``)."""
+    return [*verb.split(), "--via", via, "--ssh-config", str(sshd.ssh_config), *args]
+
+
+def run_via(sshd: Sshd, verb: str, *args: str, via: str = "ssh", timeout: float = 120) -> CliResult:
+    """``rankscope VERB`` over ``sshd``'s nodes (:func:`via_args`), run as the client side would."""
+    return run_cli(*via_args(sshd, verb, *args, via=via), env=client_env(), timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -104,6 +111,10 @@ class NetnsCluster:
             env=client_env(),
         )
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    def run_via(self, verb: str, *args: str, via: str = "ssh") -> CliResult:
+        """``rankscope VERB`` over these nodes from the client namespace (:func:`via_args`)."""
+        return self.run_cli(*via_args(self.sshd, verb, *args, via=via))
 
 
 @pytest.fixture(scope="session")

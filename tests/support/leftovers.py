@@ -79,6 +79,21 @@ def state(pid: int) -> str:
     return stat[1] if stat else ""
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie waiting for its reaper counts as gone)."""
+    return state(pid) not in ("", "Z", "X")
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether ``pid`` is gone (:func:`alive`) within ``seconds``."""
+    end = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def tracer(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as handle:

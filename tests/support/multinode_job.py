@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -55,7 +55,8 @@ class MultiNodeJob:
                 job.stop()
 
 
-def start_multinode_job(
+@contextlib.contextmanager
+def multinode_job(
     workdir: Path,
     nodes: Sequence[str],
     nproc_per_node: int = 2,
@@ -63,10 +64,13 @@ def start_multinode_job(
     culprit: int = 2,
     extra_env: Optional[Mapping[str, str]] = None,
     collective_timeout: Optional[float] = None,
-) -> MultiNodeJob:
+) -> Iterator[MultiNodeJob]:
+    """One torchrun per node of ``nodes`` (NPROC_PER_NODE ranks each) of ``hang_job.py --scenario
+    SCENARIO --culprit CULPRIT``, entered once every rank is ready, stopped on exit whatever happened."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     jobs: list[LaunchedJob] = []
+    job = MultiNodeJob(workdir=workdir, nodes=list(nodes), jobs=jobs, nproc_per_node=nproc_per_node)
     try:
         for node_rank, node in enumerate(nodes):
             env = dict(
@@ -90,11 +94,10 @@ def start_multinode_job(
                 LaunchedJob(process=process, workdir=workdir, nproc=nproc_per_node, log_path=log_path)
             )
             (workdir / f"{node}.pid").write_text(str(process.pid))
-    except BaseException:
-        for job in jobs:
-            job.stop()
-        raise
-    return MultiNodeJob(workdir=workdir, nodes=list(nodes), jobs=jobs, nproc_per_node=nproc_per_node)
+        job.wait_ready()
+        yield job
+    finally:
+        job.stop()
 
 
 def write_node_dispatch(

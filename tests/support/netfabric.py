@@ -10,7 +10,6 @@ inside these namespaces.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -21,22 +20,26 @@ from typing import Optional
 
 from tests.support.cli import CliResult
 from tests.support.machine_lock import machine_lock
-from tests.support.netns import ip
+from tests.support.netns import Namespaces, ip
 from tests.support.sshd import Sshd, start_sshd, stop_all
 
 
 @dataclass
 class Fabric:
-    router: str
-    namespaces: dict[str, str] = field(default_factory=dict)
+    net: Namespaces
     addresses: dict[str, str] = field(default_factory=dict)
     ssh_config: Optional[Path] = None
     servers: list[Sshd] = field(default_factory=list)
     veths: dict[str, str] = field(default_factory=dict)  # node -> its interface name
 
+    @property
+    def namespaces(self) -> dict[str, str]:
+        """node -> its namespace (the router's not among them)."""
+        return {node: namespace for node, namespace in self.net.namespaces.items() if node != "router"}
+
     def netns_argv(self, node: str, argv: Sequence[str]) -> list[str]:
-        namespace = self.router if node == "router" else self.namespaces[node]
-        return ["ip", "netns", "exec", namespace, *argv]
+        """``argv`` run inside ``node``'s namespace (``router``: the router's)."""
+        return self.net.argv(node, argv)
 
     def run(
         self, node: str, *args: str, timeout: float = 60, env: Optional[dict[str, str]] = None
@@ -81,11 +84,7 @@ class Fabric:
     def delete(self) -> None:
         stop_all(self.servers)
         self.servers.clear()
-        with machine_lock("netns"):
-            for namespace in [*self.namespaces.values(), self.router]:
-                with contextlib.suppress(Exception):
-                    subprocess.run(["ip", "netns", "del", namespace], capture_output=True, timeout=20)
-        self.namespaces.clear()
+        self.net.delete()
 
 
 def build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool = True) -> Fabric:
@@ -95,29 +94,18 @@ def build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool = True) ->
 
 def _build_fabric(nodes: Sequence[str], workdir: Path, with_sshd: bool) -> Fabric:
     pid = os.getpid() % 100000
-    tag = f"rsnet{pid}"
-    fabric = Fabric(router=f"{tag}-router")
+    fabric = Fabric(Namespaces(f"rsnet{pid}"))
     try:
-        subprocess.run(["ip", "netns", "add", fabric.router], check=True, timeout=20)
-        ip("link", "set", "lo", "up", netns=fabric.router)
+        fabric.net.add("router")
         subprocess.run(
             fabric.netns_argv("router", ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]),
             check=True,
             timeout=20,
         )
         for index, node in enumerate(nodes, start=1):
-            namespace = f"{tag}-{node}"
-            subprocess.run(["ip", "netns", "add", namespace], check=True, timeout=20)
-            fabric.namespaces[node] = namespace
+            namespace = fabric.net.add(node)
             outer, inner = f"rn{pid}r{index}", f"rn{pid}n{index}"
-            ip("link", "add", outer, "type", "veth", "peer", "name", inner)
-            ip("link", "set", outer, "netns", fabric.router)
-            ip("link", "set", inner, "netns", namespace)
-            ip("addr", "add", f"10.232.{index}.1/24", "dev", outer, netns=fabric.router)
-            ip("link", "set", outer, "up", netns=fabric.router)
-            ip("addr", "add", f"10.232.{index}.2/24", "dev", inner, netns=namespace)
-            ip("link", "set", inner, "up", netns=namespace)
-            ip("link", "set", "lo", "up", netns=namespace)
+            fabric.net.link(("router", node), (outer, inner), (f"10.232.{index}.1", f"10.232.{index}.2"))
             ip("route", "add", "10.232.0.0/16", "via", f"10.232.{index}.1", netns=namespace)
             fabric.addresses[node] = f"10.232.{index}.2"
             fabric.veths[node] = inner

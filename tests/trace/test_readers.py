@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -15,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
 from tests.trace.conftest import run_program
 from tests.trace.trace_events import check_trace_events
 
@@ -78,54 +76,24 @@ def _stuck_where(directory: Path) -> dict[int, list[str]]:
 def stuck_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A 4-rank torchrun job traced with ``rankscope trace run``: ranks 0-2 wait in a barrier for rank
     3, which sleeps. Yields the traces directory once every rank waits; killed in teardown."""
-    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
     rankscope = shutil.which("rankscope", path=os.path.dirname(sys.executable))
-    if not torchrun or not rankscope:
-        pytest.skip("torchrun or the rankscope entry point is not installed beside this Python")
+    if not rankscope:
+        pytest.skip("the rankscope entry point is not installed beside this Python")
     tmp_path = tmp_path_factory.mktemp("job")
     (tmp_path / "train.py").write_text(JOB)
     out = tmp_path / "traces"
-    argv = [
-        torchrun,
-        "--standalone",
-        "--nproc-per-node",
-        "4",
-        "--no-python",
-        rankscope,
-        "trace",
-        "run",
-        "--out",
-        str(out),
-        "--ring-size",
-        "48K",
-        "--include",
-        "torch.distributed",
-        "--",
-        "train.py",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    job = subprocess.Popen(
-        argv,
-        cwd=tmp_path,
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    trace_run = ["trace", "run", "--out", str(out), "--ring-size", "48K", "--include", "torch.distributed"]
+    # torchrun --no-python rankscope trace run ... -- train.py; its workers and all they start are
+    # stopped with it (torchrun_job), whatever session each runs in.
+    with torchrun_job(
+        tmp_path, *trace_run, "--", "train.py", nproc=4, script=Path(rankscope),
+        torchrun_args=["--no-python"], ready=False,
+    ) as job:  # fmt: skip
         deadline = time.monotonic() + 300  # four torch imports on a loaded 2-core machine take minutes
-        while time.monotonic() < deadline and len(_stuck_where(out)) < 4 and job.poll() is None:
+        while time.monotonic() < deadline and len(_stuck_where(out)) < 4 and job.process.poll() is None:
             time.sleep(0.5)
-        assert len(_stuck_where(out)) == 4, job.stderr.read() if job.poll() is not None and job.stderr else ""
+        assert len(_stuck_where(out)) == 4, job.log_tail()
         yield out
-    finally:
-        # the workers first (their pids are in the file names): torchrun starts each in its own session
-        for path in out.glob("trace-*"):
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(path.name.split("-")[-1].split(".")[0]), signal.SIGKILL)
-        os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=30)
 
 
 def test_a_traced_torchrun_job_writes_one_file_per_rank_and_tail_groups_them(stuck_job: Path) -> None:

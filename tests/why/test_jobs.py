@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fr.ranks import inproc_job
 from tests.support.cli import run_cli
+from tests.support.jobs import torchrun_job
+from tests.support.ranks_job import ranks_job
 
 from rankscope import procfs
-from rankscope.demo.launch import LaunchedJob, start_torchrun
+from rankscope.demo.launch import LaunchedJob
 
 pytestmark = pytest.mark.slow
 
@@ -45,23 +46,14 @@ def _rank_pid(job: LaunchedJob, rank: int) -> int:
 
 @pytest.fixture(scope="module")
 def crash_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
     env = dict(os.environ, MY_SERVICE_TOKEN="do-not-keep", OMP_NUM_THREADS="1")
-    job = start_torchrun(
-        nproc=2,
-        script_args=["--scenario", "crash-hang", "--culprit", "1"],
-        workdir=tmp_path_factory.mktemp("crash"),
-        env=env,
-    )
-    try:
-        job.wait_ready(timeout=180)
+    workdir = tmp_path_factory.mktemp("crash")
+    with torchrun_job(workdir, "--scenario", "crash-hang", "--culprit", "1", env=env) as job:
         _wait(
             lambda: b"RuntimeError: bad batch" in job.log_path.read_bytes(),
             "no traceback in the job's output",
         )
         yield job
-    finally:
-        job.stop()
 
 
 @pytest.fixture(scope="module")
@@ -125,21 +117,13 @@ def test_the_bundle_read_back_gives_the_same_verdict(crash_bundle: Any) -> None:
 
 @pytest.fixture(scope="module")
 def killed_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    pytest.importorskip("torch.distributed")
-    job = start_torchrun(
-        nproc=2,
-        script_args=["--scenario", "skip-barrier", "--culprit", "0"],
-        workdir=tmp_path_factory.mktemp("killed"),
-        torchrun_args=["--monitor-interval", "600"],
-    )
-    try:
-        job.wait_ready(timeout=180)
+    args = ("--scenario", "skip-barrier", "--culprit", "0")
+    workdir = tmp_path_factory.mktemp("killed")
+    with torchrun_job(workdir, *args, torchrun_args=["--monitor-interval", "600"]) as job:
         victim = _rank_pid(job, 1)
         os.kill(victim, signal.SIGKILL)
         _wait(lambda: (procfs.stat_fields(victim) or ["?"])[0] == "Z", "the killed rank is not a zombie")
         yield job
-    finally:
-        job.stop()
 
 
 def test_a_rank_killed_by_sigkill_is_named_from_its_exit_status(killed_job: LaunchedJob) -> None:
@@ -178,7 +162,7 @@ def _desync(pids: list[int]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def extra_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("rt-extra"), "extra", 2) as pids:
+    with ranks_job(tmp_path_factory.mktemp("rt-extra"), "extra", 2) as pids:
         yield pids
 
 
@@ -196,7 +180,7 @@ def test_an_extra_collective_that_already_returned_is_seen_by_the_recorders(extr
 @pytest.fixture(scope="module")
 def skip_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("rt-skip"), "skip", 2) as pids:
+    with ranks_job(tmp_path_factory.mktemp("rt-skip"), "skip", 2) as pids:
         yield pids
 
 
@@ -211,7 +195,7 @@ def test_a_rank_that_never_issued_the_collective(skip_job: list[int]) -> None:
 @pytest.fixture(scope="module")
 def same_call_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[int]]:
     pytest.importorskip("torch")
-    with inproc_job(tmp_path_factory.mktemp("rt-same"), "same-call", 2) as pids:
+    with ranks_job(tmp_path_factory.mktemp("rt-same"), "same-call", 2) as pids:
         yield pids
 
 

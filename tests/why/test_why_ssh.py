@@ -7,13 +7,13 @@ of a rank that is not in a collective; the head joins both (each node answers `w
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import REMOTE_SETUP, client_env
-from tests.support.multinode_job import MultiNodeJob, start_multinode_job, write_node_dispatch
+from tests.support.cluster_fixtures import REMOTE_SETUP, run_via
+from tests.support.multinode_job import MultiNodeJob, multinode_job, write_node_dispatch
 from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.slow
@@ -21,35 +21,25 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def crashed_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
-    job = start_multinode_job(
-        tmp_path_factory.mktemp("job"),
-        ["node01", "node02"],
-        nproc_per_node=1,
-        scenario="crash-hang",
-        culprit=1,
-    )
-    try:
-        job.wait_ready()
+    workdir = tmp_path_factory.mktemp("job")
+    with multinode_job(
+        workdir, ["node01", "node02"], nproc_per_node=1, scenario="crash-hang", culprit=1
+    ) as job:
         log = job.workdir / "node02.log"
         for _ in range(600):
             if b"RuntimeError: bad batch" in log.read_bytes():
                 break
-            import time
-
             time.sleep(0.2)
         yield job
-    finally:
-        job.stop()
 
 
 def test_why_across_nodes_joins_what_each_node_sees(
     sshd_nodes: Sshd, crashed_two_node_job: MultiNodeJob, tmp_path: Path
 ) -> None:
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", crashed_two_node_job.workdir)
-    result = run_cli(
-        "why", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--json",
-        "--hosts", "node[01-02],closedport", "--remote-rankscope", str(dispatch),
-        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", env=client_env(), timeout=180,
+    result = run_via(
+        sshd_nodes, "why", "--json", "--hosts", "node[01-02],closedport", "--remote-rankscope", str(dispatch),
+        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", timeout=180,
     )  # fmt: skip
     assert result.returncode == 15, result.stdout + result.stderr
     document = result.json()
@@ -63,10 +53,9 @@ def test_why_across_nodes_joins_what_each_node_sees(
     stages = {n["node"]: n["stage"] for n in document["nodes"]}
     assert stages == {"node01": "ok", "node02": "ok", "closedport": "unreachable"}
     assert [f["target"] for f in document["failures"]] == ["closedport"]
-    text = run_cli(
-        "why", "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config),
-        "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch),
-        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", env=client_env(), timeout=180,
+    text = run_via(
+        sshd_nodes, "why", "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch),
+        "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", timeout=180,
     )  # fmt: skip
     assert text.returncode == 15, text.stdout + text.stderr
     assert text.stdout.splitlines()[2] == "Verdict: rank 1 raised RuntimeError: bad batch on rank 1 at step 1"

@@ -1,4 +1,6 @@
-"""Starting and stopping the ranks of tests/fr/fr_job.py (each rank its own process group)."""
+"""A hung gloo job of tests/fr/fr_job.py started rank by rank, no launcher (each rank its own process group).
+
+:func:`ranks_job` is the builder: the tests of tests/fr and tests/why share one per module."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from tests.support.sshd import free_port
 from rankscope.inproc.runtime import ENV_DIR
 from rankscope.stacks.inproc_collect import locate
 
-JOB = Path(__file__).with_name("fr_job.py")
+JOB = Path(__file__).parent.parent / "fr" / "fr_job.py"
 
 
 def start_rank(
@@ -51,27 +53,35 @@ def stop_ranks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
 
 
 @contextlib.contextmanager
-def inproc_job(
-    runtime: Path,
+def ranks_job(
+    runtime: Optional[Path],
     scenario: str,
     world: int,
     without_handler: Collection[int] = (),
     dumps: Optional[Path] = None,
+    dump_after: float = 5,
 ) -> Iterator[list[int]]:
     """The pids of a ``fr_job.py SCENARIO`` job run as a user would, TORCH_FR_BUFFER_SIZE=2000 and
     RANKSCOPE_INPROC=1 (no dump code), once every handler is enabled; the ranks in ``without_handler``
-    run with RANKSCOPE_INPROC=0. The handlers' files go under ``runtime``, private to the test. With
-    ``dumps``, each rank also writes its recorder there (``rank_N``) 5 s after its start, once hung."""
+    run with RANKSCOPE_INPROC=0. The handlers' files go under ``runtime``, private to the test; with
+    ``runtime`` None no rank runs a handler (RANKSCOPE_INPROC unset). With ``dumps``, each rank also
+    writes its recorder there (``rank_N``) ``dump_after`` seconds after its start, once hung, and the
+    job is handed over once every rank's is there. Every rank is SIGKILLed, whole group, on exit."""
+    if runtime is None:
+        without_handler = range(world)
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for rank in range(world):
-            env = {
-                "TORCH_FR_BUFFER_SIZE": "2000",
-                "RANKSCOPE_INPROC": "0" if rank in without_handler else "1",
-                ENV_DIR: str(runtime / "rt"),
-            }
-            args = [scenario, str(dumps / "rank_"), "5"] if dumps is not None else [scenario, "-", "0"]
+            env = {"TORCH_FR_BUFFER_SIZE": "2000"}
+            if runtime is not None:
+                env["RANKSCOPE_INPROC"] = "0" if rank in without_handler else "1"
+                env[ENV_DIR] = str(runtime / "rt")
+            args = (
+                [scenario, str(dumps / "rank_"), f"{dump_after:g}"]
+                if dumps is not None
+                else [scenario, "-", "0"]
+            )
             procs.append(start_rank(rank, world, port, args, env))
         deadline = time.monotonic() + 240  # torch's import on a loaded machine
         while not all(
