@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.fr.ranks import inproc_job
 from tests.support.cli import run_cli
+from tests.support.ranks_job import ranks_job
 
 from rankscope.fr.records import RankDump, add_members
 
@@ -29,7 +29,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[int], P
     runtime = tmp_path_factory.mktemp("members")
     dumps = runtime / "dumps"
     dumps.mkdir()
-    with inproc_job(runtime, "member-skips", 3, dumps=dumps) as pids:
+    with ranks_job(runtime, "member-skips", 3, dumps=dumps) as pids:
         yield pids, dumps
 
 
