@@ -23,8 +23,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -48,10 +48,10 @@ MODES = {"no": [], "yes": ["--native"], "all": ["--native-all"]}
 
 
 def compare(
-    launcher: int, modes: list[str], repeat: int, before_src: Optional[Path] = None
+    launcher: int, modes: list[str], repeat: int, other_srcs: Sequence[Path] = ()
 ) -> list[dict[str, object]]:
     """The manual pipeline (with --native when any mode is native) and each rankscope mode, alternating;
-    with ``before_src``, each mode also from that checkout's src (the previous version), in the same loop."""
+    each mode also from every checkout's src in ``other_srcs`` (the previous version), in the same loop."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ.get('PATH', '')}", RUST_BACKTRACE="0")
     flag = " --native" if modes != ["no"] else ""
     manual = ["bash", "-c", f"pgrep -P {launcher} | xargs -I {{}} py-spy dump{flag} --pid {{}}"]
@@ -59,16 +59,18 @@ def compare(
     for mode in modes:
         argv = [str(BIN / "rankscope"), "stacks", "--pid", str(launcher), "--no-color", *MODES[mode]]
         runs[mode] = (argv, env)
-        if before_src is not None:
-            runs[f"{mode}-before"] = (argv, dict(env, PYTHONPATH=str(before_src)))
+        for number, src in enumerate(other_srcs, start=1):
+            runs[f"{mode} [src {number}]"] = (argv, dict(env, PYTHONPATH=str(src)))
     manual_times: list[float] = []
+    manual_cpu: list[float] = []
     wall: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     manual_out = ""
     our_out: dict[str, str] = {}
     for _ in range(repeat):
-        seconds, _cpu, manual_out = timed(manual, env)
+        seconds, cpu_s, manual_out = timed(manual, env)
         manual_times.append(seconds)
+        manual_cpu.append(cpu_s)
         for name, (argv, run_env) in runs.items():
             seconds, cpu_s, our_out[name] = timed(argv, run_env)
             wall[name].append(seconds)
@@ -84,6 +86,7 @@ def compare(
                 "rankscope_s": o,
                 "ratio": o / m,
                 "rankscope_cpu_s": statistics.median(cpu[name]),
+                "manual_cpu_s": statistics.median(manual_cpu),
                 "rankscope_min_max_s": [min(wall[name]), max(wall[name])],
                 "manual_min_max_s": [min(manual_times), max(manual_times)],
                 "manual_lines": len(manual_out.splitlines()),
@@ -94,7 +97,7 @@ def compare(
 
 
 def bench_jobs(
-    ranks_list: list[int], repeat: int, native_repeat: int, before_src: Optional[Path] = None
+    ranks_list: list[int], repeat: int, native_repeat: int, other_srcs: Sequence[Path] = ()
 ) -> list[dict[str, object]]:
     from rankscope.demo.launch import start_torchrun
 
@@ -106,7 +109,7 @@ def bench_jobs(
             for modes, times in ((["no"], repeat), (["yes", "all"], native_repeat)):
                 if times < 1:
                     continue
-                for row in compare(job.pid, modes, times, before_src):
+                for row in compare(job.pid, modes, times, other_srcs):
                     row = {"ranks": ranks, **row, "load_1m": os.getloadavg()[0]}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -173,9 +176,11 @@ def main() -> None:
     parser.add_argument(
         "--before-src",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         metavar="DIR",
-        help="also run rankscope from this checkout's src (PYTHONPATH), alternating in the same loop",
+        help="also run rankscope from this checkout's src (PYTHONPATH), alternating in the same loop; "
+        "repeatable: the rows name them [src 1], [src 2], ...",
     )
     parser.add_argument("--merge-ranks", type=int, default=100_000)
     parser.add_argument("--merge-only", action="store_true")
@@ -187,18 +192,19 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "src" / "rankscope")], check=True)
     if not args.merge_only:
         native_repeat = max(1, args.repeat // 2) if args.native_repeat is None else args.native_repeat
-        if args.before_src is not None:
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.before_src)], check=True)
+        for number, src in enumerate(args.before_src, start=1):
+            print(f"[src {number}]: {src}", flush=True)
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True)
         rows = bench_jobs(args.ranks, args.repeat, native_repeat, args.before_src)
         print(
-            "\n| ranks | --native | manual pipeline (s) | rankscope (s) | ratio | rankscope CPU (s) "
+            "\n| ranks | --native | manual pipeline (s) | rankscope (s) | ratio | CPU manual / rankscope (s) "
             "| lines manual | lines rankscope | fewer lines |"
         )
         print("|---:|:---:|---:|---:|---:|---:|---:|---:|---:|")
         for row in rows:
             print(
                 f"| {row['ranks']} | {row['native']} | {row['manual_s']:.3f} | {row['rankscope_s']:.3f} "
-                f"| {row['ratio']:.2f}x | {row['rankscope_cpu_s']:.3f} | {row['manual_lines']} | {row['rankscope_lines']} "
+                f"| {row['ratio']:.2f}x | {row['manual_cpu_s']:.3f} / {row['rankscope_cpu_s']:.3f} | {row['manual_lines']} | {row['rankscope_lines']} "
                 f"| {int(row['manual_lines']) / max(1, int(row['rankscope_lines'])):.1f}x |"
             )
     merge = merge_scale(args.merge_ranks)
