@@ -7,7 +7,7 @@ sends. A black-holed node (iptables DROP on its port) measures what a dead node 
 All of it runs inside a private network namespace, so the DROP rule touches nothing else.
 
     sudo .venv/bin/python bench/bench_multinode.py [--nodes 32] [--repeat 3] [--deadline 3] [--root-rc]
-        [--engines] [--baseline-src DIR]
+        [--engines] [--baseline-src DIR] [--no-black-hole]
 
 --engines adds the fan-out rows again with ClusterShell's Task as the engine (bench/task_engine.py);
 --baseline-src DIR adds them with the rankscope sources in DIR (e.g. an older checkout's src/), run
@@ -186,6 +186,8 @@ def inner(args: argparse.Namespace) -> int:
                 [*pdsh, *pdsh_hole, "-w", f"{nodeset},blackhole", manual_line],
             ),
         ]
+        if args.no_black_hole:
+            plan = [(name, argv) for name, argv in plan if "black hole" not in name]
         # The same fan-out rows through another engine: ClusterShell's Task, or older sources.
         engines: list[tuple[str, list[str], dict[str, str]]] = [("", [str(RANKSCOPE)], env)]
         if args.engines:
@@ -205,13 +207,35 @@ def inner(args: argparse.Namespace) -> int:
         # Where the time goes: the per-node work alone, node after node, no ssh.
         remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
         manual_cmd = ["sh", "-c", manual_line]
+        node_env = dict(env, RANKSCOPE_NODE="node01")
+        before_env = (
+            dict(node_env, PYTHONPATH=str(Path(args.baseline_src).resolve())) if args.baseline_src else {}
+        )
+        imports = "import rankscope.cli.stacks_request, rankscope.cli.stacks_report"
         costs = {
-            "remote rankscope stacks --local --json": sequential_cost(
-                [remote_cmd] * len(nodes), dict(env, RANKSCOPE_NODE="node01")
+            "remote rankscope stacks --local --json": sequential_cost([remote_cmd] * len(nodes), node_env),
+            **(
+                {
+                    "remote rankscope stacks --local --json [before]": sequential_cost(
+                        [remote_cmd] * len(nodes), before_env
+                    )
+                }
+                if before_env
+                else {}
             ),
-            "manual pgrep, xargs py-spy dump": sequential_cost(
-                [manual_cmd] * len(nodes), dict(env, RANKSCOPE_NODE="node01")
+            # Where a node's time goes: the same command without the live flight recorders' pass, the
+            # interpreter alone, rankscope's imports alone, the guardian's bare interpreter (rankscope.lifetime).
+            "remote rankscope stacks --local --json --no-fr": sequential_cost(
+                [[*remote_cmd, "--no-fr"]] * len(nodes), node_env
             ),
+            "python -c pass": sequential_cost([[sys.executable, "-c", "pass"]] * len(nodes), node_env),
+            "python -I -S -c pass (the guardian's interpreter)": sequential_cost(
+                [[sys.executable, "-I", "-S", "-c", "pass"]] * len(nodes), node_env
+            ),
+            "python -c 'import (the node's modules)'": sequential_cost(
+                [[sys.executable, "-c", imports]] * len(nodes), node_env
+            ),
+            "manual pgrep, xargs py-spy dump": sequential_cost([manual_cmd] * len(nodes), node_env),
             "ssh NODE true (client side)": sequential_cost(
                 [["ssh", "-F", str(sshd.ssh_config), node, "true"] for node in nodes], env
             ),
@@ -222,9 +246,10 @@ def inner(args: argparse.Namespace) -> int:
             "stdout"
         ]
         hole_run = next(
-            r for r in runs if "black hole" in str(r["name"]) and str(r["name"]).startswith("rankscope")
+            (r for r in runs if "black hole" in str(r["name"]) and str(r["name"]).startswith("rankscope")),
+            None,
         )
-        if "blackhole [unreachable]" not in str(hole_run["stdout"]):
+        if hole_run is not None and "blackhole [unreachable]" not in str(hole_run["stdout"]):
             print(
                 "WARNING: black-hole run did not list the black hole as unreachable:\n"
                 + str(hole_run["stdout"])
@@ -261,8 +286,9 @@ def inner(args: argparse.Namespace) -> int:
         print("|---|---:|---:|")
         for name, cost in costs.items():
             print(f"| {name} | {cost['wall_s']} | {cost['cpu_s']} |")
-        overhead = float(hole_run["median_s"]) - float(first["median_s"])  # type: ignore[arg-type]
-        print(f"\nblack-holed node adds {overhead:.2f}s (deadline {args.deadline:g}s)")
+        if hole_run is not None:
+            overhead = float(hole_run["median_s"]) - float(first["median_s"])  # type: ignore[arg-type]
+            print(f"\nblack-holed node adds {overhead:.2f}s (deadline {args.deadline:g}s)")
         print("\nrankscope --via ssh report head:\n" + "\n".join(str(first["stdout"]).splitlines()[:25]))
         return 0
     finally:
@@ -286,6 +312,7 @@ def main() -> int:
     parser.add_argument("--root-rc", action="store_true", help="nodes read /root/.bashrc at login")
     parser.add_argument("--engines", action="store_true", help="also run the rows on ClusterShell's Task")
     parser.add_argument("--baseline-src", metavar="DIR", help="also run the rows with the rankscope in DIR")
+    parser.add_argument("--no-black-hole", action="store_true", help="leave out the two black-hole rows")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
@@ -296,6 +323,7 @@ def main() -> int:
         argv = [sys.executable, __file__, "--inner", "--nodes", str(args.nodes), "--repeat", str(args.repeat),
                 "--deadline", str(args.deadline), *(["--root-rc"] if args.root_rc else []),
                 *(["--engines"] if args.engines else []),
+                *(["--no-black-hole"] if args.no_black_hole else []),
                 *(["--baseline-src", args.baseline_src] if args.baseline_src else [])]  # fmt: skip
         return subprocess.run(["ip", "netns", "exec", namespace, *argv]).returncode
     finally:

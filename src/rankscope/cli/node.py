@@ -1,33 +1,22 @@
-"""The `rankscope` console entry: the command line every node of a multi-node `stacks` run gets,
-without the command-line library; every other command line goes to click (rankscope.cli.main).
+"""The `rankscope` console entry: `stacks` on this node without the command-line library; every
+other command line goes to click (rankscope.cli.main).
 
-A multi-node run sends ``rankscope stacks --local --json ...`` to each node, derived from one
-:class:`~rankscope.stacks.options.StacksOptions` (:meth:`~StacksOptions.to_argv`). That command line
-is read back here by the same field metadata (:meth:`~StacksOptions.from_argv`) and runs the same
-local pipeline (``report_local``) with the same document, so each node does not pay click's import
-and the full command's (measured in docs/benchmarks.md). Anything else, a flag added by hand
-included, takes the full path.
+A plain run on this node (``rankscope stacks``, ``stacks --pid P --json``, ...) and the command
+line every node of a multi-node run gets (``rankscope stacks --local --json ...``, derived from one
+:class:`~rankscope.stacks.options.StacksOptions` by :meth:`~StacksOptions.to_argv`) are read by
+the same field metadata (rankscope.cli.stacks_request.read_plain) into the request click would
+have made, and run the same pipeline (``run_here``), so they do not pay click's import nor the
+full command's (measured in docs/benchmarks.md). Anything else (``--help``, ``--out``, nodes, a
+flag click reads differently, a bad value) takes the full path.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from rankscope.cli.stacks import StacksRequest
     from rankscope.stacks.options import StacksOptions
-
-
-class NodeRequest:
-    """What ``stacks --local --json`` asks of the report: JSON on stdout, this node only; every other
-    part of the full request (``--out``, ``--fr``, colours, ...) is off (None)."""
-
-    as_json = True
-    local = True
-
-    def __getattr__(self, _name: str) -> Any:
-        return None
 
 
 def node_options(argv: list[str]) -> Optional[StacksOptions]:
@@ -35,35 +24,22 @@ def node_options(argv: list[str]) -> Optional[StacksOptions]:
     combination the full command refuses: it says why)."""
     if argv[:3] != ["stacks", "--local", "--json"]:
         return None
-    from rankscope.stacks.options import StacksOptions
+    from rankscope.cli.stacks_request import read_plain
 
-    options = StacksOptions.from_argv(argv)
-    if options is None or (
-        options.via_signal and (options.native or options.native_all or options.with_locals)
-    ):
-        return None
-    return options
-
-
-def run_node(options: StacksOptions) -> int:
-    """This node's stacks as the ``rankscope.stacks`` document on stdout; the exit code."""
-    if options.slurm_job:
-        from dataclasses import replace
-
-        from rankscope.cluster.slurm_local import slurm_job_pids
-
-        options = replace(options, pids=(*options.pids, *slurm_job_pids(options.slurm_job)))
-    from rankscope.cli.stacks_report import report_local
-
-    return report_local(options, cast("StacksRequest", NodeRequest()))
+    request = read_plain(argv)
+    return None if request is None else request.options
 
 
 def main(argv: Optional[list[str]] = None) -> Any:
-    options = node_options(list(sys.argv[1:] if argv is None else argv))
-    if options is not None:
-        from rankscope.cli.guard import run_guarded
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["stacks"]:
+        from rankscope.cli.stacks_request import read_plain, run_here
 
-        run_guarded(lambda: run_node(options))
+        request = read_plain(words)
+        if request is not None:
+            from rankscope.cli.guard import run_guarded
+
+            run_guarded(lambda: run_here(request))
     from rankscope.cli.main import main as full_main
 
     return full_main(argv)

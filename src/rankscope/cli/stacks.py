@@ -8,53 +8,23 @@ rankscope.cli.stacks_cluster, which derives every node's command line from the s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any
 
 import click
 
-from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target, node_argv
+from rankscope.cli.cluster_options import cluster_options, cluster_requested, cluster_target
 from rankscope.cli.exit_help import epilog
 from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.pictures import FOLDED_OPTION, HTML_OPTION, check_page_path
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
+from rankscope.cli.stacks_request import COUNTS, LOWEST_SECONDS, StacksRequest, run_here
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
 
-if TYPE_CHECKING:  # the fan-out machinery is imported only when nodes are named
-    from rankscope.cluster.run import ClusterTarget
-
-
-@dataclass(frozen=True)
-class StacksRequest:
-    """Everything one `rankscope stacks` command line asks for."""
-
-    options: StacksOptions
-    #: The nodes to run on; None for a run on this node only (no --hosts/--hostfile/--jobid, or --local).
-    cluster: Optional[ClusterTarget] = None
-    as_json: bool = False
-    out_dir: Optional[Path] = None
-    #: --force: write into a non-empty --out directory.
-    force: bool = False
-    full: bool = False
-    local: bool = False
-    color: Optional[bool] = None
-    remote_rankscope: str = "rankscope"
-    #: --from DIR: re-analyse a directory `stacks --out` wrote instead of collecting.
-    from_dir: Optional[Path] = None
-    #: --fr DUMPS: flight-recorder dumps whose desync verdict goes above the stack groups.
-    fr: Optional[Path] = None
-    #: --html FILE: also write the report as a page; --folded: print collapsed stacks instead.
-    html: Optional[Path] = None
-    folded: bool = False
-
-    def node_argv(self) -> list[str]:
-        """The command line every node of a multi-node run gets, derived from :attr:`options`."""
-        assert self.cluster is not None
-        return node_argv(self.remote_rankscope, self.options, self.cluster)
+__all__ = ["StacksRequest", "read_request", "stacks"]
 
 
 def read_request(params: Mapping[str, Any]) -> StacksRequest:
@@ -114,7 +84,11 @@ COLLECTING = {
 
 
 #: --timeout and --deadline: seconds, at least 0.1, default shown in --help.
-SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, "metavar": "SECONDS"}
+SECONDS: dict[str, Any] = {
+    "type": click.FloatRange(LOWEST_SECONDS["timeout"]),
+    "show_default": True,
+    "metavar": "SECONDS",
+}
 
 
 @click.command(help=HELP + CLUSTER_EXAMPLES, epilog=epilog("stacks"))
@@ -149,7 +123,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 )
 @click.option(
     "--samples",
-    type=click.IntRange(1, 1000),
+    type=click.IntRange(*COUNTS["samples"]),
     default=1,
     show_default=True,
     metavar="N",
@@ -157,7 +131,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(0),
+    type=click.FloatRange(LOWEST_SECONDS["interval"]),
     default=1.0,
     show_default=True,
     metavar="SECONDS",
@@ -170,7 +144,7 @@ SECONDS: dict[str, Any] = {"type": click.FloatRange(0.1), "show_default": True, 
 @click.option(
     "--jobs",
     "parallelism",
-    type=click.IntRange(1, 256),
+    type=click.IntRange(*COUNTS["parallelism"]),
     default=None,
     metavar="N",
     help="Dumps in parallel (default: 2 x CPUs, from 4 to 64).",
@@ -248,14 +222,7 @@ def stacks(**params: Any) -> int:
         from rankscope.cli.stacks_cluster import run_cluster_stacks
 
         return run_cluster_stacks(request)
-    from rankscope.cli.stacks_report import report_local
-
-    options = request.options
-    if options.slurm_job:
-        from rankscope.cluster.slurm_local import slurm_job_pids
-
-        options = replace(options, pids=(*options.pids, *slurm_job_pids(options.slurm_job)))
-    return report_local(options, request)
+    return run_here(request)
 
 
 def refuse_with_from(params: Mapping[str, Any], request: StacksRequest) -> None:
