@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rankscope.gputest.report import (
-    SCHEMA,
     RankResult,
     Step,
     Summary,
@@ -68,7 +67,7 @@ def test_ranks_that_only_waited_for_missing_ones_are_victims_not_failures() -> N
 
 def test_the_summary_document_reads_back() -> None:
     summary = summarise(2, "gloo", [ok(0)], joined=[0])
-    again = load_document(Summary, dump_document(SCHEMA, summary), SCHEMA)
+    again = load_document(Summary, dump_document(summary))
     assert again.never_joined == [1] and again.results[0].device_name == "NVIDIA H100 80GB HBM3"
     assert not again.passed
 

@@ -15,13 +15,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from stat import S_ISREG
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope import lifetime
 from rankscope.core.notes import CoreNotes, NotACoreError, read_notes
 from rankscope.serial import OMIT_NONE
 
-SCHEMA = "rankscope.core.list/1"
 SYSTEM_PLACES = ("/var/crash", "/var/lib/apport/coredump")
 COREDUMPCTL_TIMEOUT = 10.0
 
@@ -46,6 +45,8 @@ class FoundCore:
 
 @dataclass
 class CoreList:
+    SCHEMA: ClassVar[str] = "rankscope.core.list/1"
+
     places: list[str]
     cores: list[FoundCore]
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.folding import fold_hosts, fold_ints
 from rankscope.model import Words, rank_label
 from rankscope.ranks import launcher_of
 from rankscope.serial import OMIT_NONE
-
-SCHEMA = "rankscope.gputest/1"
 
 
 class Step(Words):
@@ -76,6 +74,8 @@ class RankResult:
 
 @dataclass
 class Summary:
+    SCHEMA: ClassVar[str] = "rankscope.gputest/1"
+
     world_size: int
     backend: str
     ok: list[int] = field(default_factory=list)

@@ -65,7 +65,7 @@ def document_data(
     from rankscope.serial import dump_document, to_json
 
     document.read = reading.summary()
-    data = dump_document(document.SCHEMA, document)
+    data = dump_document(document)
     if error is not None:
         data["error"] = to_json(ErrorReport.of(error))
     return data
@@ -77,7 +77,7 @@ def failed_data(verb: str, error: RankscopeError, reading: Optional[Reading]) ->
     from rankscope.serial import dump_document
 
     failed = FailedDocument(ErrorReport.of(error), reading.summary() if reading is not None else None)
-    return dump_document(f"rankscope.logs.{verb}/1", failed)
+    return dump_document(failed, f"rankscope.logs.{verb}/1")
 
 
 @contextlib.contextmanager
