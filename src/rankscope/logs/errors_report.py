@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
 from rankscope.evidence import Finding, Kind, decide
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.logs.cuda import (
     DeviceAssert,
     DeviceAsserts,
@@ -244,8 +244,8 @@ def _global_ranks_note(group: ErrorGroup) -> str:
     numbers = sorted(
         {n for n in (host_and_rank(label)[1] for label in group.labels if label) if n is not None}
     )
-    if global_ranks is not None and global_ranks != fold_ints(numbers):
-        return f" (torch global ranks {global_ranks})"
+    if global_ranks is not None and global_ranks != str(RankSet.of(numbers)):
+        return f" (torch global {RankSet.parse(global_ranks).phrase()})"
     return ""
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.trace.decode import Event, TraceData
 from rankscope.trace.stacks import OpenCall, OpenStack
 
@@ -167,7 +167,7 @@ def _first_rank(group: TailGroup) -> int:
 
 def fold_members(items: list[FileTail]) -> str:
     ranks = [f.rank for f in items if f.rank is not None]
-    label = f"[{fold_ints(ranks)}]" if ranks else ""
+    label = f"[{str(RankSet.of(ranks))}]" if ranks else ""
     others = [f"{f.host}:pid{f.pid}" for f in items if f.rank is None]
     return " ".join(x for x in (label, *others) if x)
 
