@@ -25,7 +25,9 @@ TAG = re.compile(r"rankscope\.[a-z_.]+/\d+")
 def _modules() -> list[tuple[str, ast.Module]]:
     out = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        name = ".".join(("rankscope", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+        name = ".".join(("rankscope", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        )
         out.append((name, ast.parse(path.read_text(), str(path))))
     return out
 
@@ -39,7 +41,11 @@ def _names_a_schema(node: ast.expr) -> bool:
         return TAG.fullmatch(node.value) is not None
     if isinstance(node, ast.JoinedStr) and node.values:
         first = node.values[0]
-        return isinstance(first, ast.Constant) and str(first.value).startswith("rankscope.") and "/" in str(first.value)
+        return (
+            isinstance(first, ast.Constant)
+            and str(first.value).startswith("rankscope.")
+            and "/" in str(first.value)
+        )
     return False
 
 
@@ -56,7 +62,9 @@ def _document_classes() -> dict[str, tuple[str, str]]:
                         continue
                     assert _names_a_schema(item.value), f"{module}.{node.name}"
                     tag = ast.unparse(item.value)
-                    assert tag not in found, f"{tag} is the schema of {found[tag]} and of {module}.{node.name}"
+                    assert tag not in found, (
+                        f"{tag} is the schema of {found[tag]} and of {module}.{node.name}"
+                    )
                     found[tag] = (module, node.name)
     return found
 
@@ -78,23 +86,25 @@ def test_a_schema_is_named_only_by_its_document_class() -> None:
     stray = []
     for module, tree in MODULES:
         for node in tree.body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                if _names_a_schema(node.value):
-                    stray.append(f"{module}:{node.lineno} module constant {ast.unparse(node)}")
+            constant = isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+            if constant and _names_a_schema(node.value):  # type: ignore[union-attr,arg-type]
+                stray.append(f"{module}:{node.lineno} module constant {ast.unparse(node)}")
         if module == "rankscope.serial":  # dump_document puts the class's tag first
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
                     if isinstance(item, ast.Assign) and _names_a_schema(item.value):
-                        stray.append(f"{module}:{item.lineno} {node.name} names it without SCHEMA: ClassVar[str]")
+                        stray.append(
+                            f"{module}:{item.lineno} {node.name} names it without SCHEMA: ClassVar[str]"
+                        )
             if isinstance(node, ast.Dict):
                 keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
                 if "schema" in keys:
                     stray.append(f"{module}:{node.lineno} a document built by hand")
-            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-                if node.slice.value == "schema" and isinstance(node.ctx, ast.Store):
-                    stray.append(f"{module}:{node.lineno} a schema set by hand")
+            store = isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+            if store and ast.unparse(node.slice) == "'schema'":  # type: ignore[attr-defined]
+                stray.append(f"{module}:{node.lineno} a schema set by hand")
     assert not stray, "\n".join(stray)
 
 
@@ -104,7 +114,11 @@ def test_every_schema_users_read_of_is_a_document_class() -> None:
     names = {TAG.fullmatch(tag.strip("\"'f")) and tag.strip("\"'f").rsplit("/", 1)[0] for tag in DOCUMENTS}
     names |= {tag.strip("\"'f").split("/{")[0] for tag in DOCUMENTS if "/{" in tag}
     said = set()
-    for path in [*ROOT.joinpath("docs").rglob("*.md"), ROOT / "README.md", *PACKAGE.joinpath("cli").glob("*.py")]:
+    for path in [
+        *ROOT.joinpath("docs").rglob("*.md"),
+        ROOT / "README.md",
+        *PACKAGE.joinpath("cli").glob("*.py"),
+    ]:
         said |= {tag.rsplit("/", 1)[0] for tag in TAG.findall(path.read_text())}
     assert said - names == set()
 
