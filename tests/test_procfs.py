@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.machine_lock import machine_lock
 
 from rankscope import procfs
 from rankscope.procs import ProcessTable, all_python, is_rankscope
@@ -175,6 +176,7 @@ def test_a_dead_pid_reads_as_gone() -> None:
     assert procfs.uid(pid) is None
     assert procfs.maps_python(pid) is None
     assert procfs.status_field(pid, "TracerPid") is None and procfs.tracer_pid(pid) == 0
+    assert procfs.cwd(pid) is None
     with pytest.raises(FileNotFoundError):
         procfs.environ(pid)
     with pytest.raises(FileNotFoundError):
@@ -192,6 +194,17 @@ def test_status_fields_of_this_process() -> None:
         assert scope == int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
     else:
         assert scope is None
+
+
+def test_the_working_directory_of_a_child_and_this_node_s_core_pattern(tmp_path: Path) -> None:
+    proc = subprocess.Popen(["sleep", "30"], cwd=tmp_path)
+    try:
+        assert procfs.cwd(proc.pid) == str(tmp_path) and procfs.cwd("self") == os.getcwd()
+    finally:
+        proc.kill()
+        proc.wait()
+    with machine_lock("core-pattern"):  # another test may be pointing core_pattern elsewhere
+        assert procfs.core_pattern() == Path("/proc/sys/kernel/core_pattern").read_text().strip()
 
 
 def test_a_comm_with_spaces_and_parentheses_is_read_whole(tmp_path: Path) -> None:

@@ -266,6 +266,14 @@ def exe(pid: int) -> str:
         return ""
 
 
+def cwd(pid: Pid) -> Optional[str]:
+    """The process's working directory; ``None`` when it is gone or not ours to read."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
 def environ(pid: Pid) -> dict[str, str]:
     """The environment a process was started with, from /proc/PID/environ.
 
@@ -340,6 +348,15 @@ def yama_ptrace_scope() -> Optional[int]:
         with open(_YAMA_PTRACE_SCOPE, "rb") as handle:
             return int(handle.read().strip())
     except (OSError, ValueError):
+        return None
+
+
+def core_pattern() -> Optional[str]:
+    """kernel.core_pattern (where and how this node writes cores), stripped; ``None`` when unreadable."""
+    try:
+        with open("/proc/sys/kernel/core_pattern", "rb") as handle:
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
         return None
 
 

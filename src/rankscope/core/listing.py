@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from stat import S_ISREG
 from typing import ClassVar, Optional
 
-from rankscope import lifetime
+from rankscope import lifetime, procfs
 from rankscope.core.notes import CoreNotes, NotACoreError, read_notes
 from rankscope.serial import OMIT_NONE
 
@@ -97,12 +97,7 @@ def places_to_look(dirs: Sequence[str]) -> list[str]:
             raise BadInputError(f"{directory}: no such directory", "pass directories that hold core files")
     if dirs:
         return list(dirs)
-    try:
-        with open("/proc/sys/kernel/core_pattern") as f:
-            pattern: Optional[str] = f.read().strip()
-    except OSError:
-        pattern = None
-    return default_places(pattern, os.getcwd())
+    return default_places(procfs.core_pattern(), os.getcwd())
 
 
 def overwritten(name: str, pid: Optional[int], rank: Optional[str], env: Mapping[str, str]) -> Optional[str]:
