@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from rankscope.errors import ErrorReport
 from rankscope.evidence import Finding, Kind, decide
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import (
@@ -26,6 +27,7 @@ from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, FrameLine, RankTraceback, TracebackCollector
+from rankscope.serial import OMIT_NONE
 
 #: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
 _EXCEPTION_LINE = re.compile(
@@ -623,6 +625,8 @@ class ErrorsDocument:
     verdict: Optional[Finding] = None
     findings: list[Finding] = field(default_factory=list)
     read: ReadSummary = field(default_factory=ReadSummary)
+    #: The error the verb ends with, when it printed what it found and still failed.
+    error: Optional[ErrorReport] = field(default=None, metadata=OMIT_NONE)
 
 
 def _entry(group: ErrorGroup) -> ErrorEntry:

@@ -55,6 +55,7 @@ class LogsDocument(Protocol):
 
     SCHEMA: ClassVar[str]
     read: ReadSummary
+    error: Optional[ErrorReport]
 
 
 def document_data(
@@ -62,13 +63,11 @@ def document_data(
 ) -> dict[str, Any]:
     """A ``rankscope.logs.*`` document as JSON (its class names the schema), with what was read and
     the error the verb ends with, if any."""
-    from rankscope.serial import dump_document, to_json
+    from rankscope.serial import dump_document
 
     document.read = reading.summary()
-    data = dump_document(document)
-    if error is not None:
-        data["error"] = to_json(ErrorReport.of(error))
-    return data
+    document.error = ErrorReport.of(error) if error is not None else None
+    return dump_document(document)
 
 
 def failed_data(verb: str, error: RankscopeError, reading: Optional[Reading]) -> dict[str, Any]:
