@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,6 +206,20 @@ def test_the_working_directory_of_a_child_and_this_node_s_core_pattern(tmp_path:
         proc.wait()
     with machine_lock("core-pattern"):  # another test may be pointing core_pattern elsewhere
         assert procfs.core_pattern() == Path("/proc/sys/kernel/core_pattern").read_text().strip()
+
+
+def test_boot_time_thread_files_and_the_pid_namespace_of_this_process() -> None:
+    boot = procfs.boot_time()
+    started = procfs.started_after_boot("self")
+    assert boot is not None and started is not None
+    # this process started after boot and before now (btime is whole seconds)
+    assert boot - 1 <= boot + started <= time.time() + 1
+    assert (
+        procfs.task_file("self", threading.get_native_id(), "comm")
+        == Path("/proc/self/comm").read_text().strip()
+    )
+    assert procfs.task_file("self", 2**22 + 1, "comm") is None  # no such thread
+    assert procfs.pid_namespace() == os.stat("/proc/self/ns/pid").st_ino != 0
 
 
 def test_a_comm_with_spaces_and_parentheses_is_read_whole(tmp_path: Path) -> None:

@@ -403,6 +403,31 @@ def started_after_boot(pid: Pid = "self") -> Optional[float]:
     return ticks / os.sysconf("SC_CLK_TCK") if ticks else None
 
 
+def boot_time() -> Optional[int]:
+    """When this node booted, in whole seconds since the epoch (``btime`` of /proc/stat); None when unread."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            return next((int(line.split()[1]) for line in handle if line.startswith(b"btime ")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def task_file(pid: Pid, tid: int, name: str) -> Optional[str]:
+    """/proc/PID/task/TID/NAME (``comm``, ``wchan`` ...), stripped; None when the thread ended or it is not ours."""
+    try:
+        return _read(pid, f"task/{tid}/{name}").decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (0 when unknown): pids mean something only inside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def fd_links(pid: Pid) -> list[tuple[int, str]]:
     """(fd, what /proc/PID/fd/FD links to) for every open descriptor, by fd number.
 
