@@ -222,6 +222,18 @@ def test_boot_time_thread_files_and_the_pid_namespace_of_this_process() -> None:
     assert procfs.pid_namespace() == os.stat("/proc/self/ns/pid").st_ino != 0
 
 
+def test_a_descriptor_is_a_file_only_when_it_is_a_regular_one(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    read_end, write_end = os.pipe()
+    with open(log, "w") as handle:
+        target, st = procfs.fd_file("self", handle.fileno()) or ("", os.stat("/"))
+        assert target == str(log) and st.st_ino == os.fstat(handle.fileno()).st_ino
+        assert procfs.fd_file("self", write_end) is None  # a pipe
+    os.close(read_end)
+    os.close(write_end)
+    assert procfs.fd_file("self", write_end) is None  # closed
+
+
 def test_a_comm_with_spaces_and_parentheses_is_read_whole(tmp_path: Path) -> None:
     odd = tmp_path / "a) b (c"
     odd.symlink_to(shutil.which("sleep") or "/bin/sleep")

@@ -448,6 +448,18 @@ def fd_links(pid: Pid) -> list[tuple[int, str]]:
     return links
 
 
+def fd_file(pid: Pid, fd: int) -> Optional[tuple[str, os.stat_result]]:
+    """(what /proc/PID/fd/FD links to, the file's stat) when the descriptor is a regular file (never a
+    pipe, socket or terminal); None otherwise, or when it is closed, gone or not ours to read."""
+    link = f"/proc/{pid}/fd/{fd}"
+    try:
+        st = os.stat(link)
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return (target, st) if st.st_mode & 0o170000 == 0o100000 else None  # S_ISREG
+
+
 def fdinfo(pid: Pid, fd: int) -> list[str]:
     """The lines of /proc/PID/fdinfo/FD (``pos:``, ``flags:`` (octal), an epoll's ``tfd:`` lines ...); ``[]`` when gone."""
     try:
