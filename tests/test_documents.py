@@ -79,6 +79,9 @@ def test_documents_are_found() -> None:
         "stacks", "fr", "why", "logs", "trace", "net", "core", "gputest", "numerics", "inspect",
         "cluster", "launch", "doctor", "rerun",
     }  # fmt: skip
+    assert not [
+        module for module, _ in DOCUMENTS.values() if module.startswith("rankscope.cli")
+    ]  # rooms own them
 
 
 def test_a_schema_is_named_only_by_its_document_class() -> None:
