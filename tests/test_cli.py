@@ -55,3 +55,15 @@ def test_demo_other_scenario_and_culprit() -> None:
     result = run_cli("demo", "--scenario", "skip-barrier", "--culprit", "1", "--nproc", "2", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 1 is elsewhere: load_batch (hang_job.py:" in result.stdout
+
+
+def test_a_demo_that_misses_says_which_ranks_it_named_in_words() -> None:
+    from rankscope.demo.run import DemoResult
+    from rankscope.model import Member
+    from rankscope.stacks.report import Diagnosis, StacksReport
+
+    def named(ranks: list[int]) -> str:
+        diagnosis = Diagnosis("", divergent=[Member("vm", 100 + rank, rank) for rank in ranks])
+        return DemoResult(StacksReport(), diagnosis, culprit=2, launcher_pid=1).named
+
+    assert (named([0, 1, 3]), named([1]), named([])) == ("ranks 0-1,3", "rank 1", "no rank")

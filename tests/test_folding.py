@@ -101,3 +101,23 @@ def test_a_rank_set_that_is_not_one_is_a_value_error() -> None:
 
     with pytest.raises(ValueError, match="not a rank set"):
         RankSet.parse("3-x")
+
+
+def test_ranks_are_named_through_rank_set_everywhere() -> None:
+    """No room words "rank"/"ranks" with a fold or a list of its own (RankSet.phrase says it once)."""
+    import re
+    from pathlib import Path
+
+    hand_written = re.compile(
+        r"""['"]ranks?['"] if len|rank\{['"]s['"] if [^}]*\} \{|ranks? \{fold_ints"""
+        r"""|ranks? \{['"], ['"]\.join\((?:map\(str|str\()|\(['"]ranks? ['"] if|fold_ints\([^)]*rank"""
+    )
+    package = Path(__file__).resolve().parents[1] / "src" / "rankscope"
+    found = [
+        f"{path.relative_to(package)}:{number}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "folding.py"  # where RankSet says it
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if hand_written.search(line)
+    ]
+    assert not found, "\n".join(found)

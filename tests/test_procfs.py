@@ -8,12 +8,14 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.machine_lock import machine_lock
 
 from rankscope import procfs
 from rankscope.procs import ProcessTable, all_python, is_rankscope
@@ -175,6 +177,7 @@ def test_a_dead_pid_reads_as_gone() -> None:
     assert procfs.uid(pid) is None
     assert procfs.maps_python(pid) is None
     assert procfs.status_field(pid, "TracerPid") is None and procfs.tracer_pid(pid) == 0
+    assert procfs.cwd(pid) is None
     with pytest.raises(FileNotFoundError):
         procfs.environ(pid)
     with pytest.raises(FileNotFoundError):
@@ -192,6 +195,43 @@ def test_status_fields_of_this_process() -> None:
         assert scope == int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
     else:
         assert scope is None
+
+
+def test_the_working_directory_of_a_child_and_this_node_s_core_pattern(tmp_path: Path) -> None:
+    proc = subprocess.Popen(["sleep", "30"], cwd=tmp_path)
+    try:
+        assert procfs.cwd(proc.pid) == str(tmp_path) and procfs.cwd("self") == os.getcwd()
+    finally:
+        proc.kill()
+        proc.wait()
+    with machine_lock("core-pattern"):  # another test may be pointing core_pattern elsewhere
+        assert procfs.core_pattern() == Path("/proc/sys/kernel/core_pattern").read_text().strip()
+
+
+def test_boot_time_thread_files_and_the_pid_namespace_of_this_process() -> None:
+    boot = procfs.boot_time()
+    started = procfs.started_after_boot("self")
+    assert boot is not None and started is not None
+    # this process started after boot and before now (btime is whole seconds)
+    assert boot - 1 <= boot + started <= time.time() + 1
+    assert (
+        procfs.task_file("self", threading.get_native_id(), "comm")
+        == Path("/proc/self/comm").read_text().strip()
+    )
+    assert procfs.task_file("self", 2**22 + 1, "comm") is None  # no such thread
+    assert procfs.pid_namespace() == os.stat("/proc/self/ns/pid").st_ino != 0
+
+
+def test_a_descriptor_is_a_file_only_when_it_is_a_regular_one(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    read_end, write_end = os.pipe()
+    with open(log, "w") as handle:
+        target, st = procfs.fd_file("self", handle.fileno()) or ("", os.stat("/"))
+        assert target == str(log) and st.st_ino == os.fstat(handle.fileno()).st_ino
+        assert procfs.fd_file("self", write_end) is None  # a pipe
+    os.close(read_end)
+    os.close(write_end)
+    assert procfs.fd_file("self", write_end) is None  # closed
 
 
 def test_a_comm_with_spaces_and_parentheses_is_read_whole(tmp_path: Path) -> None:

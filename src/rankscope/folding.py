@@ -171,8 +171,7 @@ def describe_members(members: Sequence[Member], with_hosts: bool = False) -> str
     pids = [m.pid for m in members if m.rank is None]
     parts = []
     if ranks:
-        unique = set(ranks)
-        parts.append(("rank " if len(unique) == 1 else "ranks ") + fold_ints(unique))
+        parts.append(RankSet.of(ranks).phrase())
     if pids:
         parts.append(("pid " if len(pids) == 1 else "pids ") + fold_ints(pids))
     text = " + ".join(parts) or "nobody"

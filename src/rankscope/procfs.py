@@ -266,6 +266,14 @@ def exe(pid: int) -> str:
         return ""
 
 
+def cwd(pid: Pid) -> Optional[str]:
+    """The process's working directory; ``None`` when it is gone or not ours to read."""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
 def environ(pid: Pid) -> dict[str, str]:
     """The environment a process was started with, from /proc/PID/environ.
 
@@ -343,6 +351,15 @@ def yama_ptrace_scope() -> Optional[int]:
         return None
 
 
+def core_pattern() -> Optional[str]:
+    """kernel.core_pattern (where and how this node writes cores), stripped; ``None`` when unreadable."""
+    try:
+        with open("/proc/sys/kernel/core_pattern", "rb") as handle:
+            return handle.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
 def maps_python(pid: int) -> Optional[bool]:
     """Whether a Python interpreter library is mapped into the process; ``None`` when maps is unreadable."""
     return maps_any(pid, _PYTHON_MAPPINGS)
@@ -386,6 +403,31 @@ def started_after_boot(pid: Pid = "self") -> Optional[float]:
     return ticks / os.sysconf("SC_CLK_TCK") if ticks else None
 
 
+def boot_time() -> Optional[int]:
+    """When this node booted, in whole seconds since the epoch (``btime`` of /proc/stat); None when unread."""
+    try:
+        with open("/proc/stat", "rb") as handle:
+            return next((int(line.split()[1]) for line in handle if line.startswith(b"btime ")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def task_file(pid: Pid, tid: int, name: str) -> Optional[str]:
+    """/proc/PID/task/TID/NAME (``comm``, ``wchan`` ...), stripped; None when the thread ended or it is not ours."""
+    try:
+        return _read(pid, f"task/{tid}/{name}").decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (0 when unknown): pids mean something only inside it."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
 def fd_links(pid: Pid) -> list[tuple[int, str]]:
     """(fd, what /proc/PID/fd/FD links to) for every open descriptor, by fd number.
 
@@ -404,6 +446,18 @@ def fd_links(pid: Pid) -> list[tuple[int, str]]:
             continue
     links.sort()
     return links
+
+
+def fd_file(pid: Pid, fd: int) -> Optional[tuple[str, os.stat_result]]:
+    """(what /proc/PID/fd/FD links to, the file's stat) when the descriptor is a regular file (never a
+    pipe, socket or terminal); None otherwise, or when it is closed, gone or not ours to read."""
+    link = f"/proc/{pid}/fd/{fd}"
+    try:
+        st = os.stat(link)
+        target = os.readlink(link)
+    except OSError:
+        return None
+    return (target, st) if st.st_mode & 0o170000 == 0o100000 else None  # S_ISREG
 
 
 def fdinfo(pid: Pid, fd: int) -> list[str]:

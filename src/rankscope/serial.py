@@ -9,8 +9,10 @@ annotations. A field can say how it is written through its ``metadata``:
 - ``SKIP``: never written nor read (derived or private state);
 - ``{"round": 3}``: a float written with that many decimals.
 
-A *document* is the top-level JSON a command prints, tagged ``{"schema": "rankscope.NAME/V", ...}``:
-:func:`dump_document` writes one, :func:`load_document` checks the schema's name and reads it.
+A *document* is the top-level JSON a command prints, tagged ``{"schema": "rankscope.NAME/V", ...}``.
+Its dataclass names the tag in a class attribute, ``SCHEMA: ClassVar[str]`` (the one way documents
+are declared: tests/test_documents.py finds every one); :func:`dump_document` writes one,
+:func:`load_document` checks the schema's name and reads it.
 
 Loading ignores unknown keys (a newer rankscope may add fields) and fills missing ones from
 the field's default; a missing field without a default, or a value of the wrong shape, raises
@@ -22,9 +24,19 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, overload
+
+if TYPE_CHECKING:  # for mypy only: a Protocol class costs start-up on every node
+    from typing import ClassVar, Protocol
+
+    class Document(Protocol):
+        """A dataclass printed as a top-level JSON document: its class names the schema."""
+
+        SCHEMA: ClassVar[str]
+
 
 T = TypeVar("T")
+D = TypeVar("D", bound="Document")
 
 OMIT_NONE: dict[str, Any] = {"omit_none": True}
 SKIP: dict[str, Any] = {"skip": True}
@@ -78,20 +90,30 @@ def to_json(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
 
-def dump_document(schema: str, value: Any) -> dict[str, Any]:
-    """``{"schema": schema, ...value's fields}``: the top-level JSON of a command."""
-    data = to_json(value)
+@overload
+def dump_document(document: Document) -> dict[str, Any]: ...
+
+
+@overload
+def dump_document(document: object, schema: str) -> dict[str, Any]: ...
+
+
+def dump_document(document: Any, schema: Optional[str] = None) -> dict[str, Any]:
+    """``{"schema": SCHEMA, ...document's fields}``: the top-level JSON of a command.
+
+    ``schema`` is for a document that stands in for another kind's (the error a ``logs`` verb ends
+    with is printed as that verb's document); by default it is the document class's ``SCHEMA``.
+    """
+    data = to_json(document)
     if not isinstance(data, dict):
         raise TypeError("a document is a dataclass")
-    return {"schema": schema, **data}
+    return {"schema": schema or type(document).SCHEMA, **data}
 
 
-def load_document(cls: type[T], data: Any, schema: str) -> T:
-    """Read a document written by :func:`dump_document`; any version of the schema's name is accepted.
-
-    ``schema`` is the full tag (``rankscope.stacks/1``); a document of another kind raises ValueError.
-    """
-    name = schema.rsplit("/", 1)[0] + "/"
+def load_document(cls: type[D], data: Any) -> D:
+    """Read a document written by :func:`dump_document`; any version of ``cls.SCHEMA``'s name is
+    accepted, a document of another kind raises ValueError."""
+    name = cls.SCHEMA.rsplit("/", 1)[0] + "/"
     found = data.get("schema", "") if isinstance(data, dict) else ""
     if not isinstance(found, str) or not found.startswith(name):
         raise ValueError(f"not a {name[:-1]} document (schema {found!r})")

@@ -102,7 +102,7 @@ def test_ranks_that_never_join_are_named_by_rank_0_with_their_hosts() -> None:
     )  # fmt: skip
     assert result.returncode == 12, result.stdout + result.stderr
     assert "ranks 1-2 (on n[2-3]) never joined within 5 s" in result.stdout
-    assert "ranks 0 waited for them at the store" in result.stdout
+    assert "rank 0 waited for them at the store" in result.stdout
 
 
 def test_isolate_names_the_failing_device_slot() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rankscope.gputest.report import (
-    SCHEMA,
     RankResult,
     Step,
     Summary,
@@ -56,19 +55,19 @@ def test_failed_never_joined_and_silent_ranks_are_told_apart() -> None:
     assert "2 of 6 ranks OK" in text
     assert "rank 2 (n2:2) failed at check: wrong sum" in text and "fix: run --isolate" in text
     assert "ranks 4-5 never joined within 5 s" in text
-    assert "ranks 3 joined but gave no result" in text
+    assert "rank 3 joined but gave no result" in text
 
 
 def test_ranks_that_only_waited_for_missing_ones_are_victims_not_failures() -> None:
-    waiting = RankResult(host="n1", rank=0, step=Step.ARRIVE, reason="ranks 1 never reached the store")
+    waiting = RankResult(host="n1", rank=0, step=Step.ARRIVE, reason="rank 1 never reached the store")
     summary = summarise(2, "gloo", [waiting], joined=[0])
     assert summary.failed == [] and summary.waited == [0] and summary.never_joined == [1]
-    assert "  ranks 0 waited for them at the store" in summary_lines(summary, 5)
+    assert "  rank 0 waited for them at the store" in summary_lines(summary, 5)
 
 
 def test_the_summary_document_reads_back() -> None:
     summary = summarise(2, "gloo", [ok(0)], joined=[0])
-    again = load_document(Summary, dump_document(SCHEMA, summary), SCHEMA)
+    again = load_document(Summary, dump_document(summary))
     assert again.never_joined == [1] and again.results[0].device_name == "NVIDIA H100 80GB HBM3"
     assert not again.passed
 
@@ -81,7 +80,7 @@ def test_missing_ranks_are_named_with_their_hosts_where_known() -> None:
     assert summary.hosts == {"3": "n4", "4": "n5", "5": "n6"}
     text = "\n".join(summary_lines(summary, 5))
     assert "ranks 4-5 (on n[5-6]) never joined within 5 s" in text
-    assert "ranks 3 (on n4) joined but gave no result" in text
+    assert "rank 3 (on n4) joined but gave no result" in text
     partly = summarise(3, "gloo", [ok(0)], joined=[0], hosts={2: "n3"})
     assert "ranks 1-2 (on n3, and hosts not known) never joined" in "\n".join(summary_lines(partly, 5))
     assert "(on" not in "\n".join(summary_lines(summarise(2, "gloo", [ok(0)], joined=[0]), 5))

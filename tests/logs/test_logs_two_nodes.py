@@ -64,7 +64,7 @@ def test_errors_fold_global_ranks_over_two_hosts(two_node_log: Path) -> None:
     # torch's own [rankN]: marker on the traceback lines gives the global ranks back
     assert [g["global_ranks"] for g in data["groups"]] == ["0-2", "3"]
     text = run_cli("logs", "errors", str(log)).stdout
-    assert "error 2 of 2 — culprit, 1 rank(s): nodeB:1 (torch global ranks 3)" in text
+    assert "error 2 of 2 — culprit, 1 rank(s): nodeB:1 (torch global rank 3)" in text
     ranks = run_cli("logs", "ranks", str(log), "--json").json()
     assert [r["label"] for r in ranks["ranks"]] == [f"node{n}:{r}" for n in "AB" for r in range(2)]
 

@@ -34,7 +34,7 @@ def test_ib_completion_error_12_is_explained() -> None:
     assert kinds[:2] == ["ib_completion_12", "unhandled_system_error"]
     ib = data["findings"][0]
     assert "retries exceeded" in ib["cause"]
-    assert "status 12 (vendor err 129; 2x, rank 0-1)" in ib["message"]
+    assert "status 12 (vendor err 129; 2x, ranks 0-1)" in ib["message"]
     assert [e["at"] for e in ib["evidence"]] == [
         f"{DATA / 'nccl_ib_fail.log'}:18",
         f"{DATA / 'nccl_ib_fail.log'}:22",

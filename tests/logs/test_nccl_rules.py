@@ -300,7 +300,7 @@ def test_watchdog_timeout_and_remote_error_name_their_ranks() -> None:
     scan.feed(log.encode(), SourceLabels(), "job.log")
     found = {f.kind: f for f in scan.result().findings}
     assert sorted(found) == ["remote_error", "watchdog_timeout"]
-    assert found["watchdog_timeout"].message == "collectives timed out on rank 1-2: BROADCAST SeqNum=78"
+    assert found["watchdog_timeout"].message == "collectives timed out on ranks 1-2: BROADCAST SeqNum=78"
     assert found["watchdog_timeout"].ranks == [1, 2]
     assert found["remote_error"].ranks == [3]
     assert "logs errors" in found["remote_error"].next_step

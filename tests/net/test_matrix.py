@@ -8,7 +8,7 @@ from rankscope.cli.net import probe_cmd, read_probe_options
 from rankscope.net.check import assemble, node_argv, node_options, parse_answer
 from rankscope.net.options import ProbeOptions
 from rankscope.net.render import render_matrix
-from rankscope.net.report import PROBE_SCHEMA, ProbeReport
+from rankscope.net.report import ProbeReport
 from rankscope.net.verdicts import Cell, Matrix, ProbeResult, Verdict, findings
 from rankscope.serial import dump_document
 
@@ -79,7 +79,7 @@ def test_node_answer_round_trip_and_argv() -> None:
     report = ProbeReport("h", [ProbeResult("10.0.0.2", 6000, F, "10.0.0.2", "never answered within 5s", 5.0)])
     import json
 
-    parsed = parse_answer(json.dumps(dump_document(PROBE_SCHEMA, report)))
+    parsed = parse_answer(json.dumps(dump_document(report)))
     assert parsed == report
     assert parse_answer("not json") is None
     argv = node_argv("/opt/rs", 6000, ["10.0.0.1", "fd00::2"], 5)

@@ -230,6 +230,14 @@ def test_export_shows_the_clock_skew_of_another_host(stuck_job: Path, tmp_path: 
     doc = json.loads((tmp_path / "two.json").read_text())
     check_trace_events(doc)
     (skew,) = doc["otherData"]["clock_skew"]
+    # rankscope's document inside Chrome's format, its keys in this order (scripts read them)
+    assert list(doc["otherData"]) == ["schema", "clock", "clock_skew", "unreadable"]
+    assert doc["otherData"]["schema"] == "rankscope.trace.export/1" and list(skew) == [
+        "host",
+        "vs",
+        "ms",
+        "collectives",
+    ]
     assert skew["host"] == "node2" and skew["collectives"] >= 5
     assert 150 < skew["ms"] < 350, skew  # 250 ms, within the collectives' spread on a loaded node
     assert "clock of node2 +" in result.stdout

@@ -122,7 +122,7 @@ def _launch(options: Any) -> int:
 
 def _in_rank(options: Any, sizes: list[int]) -> int:
     from rankscope.gputest.allreduce import run_bench
-    from rankscope.gputest.bandwidth import SCHEMA, table_lines
+    from rankscope.gputest.bandwidth import table_lines
     from rankscope.serial import dump_document
 
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
@@ -130,7 +130,7 @@ def _in_rank(options: Any, sizes: list[int]) -> int:
     if result is None:
         return int(ExitCode.OK)  # rank 0 reports for everyone
     if options.json:
-        click.echo(json.dumps(dump_document(SCHEMA, result), indent=2))
+        click.echo(json.dumps(dump_document(result), indent=2))
     else:
         for line in table_lines(result):
             click.echo(line)

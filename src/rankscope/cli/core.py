@@ -83,7 +83,6 @@ def bt(
     force: bool,
     as_json: bool,
 ) -> int:
-    from rankscope.core.backtrace import SCHEMA
     from rankscope.core.collect import backtraces
     from rankscope.core.render import full_text, render
     from rankscope.ranks import short_hostname
@@ -98,7 +97,7 @@ def bt(
     finally:
         if progress is not None:
             progress.clear()
-    document = dump_document(SCHEMA, report)
+    document = dump_document(report)
     if out is not None:
         with out:
             names: set[str] = set()
@@ -135,11 +134,11 @@ Examples:
 @core.command("check", help=CHECK_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.check/1).")
 def check(as_json: bool) -> int:
-    from rankscope.core.setup import SCHEMA, read_setup, render
+    from rankscope.core.setup import read_setup, render
 
     setup = read_setup()
     if as_json:
-        click.echo(json.dumps(dump_document(SCHEMA, setup), indent=2))
+        click.echo(json.dumps(dump_document(setup), indent=2))
     else:
         click.echo(render(setup))
     return ExitCode.OK
@@ -162,12 +161,12 @@ Examples:
 @click.argument("dirs", nargs=-1, type=click.Path(file_okay=False), metavar="[DIR]...")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema rankscope.core.list/1).")
 def list_cmd(dirs: tuple[str, ...], as_json: bool) -> int:
-    from rankscope.core.listing import SCHEMA, list_cores, places_to_look
+    from rankscope.core.listing import list_cores, places_to_look
     from rankscope.core.render import render_list
 
     found = list_cores(places_to_look(dirs), with_coredumpctl=not dirs)
     if as_json:
-        click.echo(json.dumps(dump_document(SCHEMA, found), indent=2))
+        click.echo(json.dumps(dump_document(found), indent=2))
     else:
         click.echo(render_list(found))
     return ExitCode.OK if found.cores else ExitCode.NOTHING_FOUND
@@ -259,7 +258,7 @@ def grab(
                 progress.clear()
         report = grabbing.GrabReport(str(directory), "gcore", free, needed, results)
     if as_json:
-        click.echo(json.dumps(dump_document(grabbing.SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_grab(report))
     failed = len(report.failed)

@@ -62,7 +62,7 @@ def demo(**params: Any) -> int:
         return int(ExitCode.OK)
     click.echo(
         click.style(
-            f"demo: the diagnosis named ranks {result.diagnosis.divergent_ranks or 'none'}, not rank {culprit}.",
+            f"demo: the diagnosis named {result.named}, not rank {culprit}.",
             fg="red",
         )
     )

@@ -12,7 +12,7 @@ from rankscope.cli.params import from_params
 from rankscope.doctor.checks import run_checks
 from rankscope.doctor.facts import gather
 from rankscope.doctor.render import render
-from rankscope.doctor.report import SCHEMA, DoctorReport
+from rankscope.doctor.report import DoctorReport
 from rankscope.doctor.system import System
 from rankscope.errors import ExitCode
 from rankscope.serial import dump_document
@@ -59,7 +59,7 @@ def doctor(**params: Any) -> int:
     facts = gather(system, import_torch=request.import_torch)
     report = DoctorReport(facts.hostname, run_checks(facts))
     if request.as_json:
-        click.echo(json.dumps(dump_document(SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render(report, request.verbose), nl=False)
     return ExitCode.CHECK_FAILED if report.failed else ExitCode.OK

@@ -12,7 +12,7 @@ from rankscope.cli.params import from_params
 from rankscope.errors import ExitCode, NothingFoundError, RankscopeError
 from rankscope.inspect.collect import process_fds
 from rankscope.inspect.render import render_fds
-from rankscope.inspect.report import FDS_SCHEMA, FdsReport
+from rankscope.inspect.report import FdsReport
 from rankscope.model import Failure, FailureKind, Stage
 from rankscope.procs import ProcessTarget, resolve_targets
 from rankscope.serial import dump_document
@@ -85,7 +85,7 @@ def fds(**params: Any) -> int:
     request = from_params(FdsRequest, params)
     report, code = collect(targets_of(request.pids, request.job), request.peers)
     if request.as_json:
-        click.echo(json.dumps(dump_document(FDS_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_fds(report), nl=False)
     return code

@@ -136,10 +136,8 @@ def _launch(options: Any, devices: Optional[list[int]]) -> int:
         click.echo(f"gpu-test: FAILED — rank 0 gave no verdict ({why}); see the ranks' lines above", err=True)
         return int(ExitCode.RANKS_FAILED)
     if options.json:
-        from rankscope.gputest.report import SCHEMA
-
         click.echo(run.output, err=True, nl=False)  # the ranks' own lines; stdout holds the document
-        click.echo(json.dumps(dump_document(SCHEMA, run.summary), indent=2))
+        click.echo(json.dumps(dump_document(run.summary), indent=2))
     return _exit_for(run.summary)
 
 
@@ -179,7 +177,7 @@ def _isolate(options: Any, devices: Optional[list[int]]) -> int:
 
 def _in_rank(options: Any) -> int:
     from rankscope.gputest.collect import VERDICT_ENV, run_rank
-    from rankscope.gputest.report import SCHEMA, summary_lines
+    from rankscope.gputest.report import summary_lines
     from rankscope.serial import dump_document
 
     def show(result: Any) -> None:
@@ -192,7 +190,7 @@ def _in_rank(options: Any) -> int:
     if run.result.step == "config":
         code = int(ExitCode.MISCONFIGURED)
     if run.summary is not None:
-        document = dump_document(SCHEMA, run.summary)
+        document = dump_document(run.summary)
         verdict_path = os.environ.get(VERDICT_ENV)
         if verdict_path:
             with open(verdict_path, "w") as out:

@@ -15,7 +15,7 @@ import click
 from rankscope.cli.params import from_params
 from rankscope.errors import BadInputError, ExitCode
 from rankscope.launch.builders import build
-from rankscope.launch.plan import SCHEMA, Launcher, LaunchPlan, Prefix
+from rankscope.launch.plan import Launcher, LaunchPlan, Prefix
 from rankscope.launch.render import render_report
 from rankscope.serial import dump_document
 
@@ -218,7 +218,7 @@ def launch(**params: Any) -> int:
     launchers = list(Launcher) if request.format == "all" else [Launcher(request.format)]
     report = build(plan, launchers)
     if request.as_json:
-        click.echo(json.dumps(dump_document(SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_report(report), nl=False)
     return ExitCode.OK

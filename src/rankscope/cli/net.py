@@ -68,12 +68,11 @@ route; never lo, docker or veth. Warns when this host's name resolves to 127.x.
 def ifaces_cmd(**params: Any) -> int:
     from rankscope.net.collect import ifaces_report
     from rankscope.net.render import render_ifaces
-    from rankscope.net.report import IFACES_SCHEMA
 
     request = from_params(IfacesRequest, params)
     report = ifaces_report(request.peer)
     if request.as_json:
-        click.echo(json.dumps(dump_document(IFACES_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_ifaces(report), nl=False)
     return int(ExitCode.OK)
@@ -203,13 +202,12 @@ Exit code: 0 all open, 4 some open, 5 none.
 def probe_cmd(**params: Any) -> int:
     from rankscope.net.collect import probe_report
     from rankscope.net.render import render_probes
-    from rankscope.net.report import PROBE_SCHEMA
     from rankscope.net.verdicts import Verdict
 
     request = read_probe_options(params)
     report = probe_report(request)
     if request.as_json:
-        click.echo(json.dumps(dump_document(PROBE_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_probes(report.results), nl=False)
     opened = sum(1 for r in report.results if r.verdict is Verdict.OPEN)

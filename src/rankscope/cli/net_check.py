@@ -120,7 +120,6 @@ def _check_cluster(
     from rankscope.cli.progress import tty_progress
     from rankscope.net.check import check_cluster
     from rankscope.net.render import render_matrix
-    from rankscope.net.report import CHECK_SCHEMA
     from rankscope.net.verdicts import Verdict
 
     progress = tty_progress()
@@ -132,7 +131,7 @@ def _check_cluster(
         if progress is not None:
             progress.clear()
     if request.as_json:
-        click.echo(json.dumps(dump_document(CHECK_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_matrix(report, request.window), nl=False)
     if request.html is not None:
@@ -150,13 +149,12 @@ def _check_cluster(
 def _check_master(request: CheckRequest) -> int:
     from rankscope.net.collect import master_report
     from rankscope.net.render import render_master
-    from rankscope.net.report import MASTER_SCHEMA
 
     report = master_report(
         os.environ, request.master_addr, request.master_port, request.nnodes, request.window
     )
     if request.as_json:
-        click.echo(json.dumps(dump_document(MASTER_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_master(report.checks), nl=False)
     return int(ExitCode.ALL_FAILED if any(c.level == "FAIL" for c in report.checks) else ExitCode.OK)

@@ -69,20 +69,18 @@ def numerics() -> None:
 @numerics.command(help=DEMO_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the rankscope.numerics.demo document.")
 def demo(**params: Any) -> int:
-    from rankscope.numerics.demo import SCHEMA, run_demo
+    from rankscope.numerics.demo import run_demo
 
     request = from_params(DemoRequest, params)
     result = run_demo()
     if request.as_json:
-        click.echo(json.dumps(finite_json(to_json(dump_document(SCHEMA, result))), indent=2))
+        click.echo(json.dumps(finite_json(to_json(dump_document(result))), indent=2))
     else:
         click.echo(f"torch {result.torch}; devices here: {', '.join(result.devices)}")
         for case in result.cases:
             click.echo(f"\n== {case.title}{'' if case.judged else ' (informative)'}\n{case}")
     return ExitCode.OK if result.ok else ExitCode.NUMERICS_MISMATCH
 
-
-COMPARE_SCHEMA = "rankscope.numerics.compare/1"
 
 COMPARE_HELP = """Build your model on two sides (two devices, two dtypes, or both) from your own
 factory, compare its parameters and buffers right after construction, then every module's output,
@@ -164,7 +162,7 @@ class CompareRequest:
     "--seed", type=int, default=0, show_default=True, metavar="N", help="torch.manual_seed before each build."
 )
 @click.option("--train", is_flag=True, help="Run the models in train mode (dropout on), not eval().")
-@click.option("--json", "as_json", is_flag=True, help=f"Print the {COMPARE_SCHEMA} document.")
+@click.option("--json", "as_json", is_flag=True, help="Print the rankscope.numerics.compare/1 document.")
 def compare_cmd(**params: Any) -> int:
     from rankscope.errors import RankscopeError
     from rankscope.numerics import DeviceUnavailableError, compare_modules
@@ -208,7 +206,7 @@ def compare_cmd(**params: Any) -> int:
     ) as exc:  # the sides or tolerances asked for (the model's own errors are SideRaisedError)
         raise click.UsageError(str(exc)) from None
     if request.as_json:
-        click.echo(json.dumps(finite_json(to_json(dump_document(COMPARE_SCHEMA, result))), indent=2))
+        click.echo(json.dumps(finite_json(to_json(dump_document(result))), indent=2))
     else:
         click.echo(str(result))
     return ExitCode.OK if result.ok else ExitCode.NUMERICS_MISMATCH

@@ -15,7 +15,6 @@ from rankscope.errors import ExitCode
 from rankscope.rerun.advice import sync_warnings
 from rankscope.rerun.collect import failure_in_log, run_again
 from rankscope.rerun.render import render
-from rankscope.rerun.report import RerunDocument
 from rankscope.serial import dump_document
 
 HELP = """Run CMD again with CUDA_LAUNCH_BLOCKING=1 (--sync) or without GPUs (--cpu), and point
@@ -103,7 +102,7 @@ def rerun(**params: Any) -> int:
     )
     code = document.exit_code
     if request.as_json:
-        click.echo(json.dumps(dump_document(RerunDocument.SCHEMA, document), indent=2))
+        click.echo(json.dumps(dump_document(document), indent=2))
     else:
         click.echo(render(document), err=True)
     return code if code else ExitCode.OK

@@ -12,7 +12,7 @@ from rankscope.cli.fds import targets_of
 from rankscope.cli.params import from_params
 from rankscope.errors import ExitCode
 from rankscope.inspect.render import render_strace
-from rankscope.inspect.report import STRACE_SCHEMA, StraceReport
+from rankscope.inspect.report import StraceReport
 from rankscope.inspect.trace import trace
 from rankscope.lifetime import StopSignals
 from rankscope.serial import dump_document
@@ -60,7 +60,7 @@ def strace(**params: Any) -> int:
         traces, failures = trace(targets, request.seconds, stop.fd)
     report = StraceReport(tuple(traces), tuple(failures))
     if request.as_json:
-        click.echo(json.dumps(dump_document(STRACE_SCHEMA, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render_strace(report), nl=False)
     if stop.signum:

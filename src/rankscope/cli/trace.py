@@ -15,7 +15,6 @@ import click
 from rankscope.cli.pictures import HTML_OPTION, check_page_path, write_page
 from rankscope.errors import ExitCode, RankscopeError
 from rankscope.serial import dump_document
-from rankscope.trace.analyse import GREP_SCHEMA, SHOW_SCHEMA, TAIL_SCHEMA
 
 HELP = """Trace where each rank is: calls and returns of your own code (or periodic stack samples)
 into one fixed-size, memory-mapped ring file per process, so the last events survive a hang,
@@ -182,7 +181,7 @@ def tail_cmd(target: str, n: int, as_json: bool) -> int:
     from rankscope.trace.render import render_tail
 
     traces, bad = _each_file(target, lambda f: read_tail(f.layout, f.source, max(n, 1)))
-    _print(tail(traces, n, bad), TAIL_SCHEMA, render_tail, as_json)
+    _print(tail(traces, n, bad), render_tail, as_json)
     return ExitCode.PARTIAL if bad else ExitCode.OK
 
 
@@ -216,7 +215,7 @@ def grep_cmd(pattern: str, target: str, n: int, as_json: bool) -> int:
         return grep_file(regex, *iter_events(opened.layout, opened.source), n)
 
     files, bad = _each_file(target, one)
-    _print(GrepReport(pattern, tuple(files), bad), GREP_SCHEMA, render_grep, as_json)
+    _print(GrepReport(pattern, tuple(files), bad), render_grep, as_json)
     return ExitCode.PARTIAL if bad else ExitCode.OK
 
 
@@ -235,7 +234,7 @@ def show_cmd(path: str, as_json: bool) -> int:
     with open_trace(Path(path)) as opened:
         head, events = iter_events(opened.layout, opened.source)
         if as_json:
-            _stream_json(dump_document(SHOW_SCHEMA, head), events)
+            _stream_json(dump_document(head), events)
         else:
             _stream(show_lines(head, events))
     return ExitCode.OK
@@ -273,9 +272,9 @@ def _stream_json(head: dict[str, Any], events: Iterator[Any]) -> None:
         _stream(iter(["  ]\n}"]))
 
 
-def _print(report: Any, schema: str, render: Callable[[Any], str], as_json: bool) -> None:
+def _print(report: Any, render: Callable[[Any], str], as_json: bool) -> None:
     if as_json:
-        click.echo(json.dumps(dump_document(schema, report), indent=2))
+        click.echo(json.dumps(dump_document(report), indent=2))
     else:
         click.echo(render(report), nl=False)
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from rankscope.cluster.classify import NodeResult
 from rankscope.cluster.targets import fold
 from rankscope.model import Stage
 from rankscope.serial import dump_document
-
-EXEC_SCHEMA = "rankscope.exec/1"
 
 
 @dataclass(frozen=True)
@@ -38,6 +36,8 @@ class FailureGroup:
 @dataclass
 class ExecResult:
     """What ``rankscope exec --json`` prints (schema ``rankscope.exec/1``)."""
+
+    SCHEMA: ClassVar[str] = "rankscope.exec/1"
 
     nodes: list[NodeResult]
     groups: list[OutputGroup]
@@ -93,4 +93,4 @@ def render_groups(results: Sequence[NodeResult]) -> str:
 def results_to_json(results: Sequence[NodeResult]) -> dict[str, Any]:
     """The ``rankscope.exec/1`` document: every node, the output groups, the failure groups."""
     document = ExecResult(list(results), group_outputs(results), group_failures(results))
-    return dump_document(EXEC_SCHEMA, document)
+    return dump_document(document)

@@ -9,14 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.core.notes import CoreNotes
 from rankscope.folding import describe_members
 from rankscope.model import Frame, Member
 from rankscope.serial import OMIT_NONE, SKIP
 
-SCHEMA = "rankscope.core.bt/1"
 #: Markers between gdb's commands: its own output has no reliable boundaries.
 CURRENT_MARK = "@@rankscope: current thread"
 ALL_MARK = "@@rankscope: all threads"
@@ -105,6 +104,8 @@ class CrashGroup:
 
 @dataclass
 class BtReport:
+    SCHEMA: ClassVar[str] = "rankscope.core.bt/1"
+
     groups: list[CrashGroup]
     bad: list[BadCore] = field(default_factory=list)
     #: Every core read, in the order given (their full text goes to --out).

@@ -22,13 +22,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional
 
 from rankscope import lifetime, procfs
 from rankscope.errors import BadInputError, ExitCode, MissingToolError, NothingFoundError, RankscopeError
 from rankscope.serial import OMIT_NONE
 
-SCHEMA = "rankscope.core.grab/1"
 #: Room kept beyond the estimate (a core also holds notes and headers).
 SPACE_MARGIN = 1.05
 
@@ -55,6 +54,8 @@ class Grabbed:
 
 @dataclass
 class GrabReport:
+    SCHEMA: ClassVar[str] = "rankscope.core.grab/1"
+
     directory: str
     method: str
     free: int

@@ -15,13 +15,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from stat import S_ISREG
-from typing import Optional
+from typing import ClassVar, Optional
 
-from rankscope import lifetime
+from rankscope import lifetime, procfs
 from rankscope.core.notes import CoreNotes, NotACoreError, read_notes
 from rankscope.serial import OMIT_NONE
 
-SCHEMA = "rankscope.core.list/1"
 SYSTEM_PLACES = ("/var/crash", "/var/lib/apport/coredump")
 COREDUMPCTL_TIMEOUT = 10.0
 
@@ -46,6 +45,8 @@ class FoundCore:
 
 @dataclass
 class CoreList:
+    SCHEMA: ClassVar[str] = "rankscope.core.list/1"
+
     places: list[str]
     cores: list[FoundCore]
 
@@ -96,12 +97,7 @@ def places_to_look(dirs: Sequence[str]) -> list[str]:
             raise BadInputError(f"{directory}: no such directory", "pass directories that hold core files")
     if dirs:
         return list(dirs)
-    try:
-        with open("/proc/sys/kernel/core_pattern") as f:
-            pattern: Optional[str] = f.read().strip()
-    except OSError:
-        pattern = None
-    return default_places(pattern, os.getcwd())
+    return default_places(procfs.core_pattern(), os.getcwd())
 
 
 def overwritten(name: str, pid: Optional[int], rank: Optional[str], env: Mapping[str, str]) -> Optional[str]:

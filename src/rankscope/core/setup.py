@@ -12,14 +12,13 @@ from __future__ import annotations
 import os
 import resource
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.doctor.checks import CoreRisk, core_destination, core_risks
 from rankscope.doctor.facts import Limits, core_handler_installed, core_handler_running
 from rankscope.doctor.report import Status
 from rankscope.doctor.system import System
 
-SCHEMA = "rankscope.core.check/1"
 #: The pattern the fix suggests: an absolute directory, program, pid, host and time in the name.
 SUGGESTED_PATTERN = "/tmp/cores/core.%e.%p.%h.%t"
 
@@ -27,6 +26,8 @@ SUGGESTED_PATTERN = "/tmp/cores/core.%e.%p.%h.%t"
 @dataclass
 class CoreSetup:
     """What the node does with a crashing process's memory, read (never changed)."""
+
+    SCHEMA: ClassVar[str] = "rankscope.core.check/1"
 
     soft_limit: int
     hard_limit: int

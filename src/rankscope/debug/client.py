@@ -131,26 +131,14 @@ def _socket_inodes(pid: int) -> set[str]:
     with _reading_proc(
         pid, f"process {pid} belongs to another user", "only its user and root may attach to it"
     ):
-        names = os.listdir(f"/proc/{pid}/fd")
-    inodes = set()
-    for name in names:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{name}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:[") : -1])
-    return inodes
+        links = procfs.fd_links(pid)
+    return {target[len("socket:[") : -1] for _, target in links if target.startswith("socket:[")}
 
 
 def breakpoint_socket(pid: int) -> Optional[str]:
     """The abstract Unix socket a rankscope breakpoint in process ``pid`` listens on, if any."""
     inodes = _socket_inodes(pid)
-    try:
-        with open(f"/proc/{pid}/net/unix", encoding="utf-8", errors="replace") as table:
-            rows = [line.split() for line in table]
-    except OSError:
-        return None
+    rows = [line.split() for line in procfs.net_table(pid, "unix").splitlines()]
     prefix = f"@{remote.UNIX_PREFIX}"  # then the pid the rank saw: another one inside a container
     for row in rows:  # Num RefCount Protocol Flags Type St Inode Path
         if len(row) >= 8 and row[6] in inodes and row[7].startswith(prefix):

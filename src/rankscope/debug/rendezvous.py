@@ -257,13 +257,12 @@ def _start_time(pid: int) -> Optional[str]:
 
 def process_start(pid: int) -> float:
     """When process ``pid`` started, in seconds since the epoch (0.0 when unknown)."""
-    ticks = _start_time(pid)
-    try:
-        with open("/proc/stat", "rb") as handle:
-            boot = next(int(line.split()[1]) for line in handle if line.startswith(b"btime "))
-        return boot + int(ticks or "0") / os.sysconf("SC_CLK_TCK") - 1.0  # btime is whole seconds
-    except (OSError, ValueError, StopIteration):
+    from rankscope import procfs
+
+    boot, after_boot = procfs.boot_time(), procfs.started_after_boot(pid)
+    if boot is None or after_boot is None:
         return 0.0
+    return boot + after_boot - 1.0  # btime is whole seconds
 
 
 def job_key(env: Mapping[str, str]) -> str:

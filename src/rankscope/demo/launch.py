@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Optional
 
 from rankscope import lifetime
+from rankscope.folding import RankSet
 from rankscope.procs import ProcessTable
 
 HANG_JOB = Path(__file__).with_name("hang_job.py")
@@ -57,7 +58,10 @@ class LaunchedJob:
             if self.process.poll() is not None:
                 raise RuntimeError(f"job exited early with code {self.process.returncode}: {self.log_tail()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"only ranks {self.ready_ranks()} became ready: {self.log_tail()}")
+                ready = RankSet.of(self.ready_ranks())
+                raise TimeoutError(
+                    f"only {ready.phrase() if ready else 'no rank'} became ready: {self.log_tail()}"
+                )
             time.sleep(0.1)
         self.worker_pids()
         time.sleep(settle)

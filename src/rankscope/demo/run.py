@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rankscope.demo.launch import start_torchrun
 from rankscope.errors import ExitCode, RankscopeError
+from rankscope.folding import RankSet
 from rankscope.stacks.local import run_local
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.report import Diagnosis, StacksReport
@@ -37,6 +38,15 @@ class DemoResult:
     @property
     def named_culprit(self) -> bool:
         return self.diagnosis.divergent_ranks == [self.culprit]
+
+    @property
+    def named(self) -> str:
+        """The ranks the diagnosis named, in words: ``rank 1``, ``ranks 0-1``, ``no rank``."""
+        return (
+            RankSet.of(self.diagnosis.divergent_ranks).phrase()
+            if self.diagnosis.divergent_ranks
+            else "no rank"
+        )
 
 
 def require_torch() -> None:

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.model import Words
 from rankscope.serial import OMIT_NONE
-
-SCHEMA = "rankscope.doctor/1"
 
 
 class Status(Words):
@@ -34,6 +32,8 @@ class Check:
 
 @dataclass(frozen=True)
 class DoctorReport:
+    SCHEMA: ClassVar[str] = "rankscope.doctor/1"
+
     host: str
     checks: tuple[Check, ...]
 

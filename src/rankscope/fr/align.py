@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Optional
 
-from rankscope.folding import RankSet, fold_ints
+from rankscope.folding import RankSet
 from rankscope.fr.records import Entry, RankDump, is_library
 from rankscope.fr.report import (
     CALL_SITE,
@@ -140,9 +140,9 @@ def _side(
     fork: Optional[Frame] = None,
 ) -> Side:
     if entry is None:
-        return Side(fold_ints(ranks), sorted(ranks))
+        return Side(str(RankSet.of(ranks)), sorted(ranks))
     return Side(
-        ranks=fold_ints(ranks),
+        ranks=str(RankSet.of(ranks)),
         rank_list=sorted(ranks),
         op=entry.op,
         seq=entry.seq,
@@ -465,7 +465,7 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             if e.pg == pg and not e.is_p2p:
                 numbered.setdefault(e.seq, []).append(e)
         by_rank[rank] = numbered
-    view = GroupView(pg, desc, fold_ints(members), list(members), absent=absent)
+    view = GroupView(pg, desc, str(RankSet.of(members)), list(members), absent=absent)
     for rank in dumped:
         status = dumps[rank].status_of(pg)
         seqs = by_rank[rank]
@@ -589,7 +589,7 @@ def analyse(
     absent = [r for r in world if r not in by_rank]
     report = FrReport(
         headline="",
-        ranks=fold_ints(by_rank),
+        ranks=str(RankSet.of(by_rank)),
         rank_list=sorted(by_rank),
         absent=absent,
         unreadable=[Unreadable(p, why) for p, why in unreadable],

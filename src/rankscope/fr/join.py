@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
-from rankscope.folding import RankSet, fold_ints
+from rankscope.folding import RankSet
 from rankscope.fr.align import DEFAULT_PG, group_name, headline, number, place
 from rankscope.fr.report import MISSING, Divergence, FrReport, GroupView, P2PWait, RankProgress
 from rankscope.model import Frame, Member
@@ -43,7 +43,7 @@ def _progress_words(progress: Sequence[RankProgress], group: GroupView) -> str:
     parts = []
     for value in sorted(enqueued):
         ranks = [p.rank for p in progress if p.last_enqueued == value]
-        parts.append(f"{fold_ints(ranks)} enqueued {number(value)}")
+        parts.append(f"{str(RankSet.of(ranks))} enqueued {number(value)}")
     return f"fr{where}: " + ", ".join(parts)
 
 
@@ -84,7 +84,7 @@ P2P_UNRECORDED = "point-to-point; gloo records no send/recv"
 
 def _peer_words(wait: P2PWait) -> str:
     way = {"recv": "from", "send": "to"}.get(wait.op, "with")
-    return f"{'ranks' if len(wait.rank_list) > 1 else 'rank'} {wait.ranks} {way} rank {wait.peer}"
+    return f"{RankSet.of(wait.rank_list).phrase()} {way} rank {wait.peer}"
 
 
 def _grouped(ranks: Sequence[int], waits: Mapping[int, LiveWait]) -> list[P2PWait]:
@@ -93,7 +93,7 @@ def _grouped(ranks: Sequence[int], waits: Mapping[int, LiveWait]) -> list[P2PWai
         if rank in waits:
             by_wait.setdefault(waits[rank], []).append(rank)
     return sorted(
-        (P2PWait(fold_ints(r), r, w.op, w.call_site, w.peer) for w, r in by_wait.items()),
+        (P2PWait(str(RankSet.of(r)), r, w.op, w.call_site, w.peer) for w, r in by_wait.items()),
         key=lambda w: w.rank_list,
     )
 

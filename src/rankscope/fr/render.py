@@ -42,7 +42,7 @@ def render_text(report: FrReport, source: str = "") -> str:
     versions = f", recorder version {'/'.join(report.versions)}" if report.versions else ""
     count = len(report.rank_list)
     lines.append(
-        f"rankscope fr: {count} dump{'s' if count != 1 else ''} (ranks {report.ranks})"
+        f"rankscope fr: {count} dump{'s' if count != 1 else ''} ({RankSet.of(report.rank_list).phrase()})"
         + (f" from {source}" if source else "")
         + versions
     )
@@ -57,7 +57,7 @@ def render_text(report: FrReport, source: str = "") -> str:
         lines.append("")
         lines.append("Where every rank is (last collective enqueued / completed, per group)")
         for group in report.groups:
-            lines.append(f"  {group_name(group.pg, group.desc)}, ranks {group.members}")
+            lines.append(f"  {group_name(group.pg, group.desc)}, {RankSet.of(group.member_list).phrase()}")
             lines.extend(f"    {line}" for line in progress_lines(group))
     if report.recent:
         lines.append("")

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from rankscope.fr.ras import RasReport
 from rankscope.model import SCHEMA_VERSION, Frame
 from rankscope.serial import OMIT_NONE, dump_document, load_document
-
-SCHEMA = f"rankscope.fr/{SCHEMA_VERSION}"
 
 #: Divergence kinds, first of a group's collectives where ranks disagree.
 EXTRA = "extra"  # the odd ranks issued a collective the others did not (their next one is the others' one)
@@ -139,6 +137,8 @@ class Unreadable:
 class FrReport:
     """The verdict over every rank's flight recorder."""
 
+    SCHEMA: ClassVar[str] = f"rankscope.fr/{SCHEMA_VERSION}"
+
     headline: str
     ranks: str
     rank_list: list[int]
@@ -164,8 +164,8 @@ class FrReport:
 
 
 def report_document(report: FrReport) -> dict[str, Any]:
-    return dump_document(SCHEMA, report)
+    return dump_document(report)
 
 
 def load_report(data: Any) -> FrReport:
-    return load_document(FrReport, data, SCHEMA)
+    return load_document(FrReport, data)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from rankscope.model import rank_label
-
-SCHEMA = "rankscope.bench.allreduce/1"
 
 #: A rank whose all_reduce takes less than this fraction of the others' median is the one they wait for.
 WAITED_FOR_RATIO = 0.5
@@ -66,6 +65,8 @@ NO_SLOW_RANK = "slowest: no rank stands out (no rank makes the others wait at mo
 
 @dataclass
 class BenchResult:
+    SCHEMA: ClassVar[str] = "rankscope.bench.allreduce/1"
+
     backend: str
     world_size: int
     dtype: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rankscope.folding import RankSet
 from rankscope.net.ifname import is_loopback, missing_interfaces
 from rankscope.ranks import spans_nodes
 
@@ -108,7 +109,7 @@ def duplicate_devices(slots: Iterable[DeviceSlot]) -> list[Problem]:
             problems.append(
                 Problem(
                     "duplicate-device",
-                    f"ranks {', '.join(map(str, sorted(ranks)))} all use device {device} on {host}"
+                    f"{RankSet.of(ranks).phrase()} all use device {device} on {host}"
                     " (NCCL refuses this: 'Duplicate GPU detected')",
                     "each rank must pick its own device: torch.cuda.set_device(int(os.environ['LOCAL_RANK']));"
                     " start at most as many ranks per node as it has GPUs, and check CUDA_VISIBLE_DEVICES",

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from rankscope.cmdline import flag, to_flags
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.folding import fold_ints, parse_ints
+from rankscope.folding import RankSet, fold_ints, parse_ints
 from rankscope.gputest.checks import (
     DeviceSlot,
     Problem,
@@ -405,7 +405,7 @@ def run_rank(
         missing = sorted(set(range(world)) - set(joined))
         result = failed(
             Step.ARRIVE,
-            f"ranks {fold_ints(missing)} never reached the store in {options.timeout:g} s",
+            f"{RankSet.of(missing).phrase()} never reached the store in {options.timeout:g} s",
             "start every rank (check the launcher on their nodes) and let them reach MASTER_ADDR",
         )
         return _finish(on_result, store, result, world, backend, options, deadline)

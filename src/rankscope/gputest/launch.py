@@ -21,7 +21,7 @@ from typing import Optional
 from rankscope import lifetime
 from rankscope.gputest.collect import DEVICES_ENV, VERDICT_ENV
 from rankscope.gputest.isolate import IsolateVerdict, Subset, plan_stages, read_results, skip_known_bad
-from rankscope.gputest.report import SCHEMA, Summary
+from rankscope.gputest.report import Summary
 from rankscope.serial import load_document
 
 #: Seconds a local run may take beyond the test's own timeout: interpreter and torch start-up.
@@ -80,7 +80,7 @@ def run_local(
             lifetime.wait([child])
         summary = None
         with contextlib.suppress(OSError, ValueError):
-            summary = load_document(Summary, json.loads(verdict.read_text()), SCHEMA)
+            summary = load_document(Summary, json.loads(verdict.read_text()))
         text = log_path.read_text(errors="replace") if capture else ""
     return LocalRun(child.returncode, summary, child.timed_out, text)
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
-from rankscope.folding import fold_hosts, fold_ints
+from rankscope.folding import RankSet, fold_hosts
 from rankscope.model import Words, rank_label
 from rankscope.ranks import launcher_of
 from rankscope.serial import OMIT_NONE
-
-SCHEMA = "rankscope.gputest/1"
 
 
 class Step(Words):
@@ -76,6 +74,8 @@ class RankResult:
 
 @dataclass
 class Summary:
+    SCHEMA: ClassVar[str] = "rankscope.gputest/1"
+
     world_size: int
     backend: str
     ok: list[int] = field(default_factory=list)
@@ -173,16 +173,16 @@ def summary_lines(summary: Summary, timeout: float) -> list[str]:
             lines.append(f"    fix: {result.fix}")
     if summary.never_joined:
         lines.append(
-            f"  ranks {fold_ints(summary.never_joined)}{_on(summary, summary.never_joined)} never joined"
+            f"  {RankSet.of(summary.never_joined).phrase()}{_on(summary, summary.never_joined)} never joined"
             f" within {timeout:g} s: they did not start,"
             " or cannot reach MASTER_ADDR:MASTER_PORT (check the launcher's log on their nodes,"
             " and `rankscope net check`)"
         )
         if summary.waited:
-            lines.append(f"  ranks {fold_ints(summary.waited)} waited for them at the store")
+            lines.append(f"  {RankSet.of(summary.waited).phrase()} waited for them at the store")
     if summary.no_result:
         lines.append(
-            f"  ranks {fold_ints(summary.no_result)}{_on(summary, summary.no_result)} joined but gave no result"
+            f"  {RankSet.of(summary.no_result).phrase()}{_on(summary, summary.no_result)} joined but gave no result"
             f" within {timeout:g} s: they hang in"
             " the backend or died (run `rankscope stacks` on their nodes)"
         )

@@ -48,6 +48,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from rankscope import procfs
 from rankscope.inproc import runtime
 
 #: The request protocol. 1: stacks by faulthandler from a signal handler; 2: the ``stacks`` request.
@@ -269,7 +270,7 @@ class _Enabled:
             "term": self.name("term") if self.term_fd >= 0 else None,
             "kinds": request_kinds(),
             "python": sys.version.split()[0],
-            "pid_namespace": _pid_namespace(),
+            "pid_namespace": procfs.pid_namespace(),
         }
         self.write_atomic(self.name("inproc"), json.dumps(info).encode())
 
@@ -396,14 +397,6 @@ def _not_empty(dir_fd: int, name: str) -> bool:
 HANDLER_KINDS = ("inproc", "req", "stacks")
 
 
-def _pid_namespace() -> int:
-    """The inode of this process's pid namespace (0 when unknown): pids mean something only inside it."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
 def _read_description(dir_fd: int, name: str) -> Any:
     """A description file of this directory: only a regular file, never a FIFO or a link (bounded)."""
     import stat
@@ -424,7 +417,7 @@ def _remove_stale(dir_fd: int, host: str) -> None:
     /tmp see other pids); files without a readable description are left alone.
     """
     names = os.listdir(dir_fd)
-    namespace = _pid_namespace()
+    namespace = procfs.pid_namespace()
     for name in names:
         parsed = runtime.parse_name(name)
         if parsed is None or parsed[0] != host or parsed[3] != "inproc":

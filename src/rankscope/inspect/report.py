@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.model import Failure, RankId, Words
 from rankscope.serial import OMIT_NONE
-
-FDS_SCHEMA = "rankscope.fds/1"
-STRACE_SCHEMA = "rankscope.strace/1"
 
 
 class FdKind(Words):
@@ -83,6 +80,8 @@ class ProcessFds:
 
 @dataclass(frozen=True)
 class FdsReport:
+    SCHEMA: ClassVar[str] = "rankscope.fds/1"
+
     processes: tuple[ProcessFds, ...]
     failures: tuple[Failure, ...] = ()
 
@@ -147,5 +146,7 @@ class ProcessTrace:
 
 @dataclass(frozen=True)
 class StraceReport:
+    SCHEMA: ClassVar[str] = "rankscope.strace/1"
+
     processes: tuple[ProcessTrace, ...]
     failures: tuple[Failure, ...] = ()

@@ -118,20 +118,12 @@ def _start(pid: int, rank: Optional[RankId], scratch: str, seconds: float) -> _R
     return _Running(pid, rank, child, output, state_before)
 
 
-def _task_file(pid: int, tid: int, name: str) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/{name}", encoding="utf-8", errors="replace") as handle:
-            return handle.read().strip()
-    except OSError:
-        return None  # the thread ended, or the file is not ours to read
-
-
 def _named(pid: int, blocked: Blocked) -> Blocked:
     """The thread's name beside its call; a restart_syscall named by the kernel's wait channel."""
-    thread = _task_file(pid, blocked.tid, "comm") or ""
+    thread = procfs.task_file(pid, blocked.tid, "comm") or ""
     if blocked.syscall != "restart_syscall":
         return dataclasses.replace(blocked, thread=thread)
-    on = describe_restart(_task_file(pid, blocked.tid, "wchan"))
+    on = describe_restart(procfs.task_file(pid, blocked.tid, "wchan"))
     return dataclasses.replace(blocked, thread=thread, on=on)
 
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.model import Words
 from rankscope.serial import OMIT_NONE
-
-SCHEMA = "rankscope.launch/1"
 
 
 class Prefix(Words):
@@ -97,5 +95,7 @@ class Recipe:
 
 @dataclass(frozen=True)
 class LaunchReport:
+    SCHEMA: ClassVar[str] = "rankscope.launch/1"
+
     plan: LaunchPlan
     recipes: tuple[Recipe, ...]

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Optional
 
+from rankscope.errors import ErrorReport
 from rankscope.logs.interleaved import split_pieces
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.prefixes import SourceLabels, split_line, torch_global_rank
 from rankscope.logs.sources import ReadSummary
+from rankscope.serial import OMIT_NONE
 
 if TYPE_CHECKING:
     from rankscope.logs.reading import OpenedSource
@@ -249,6 +251,8 @@ class SplitDocument:
     out: str
     files: list[SplitFile]
     read: ReadSummary = field(default_factory=ReadSummary)
+    #: The error the verb ends with, when it printed what it found and still failed.
+    error: Optional[ErrorReport] = field(default=None, metadata=OMIT_NONE)
 
 
 class Splitter:

@@ -7,8 +7,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
+from rankscope.errors import ErrorReport
 from rankscope.evidence import Finding, Kind, decide
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.logs.cuda import (
     DeviceAssert,
     DeviceAsserts,
@@ -26,6 +27,7 @@ from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, FrameLine, RankTraceback, TracebackCollector
+from rankscope.serial import OMIT_NONE
 
 #: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
 _EXCEPTION_LINE = re.compile(
@@ -244,8 +246,8 @@ def _global_ranks_note(group: ErrorGroup) -> str:
     numbers = sorted(
         {n for n in (host_and_rank(label)[1] for label in group.labels if label) if n is not None}
     )
-    if global_ranks is not None and global_ranks != fold_ints(numbers):
-        return f" (torch global ranks {global_ranks})"
+    if global_ranks is not None and global_ranks != str(RankSet.of(numbers)):
+        return f" (torch global {RankSet.parse(global_ranks).phrase()})"
     return ""
 
 
@@ -623,6 +625,8 @@ class ErrorsDocument:
     verdict: Optional[Finding] = None
     findings: list[Finding] = field(default_factory=list)
     read: ReadSummary = field(default_factory=ReadSummary)
+    #: The error the verb ends with, when it printed what it found and still failed.
+    error: Optional[ErrorReport] = field(default=None, metadata=OMIT_NONE)
 
 
 def _entry(group: ErrorGroup) -> ErrorEntry:

@@ -6,23 +6,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, BinaryIO, Optional, TextIO
+from dataclasses import dataclass, field
+from typing import BinaryIO, ClassVar, Optional, TextIO
 
 from rankscope.errors import BadInputError, ErrorReport, RankscopeError
 from rankscope.logs.demux import GlobalRanks, RankGrep
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.reading import Reading
-
-SCHEMA = "rankscope.logs.grep/1"
+from rankscope.logs.sources import ReadSummary
+from rankscope.serial import OMIT_NONE
 
 
 @dataclass(frozen=True)
 class GrepHead:
     """What the document says before its lines: the ranks asked, how each bare number matched."""
 
+    SCHEMA: ClassVar[str] = "rankscope.logs.grep/1"
+
     ranks: list[str]
     matched: list[str]
+
+
+@dataclass(frozen=True)
+class GrepTail:
+    """What the document says after its lines: how many were found, the error it ends with (if
+    nothing could be read), and what was read."""
+
+    found: int
+    error: Optional[ErrorReport] = field(metadata=OMIT_NONE)
+    read: ReadSummary
 
 
 @dataclass(frozen=True)
@@ -142,7 +154,7 @@ class GrepDocument:
         ends in the error document alone)."""
         from rankscope.serial import dump_document, to_json
 
-        head = dump_document(SCHEMA, GrepHead(self.ranks, self.ways))
+        head = dump_document(GrepHead(self.ranks, self.ways))
         self.out.write(json.dumps(head)[:-1] + ', "lines": [')
         for written, row in enumerate(rows):
             self.out.write(("\n" if not written else "\n, ") + json.dumps(to_json(row)))
@@ -153,13 +165,13 @@ class GrepDocument:
         error too (the document is already open), and the error is raised."""
         from rankscope.serial import to_json
 
-        tail: dict[str, Any] = {"found": self.found}
+        failed: Optional[ErrorReport] = None
         try:
             reading.check_something_read()
         except RankscopeError as error:
-            tail["error"] = to_json(ErrorReport.of(error))
+            failed = ErrorReport.of(error)
             raise
         finally:
-            tail["read"] = to_json(reading.summary())
+            tail = to_json(GrepTail(self.found, failed, reading.summary()))
             self.out.write("\n], " + json.dumps(tail)[1:] + "\n")
             self.out.flush()

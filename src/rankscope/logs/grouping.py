@@ -16,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.logs.labels import host_and_rank, label_order
 from rankscope.logs.roles import Role, role_of
 from rankscope.logs.timestamps import sortable
@@ -100,7 +100,7 @@ class ErrorGroup:
         """torch's global ranks of the members, folded, when every traceback carried one."""
         if self._global_missing or not self._global_ranks:
             return None
-        return fold_ints(self._global_ranks)
+        return str(RankSet.of(self._global_ranks))
 
     @property
     def messages_vary(self) -> bool:

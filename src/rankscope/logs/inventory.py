@@ -7,11 +7,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Optional
 
+from rankscope.errors import ErrorReport
 from rankscope.logs.labels import host_and_rank, label_order
 from rankscope.logs.prefixes import PLAIN, SourceLabels, qualify, split_line
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
-from rankscope.serial import SKIP
+from rankscope.serial import OMIT_NONE, SKIP
 
 if TYPE_CHECKING:
     from rankscope.logs.reading import Reading
@@ -133,6 +134,8 @@ class RanksDocument:
     unprefixed_lines: int
     ranks: list[RankLines]
     read: ReadSummary = field(default_factory=ReadSummary)
+    #: The error the verb ends with, when it printed what it found and still failed.
+    error: Optional[ErrorReport] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass

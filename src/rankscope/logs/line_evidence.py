@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
@@ -588,7 +588,8 @@ class LineEvidence:
         for w in watches:
             by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
         desync = next(((key, ops) for key, ops in by_seq.items() if len(ops) > 1), None)
-        folded = fold_ints(ranks) if ranks else None
+        named = RankSet.of(ranks)
+        folded = str(named) if ranks else None
         # one rank named: torch's own pointer ("what(): [PG 3 Rank 5] ..."); several: they all waited
         who = str(ranks[0]) if len(ranks) == 1 else None
         if desync is not None:
@@ -618,7 +619,7 @@ class LineEvidence:
                     "watchdog_timeout",
                     CULPRIT,
                     who,
-                    f"collective {first.op} timed out on rank(s) {folded or '?'}: "
+                    f"collective {first.op} timed out on {named.phrase() if ranks else 'rank ?'}: "
                     "they waited for a rank that never joined it",
                     f"SeqNum={first.seq} {first.op}",
                     first.source,

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Optional
 
+from rankscope.errors import ErrorReport
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_host import HostFacts
 from rankscope.logs.nccl_lines import INFO_SIGNALS, LINE, SIGNALS, NcclEvidence, NcclProcess, Signal
@@ -28,6 +29,7 @@ from rankscope.logs.nccl_rules import (
 )
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line
 from rankscope.logs.sources import ReadSummary
+from rankscope.serial import OMIT_NONE
 
 if TYPE_CHECKING:
     from rankscope.logs.reading import Reading
@@ -49,6 +51,8 @@ class NcclDocument:
     ranks: list[NcclProcess]
     findings: list[NcclFinding]
     read: ReadSummary = field(default_factory=ReadSummary)
+    #: The error the verb ends with, when it printed what it found and still failed.
+    error: Optional[ErrorReport] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.logs.labels import fold_labels
 from rankscope.logs.nccl_host import HostFacts
 from rankscope.logs.nccl_lines import NcclEvidence, NcclProcess
@@ -315,7 +315,7 @@ def finding(
 
 def _ranks_text(hits: list[Hit]) -> str:
     ranks = sorted({h.rank for h in hits if h.rank is not None})
-    return f"rank {fold_ints(ranks)}" if ranks else ", ".join(dict.fromkeys(h.who for h in hits))
+    return RankSet.of(ranks).phrase() if ranks else ", ".join(dict.fromkeys(h.who for h in hits))
 
 
 # ----------------------------------------------------------------------------- interfaces
@@ -406,7 +406,7 @@ def duplicate_gpu_findings(hits: dict[str, list[Hit]], procs: list[NcclProcess])
     devices = sorted({h.groups[2] for h in warned if h.groups[2]} | {key[2] for key in shared})
     hosts = sorted({h.host for h in warned if h.host} | {key[0] for key in shared})
     message = (
-        f"ranks {fold_ints(ranks)} share one GPU (busId {', '.join(devices)}) on {', '.join(hosts)}"
+        f"{RankSet.of(ranks).phrase()} share{'s' if len(ranks) == 1 else ''} one GPU (busId {', '.join(devices)}) on {', '.join(hosts)}"
         if ranks
         else f"two ranks share one GPU (busId {', '.join(devices)})"
     )

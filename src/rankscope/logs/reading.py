@@ -55,6 +55,7 @@ class LogsDocument(Protocol):
 
     SCHEMA: ClassVar[str]
     read: ReadSummary
+    error: Optional[ErrorReport]
 
 
 def document_data(
@@ -62,13 +63,11 @@ def document_data(
 ) -> dict[str, Any]:
     """A ``rankscope.logs.*`` document as JSON (its class names the schema), with what was read and
     the error the verb ends with, if any."""
-    from rankscope.serial import dump_document, to_json
+    from rankscope.serial import dump_document
 
     document.read = reading.summary()
-    data = dump_document(document.SCHEMA, document)
-    if error is not None:
-        data["error"] = to_json(ErrorReport.of(error))
-    return data
+    document.error = ErrorReport.of(error) if error is not None else None
+    return dump_document(document)
 
 
 def failed_data(verb: str, error: RankscopeError, reading: Optional[Reading]) -> dict[str, Any]:
@@ -77,7 +76,7 @@ def failed_data(verb: str, error: RankscopeError, reading: Optional[Reading]) ->
     from rankscope.serial import dump_document
 
     failed = FailedDocument(ErrorReport.of(error), reading.summary() if reading is not None else None)
-    return dump_document(f"rankscope.logs.{verb}/1", failed)
+    return dump_document(failed, f"rankscope.logs.{verb}/1")
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from rankscope.cluster.classify import NodeResult, last_line
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.model import Stage
 from rankscope.net.options import ProbeOptions
-from rankscope.net.report import PROBE_SCHEMA, CheckReport, ProbeReport
+from rankscope.net.report import CheckReport, ProbeReport
 from rankscope.net.verdicts import Cell, Matrix, ProbeResult, findings
 from rankscope.serial import load_document
 
@@ -65,7 +65,7 @@ def node_argv(remote_rankscope: str, port: int, addresses: Sequence[str], window
 
 def parse_answer(stdout: str) -> Optional[ProbeReport]:
     try:
-        return load_document(ProbeReport, json.loads(stdout.strip()), PROBE_SCHEMA)
+        return load_document(ProbeReport, json.loads(stdout.strip()))
     except ValueError:
         return None
 

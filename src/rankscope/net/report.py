@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from rankscope.net.advice import Finding, Recommendation
 from rankscope.net.ifaces import Interface
@@ -11,14 +11,11 @@ from rankscope.net.master import MasterCheck, MasterFacts
 from rankscope.net.sysfs import RdmaPort
 from rankscope.net.verdicts import LinkFinding, Matrix, ProbeResult
 
-IFACES_SCHEMA = "rankscope.net.ifaces/1"
-PROBE_SCHEMA = "rankscope.net.probe/1"
-CHECK_SCHEMA = "rankscope.net.check/1"
-MASTER_SCHEMA = "rankscope.net.master/1"
-
 
 @dataclass
 class IfacesReport:
+    SCHEMA: ClassVar[str] = "rankscope.net.ifaces/1"
+
     host: str
     interfaces: list[Interface]
     rdma_only: list[RdmaPort]
@@ -32,6 +29,8 @@ class IfacesReport:
 class ProbeReport:
     """One node's answer to `net probe` (what each node of `net check` sends back)."""
 
+    SCHEMA: ClassVar[str] = "rankscope.net.probe/1"
+
     host: str
     results: list[ProbeResult]
     #: ``ADDR:PORT`` served meanwhile (``--serve``), or empty.
@@ -43,6 +42,8 @@ class ProbeReport:
 
 @dataclass
 class CheckReport:
+    SCHEMA: ClassVar[str] = "rankscope.net.check/1"
+
     matrix: Matrix
     findings: list[LinkFinding]
     #: Node -> what its own listener said (in use, permission denied), when not plain.
@@ -52,6 +53,8 @@ class CheckReport:
 @dataclass
 class MasterReport:
     """``rankscope.net.master``: what was found about MASTER_ADDR:MASTER_PORT, and the checks on it."""
+
+    SCHEMA: ClassVar[str] = "rankscope.net.master/1"
 
     facts: MasterFacts
     checks: list[MasterCheck]

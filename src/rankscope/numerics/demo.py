@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, ClassVar, Optional, Union
 
 from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import available_devices
@@ -17,8 +17,6 @@ from rankscope.numerics.modules import compare_modules
 from rankscope.numerics.result import Comparison, ModuleComparison
 from rankscope.numerics.torchload import load_torch
 from rankscope.serial import OMIT_NONE
-
-SCHEMA = "rankscope.numerics.demo/1"
 
 
 @dataclass(frozen=True)
@@ -45,6 +43,8 @@ def _case(title: str, judged: bool, result: Union[Comparison, ModuleComparison])
 @dataclass(frozen=True)
 class NumericsDemo:
     """``ok`` when every judged case is within tolerance."""
+
+    SCHEMA: ClassVar[str] = "rankscope.numerics.demo/1"
 
     torch: str
     devices: tuple[str, ...]

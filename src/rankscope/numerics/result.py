@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ class ModuleComparison:
     outside tolerance (``""`` is the model itself); ``first_introduced``: the first whose inputs
     agree but output does not. ``rows`` are in call order (a parent before its children).
     """
+
+    SCHEMA: ClassVar[str] = "rankscope.numerics.compare/1"
 
     reference: Side
     other: Side

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.fr.align import group_name, place
 from rankscope.fr.records import Entry, RankDump
 from rankscope.fr.render import progress_lines, render_text
@@ -122,4 +122,4 @@ def _lanes(view: GroupView, dumps: dict[int, RankDump], seq: int, keep: int) -> 
 
 
 def _who(ranks: list[int]) -> str:
-    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+    return RankSet.of(ranks).phrase()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.model import Member
 from rankscope.pictures.fr_page import fr_section
 from rankscope.pictures.page import Page, TableSection
@@ -78,7 +78,7 @@ def _hypotheses(report: WhyReport) -> TableSection:
             [
                 hypothesis.text,
                 hypothesis.kind,
-                fold_ints(hypothesis.ranks) if hypothesis.ranks else "",
+                str(RankSet.of(hypothesis.ranks)) if hypothesis.ranks else "",
                 "\n".join(hypothesis_lines(hypothesis, "")),
             ]
         )

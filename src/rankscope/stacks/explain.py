@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from rankscope.folding import RankSet, describe_members, fold_ints
+from rankscope.folding import RankSet, describe_members
 from rankscope.model import Frame, Member, RankId
 from rankscope.stacks.inproc_collect import version_note
 from rankscope.stacks.merge import job_reports
@@ -284,7 +284,7 @@ def _user_before(frames: Sequence[Frame], index: int) -> Optional[Frame]:
 
 
 def _finding(kind: str, members: list[Member], place: Place, text: str) -> Finding:
-    ranks = fold_ints(m.rank for m in members if m.rank is not None)
+    ranks = str(RankSet.of(m.rank for m in members if m.rank is not None))
     return Finding(
         kind, ranks, members, place.collective, place.caller, place.innermost, text, place.gpu_call
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope import procfs
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.fr.join import LiveWait
 from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, add_members, is_library
 from rankscope.model import Frame, ProcessSnapshot
@@ -245,11 +245,9 @@ def verdict(live: LiveRecorders) -> FrReport:
     if not (live.dumps or live.missing or live.refused):  # every node's records unreadable: nothing to say
         report.empty = True
     for reason, ranks in _by_reason(live.missing).items():
-        word = "ranks" if len(ranks) > 1 else "rank"
-        report.notes.insert(0, f"no flight recorder from {word} {fold_ints(ranks)}: {reason}")
+        report.notes.insert(0, f"no flight recorder from {RankSet.of(ranks).phrase()}: {reason}")
     for reason, ranks in _by_reason(live.partial).items():
-        word = "ranks" if len(ranks) > 1 else "rank"
-        report.notes.append(f"flight recorder of {word} {fold_ints(ranks)} {reason}")
+        report.notes.append(f"flight recorder of {RankSet.of(ranks).phrase()} {reason}")
     return report
 
 

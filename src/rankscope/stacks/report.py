@@ -8,12 +8,10 @@ grows with the number of distinct stacks, not with the number of ranks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from rankscope.model import SCHEMA_VERSION, Failure, Frame, Member, NodeStatus, RankId
 from rankscope.serial import OMIT_NONE, dump_document, load_document
-
-SCHEMA = f"rankscope.stacks/{SCHEMA_VERSION}"
 
 #: Per-process states over several samples.
 STUCK = "stuck"
@@ -179,6 +177,8 @@ class Diagnosis:
 class StacksReport:
     """The ``rankscope.stacks`` document: one node's (or, merged, every node's) stacks."""
 
+    SCHEMA: ClassVar[str] = f"rankscope.stacks/{SCHEMA_VERSION}"
+
     groups: list[StackGroup] = field(default_factory=list)
     processes: list[ProcessInfo] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
@@ -216,9 +216,9 @@ class StacksReport:
 
 def report_document(report: StacksReport) -> dict[str, Any]:
     """The JSON `rankscope stacks --json` prints (and writes to --out DIR/stacks.json)."""
-    return dump_document(SCHEMA, report)
+    return dump_document(report)
 
 
 def load_report(data: Any) -> StacksReport:
     """A :func:`report_document` read back (a node's answer, or a saved stacks.json); ValueError if it is not one."""
-    return load_document(StacksReport, data, SCHEMA)
+    return load_document(StacksReport, data)

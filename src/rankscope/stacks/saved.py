@@ -36,14 +36,14 @@ from rankscope.model import (
 from rankscope.stacks.explain import diagnose
 from rankscope.stacks.merge import group_snapshots, lend_native, motion
 from rankscope.stacks.pyspy import parse_dump
-from rankscope.stacks.report import SCHEMA, ProcessInfo, StacksReport, load_report
+from rankscope.stacks.report import ProcessInfo, StacksReport, load_report
 
 #: ``HOST.rank-R.pid-P[.sample-N][.native].json`` (or ``.error.txt``), as `stacks --out` names them.
 RAW_NAME = re.compile(
     r"^(?P<host>.+)\.rank-(?P<rank>\d+|none)\.pid-(?P<pid>\d+)(?:\.sample-(?P<sample>\d+))?"
     r"(?P<native>\.native)?\.(?P<ext>json|error\.txt)$"
 )
-SCHEMA_NAME = SCHEMA.rsplit("/", 1)[0]
+SCHEMA_NAME = StacksReport.SCHEMA.rsplit("/", 1)[0]
 KINDS = {kind.value for kind in FailureKind}
 HINT = "pass --from the directory `rankscope stacks --out DIR` wrote"
 
@@ -84,7 +84,7 @@ def _load_document(path: Path) -> StacksReport:
         raise BadInputError(f"{doc_path} is not a rankscope stacks report (schema {schema!r})", HINT)
     if not version.isdigit() or int(version) > SCHEMA_VERSION:
         raise BadInputError(
-            f"{doc_path} was written by a newer rankscope (schema {schema}); this one reads {SCHEMA}",
+            f"{doc_path} was written by a newer rankscope (schema {schema}); this one reads {StacksReport.SCHEMA}",
             "upgrade rankscope (pip install -U rankscope) to read it",
         )
     for failure in data.get("failures") or []:

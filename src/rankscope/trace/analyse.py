@@ -6,17 +6,11 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.trace.decode import Event, TraceData
 from rankscope.trace.stacks import OpenCall, OpenStack
-
-#: The documents of `trace tail`, `trace grep` and `trace show` (:class:`TailReport`,
-#: :class:`GrepReport`, and the decoded head with its events).
-TAIL_SCHEMA = "rankscope.trace.tail/1"
-GREP_SCHEMA = "rankscope.trace.grep/1"
-SHOW_SCHEMA = "rankscope.trace.show/1"
 
 
 @dataclass(frozen=True)
@@ -56,6 +50,8 @@ class Unreadable:
 
 @dataclass(frozen=True)
 class TailReport:
+    SCHEMA: ClassVar[str] = "rankscope.trace.tail/1"
+
     groups: tuple[TailGroup, ...]
     unreadable: tuple[Unreadable, ...] = ()
 
@@ -71,6 +67,8 @@ class GrepFile:
 
 @dataclass(frozen=True)
 class GrepReport:
+    SCHEMA: ClassVar[str] = "rankscope.trace.grep/1"
+
     pattern: str
     files: tuple[GrepFile, ...]
     unreadable: tuple[Unreadable, ...] = ()
@@ -169,7 +167,7 @@ def _first_rank(group: TailGroup) -> int:
 
 def fold_members(items: list[FileTail]) -> str:
     ranks = [f.rank for f in items if f.rank is not None]
-    label = f"[{fold_ints(ranks)}]" if ranks else ""
+    label = f"[{str(RankSet.of(ranks))}]" if ranks else ""
     others = [f"{f.host}:pid{f.pid}" for f in items if f.rank is None]
     return " ".join(x for x in (label, *others) if x)
 

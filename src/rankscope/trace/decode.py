@@ -24,7 +24,7 @@ from array import array
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from rankscope.errors import BadInputError
 from rankscope.serial import SKIP
@@ -96,6 +96,9 @@ class Event:
 
 @dataclass
 class TraceData:
+    #: ``trace show --json`` prints this head, then the events.
+    SCHEMA: ClassVar[str] = "rankscope.trace.show/1"
+
     path: str
     version: int
     ring: bool

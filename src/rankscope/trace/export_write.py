@@ -14,15 +14,14 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Optional, Protocol
+from typing import IO, Any, ClassVar, Optional, Protocol
 
 from rankscope.errors import BadInputError, RankscopeError
+from rankscope.serial import dump_document
 from rankscope.trace.analyse import Unreadable
 from rankscope.trace.collect import open_trace, trace_files
 from rankscope.trace.decode import Layout, TraceData, iter_events
 from rankscope.trace.export import FileExport, Skew, clock_skew, opened_before
-
-SCHEMA = "rankscope.trace.export/1"
 
 
 class EventSink(Protocol):
@@ -43,6 +42,27 @@ class ExportResult:
     #: calls still open at the end of the rings (drawn as slices that did not end)
     open_calls: int
     skew: tuple[Skew, ...]
+    unreadable: tuple[Unreadable, ...]
+
+
+@dataclass(frozen=True)
+class ClockSkew:
+    """One host's clock against the reference host's (:class:`Skew` in the export's words)."""
+
+    host: str
+    vs: str
+    ms: float
+    collectives: int
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """The exported file's ``otherData``: rankscope's document inside Chrome's trace format."""
+
+    SCHEMA: ClassVar[str] = "rankscope.trace.export/1"
+
+    clock: str
+    clock_skew: tuple[ClockSkew, ...]
     unreadable: tuple[Unreadable, ...]
 
 
@@ -123,15 +143,14 @@ def export(target: str, out: str, timeline: Optional[EventSink] = None) -> Expor
                 bad.append(Unreadable(os.fspath(path), _reason(path, exc)))
         skew = clock_skew(exports)
         count += emit(_skew_labels(exports, skew, timeline))
-        other = {
-            "schema": SCHEMA,
-            "clock": "wall clock of each file's host, microseconds since the earliest file's start",
-            "clock_skew": [
-                {"host": s.host, "vs": s.reference, "ms": s.ms, "collectives": s.samples} for s in skew
-            ],
-            "unreadable": [{"path": b.path, "reason": b.reason} for b in bad],
-        }
-        handle.write('\n],\n"displayTimeUnit": "ms",\n"otherData": ' + json.dumps(other) + "}\n")
+        other = ExportInfo(
+            "wall clock of each file's host, microseconds since the earliest file's start",
+            tuple(ClockSkew(s.host, s.reference, s.ms, s.samples) for s in skew),
+            tuple(bad),
+        )
+        handle.write(
+            '\n],\n"displayTimeUnit": "ms",\n"otherData": ' + json.dumps(dump_document(other)) + "}\n"
+        )
     open_calls = sum(sum(item.still_open.values()) for item in exports)
     return ExportResult(out, len(exports), count, open_calls, tuple(skew), tuple(bad))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.watch.model import Reason, Snapshot, Trigger
 
 MARKERS = "progress markers"
@@ -117,6 +117,5 @@ class Decider:
         if not new:
             return None
         slowest = min(steps[rank] for rank in new)
-        plural = "s" if len(new) > 1 else ""
-        text = f"rank{plural} {fold_ints(sorted(new))} at step {slowest}, {top - slowest} steps behind (step {top})"
+        text = f"{RankSet.of(new).phrase()} at step {slowest}, {top - slowest} steps behind (step {top})"
         return Trigger(Reason.STRAGGLER, text, tuple(sorted(new)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.watch.model import Trigger
 
 PREFIX = "rankscope watch:"
@@ -10,7 +10,7 @@ PREFIX = "rankscope watch:"
 
 def capture_line(trigger: Trigger, verdict: str, ranks: list[int], where: str) -> str:
     """``rankscope watch: stall (no progress marker advanced for 10 s): VERDICT [ranks 1] -> DIR``."""
-    culprits = f" [culprit rank{'s' if len(ranks) > 1 else ''} {fold_ints(ranks)}]" if ranks else ""
+    culprits = f" [culprit {RankSet.of(ranks).phrase()}]" if ranks else ""
     return f"{PREFIX} {trigger.reason.value} ({trigger.text}): {verdict}{culprits} -> {where}"
 
 

@@ -347,11 +347,7 @@ def gather_local(
         logs += output_files([*launchers, *sorted(job_pids)])
         for launcher in launchers:
             cmd = procfs.cmdline(launcher)
-            try:
-                cwd: Optional[str] = os.readlink(f"/proc/{launcher}/cwd")
-            except OSError:
-                cwd = None
-            log_dir = torchrun_log_dir(cmd, cwd)
+            log_dir = torchrun_log_dir(cmd, procfs.cwd(launcher))
             if log_dir and os.path.isdir(log_dir):
                 logs.append(log_dir)
                 log_dirs.append(log_dir)
@@ -469,12 +465,7 @@ def _job_start(pids: Iterable[int]) -> float:
 
 
 def _cwd(pids: Iterable[int]) -> Optional[str]:
-    for pid in pids:
-        try:
-            return os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-    return None
+    return next((found for found in map(procfs.cwd, pids) if found is not None), None)
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -179,12 +179,10 @@ def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
 def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
     """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
     the job's working directory, apport's and systemd's places): a rank that crashed and is gone."""
+    from rankscope import procfs
     from rankscope.core.listing import default_places
 
-    try:
-        pattern: Optional[str] = Path("/proc/sys/kernel/core_pattern").read_text().strip()
-    except OSError:
-        pattern = None
+    pattern = procfs.core_pattern()
     if pattern is not None and pattern.startswith("|"):
         pattern = None  # piped to a program (systemd-coredump, apport): `rankscope core list` finds those
     places = default_places(pattern, cwd or "/nonexistent")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
-from rankscope.folding import fold_ints
+from rankscope.folding import RankSet
 from rankscope.model import Frame
 from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_words
 from rankscope.why.signals import Gathered
@@ -37,7 +37,7 @@ def frame_words(frame: Optional[Frame]) -> Optional[str]:
 
 
 def rank_word(ranks: Sequence[int]) -> str:
-    return f"{'ranks' if len(ranks) > 1 else 'rank'} {fold_ints(ranks)}"
+    return RankSet.of(ranks).phrase()
 
 
 def stacks_findings(gathered: Gathered) -> list[Finding]:
@@ -58,22 +58,22 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
             text = finding.text + _ended_main(finding.innermost)
             out.append(
                 Finding(Kind.STACKS, cause, CULPRIT, str(first), text, where, "stacks", 0, 0, first,
-                        ranks=fold_ints(ranks))
+                        ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
         elif finding.kind == "waiting" and any(m in diagnosis.divergent for m in finding.members):
             out.append(
                 Finding(Kind.STACKS, "other_collective", CULPRIT, str(first), finding.text, where, "stacks", 0, 1,
-                        first, ranks=fold_ints(ranks))
+                        first, ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
         elif finding.kind == "together" and finding.gpu_wait:
             out.append(
                 Finding(Kind.STACKS, "gpu_wait", CULPRIT, str(first), finding.text, where, "stacks", 0, 0, first,
-                        ranks=fold_ints(ranks))
+                        ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
         elif finding.kind == "together" and finding.collective and not diagnosis.missing_ranks:
             out.append(
                 Finding(Kind.STACKS, "all_waiting", CULPRIT, None, finding.text, where, "stacks", 0, 3,
-                        ranks=fold_ints(ranks))
+                        ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
     out.extend(_stragglers(report, waiting))
     for rank in diagnosis.missing_ranks:
@@ -106,7 +106,7 @@ def _stragglers(report: StacksReport, waiting: bool) -> list[Finding]:
     ahead = max(steps.values())
     what = f"{rank_word(behind)} at step {lowest} while other ranks reached step {ahead} (progress markers)"
     return [Finding(Kind.STACKS, "straggler", CULPRIT, str(behind[0]), what, None, "progress markers", 0, 2,
-                    behind[0], ranks=fold_ints(behind))]  # fmt: skip
+                    behind[0], ranks=str(RankSet.of(behind)))]  # fmt: skip
 
 
 def fr_findings(gathered: Gathered) -> list[Finding]:
@@ -122,7 +122,7 @@ def fr_findings(gathered: Gathered) -> list[Finding]:
         out.append(
             Finding(Kind.WATCHDOG, "collective_desync", CULPRIT, str(suspects[0]) if suspects else None,
                     divergence.text, where, "flight recorders", 0, order,
-                    suspects[0] if suspects else None, ranks=fold_ints(suspects))
+                    suspects[0] if suspects else None, ranks=str(RankSet.of(suspects)))
         )  # fmt: skip
     return out
 
@@ -224,7 +224,7 @@ def gpu_findings(gathered: Gathered) -> list[Finding]:
         )
         out.append(Finding(Kind.KERNEL, "gpu_ecc", CULPRIT, str(ranks[0]) if ranks else gpu.host, what, None,
                            f"{gpu.source} on {gpu.host}", 0, 50, ranks[0] if ranks else None,
-                           ranks=fold_ints(ranks) if ranks else None,
+                           ranks=str(RankSet.of(ranks)) if ranks else None,
                            next_step="drain the node and reset the GPU (nvidia-smi -r) or replace it; "
                            "nvidia-smi -q -d ECC,ROW_REMAPPER"))  # fmt: skip
     return out

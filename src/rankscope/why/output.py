@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, cast
 
+from rankscope import procfs
 from rankscope.why.report import FAILED, READ
 from rankscope.why.scheduler import scheduler_findings
 from rankscope.why.signals import Gathered
@@ -40,16 +41,13 @@ def output_files(pids: Iterable[int]) -> list[str]:
     out = []
     for pid in pids:
         for fd in (1, 2):
-            link = f"/proc/{pid}/fd/{fd}"
-            try:
-                st = os.stat(link)
-                target = os.readlink(link)
-            except OSError:
+            found = procfs.fd_file(pid, fd)
+            if found is None or (found[1].st_dev, found[1].st_ino) in seen:
                 continue
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
-                continue
+            target, st = found
             seen.add((st.st_dev, st.st_ino))
-            out.append(link if target.endswith(" (deleted)") or not os.path.isabs(target) else target)
+            usable = os.path.isabs(target) and not target.endswith(" (deleted)")
+            out.append(target if usable else f"/proc/{pid}/fd/{fd}")
     return out
 
 

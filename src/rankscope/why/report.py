@@ -6,15 +6,13 @@ signals themselves. One dataclass tree, so other renderers read the same object 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from rankscope.evidence import Finding
 from rankscope.fr.report import FrReport
 from rankscope.model import SCHEMA_VERSION, Failure, NodeStatus
 from rankscope.serial import OMIT_NONE, dump_document, load_document
 from rankscope.stacks.report import StacksReport
-
-SCHEMA = f"rankscope.why/{SCHEMA_VERSION}"
 
 #: How the run ended, what a script tells apart (docs/exit-codes.md).
 CAUSE = "cause"  # a cause is named
@@ -145,6 +143,8 @@ class GpuFacts:
 class WhyReport:
     """The ``rankscope.why`` document."""
 
+    SCHEMA: ClassVar[str] = f"rankscope.why/{SCHEMA_VERSION}"
+
     outcome: str
     verdict: Optional[Hypothesis] = None
     hypotheses: list[Hypothesis] = field(default_factory=list)
@@ -171,8 +171,8 @@ class WhyReport:
 
 
 def report_document(report: WhyReport) -> dict[str, Any]:
-    return dump_document(SCHEMA, report)
+    return dump_document(report)
 
 
 def load_report(data: Any) -> WhyReport:
-    return load_document(WhyReport, data, SCHEMA)
+    return load_document(WhyReport, data)

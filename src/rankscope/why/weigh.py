@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, PRECEDENCE, Finding, Kind, decide
-from rankscope.folding import fold_ints, parse_ints
+from rankscope.folding import RankSet
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, frame_words, rank_word, signal_name
 from rankscope.why.report import (
@@ -48,7 +48,7 @@ def _ranks_of(finding: Finding) -> list[int]:
         finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause == "gpu_ecc"
     )
     if folded and finding.ranks:
-        return parse_ints(finding.ranks)
+        return list(RankSet.parse(finding.ranks))
     if finding.global_rank is not None:
         return [finding.global_rank]
     if finding.who:
@@ -271,7 +271,7 @@ def rank_states(gathered: Gathered) -> list[RankState]:
         if rank not in seen:
             add(f"last seen by its trace ring at {last}", rank, "")
     return [
-        RankState(fold_ints(ranks), sorted(ranks), state, sorted(hosts))
+        RankState(str(RankSet.of(ranks)), sorted(ranks), state, sorted(hosts))
         for state, (ranks, hosts) in sorted(states.items(), key=lambda kv: min(kv[1][0]))
     ]
 
