@@ -346,8 +346,8 @@ class LineEvidence:
             entries = [s for s in entries if not consequence(s)]
             ranks = sorted({s[1] for s in entries if s[1] is not None})
         who, _rank, seconds, source, line, order, _time = entries[0]
-        folded = fold_ints(ranks) if ranks else None
-        named = f"rank(s) {folded}" if folded else "a rank"
+        folded = str(RankSet.of(ranks)) if ranks else None
+        named = RankSet.of(ranks).phrase() if ranks else "a rank"
         if after_timeout:
             text = (
                 f"the NCCL watchdog of {named} made no progress for {seconds} s after the collective "
