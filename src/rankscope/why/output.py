@@ -167,7 +167,7 @@ def read_logs(
     """The job's output through `logs errors`: its findings and the user frames of its tracebacks.
     ``starts``: real path -> the byte a file is read from (:func:`log_starts`)."""
     from rankscope.errors import RankscopeError
-    from rankscope.logs.errors_report import scan_errors
+    from rankscope.logs.collect import scan_errors
     from rankscope.logs.reading import Reading
     from rankscope.logs.roles import user_frame
     from rankscope.logs.sources import discover
