@@ -22,8 +22,9 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
-from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.frames import locate
 from rankscope.stacks.gpu import query_gpus
 from rankscope.stacks.inproc_collect import collect_via_signal, read_steps
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
