@@ -9,7 +9,7 @@ from typing import Optional
 from rankscope.folding import RankSet, describe_members, fold_ints
 from rankscope.model import Frame, Member, RankId
 from rankscope.stacks.frames import Place, locate
-from rankscope.stacks.inproc_collect import version_note
+from rankscope.stacks.inproc_request import version_note
 from rankscope.stacks.merge import job_reports
 from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
 
