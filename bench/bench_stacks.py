@@ -125,7 +125,7 @@ import sys, time, json
 sys.path.insert(0, {str(ROOT / "src")!r})
 from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
 from rankscope.stacks.merge import group_snapshots
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import ProcessInfo, StacksReport
 SITE = "/venv/lib/python3.11/site-packages/"

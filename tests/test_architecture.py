@@ -53,6 +53,9 @@ IN_PROCESS = (
     *(f"debug/{m}.py" for m in ("debugger", "terminal", "remote", "rendezvous")),
     "trace/__init__.py",
     "trace/tracer.py",
+    "trace/backend.py",
+    "trace/hooks_c.py",
+    "trace/hooks_py.py",
     "trace/writer.py",
     "trace/format.py",
 )

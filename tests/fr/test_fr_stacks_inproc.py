@@ -23,7 +23,7 @@ from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
 from rankscope.serial import to_json
 from rankscope.stacks.fr_live import LiveRecorders, combine, compact, verdict
-from rankscope.stacks.inproc_collect import locate
+from rankscope.stacks.inproc_request import locate
 
 WORLD = 3
 NO_HANDLER = 2

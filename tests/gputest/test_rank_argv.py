@@ -9,7 +9,7 @@ from rankscope.cli.bench import allreduce
 from rankscope.cli.gputest import gpu_test
 from rankscope.cli.params import from_params
 from rankscope.gputest.allreduce import BenchOptions
-from rankscope.gputest.collect import GpuTestOptions
+from rankscope.gputest.rank import GpuTestOptions
 
 
 def test_gpu_test_rank_argv_reads_back() -> None:

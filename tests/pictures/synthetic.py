@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from rankscope.fr.records import Entry, GroupStatus, RankDump
 from rankscope.model import Frame, Member, RankId
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport, StepInfo
 
 SITE = "/venv/lib/python3.11/site-packages"

@@ -6,7 +6,7 @@ import pytest
 
 from rankscope.doctor import facts
 from rankscope.doctor.facts import TorchInfo
-from rankscope.gputest import collect as gputest_collect
+from rankscope.gputest import rank as gputest_rank
 from rankscope.logs.tracebacks import FrameLine
 from rankscope.rerun.advice import sync_warnings
 from rankscope.rerun.collect import Capture
@@ -53,7 +53,7 @@ def test_capture_keeps_the_end_from_a_line_start() -> None:
 
 def a_gpu_node(monkeypatch: pytest.MonkeyPatch) -> None:
     """This machine has no GPU: /dev/nvidia* is said to exist, as on a GPU node (a stand-in)."""
-    monkeypatch.setattr(gputest_collect, "gpus_present", lambda: True)
+    monkeypatch.setattr(gputest_rank, "gpus_present", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 

@@ -9,8 +9,9 @@ import pytest
 
 from rankscope.folding import duration
 from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
+from rankscope.stacks.analyse import diagnose, not_found_here
 from rankscope.stacks.collect import DumpOutcome, Target, _interpret
-from rankscope.stacks.explain import diagnose, locate, not_found_here
+from rankscope.stacks.frames import locate
 from rankscope.stacks.merge import build_tree, group_snapshots, merge_reports, motion
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import ProcessInfo, StacksReport, load_report, report_document

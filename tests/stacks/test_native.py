@@ -19,7 +19,8 @@ from tests.support.cli import run_cli
 
 from rankscope.demo.launch import LaunchedJob
 from rankscope.nvidia.nvsmi import parse_query_xml
-from rankscope.stacks.explain import diagnose, explaining_frames, gpu_wait, short_native_name
+from rankscope.stacks.analyse import diagnose
+from rankscope.stacks.frames import explaining_frames, gpu_wait, short_native_name
 from rankscope.stacks.gpu import gpu_statuses, query_gpus
 from rankscope.stacks.merge import group_snapshots, merge_reports, representatives
 from rankscope.stacks.render import render_text

@@ -6,7 +6,7 @@ from typing import Optional
 
 from tests.stacks.test_analysis import ALL_REDUCE, LOAD, LOOP, MAIN, SYNC, WRAP, report_of, snap
 
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import StacksReport, StepInfo, load_report, report_document
 

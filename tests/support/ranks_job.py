@@ -17,7 +17,7 @@ from typing import Optional
 from tests.support.sshd import free_port
 
 from rankscope.inproc.runtime import ENV_DIR
-from rankscope.stacks.inproc_collect import locate
+from rankscope.stacks.inproc_request import locate
 
 JOB = Path(__file__).parent.parent / "fr" / "fr_job.py"
 

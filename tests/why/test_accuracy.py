@@ -13,7 +13,7 @@ import tomllib
 from rankscope.evidence import decide
 from rankscope.fr.analyse import analyse_path
 from rankscope.model import parse_label
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.saved import read_saved
 from rankscope.why.files import read_fr
 from rankscope.why.output import read_logs

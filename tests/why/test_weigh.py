@@ -18,7 +18,7 @@ from tests.stacks.pyspy_text import snapshots
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.model import Frame, Member, RankId
 from rankscope.nvidia.nvsmi import parse_query_xml
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.gpu import gpu_statuses
 from rankscope.stacks.merge import group_snapshots
 from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport

@@ -109,8 +109,8 @@ def allreduce(**params: Any) -> int:
 
 
 def _launch(options: Any) -> int:
-    from rankscope.gputest.collect import torch_installed
     from rankscope.gputest.launch import run_local
+    from rankscope.gputest.rank import torch_installed
 
     torch_installed()
     run = run_local(options.nproc, options.rank_argv(), options.timeout)

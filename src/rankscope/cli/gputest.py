@@ -75,7 +75,7 @@ def _exit_for(summary: Any) -> int:
 )
 @click.option("--json", "json", is_flag=True, help="Print rank 0's summary as a rankscope.gputest document.")
 def gpu_test(**params: Any) -> int:
-    from rankscope.gputest.collect import GpuTestOptions
+    from rankscope.gputest.rank import GpuTestOptions
 
     options = from_params(GpuTestOptions, params)
     devices = _parse_devices(options.devices)
@@ -103,7 +103,7 @@ def _parse_devices(text: Optional[str]) -> Optional[list[int]]:
 def _stop_on_misconfiguration() -> None:
     """The launcher's own pre-flight: the ranks would inherit the same mistake."""
     from rankscope.errors import RankscopeError
-    from rankscope.gputest.collect import preflight
+    from rankscope.gputest.rank import preflight
 
     problems = preflight(os.environ, "")
     if problems:
@@ -111,15 +111,15 @@ def _stop_on_misconfiguration() -> None:
 
 
 def _gpu_count() -> int:
-    from rankscope.gputest.collect import require_torch
+    from rankscope.gputest.rank import require_torch
 
     torch = require_torch()
     return int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
 
 
 def _launch(options: Any, devices: Optional[list[int]]) -> int:
-    from rankscope.gputest.collect import gpus_present, torch_installed
     from rankscope.gputest.launch import run_local, subset_env
+    from rankscope.gputest.rank import gpus_present, torch_installed
     from rankscope.serial import dump_document
 
     _stop_on_misconfiguration()
@@ -142,9 +142,9 @@ def _launch(options: Any, devices: Optional[list[int]]) -> int:
 
 
 def _isolate(options: Any, devices: Optional[list[int]]) -> int:
-    from rankscope.gputest.collect import require_torch
     from rankscope.gputest.isolate import describe
     from rankscope.gputest.launch import isolate
+    from rankscope.gputest.rank import require_torch
 
     _stop_on_misconfiguration()
     require_torch()
@@ -176,7 +176,7 @@ def _isolate(options: Any, devices: Optional[list[int]]) -> int:
 
 
 def _in_rank(options: Any) -> int:
-    from rankscope.gputest.collect import VERDICT_ENV, run_rank
+    from rankscope.gputest.rank import VERDICT_ENV, run_rank
     from rankscope.gputest.report import summary_lines
     from rankscope.serial import dump_document
 

@@ -187,7 +187,9 @@ Examples:
 @click.option("--frames", default=6, show_default=True, metavar="N", help="Innermost frames shown per error.")
 @json_on_every_exit("errors")
 def errors(inputs: tuple[str, ...], as_json: bool, frames: int, host_from_filename: bool) -> int:
-    from rankscope.logs.errors_report import errors_document, render_errors, scan_errors
+    from rankscope.logs.collect import scan_errors
+    from rankscope.logs.render import render_errors
+    from rankscope.logs.report import errors_document
 
     with reading_of(inputs, host_from_filename) as reading:
         report, counts = scan_errors(reading)

@@ -16,7 +16,7 @@ def exit_code(targets: int, done: int, failures: Sequence[Failure], missing: Seq
     """``targets`` found to try, ``done`` of them collected, ``failures`` listed in the report.
 
     ``missing``: ranks the job's world size says run on the nodes examined but that were not found
-    at all (they exited before discovery; rankscope.stacks.explain.not_found_here). A report
+    at all (they exited before discovery; rankscope.stacks.analyse.not_found_here). A report
     without them is partial, though nothing failed.
     """
     if done:

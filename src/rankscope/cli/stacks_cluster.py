@@ -43,7 +43,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.stacks_report import nodes_title, render_for, verdict_of, with_fr
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.lifetime import StopSignals
-    from rankscope.stacks.explain import diagnose, not_found_here
+    from rankscope.stacks.analyse import diagnose, not_found_here
     from rankscope.stacks.report import report_document
 
     assert request.cluster is not None

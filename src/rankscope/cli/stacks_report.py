@@ -14,7 +14,7 @@ from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
 from rankscope.folding import fold_hosts
 from rankscope.model import NodeStatus, Stage
-from rankscope.stacks.explain import diagnose, not_found_here
+from rankscope.stacks.analyse import diagnose, not_found_here
 from rankscope.stacks.local import LocalResult, process_started, run_local
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.render import render_text, stray_text

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from rankscope.cmdline import flag, to_flags
 from rankscope.gputest.bandwidth import BenchResult, RankTimes, analyse
-from rankscope.gputest.collect import default_backend, require_torch
+from rankscope.gputest.rank import default_backend, require_torch
 from rankscope.ranks import current_rank
 
 DELAY_RANK_HOOK = "RANKSCOPE_BENCH_DELAY_RANK"

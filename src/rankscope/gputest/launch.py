@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Optional
 
 from rankscope import lifetime
-from rankscope.gputest.collect import DEVICES_ENV, VERDICT_ENV
 from rankscope.gputest.isolate import IsolateVerdict, Subset, plan_stages, read_results, skip_known_bad
+from rankscope.gputest.rank import DEVICES_ENV, VERDICT_ENV
 from rankscope.gputest.report import Summary
 from rankscope.serial import load_document
 

@@ -1,13 +1,24 @@
-"""Text for a person (pure): the reports of `logs ranks` and `logs split`."""
+"""Text for a person (pure): the reports of `logs ranks`, `logs split` and `logs errors`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Optional
 
+from rankscope.evidence import Finding, Kind
+from rankscope.folding import RankSet
+from rankscope.logs.analyse import launcher_of, orphan_exception_lines, root_reason
+from rankscope.logs.collect import LineCounts
+from rankscope.logs.cuda import DeviceAssert, is_async_cuda_error, out_of_memory, rerun_command
 from rankscope.logs.demux import SplitFile
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.inventory import Inventory, RanksDocument
-from rankscope.logs.labels import fold_labels
+from rankscope.logs.labels import fold_labels, host_and_rank, label_text
+from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.torchrun_summary import RankExit
+from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, RankTraceback
 
 #: What `logs ranks` says when no line carries a rank prefix.
 NO_PREFIX = (
@@ -40,3 +51,300 @@ def render_split(out_dir: Path, files: Sequence[SplitFile], notes: Sequence[str]
         lines.append(f"  {name:>28}  {row.lines:>10} lines  ({row.label or 'no rank prefix'})")
     lines += [f"note: {note}" for note in notes]
     return "\n".join(lines)
+
+
+# --- logs errors ---
+
+PREFIX_ADVICE = (
+    "add rank prefixes at the source: torchrun --role $(hostname -s): --tee 3, srun --label, "
+    "mpirun --tag-output, or rankscope prefix -- CMD"
+)
+
+
+def _where(tb: RankTraceback) -> str:
+    return f"{label_text(tb.label) or '(no rank prefix)'} ({tb.source} line {tb.line_number})"
+
+
+_ROLE_WORDS = {
+    Role.CULPRIT: "culprit",
+    Role.VICTIM: "victim (a consequence of another failure: lost peer, timeout, signal)",
+    Role.HANDLED: f"handled (the rank wrote {HANDLED_LINES}+ more lines after it)",
+}
+
+
+def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
+    """CUDA facts of an error: its location's reliability, its out-of-memory numbers."""
+    out = []
+    example = group.example
+    if is_async_cuda_error(example):
+        out.append(
+            "  CUDA reports kernel errors asynchronously: the line above is where the error was noticed, "
+            "not necessarily where the faulty kernel was launched"
+        )
+        out.append(f"  rerun with synchronous launches to find it: {rerun_command(example, launcher)}")
+        out.append(
+            "  (or `rankscope rerun --sync --compare <this log> -- <command>`: it says where the runs disagree)"
+        )
+    oom = out_of_memory(example)
+    if oom is not None:
+        out.append(f"  CUDA out of memory: {oom.summary()}")
+    return out
+
+
+def _assert_lines(asserts: list[DeviceAssert], indent: str = "  ") -> list[str]:
+    out = []
+    for item in asserts:
+        blocks = ", ".join(f"[{b}]" for b in item.blocks)
+        out.append(
+            f"{indent}device-side assertion, {item.threads} GPU thread(s) on {len(item.labels)} rank(s) "
+            f"{item.ranks}: {item.file}:{item.line} in {item.kernel}: `{item.condition}` failed (blocks {blocks})"
+        )
+    return out
+
+
+def _asserts_of(group: ErrorGroup, asserts: list[DeviceAssert]) -> list[DeviceAssert]:
+    mine = {label_text(label) for label in group.labels}
+    return [a for a in asserts if mine.intersection(a.labels)]
+
+
+def _global_ranks_note(group: ErrorGroup) -> str:
+    global_ranks = group.global_ranks
+    numbers = sorted(
+        {n for n in (host_and_rank(label)[1] for label in group.labels if label) if n is not None}
+    )
+    if global_ranks is not None and global_ranks != str(RankSet.of(numbers)):
+        return f" (torch global {RankSet.parse(global_ranks).phrase()})"
+    return ""
+
+
+def _render_group(
+    group: ErrorGroup,
+    index: int,
+    total: int,
+    frames: int,
+    root: Optional[RootCause],
+    launcher: str,
+    asserts: list[DeviceAssert],
+    title: str = "error",
+) -> list[str]:
+    labels = group.labels
+    ranks = fold_labels(labels)
+    role = _ROLE_WORDS[group.role]
+    if root is not None and group is root.group:
+        role = "culprit, the root cause"
+    if title == "error":
+        head = (
+            f"{title} {index} of {total} — {role}, {len(labels)} rank(s): {ranks}{_global_ranks_note(group)}"
+        )
+    else:
+        head = f"{title} {index} of {total} — {role} (no rank prefix: the launcher, or unprefixed output)"
+    if group.count != len(labels):
+        head += f"  ({group.count} tracebacks)"
+    out = [head]
+    example = group.example
+    for chained in example.chained:
+        out.append(f"    (while handling: {chained})")
+    shown = example.frames[-frames:] if frames > 0 else []
+    if len(example.frames) > len(shown):
+        out.append(f"    ... {len(example.frames) - len(shown)} outer frame(s)")
+    for frame in shown:
+        out.append(f'    File "{frame.filename}", line {frame.line}, in {frame.function}')
+        if frame.code:
+            out.append(f"      {frame.code}")
+    if example.truncated:
+        out.append("    (traceback cut off: no exception line followed; the log may end early)")
+    else:
+        out.append(f"  {example.exception}")
+    if group.messages_vary:
+        out.append(
+            "  (message differs between ranks; common form: "
+            f"{group.exception_type}: {group.normalised_message})"
+        )
+    out.extend(_cuda_lines(group, launcher))
+    out.extend(_assert_lines(asserts))
+    out.append(f"  first seen: {_where(group.example)}")
+    return out
+
+
+def _frame_text(tb: RankTraceback) -> str:
+    frame = user_frame(tb.frames)
+    return f" at {frame.filename}:{frame.line} in {frame.function}" if frame is not None else ""
+
+
+def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
+    """The first lines of the report: the root cause and why, or why there is none."""
+    root = report.root_cause
+    if root is None:
+        victims = [g for g in report.groups if g.role is Role.VICTIM]
+        told = next((e for e in counts.exits if e.root_cause), None)
+        launcher = (
+            f"; torchrun's first observed failure: rank {told.rank} on {told.host} ({told.how})"
+            if told
+            else ""
+        )
+        if victims:
+            return [
+                f"root cause: not in this log — every error is a consequence of another failure "
+                f"({sum(g.count for g in victims)} traceback(s) of lost peers, timeouts or signals); "
+                f"the rank that failed first left no traceback here{launcher}"
+            ]
+        return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
+    tb, group = root.traceback, root.group
+    host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
+    who = label_text(tb.label) or "(no rank prefix)"
+    if host is None and number is not None:
+        who = f"rank {who}"
+    if tb.global_rank is not None and number != tb.global_rank:
+        who += f" (global rank {tb.global_rank})"
+    if len(group.labels) > 1:
+        who += f" (and {len(group.labels) - 1} more rank(s) with this error: {fold_labels(group.labels)})"
+    when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
+    first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
+    out = [first, f"  why: {root_reason(report, root)}"]
+    if is_async_cuda_error(tb):
+        out.append(
+            "  location unreliable: CUDA reported this kernel error asynchronously; "
+            f"rerun synchronously: {rerun_command(tb, launcher_of(counts, report))}"
+        )
+        out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
+    return out
+
+
+_KIND_WORDS = {
+    Kind.NCCL: "an NCCL call of this process failed (NCCL WARN)",
+    Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
+    Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
+    Kind.LAUNCHER: "the launcher reported this process's death",
+    Kind.WATCHDOG: "torch's NCCL watchdog",
+    Kind.LAUNCHER_SUMMARY: "only the launcher's failure summary is in this log",
+}
+
+
+def verdict_lines(verdict: Finding) -> list[str]:
+    """The first lines of the report when the root cause is not a traceback."""
+    who = verdict.who or "(no rank named)"
+    launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
+    if verdict.who is not None and verdict.who.isdigit() and not launcher:
+        who = f"rank {who}"
+    if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
+        who += f" (global rank {verdict.global_rank})"
+    where = f" at {verdict.where}" if verdict.where else ""
+    ranks = f" (rank(s) {verdict.ranks})" if verdict.ranks and verdict.ranks != verdict.who else ""
+    out = [f"root cause: {who}: {verdict.what}{where}{ranks} [{verdict.cause}]"]
+    out.append(
+        f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}; the strongest evidence in the log "
+        f"(docs/logs.md, precedence) — {verdict.source} line {verdict.line}"
+        if verdict.line
+        else f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}"
+    )
+    if verdict.next_step:
+        out.append(f"  next: {verdict.next_step}")
+    return out
+
+
+#: How much of an exception line the root cause line shows.
+SHORT_EXCEPTION = 200
+
+
+def _short_exception(tb: RankTraceback) -> str:
+    """The exception for the root cause line: out-of-memory numbers in place of torch's long text."""
+    oom = out_of_memory(tb)
+    if oom is not None:
+        return f"{tb.exception_type}: CUDA out of memory ({oom.summary()})"
+    text = tb.exception or tb.exception_type
+    return text if len(text) <= SHORT_EXCEPTION else text[: SHORT_EXCEPTION - 3] + "..."
+
+
+def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: list[str]) -> str:
+    out: list[str] = []
+    groups = report.groups
+    launcher = launcher_of(counts, report)
+    asserts = counts.device_asserts
+    shown_asserts: set[int] = set()
+    verdict = counts.verdict
+    other = verdict is not None and verdict.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK)
+    if verdict is not None and other:
+        out.extend(verdict_lines(verdict))
+    if not groups:
+        out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
+    else:
+        if not other:
+            out.extend(_root_lines(report, counts))
+        all_labels = {label for g in groups for label in g.labels}
+        without = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
+        roles = Counter(g.role for g in groups)
+        split = ", ".join(f"{roles[r]} {r}" for r in Role if roles[r])
+        out.append(
+            f"{len(groups)} distinct error(s) ({split}) from {len(all_labels)} rank(s){without} "
+            f"({counts.tracebacks} tracebacks in {counts.lines} lines)"
+        )
+        for index, group in enumerate(groups, 1):
+            mine = [a for a in _asserts_of(group, asserts) if id(a) not in shown_asserts]
+            shown_asserts.update(id(a) for a in mine)
+            out.append("")
+            root = None if other else report.root_cause
+            out.extend(_render_group(group, index, len(groups), frames, root, launcher, mine))
+        for index, group in enumerate(report.unprefixed, 1):
+            out.append("")
+            out.extend(
+                _render_group(
+                    group,
+                    index,
+                    len(report.unprefixed),
+                    min(frames, 2),
+                    None,
+                    launcher,
+                    [],
+                    title="launcher error",
+                )
+            )
+    rest = [a for a in asserts if id(a) not in shown_asserts]
+    if rest:
+        out.append("")
+        out.extend(_assert_lines(rest, indent=""))
+    out.extend(_render_exception_lines(counts))
+    out.extend(_render_exits(counts.exits))
+    if counts.truncated:
+        out.append(f"\nnote: {counts.truncated} traceback(s) had no exception line (cut off or interleaved)")
+    prefixed = counts.lines - counts.unprefixed
+    if counts.lines and counts.unprefixed == counts.lines:
+        out.append(
+            f"note: no line has a rank prefix, so interleaved tracebacks cannot be separated; {PREFIX_ADVICE}"
+        )
+    elif counts.unprefixed and prefixed:
+        out.append(
+            f"note: {counts.unprefixed} of {counts.lines} lines carry no rank prefix "
+            "(launcher output, or unparsed)"
+        )
+    out.extend(f"note: {note}" for note in notes)
+    return "\n".join(out)
+
+
+def _render_exception_lines(counts: LineCounts) -> list[str]:
+    rows = orphan_exception_lines(counts)
+    if not rows:
+        return []
+    out = ["", "exception lines in the unprefixed log (more than the tracebacks that could be rebuilt):"]
+    out.extend(f"  {count:>6}x  {line}" for line, count in rows[:20])
+    if len(rows) > 20:
+        out.append(f"  ... {len(rows) - 20} more distinct lines (--json has them all)")
+    return out
+
+
+def _render_exits(exits: list[RankExit]) -> list[str]:
+    if not exits:
+        return []
+    out = [""]
+    for root in (e for e in exits if e.root_cause):
+        out.append(
+            f"torchrun's root cause (first failure it observed): rank {root.rank} on {root.host} ({root.how})"
+        )
+    by_how: dict[str, set[int]] = {}
+    for entry in exits:
+        by_how.setdefault(entry.how, set()).add(entry.rank)
+    listed = "; ".join(
+        f"{how}: {fold_labels([str(r).encode() for r in sorted(ranks)])}"
+        for how, ranks in sorted(by_how.items())
+    )
+    out.append(f"torchrun's failure summary: {listed}")
+    return out

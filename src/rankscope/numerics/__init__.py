@@ -11,7 +11,7 @@ from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import DeviceUnavailableError, available_devices
 from rankscope.numerics.modules import compare_modules
 from rankscope.numerics.raised import SideRaisedError
-from rankscope.numerics.result import (
+from rankscope.numerics.report import (
     Anomaly,
     Comparison,
     LeafDiff,

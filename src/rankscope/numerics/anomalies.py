@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, Optional
 
-from rankscope.numerics.result import Anomaly, ModuleStep, TensorStats
+from rankscope.numerics.report import Anomaly, ModuleStep, TensorStats
 from rankscope.numerics.torchload import load_torch
 from rankscope.numerics.tree import flatten
 

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from rankscope.numerics.devices import DeviceArg, make_sides, move, on_side
 from rankscope.numerics.diff import diff_trees
-from rankscope.numerics.result import Comparison, Side, summarise
+from rankscope.numerics.report import Comparison, Side, summarise
 from rankscope.numerics.tolerance import resolve
 from rankscope.numerics.torchload import load_torch
 from rankscope.numerics.tree import tree_map

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Optional, Union
 from rankscope.numerics.compare import compare
 from rankscope.numerics.devices import available_devices
 from rankscope.numerics.modules import compare_modules
-from rankscope.numerics.result import Comparison, ModuleComparison
+from rankscope.numerics.report import Comparison, ModuleComparison
 from rankscope.numerics.torchload import load_torch
 from rankscope.serial import OMIT_NONE
 

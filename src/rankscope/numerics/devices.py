@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Optional, Union
 
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.numerics.result import Side
+from rankscope.numerics.report import Side
 from rankscope.numerics.tree import tree_map
 
 DeviceArg = Union[str, Any, Sequence[Union[str, Any]], None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from rankscope.numerics.result import LeafDiff
+from rankscope.numerics.report import LeafDiff
 from rankscope.numerics.tolerance import default_tolerances, noise_tolerances
 from rankscope.numerics.tree import flatten
 

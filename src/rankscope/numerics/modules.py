@@ -19,7 +19,7 @@ from typing import Any, Optional
 from rankscope.numerics.devices import DeviceArg, make_sides, move, on_side
 from rankscope.numerics.diff import diff_leaf, diff_trees
 from rankscope.numerics.raised import side_raises
-from rankscope.numerics.result import ModuleComparison, ModuleRow, Side, TensorDiff, summarise
+from rankscope.numerics.report import ModuleComparison, ModuleRow, Side, TensorDiff, summarise
 from rankscope.numerics.tolerance import noise_words, resolve
 from rankscope.numerics.torchload import load_torch
 from rankscope.numerics.tree import flatten, tree_map

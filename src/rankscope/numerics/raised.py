@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from rankscope.errors import ExitCode, RankscopeError
-from rankscope.numerics.result import Side
+from rankscope.numerics.report import Side
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:  # the results' __str__ imports this module: only their types here, no cycle
-    from rankscope.numerics.result import (
+    from rankscope.numerics.report import (
         Anomaly,
         Comparison,
         LeafDiff,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rankscope.stacks.explain import describe_frame
+from rankscope.stacks.frames import describe_frame
 from rankscope.stacks.render import FoldedRun, fold_frames
 from rankscope.stacks.report import StackGroup
 

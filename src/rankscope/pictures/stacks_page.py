@@ -18,7 +18,7 @@ from rankscope.pictures.page import (
     Section,
     TableSection,
 )
-from rankscope.stacks.explain import describe_frame, is_library, locate, short_native_name
+from rankscope.stacks.frames import describe_frame, is_library, locate, short_native_name
 from rankscope.stacks.merge import TreeNode, build_tree
 from rankscope.stacks.render import FoldedRun, fold_frames, render_text
 from rankscope.stacks.report import Diagnosis, StackGroup, StacksReport

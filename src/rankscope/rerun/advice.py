@@ -10,10 +10,10 @@ def sync_warnings(sync: bool, cpu: bool) -> list[str]:
     """The warnings for a rerun with ``--sync`` (and ``--cpu``), for the torch of this Python."""
     if not sync or cpu:
         return []
-    from rankscope.gputest import collect
+    from rankscope.gputest import rank
     from rankscope.rerun.collect import no_cuda_device
 
-    hidden = no_cuda_device(os.environ, collect.gpus_present())
+    hidden = no_cuda_device(os.environ, rank.gpus_present())
     if hidden:
         return [
             f"--sync changes nothing here: no CUDA device is visible ({hidden}); CUDA_LAUNCH_BLOCKING=1"

@@ -7,7 +7,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import IO, Optional
 
-from rankscope.logs.errors_report import scan_errors
+from rankscope.logs.collect import scan_errors
 from rankscope.logs.reading import Reading
 from rankscope.logs.sources import discover
 from rankscope.passthrough import run_passing_through

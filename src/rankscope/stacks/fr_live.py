@@ -1,7 +1,7 @@
 """The flight recorders of live ranks, in the same `rankscope stacks` pass as their stacks.
 
 Every target whose in-process handler (``RANKSCOPE_INPROC=1``) answers ``fr`` requests is asked at
-once for its rank's recorder (:func:`rankscope.stacks.inproc_collect.request_all`); each writes it
+once for its rank's recorder (:func:`rankscope.stacks.inproc_request.request_all`); each writes it
 into its own private runtime directory, and the dumps are read from there through rankscope.fr's
 restricted unpickler and analysed by rankscope.fr (the verdict `stacks --fr DUMPS` shows). Ranks
 with no handler, or whose handler gave no dump, are named: the analysis counts them absent.
@@ -23,7 +23,7 @@ from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, add_members, i
 from rankscope.model import Frame, ProcessSnapshot
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
-from rankscope.stacks.inproc_collect import request_all
+from rankscope.stacks.inproc_request import request_all
 from rankscope.stacks.report import StackGroup
 
 if TYPE_CHECKING:  # the analysis is imported when a recorder is read, not with `stacks`

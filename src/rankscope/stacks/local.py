@@ -22,15 +22,17 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
-from rankscope.stacks.explain import diagnose, locate
+from rankscope.stacks.frames import locate
 from rankscope.stacks.gpu import query_gpus
-from rankscope.stacks.inproc_collect import collect_via_signal, read_steps
+from rankscope.stacks.inproc_collect import collect_via_signal
 from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
+from rankscope.stacks.steps import read_steps
 
 if TYPE_CHECKING:  # rankscope.fr is imported after the dumps, and only when recorders are read
     from rankscope.stacks.fr_live import LiveRecorders

@@ -8,9 +8,9 @@ from typing import Callable, Optional, Union
 
 from rankscope.folding import RankSet, describe_members, duration, fold_hosts
 from rankscope.model import Frame, Member
-from rankscope.stacks.explain import (
+from rankscope.stacks.analyse import diagnose
+from rankscope.stacks.frames import (
     describe_frame,
-    diagnose,
     explaining_frames,
     is_anonymous,
     is_comm,
@@ -62,7 +62,7 @@ def fold_frames(frames: Sequence[Frame], full: bool) -> list[Union[Frame, Folded
     """Frames outermost first as the text report shows them: runs of 3+ library frames folded.
 
     Without ``full``: anonymous native frames (``?? (libc.so.6)``) are left out, the native frames
-    that say why a stack waits are kept (explain.explaining_frames). With ``full`` every frame is kept.
+    that say why a stack waits are kept (frames.explaining_frames). With ``full`` every frame is kept.
     """
     if full:
         return list(frames)

@@ -188,7 +188,7 @@ class StacksReport:
     interval: float = 0.0
     native: bool = False
     seconds: float = field(default=0.0, metadata={"round": 3})
-    #: Filled in by the analysis (rankscope.stacks.explain.diagnose) before the report is written.
+    #: Filled in by the analysis (rankscope.stacks.analyse.diagnose) before the report is written.
     diagnosis: Optional[Diagnosis] = field(default=None, metadata=OMIT_NONE)
     #: Multi-node runs: how every node answered (failed ones are also in ``failures``).
     nodes: Optional[list[NodeStatus]] = field(default=None, metadata=OMIT_NONE)

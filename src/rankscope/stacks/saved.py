@@ -33,7 +33,7 @@ from rankscope.model import (
     Stage,
     ThreadStack,
 )
-from rankscope.stacks.explain import diagnose
+from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.merge import group_snapshots, lend_native, motion
 from rankscope.stacks.pyspy import parse_dump
 from rankscope.stacks.report import ProcessInfo, StacksReport, load_report

@@ -1,4 +1,4 @@
-/* The tracer's hot path in C (optional: rankscope.trace.tracer falls back to pure Python).
+/* The tracer's hot path in C (optional: rankscope.trace.backend falls back to pure Python).
  *
  * A Ring writes 3-word records into the trace file's memory mapping, exactly as the Python
  * closures do (format.py): [monotonic ns, key | kind, thread ident]. Code objects map to keys

@@ -14,6 +14,10 @@ Hooks, cheapest correct one per Python version (bench/bench_trace.py, docs/trace
   ``f_trace_lines = False`` unless ``lines``. Threads started after ``start()`` are traced
   (``threading.settrace``); threads already running are not (``sys.monitoring`` sees all).
 
+The callbacks themselves come from :mod:`rankscope.trace.backend`, which chooses once per session
+between the C extension (:mod:`rankscope.trace.hooks_c`) and pure Python
+(:mod:`rankscope.trace.hooks_py`); this module installs and removes them.
+
 At the start and at every lap of the ring (every chunk of ``--full``) each traced thread's whole
 stack is written (:meth:`Tracer.whole_stacks`), so a reader rebuilds the open calls after a wrap.
 
@@ -28,11 +32,11 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from _thread import get_ident
 from time import perf_counter_ns, time_ns
 
 from rankscope.trace import format as fmt
+from rankscope.trace.backend import MONITORING, choose
 from rankscope.trace.writer import TraceFile, trace_name
 
 TYPE_CHECKING = False
@@ -40,12 +44,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any, Callable, Optional
 
-_MONITORING = sys.version_info >= (3, 12)
-#: Python < 3.12 with the C extension: a C profile function (calls and returns; C calls rejected in
-#: C) unless lines are wanted or ``RANKSCOPE_TRACE_HOOK=settrace``, which use the C settrace function.
-#: Measured in one process, alternating (3.11, x untraced): fib 6.1x profile, 10.5x settrace, 6.2x
-#: a no-op Python settrace function; torch MLP loop 1.14x, 1.21x, 1.19x.
-_PROFILE_HOOK = os.environ.get("RANKSCOPE_TRACE_HOOK") != "settrace"
 #: Deepest stack a sample keeps (innermost frames).
 SAMPLE_DEPTH = 64
 #: A sampled stack equal to the previous one is written as one SAME record, but in full at least this often.
@@ -147,7 +145,8 @@ class Tracer:
         self.lines = lines
         self.calls = calls
         self.sample_ms = sample_ms
-        self._c = _load_c(lines)
+        #: The C extension's hooks or the pure-Python ones (rankscope.trace.backend).
+        self.backend = choose(lines)
         rank = current_rank()
         os.makedirs(out, mode=0o700, exist_ok=True)
         pid = os.getpid()
@@ -167,7 +166,7 @@ class Tracer:
             "thread": get_ident(),
             "argv": sys.argv[:16],
             "python": ".".join(str(v) for v in sys.version_info[:3]),
-            "hook": _hook_name(self._c, lines) if calls else "none",
+            "hook": self.backend.hook_name() if calls else "none",
             "include": list(self.filter.include),
             "sample_ms": sample_ms,
             "wall_ns": time_ns(),
@@ -198,7 +197,7 @@ class Tracer:
         #: threads running before tracing started, which settrace/setprofile never reach (< 3.12)
         self._untraced: set[int] = set()
         self._thread_names: dict[tuple[int, str], int] = {}
-        self._hooks = _make_c_hooks(self) or _make_hooks(self)
+        self._hooks = self.backend.make_hooks(self)
         self.hot_path = "c" if self._ring is not None else "python"
         self.running = False
         self.file.on_failure = self._switch_off
@@ -210,7 +209,7 @@ class Tracer:
         removes hooks (each step guarded), never raises and never waits.
         """
         steps: list[Callable[[], Any]] = [self._hooks["halt"], self._stop_sampler.set]
-        if self.calls and _MONITORING and self._tool is not None:
+        if self.calls and MONITORING and self._tool is not None:
             tool = self._tool
             steps.append(lambda: sys.monitoring.set_events(tool, 0))  # type: ignore[attr-defined]
         elif self.calls:
@@ -261,7 +260,7 @@ class Tracer:
         emit = self._hooks["emit"]
         emit(fmt.MARK | (fmt.MARK_START << 8))
         if self.calls:
-            if _MONITORING:
+            if MONITORING:
                 self._start_monitoring()
             else:
                 self._untraced = set(sys._current_frames()) - {get_ident()}
@@ -284,7 +283,7 @@ class Tracer:
             self._stop_sampler.set()
             self._sampler.join(timeout=2.0)
         if self.calls:
-            if _MONITORING:
+            if MONITORING:
                 self._stop_monitoring()
             elif self._ring is not None:
                 self._ring.halt()
@@ -337,7 +336,7 @@ class Tracer:
 
     def _start_settrace(self) -> None:
         ring = self._ring
-        if ring is not None and _PROFILE_HOOK and not self.lines:  # the C profile function, per thread
+        if ring is not None and self.backend.profile:  # the C profile function, per thread
 
             def install(frame: Any, event: str, arg: Any) -> None:
                 ring.install()
@@ -346,7 +345,7 @@ class Tracer:
             ring.install()
             return
         if ring is not None:  # the C settrace function: one object for every thread
-            hook = self._c.TraceHook(ring, self.lines)
+            hook = self.backend.c.TraceHook(ring, self.lines)
             threading.settrace(hook)
             sys.settrace(hook)
             self._trace_open_frames(hook)
@@ -500,223 +499,3 @@ def _progress_hook(note: Optional[Callable[[Any], None]]) -> None:
         from rankscope.inproc import progress
 
         progress.trace_step = note
-
-
-def _load_c(lines: bool) -> Any:
-    if os.environ.get("RANKSCOPE_TRACE_PURE") == "1":
-        return None
-    try:
-        from rankscope.trace import _ctrace  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _ctrace
-
-
-def _hook_name(c: Any, lines: bool) -> str:
-    if _MONITORING:
-        return "monitoring" + (" (C)" if c else "")
-    if c and _PROFILE_HOOK and not lines:
-        return "setprofile (C)"
-    return "settrace" + (" (C)" if c else "")
-
-
-def _make_c_hooks(tracer: Tracer) -> Optional[dict[str, Any]]:
-    """The same hooks from the C extension (``_ctrace``), or None where it is not built or not usable.
-
-    Not used with ``RANKSCOPE_TRACE_PURE=1``.
-    """
-    _ctrace = tracer._c
-    if _ctrace is None:
-        return None
-    tf = tracer.file
-    disable = sys.monitoring.DISABLE if _MONITORING else None  # type: ignore[attr-defined]
-    source = tf.mm if tf.ring else tf._chunk
-    offset = fmt.HEADER_SIZE + tf.names_bytes if tf.ring else 0
-    ticks = os.environ.get("RANKSCOPE_TRACE_CLOCK") != "monotonic"
-    wrap = tracer.lap
-    ring = _ctrace.Ring(source, offset, tf.end, tracer.intern, wrap, disable, ticks)
-    tracer._ring = ring
-    if ring.uses_ticks():  # two calibration pairs 5 ms apart, so a ring killed at once still converts
-        tf.use_ticks(ring.calibration)
-        time.sleep(0.005)
-        tf.recalibrate()
-    get = tracer._ids.get
-    emit = ring.emit
-
-    def on_unwind(code: Any, offset: int, exc: Any) -> None:
-        k = get(id(code))
-        if k is not None and k >= 0:
-            emit(k | fmt.UNWIND)
-
-    return {
-        "emit": emit,
-        "position": ring.position,
-        "halt": ring.halt,
-        "start": _ctrace.Hook(ring, fmt.CALL),
-        "return": _ctrace.Hook(ring, fmt.RETURN),
-        "line": _ctrace.Hook(ring, fmt.LINE),
-        "unwind": on_unwind,
-    }
-
-
-def _make_hooks(tracer: Tracer) -> dict[str, Any]:
-    """The event callbacks, as closures over the ring (fast locals, no attribute lookups per event).
-
-    All writers share one write position ``pos`` (a word index, a multiple of 3, always < ``end``),
-    so no store can fall outside the ring whatever threads interleave; two threads racing for one
-    slot may tear that one record, which a flight recorder accepts.
-    """
-    tf = tracer.file
-    buf = tf.words
-    end = tf.end
-    wrap = tracer.lap
-    get = tracer._ids.get
-    intern = tracer.intern
-    clock = perf_counter_ns
-    ident = get_ident
-    pos = 0
-    halted = False
-    trace_lines = tracer.lines
-
-    def emit(word: int, tid: int = 0, when: int = 0) -> None:
-        nonlocal pos
-        i = pos
-        buf[i] = when or clock()
-        buf[i + 1] = word
-        buf[i + 2] = tid or ident()
-        i += 3
-        if i >= end:
-            pos = 0  # the lap's whole stacks are written from the start
-            i = wrap()
-        pos = i
-
-    def position() -> int:
-        return pos
-
-    def halt() -> None:
-        nonlocal halted
-        halted = True
-
-    hooks: dict[str, Any] = {"emit": emit, "position": position, "halt": halt}
-
-    # The callbacks below repeat the same few lines on purpose: this is the pure-Python fallback's
-    # per-event path, and a shared helper would add a Python call to every traced call and return.
-    if _MONITORING:
-        DISABLE = sys.monitoring.DISABLE  # type: ignore[attr-defined]
-
-        def on_start(code: Any, offset: int) -> Any:
-            nonlocal pos
-            k = get(id(code))
-            if k is None:
-                k = intern(code)
-            if k < 0:
-                return DISABLE
-            i = pos
-            buf[i] = clock()
-            buf[i + 1] = k | 1
-            buf[i + 2] = ident()
-            i += 3
-            if i >= end:
-                pos = 0
-                i = wrap()
-            pos = i
-            return None
-
-        def on_return(code: Any, offset: int, retval: Any) -> Any:
-            nonlocal pos
-            k = get(id(code))
-            if k is None:
-                k = intern(code)
-            if k < 0:
-                return DISABLE
-            i = pos
-            buf[i] = clock()
-            buf[i + 1] = k | 2
-            buf[i + 2] = ident()
-            i += 3
-            if i >= end:
-                pos = 0
-                i = wrap()
-            pos = i
-            return None
-
-        def on_unwind(code: Any, offset: int, exc: Any) -> None:
-            k = get(id(code))
-            if k is not None and k >= 0:
-                emit(k | fmt.UNWIND)
-
-        def on_line(code: Any, line: int) -> Any:
-            nonlocal pos
-            k = get(id(code))
-            if k is None:
-                k = intern(code)
-            if k < 0:
-                return DISABLE
-            i = pos
-            buf[i] = clock()
-            buf[i + 1] = (k & -0x100000000) | ((line & 0xFFFFFF) << 8) | 3
-            buf[i + 2] = ident()
-            i += 3
-            if i >= end:
-                pos = 0
-                i = wrap()
-            pos = i
-            return None
-
-        hooks.update(start=on_start, line=on_line, unwind=on_unwind)
-        hooks["return"] = on_return
-        return hooks
-
-    def for_thread(tid: int) -> Callable[..., Any]:
-        """The settrace functions of one thread, with its ident baked in (no call per event)."""
-
-        def local(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal pos
-            if event == "return":
-                kind = 2
-                k = get(id(frame.f_code), 0)
-            elif event == "line":
-                k = get(id(frame.f_code), 0)
-                kind = ((frame.f_lineno & 0xFFFFFF) << 8) | 3
-                k &= -0x100000000
-            else:
-                return local
-            i = pos
-            buf[i] = clock()
-            buf[i + 1] = k | kind
-            buf[i + 2] = tid
-            i += 3
-            if i >= end:
-                pos = 0
-                i = wrap()
-            pos = i
-            return local
-
-        def on_call(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal pos
-            if halted:
-                sys.settrace(None)
-                return None
-            code = frame.f_code
-            k = get(id(code))
-            if k is None:
-                k = intern(code)
-            if k < 0:
-                return None
-            frame.f_trace_lines = trace_lines
-            i = pos
-            buf[i] = clock()
-            buf[i + 1] = k | 1
-            buf[i + 2] = tid
-            i += 3
-            if i >= end:
-                pos = 0
-                i = wrap()
-            pos = i
-            return local
-
-        on_call.local = local  # type: ignore[attr-defined]  # for frames open when tracing starts
-        return on_call
-
-    hooks["for_thread"] = for_thread
-    return hooks

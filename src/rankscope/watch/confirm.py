@@ -69,7 +69,7 @@ def sample_inproc(pids: list[int]) -> dict[int, str]:
     from rankscope.model import RankId
     from rankscope.ranks import short_hostname
     from rankscope.stacks.collect import Target
-    from rankscope.stacks.inproc_collect import request_all
+    from rankscope.stacks.inproc_request import request_all
 
     host = short_hostname()
     targets = [Target(pid, RankId(host)) for pid in pids]

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from rankscope.model import RankId
 from rankscope.stacks.collect import Target
-from rankscope.stacks.inproc_collect import POLL, REPLY_MAX, Handler, _read_reply, _request, find_handler
+from rankscope.stacks.inproc_request import POLL, REPLY_MAX, Handler, find_handler, read_reply, send_request
 from rankscope.watch.collect import Watched
 
 KIND = "fr_status"
@@ -87,7 +87,7 @@ class RecorderLooks:
         """Ask every worker's handler at once, then read the answers until :data:`ANSWER_TIMEOUT`."""
         for pid in [pid for pid in self.handlers if pid not in {w.pid for w in workers}]:
             del self.handlers[pid]  # exited
-        self.late = [item for item in self.late[-MAX_LATE:] if _read_reply(*item, REPLY_MAX) is None]
+        self.late = [item for item in self.late[-MAX_LATE:] if read_reply(*item, REPLY_MAX) is None]
         deadline = time.monotonic() + ANSWER_TIMEOUT
         waiting: dict[int, tuple[Handler, str]] = {}
         for worker in workers:
@@ -95,13 +95,13 @@ class RecorderLooks:
             if handler is None:
                 continue
             ident = secrets.token_hex(8)
-            if _request(handler, KIND, ident, {}, deadline):
+            if send_request(handler, KIND, ident, {}, deadline):
                 waiting[worker.pid] = (handler, ident)
             else:  # its request thread is gone, or its files were replaced: found again next time
                 self.handlers.pop(worker.pid, None)
         while waiting:
             for pid, (handler, ident) in list(waiting.items()):
-                reply = _read_reply(handler, ident, REPLY_MAX)
+                reply = read_reply(handler, ident, REPLY_MAX)
                 if reply is None:
                     continue
                 del waiting[pid]

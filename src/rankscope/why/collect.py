@@ -431,7 +431,7 @@ def _runtime_dirs(pids: Iterable[int], launchers: Iterable[int]) -> list[tuple[s
     """The runtime directories of the ranks (from their environment) and of their launchers (the
     directory their ranks inherit: where the files of ranks that already ended are)."""
     from rankscope.inproc import runtime
-    from rankscope.stacks.inproc_collect import locate
+    from rankscope.stacks.inproc_request import locate
 
     found: dict[str, int] = {}
     for pid in pids:

@@ -91,7 +91,7 @@ def rank_file(path: str, text: str) -> Optional[RankFile]:
 
 def user_frame_words(frames: Iterable[object]) -> Optional[str]:
     from rankscope.model import Frame
-    from rankscope.stacks.explain import is_library
+    from rankscope.stacks.frames import is_library
     from rankscope.why.findings import frame_words
 
     user = [f for f in frames if isinstance(f, Frame) and not is_library(f) and f.line]

@@ -43,7 +43,7 @@ def parse_answer(result: NodeResult) -> tuple[NodeResult, Optional[WhyReport]]:
 
 
 def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> Gathered:
-    from rankscope.stacks.explain import diagnose
+    from rankscope.stacks.analyse import diagnose
     from rankscope.stacks.merge import merge_reports
 
     gathered = Gathered(merged=True)

@@ -182,7 +182,7 @@ def read_logs(
     ``starts``: real path -> the byte a file is read from (:func:`log_starts`); ``since``: files
     not written since then are left out (an earlier attempt's, such as a --log-dir's ``attempt_0``)."""
     from rankscope.errors import RankscopeError
-    from rankscope.logs.errors_report import scan_errors
+    from rankscope.logs.collect import scan_errors
     from rankscope.logs.reading import Reading
     from rankscope.logs.roles import user_frame
     from rankscope.logs.sources import discover

@@ -42,7 +42,7 @@ def read_from(directory: Path) -> Gathered:
     before = _previous(directory, gathered)
     stacks_dir = next((d for d in (directory / "stacks", directory) if (d / "stacks.json").is_file()), None)
     if stacks_dir is not None:
-        from rankscope.stacks.explain import diagnose
+        from rankscope.stacks.analyse import diagnose
         from rankscope.stacks.saved import read_saved
 
         saved = read_saved(stacks_dir)

@@ -141,7 +141,7 @@ def _source(finding: Finding) -> str:
 
 def user_places(gathered: Gathered) -> dict[int, str]:
     """rank -> the user's frame where its live stack (or its crash/term dump) is."""
-    from rankscope.stacks.explain import locate
+    from rankscope.stacks.frames import locate
 
     places: dict[int, str] = dict(gathered.traced)  # a trace ring's last place: the weakest
     if gathered.stacks is not None:
@@ -228,7 +228,7 @@ def _support(first: Hypothesis, findings: Sequence[Finding], verdict: Optional[F
 
 def rank_states(gathered: Gathered) -> list[RankState]:
     """Each rank's state, ranks in the same state merged: live stacks, ended ranks, ranks not found."""
-    from rankscope.stacks.explain import locate
+    from rankscope.stacks.frames import locate
 
     states: dict[str, tuple[list[int], set[str]]] = {}
 

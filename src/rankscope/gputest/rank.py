@@ -33,6 +33,7 @@ from rankscope.gputest.checks import (
     duplicate_devices,
 )
 from rankscope.gputest.report import RankResult, Step, Summary, slurm_task_hosts, summarise
+from rankscope.model import RankId
 from rankscope.ranks import current_rank
 from rankscope.serial import from_json, to_json
 
@@ -270,16 +271,35 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:400]}"
 
 
-def run_rank(
-    options: GpuTestOptions,
-    env: Optional[Mapping[str, str]] = None,
-    on_result: Callable[[RankResult], None] = lambda _: None,
-) -> RankRun:
-    """The whole test in this rank. Never hangs past ``options.timeout`` (plus a few seconds for rank 0).
+@dataclass
+class _Rank:
+    """One rank's run of the test: what it knows of itself, and how it ends early."""
 
-    ``on_result`` hears this rank's own result before rank 0 can summarise it (so its line comes first).
-    """
-    env = os.environ if env is None else env
+    options: GpuTestOptions
+    env: Mapping[str, str]
+    on_result: Callable[[RankResult], None]
+    ident: RankId
+    base: RankResult
+    start: float
+    world: int
+    local: int
+    #: Set once torch is imported (the clock starts then).
+    deadline: float = 0.0
+
+    def failed(self, step: Step, reason: str, fix: str = "") -> RankResult:
+        return replace(self.base, step=step, reason=reason, fix=fix, elapsed=time.monotonic() - self.start)
+
+    def early(self, result: RankResult) -> RankRun:
+        """Ended before the store could take the result: only this rank's own line tells it."""
+        self.on_result(result)
+        return RankRun(result)
+
+    def remaining(self) -> float:
+        return max(0.5, self.deadline - time.monotonic())
+
+
+def _begin(options: GpuTestOptions, env: Mapping[str, str], on_result: Callable[[RankResult], None]) -> _Rank:
+    """This rank's identity from its launcher's environment, its CPUs and NUMA node."""
     start = time.monotonic()
     ident = current_rank()
     rank = ident.rank if ident.rank is not None else 0
@@ -289,96 +309,69 @@ def run_rank(
     base = RankResult(
         host=ident.host, rank=rank, step=Step.CONFIG, local_rank=local, world_size=world, cpus=cpus, numa=numa
     )
+    return _Rank(options, env, on_result, ident, base, start, world, local)
 
-    def failed(step: Step, reason: str, fix: str = "") -> RankResult:
-        return replace(base, step=step, reason=reason, fix=fix, elapsed=time.monotonic() - start)
 
-    def early(result: RankResult) -> RankRun:
-        """Ended before the store could take the result: only this rank's own line tells it."""
-        on_result(result)
-        return RankRun(result)
+def _take_gpu(run: _Rank, torch: Any, slot: int) -> tuple[str, Optional[RankResult]]:
+    """This rank's GPU set as its device (its identity for the duplicate check), or why it has none."""
+    base, local = run.base, run.local
+    if not torch.cuda.is_available():
+        return "", run.failed(
+            Step.TORCH,
+            "backend nccl asked for, but CUDA is not available here",
+            "use --backend gloo, or install a CUDA build of torch on a GPU node",
+        )
+    count = torch.cuda.device_count()
+    # srun --gpus-per-task and similar give each rank one GPU of its own, seen as device 0
+    index = local if local < count else 0
+    if count == 0 or (local >= count and count != 1):
+        return "", run.failed(
+            Step.TORCH,
+            f"local rank {local} has no GPU: {count} visible here",
+            "start at most as many ranks per node as it has GPUs (--nproc-per-node)",
+        )
+    torch.cuda.set_device(index)
+    props = torch.cuda.get_device_properties(index)
+    base.device = f"cuda:{index}"
+    base.device_name = props.name
+    base.capability = f"{props.major}.{props.minor}"
+    base.cuda = torch.version.cuda
+    base.nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    uuid = getattr(props, "uuid", None)
+    base.numa = pci_numa_node(props) or base.numa
+    return (str(uuid) if uuid else f"cuda{slot}"), None
 
-    torch = require_torch()
-    dist: Any = importlib.import_module("torch.distributed")  # typed loosely: its stores are not re-exported
 
-    deadline = time.monotonic() + options.timeout  # the clock starts once torch is imported
-
-    backend = options.backend or default_backend(torch)
-    base.backend = backend
-    base.torch = torch.__version__.split("+")[0]
-    problems = preflight(env, backend)
-    if problems:
-        return early(failed(Step.CONFIG, problems[0].what, problems[0].fix))
-
-    slots = local_slots(env)
-    slot = slots[local] if slots and local < len(slots) else local
-    slot_id = f"slot{slot}"
-    # gloo moves CUDA tensors too: on a GPU node every backend tests the rank's GPU
-    if backend == "nccl" or torch.cuda.is_available():
-        if not torch.cuda.is_available():
-            return early(
-                failed(
-                    Step.TORCH,
-                    "backend nccl asked for, but CUDA is not available here",
-                    "use --backend gloo, or install a CUDA build of torch on a GPU node",
-                )
-            )
-        count = torch.cuda.device_count()
-        # srun --gpus-per-task and similar give each rank one GPU of its own, seen as device 0
-        index = local if local < count else 0
-        if count == 0 or (local >= count and count != 1):
-            return early(
-                failed(
-                    Step.TORCH,
-                    f"local rank {local} has no GPU: {count} visible here",
-                    "start at most as many ranks per node as it has GPUs (--nproc-per-node)",
-                )
-            )
-        torch.cuda.set_device(index)
-        props = torch.cuda.get_device_properties(index)
-        base.device = f"cuda:{index}"
-        base.device_name = props.name
-        base.capability = f"{props.major}.{props.minor}"
-        base.cuda = torch.version.cuda
-        base.nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        uuid = getattr(props, "uuid", None)
-        slot_id = str(uuid) if uuid else f"cuda{slot}"
-        base.numa = pci_numa_node(props) or base.numa
-    else:
-        base.device = "cpu"
-    device_label = base.device + (f" (slot {slot})" if base.device == "cpu" and slots else "")
-
+def _open_store(run: _Rank, dist: Any) -> tuple[Any, Optional[RankResult]]:
+    """The rendezvous store under this run's prefix (rank 0 serves it), or why it cannot be reached."""
+    env, options = run.env, run.options
     master_addr = env.get("MASTER_ADDR", "127.0.0.1")
     try:
         master_port = int(env.get("MASTER_PORT", "29500"))
     except ValueError:
-        return early(
-            failed(
-                Step.CONFIG,
-                f"MASTER_PORT={env.get('MASTER_PORT')} is not a port number",
-                "set MASTER_PORT to a free TCP port, the same on every node",
-            )
+        return None, run.failed(
+            Step.CONFIG,
+            f"MASTER_PORT={env.get('MASTER_PORT')} is not a port number",
+            "set MASTER_PORT to a free TCP port, the same on every node",
         )
-    is_server = rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    is_server = run.base.rank == 0 and env.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
     where = f"{master_addr}:{master_port}"
-    unreachable = "" if is_server else wait_for_port(master_addr, master_port, deadline)
+    unreachable = "" if is_server else wait_for_port(master_addr, master_port, run.deadline)
     if unreachable:
-        return early(
-            failed(
-                Step.STORE,
-                f"cannot reach the rendezvous store at {where} within {options.timeout:g} s: {unreachable}",
-                f"rank 0 is not listening at {where}, or it cannot be reached from here: check MASTER_ADDR and"
-                f" MASTER_PORT (the same on every node), that rank 0 started, and that the port is open"
-                " between the nodes",
-            )
+        return None, run.failed(
+            Step.STORE,
+            f"cannot reach the rendezvous store at {where} within {options.timeout:g} s: {unreachable}",
+            f"rank 0 is not listening at {where}, or it cannot be reached from here: check MASTER_ADDR and"
+            f" MASTER_PORT (the same on every node), that rank 0 started, and that the port is open"
+            " between the nodes",
         )
     try:
         root = dist.TCPStore(
             master_addr,
             master_port,
-            world,
+            run.world,
             is_server,
-            timedelta(seconds=max(1.0, deadline - time.monotonic())),
+            timedelta(seconds=max(1.0, run.deadline - time.monotonic())),
             wait_for_workers=False,
         )
     except Exception as exc:
@@ -387,72 +380,107 @@ def run_rank(
             if is_server
             else "check MASTER_ADDR and MASTER_PORT (the same on every node) and that rank 0 started"
         )
-        return early(
-            failed(Step.STORE, f"cannot reach the rendezvous store at {where}: {_one_line(exc)}", fix)
+        return None, run.failed(
+            Step.STORE, f"cannot reach the rendezvous store at {where}: {_one_line(exc)}", fix
         )
     run_id = f"{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-    store = dist.PrefixStore(f"rankscope.gputest/{run_id}/", root)
+    return dist.PrefixStore(f"rankscope.gputest/{run_id}/", root), None
 
-    def remaining() -> float:
-        return max(0.5, deadline - time.monotonic())
 
-    store.set(f"arrived/{rank}", json.dumps(to_json(DeviceSlot(ident.host, rank, slot_id))))
-    everyone = [f"arrived/{r}" for r in range(world)]
+def _arrive(run: _Rank, store: Any, slot_id: str, backend: str) -> Optional[RankResult]:
+    """Announce this rank and its device, wait for every rank; the ranks that never came, or two
+    NCCL ranks of this node on one device, are the failure."""
+    rank, world = run.base.rank, run.world
+    store.set(f"arrived/{rank}", json.dumps(to_json(DeviceSlot(run.ident.host, rank, slot_id))))
     try:
-        store.wait(everyone, timedelta(seconds=remaining()))
+        store.wait([f"arrived/{r}" for r in range(world)], timedelta(seconds=run.remaining()))
     except Exception:
         joined = [r for r in range(world) if store.check([f"arrived/{r}"])]
         missing = sorted(set(range(world)) - set(joined))
-        result = failed(
+        return run.failed(
             Step.ARRIVE,
-            f"{RankSet.of(missing).phrase()} never reached the store in {options.timeout:g} s",
+            f"{RankSet.of(missing).phrase()} never reached the store in {run.options.timeout:g} s",
             "start every rank (check the launcher on their nodes) and let them reach MASTER_ADDR",
         )
-        return _finish(on_result, store, result, world, backend, options, deadline)
-
     if backend == "nccl":
         others = [from_json(DeviceSlot, json.loads(store.get(f"arrived/{r}"))) for r in range(world)]
-        sharing = [o for o in others if (o.host, o.device) == (ident.host, slot_id)]
+        sharing = [o for o in others if (o.host, o.device) == (run.ident.host, slot_id)]
         for problem in duplicate_devices(sharing):
-            return _finish(
-                on_result,
-                store,
-                failed(Step.CONFIG, problem.what, problem.fix),
-                world,
-                backend,
-                options,
-                deadline,
-            )
+            return run.failed(Step.CONFIG, problem.what, problem.fix)
+    return None
 
+
+def _test_backend(run: _Rank, torch: Any, dist: Any, store: Any, slot: int) -> tuple[RankResult, bool]:
+    """The collectives on a thread this rank waits for until the deadline: the result, and whether
+    a backend call never returned."""
+    backend, env, timeout = run.base.backend, run.env, run.options.timeout
     state = _Progress()
     worker = threading.Thread(
         target=_collectives,
-        args=(torch, dist, state, dist.PrefixStore("pg/", store), base, slot, remaining(), env),
+        args=(torch, dist, state, dist.PrefixStore("pg/", store), run.base, slot, run.remaining(), env),
         name="rankscope-gputest",
         daemon=True,
     )
     worker.start()
-    worker.join(remaining())
+    worker.join(run.remaining())
     if worker.is_alive():
-        result = failed(
-            state.step,
-            f"no answer from the backend within {options.timeout:g} s in {state.step}",
-            _hint(state.step, env, backend),
-        )
-        run = _finish(on_result, store, result, world, backend, options, deadline)
-        run.hung = True
-        return run
+        hint = _hint(state.step, env, backend)
+        return run.failed(
+            state.step, f"no answer from the backend within {timeout:g} s in {state.step}", hint
+        ), True
     if state.error is not None:
-        result = failed(state.step, _one_line(state.error), _hint(state.step, env, backend))
-    elif state.wrong:
-        result = failed(Step.CHECK, state.wrong, _hint(Step.CHECK, env, backend))
+        return run.failed(state.step, _one_line(state.error), _hint(state.step, env, backend)), False
+    if state.wrong:
+        return run.failed(Step.CHECK, state.wrong, _hint(Step.CHECK, env, backend)), False
+    return replace(run.base, step=Step.OK, elapsed=time.monotonic() - run.start), False
+
+
+def run_rank(
+    options: GpuTestOptions,
+    env: Optional[Mapping[str, str]] = None,
+    on_result: Callable[[RankResult], None] = lambda _: None,
+) -> RankRun:
+    """The whole test in this rank. Never hangs past ``options.timeout`` (plus a few seconds for rank 0).
+
+    ``on_result`` hears this rank's own result before rank 0 can summarise it (so its line comes first).
+    """
+    run = _begin(options, os.environ if env is None else env, on_result)
+    torch = require_torch()
+    dist: Any = importlib.import_module("torch.distributed")  # typed loosely: its stores are not re-exported
+    run.deadline = time.monotonic() + options.timeout  # the clock starts once torch is imported
+    base = run.base
+    backend = base.backend = options.backend or default_backend(torch)
+    base.torch = torch.__version__.split("+")[0]
+    problems = preflight(run.env, backend)
+    if problems:
+        return run.early(run.failed(Step.CONFIG, problems[0].what, problems[0].fix))
+    slots = local_slots(run.env)
+    local = run.local
+    slot = slots[local] if slots and local < len(slots) else local
+    slot_id = f"slot{slot}"
+    # gloo moves CUDA tensors too: on a GPU node every backend tests the rank's GPU
+    if backend == "nccl" or torch.cuda.is_available():
+        slot_id, failure = _take_gpu(run, torch, slot)
+        if failure is not None:
+            return run.early(failure)
     else:
-        result = replace(base, step=Step.OK, elapsed=time.monotonic() - start)
-    result.device = device_label if result.ok else result.device
-    run = _finish(on_result, store, result, world, backend, options, deadline)
+        base.device = "cpu"
+    device_label = base.device + (f" (slot {slot})" if base.device == "cpu" and slots else "")
+    store, failure = _open_store(run, dist)
+    if failure is not None:
+        return run.early(failure)
+    world = run.world
+    failure = _arrive(run, store, slot_id, backend)
+    if failure is not None:
+        return _finish(on_result, store, failure, world, backend, options, run.deadline)
+    result, hung = _test_backend(run, torch, dist, store, slot)
+    if not hung:
+        result.device = device_label if result.ok else result.device
+    ended = _finish(on_result, store, result, world, backend, options, run.deadline)
+    ended.hung = hung
     if result.ok:
         dist.destroy_process_group()
-    return run
+    return ended
 
 
 def _expand(nodelist: str) -> list[str]:

@@ -1,0 +1,106 @@
+"""`logs errors`' pure judgements (no I/O): every traceback and launcher summary as a finding, the
+launcher named in rerun advice, why the root cause was chosen, the exception lines worth listing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rankscope.evidence import Finding, Kind
+from rankscope.logs.grouping import ErrorsReport, RootCause
+from rankscope.logs.labels import fold_labels, label_text
+from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, signal_cause
+from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.torchrun_summary import RankExit
+
+if TYPE_CHECKING:
+    from rankscope.logs.collect import LineCounts
+
+
+def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Finding]:
+    """One finding per distinct error of a rank: its earliest traceback (by time, else log order)."""
+    out = []
+    for group in report.groups:
+        tb = group.timed or group.example
+        frame = user_frame(tb.frames)
+        out.append(
+            Finding(
+                Kind.CUT_TRACEBACK if tb.truncated else Kind.TRACEBACK,
+                "python_exception",
+                str(group.role),
+                label_text(tb.label),
+                tb.exception or tb.exception_type,
+                f"{frame.filename}:{frame.line}" if frame is not None else None,
+                tb.source,
+                tb.line_number,
+                (sources.get(tb.source, 0) << 40) + tb.line_number,
+                global_rank=tb.global_rank,
+                time=tb.time,
+                exception=tb.exception_type,
+                ranks=fold_labels(group.labels),
+            )
+        )
+    return out
+
+
+def summary_findings(exits: list[RankExit]) -> list[Finding]:
+    """torchrun's failure summary: ranks killed by a signal, or failed with an exit code."""
+    out = []
+    for entry in exits:
+        code = entry.exitcode
+        killed = entry.signal is not None or (code is not None and code < 0)
+        if killed:
+            number = -code if code is not None and code < 0 else 0
+            cause = signal_cause(number) if number else (entry.signal or "signal").lower()
+            kind = Kind.LAUNCHER
+            step = KILLED_STEP if cause == "sigkill" else ""
+        elif code:
+            cause, kind, step = "tracebacks_elsewhere", Kind.LAUNCHER_SUMMARY, ELSEWHERE_STEP
+        else:
+            continue
+        out.append(
+            Finding(
+                kind,
+                cause,
+                "victim" if cause == "sigterm" else "culprit",
+                str(entry.rank),
+                f"torchrun: rank {entry.rank} on {entry.host}: {entry.how}",
+                None,
+                "(torchrun summary)",
+                0,
+                (1 << 62) + (0 if entry.root_cause else 1),
+                global_rank=entry.rank,
+                next_step=step,
+            )
+        )
+    return out
+
+
+def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:
+    torchrun = counts.exits or any("ChildFailedError" in g.exception_type for g in report.unprefixed)
+    return "torchrun ..." if torchrun else "python"
+
+
+def root_reason(report: ErrorsReport, root: RootCause) -> str:
+    """Why the root cause was chosen, and what the other errors were."""
+    victims = [g for g in report.groups if g.role is Role.VICTIM]
+    handled = [g for g in report.groups if g.role is Role.HANDLED]
+    after = []
+    if victims:
+        after.append(f"{sum(len(g.labels) for g in victims)} rank(s) failed as victims")
+    if handled:
+        after.append(f"{sum(g.count for g in handled)} caught traceback(s) set aside")
+    if root.other_culprits:
+        after.append(f"{root.other_culprits} other culprit traceback(s) came later")
+    why = (
+        "the first traceback that is neither a consequence of another rank's failure "
+        "(lost peer, timeout, signal) nor caught (its rank stopped writing)"
+    )
+    return why + (f"; {', '.join(after)}" if after else "")
+
+
+def orphan_exception_lines(counts: LineCounts) -> list[tuple[str, int]]:
+    """Exception lines, normalised and counted, when they outnumber the rebuilt tracebacks."""
+    grouped = counts.exception_lines
+    if sum(grouped.values()) <= counts.tracebacks:
+        return []
+    return grouped.most_common()

@@ -1,0 +1,120 @@
+"""`logs errors`' scan: the traceback collector, the line evidence and the device asserts driven over
+the sources in one pass; what it counts (:class:`LineCounts`) and the findings weighed from it."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+from rankscope.evidence import Finding, decide
+from rankscope.logs.analyse import summary_findings, traceback_findings
+from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
+from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
+from rankscope.logs.line_evidence import LineEvidence
+from rankscope.logs.prefixes import tally_lines
+from rankscope.logs.reading import Reading
+from rankscope.logs.torchrun_summary import RankExit, find_summaries
+from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
+
+#: An exception line at the start of a line: "ValueError: x", "torch.OutOfMemoryError: y", "KeyboardInterrupt".
+_EXCEPTION_LINE = re.compile(
+    rb"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::[^\n]*)?)$", re.M
+)
+
+#: Tracebacks per rank kept to tell its exception lines from those of its tracebacks (the evidence
+#: keeps a rank's first few exception lines; these are its first tracebacks').
+TRACED_PER_RANK = 16
+
+
+@dataclass
+class LineCounts:
+    lines: int = 0
+    #: Lines without a rank prefix (:func:`rankscope.logs.prefixes.unlabelled_lines`).
+    unprefixed: int = 0
+    tracebacks: int = 0
+    truncated: int = 0
+    #: torchrun's failure summary entries (launcher view: exit codes, root cause).
+    exits: list[RankExit] = field(default_factory=list)
+    #: In sources without rank prefixes: every exception line (``Name: message``, the message
+    #: normalised as it is counted, so memory grows with distinct errors, not lines), so that
+    #: interleaved tracebacks whose headers or frames got mixed still show their errors.
+    exception_lines: Counter[str] = field(default_factory=Counter)
+    #: CUDA device-side assertion lines, folded.
+    device_asserts: list[DeviceAssert] = field(default_factory=list)
+    #: Every piece of evidence as a finding (tracebacks, exception lines, NCCL, watchdog, launchers).
+    findings: list[Finding] = field(default_factory=list)
+    #: The root cause :func:`rankscope.evidence.decide` chose among them.
+    verdict: Optional[Finding] = None
+
+
+def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
+    grouper = Grouper()
+    traced: set[tuple[Optional[bytes], str]] = set()
+    per_label: Counter[Optional[bytes]] = Counter()
+
+    def sink(tb: RankTraceback) -> None:
+        # a rank's first exception lines are matched against its first tracebacks: bounded per rank
+        if per_label[tb.label] < TRACED_PER_RANK:
+            per_label[tb.label] += 1
+            traced.add((tb.label, tb.exception))
+        grouper.add(tb)
+
+    collector = TracebackCollector(sink=sink)
+    asserts = DeviceAsserts()
+    counts = LineCounts()
+    evidence = LineEvidence()
+    sources: dict[str, int] = {}
+    reading.tally_lines = True  # each window's lines counted once, for the repair and here
+    for opened in reading.sources():
+        labels = opened.labels
+        collector.start_source(opened.source.name, labels)
+        evidence.start_source(opened.source.name, labels)
+        sources.setdefault(opened.source.name, len(sources))
+        # Counted on bracket-prefixed sources only (not torchrun log dirs nor srun --label output).
+        bracketed = labels.fixed_label is None and not labels.allow_srun
+        unprefixed_source: Optional[bool] = None
+        for chunk in opened.chunks:
+            tally = opened.tally or tally_lines(chunk, labels)
+            lines = tally.newlines
+            counts.lines += lines
+            if unprefixed_source is None:
+                unprefixed_source = bracketed and chunk.count(b"\n[") < max(1, lines // 10)
+            if unprefixed_source:
+                for line in _EXCEPTION_LINE.findall(chunk):
+                    # normalised as it is counted: memory grows with distinct errors, not lines
+                    counts.exception_lines[
+                        _normalised_line(line.rstrip(b"\r").decode("utf-8", "replace"))
+                    ] += 1
+            unprefixed = tally.unlabelled
+            counts.unprefixed += unprefixed
+            collector.feed(chunk, lines, unprefixed)
+            evidence.feed(chunk, lines, unprefixed)
+            asserts.feed(chunk, labels)
+            if opened.continues:  # a later piece of a line longer than MAX_LINE
+                collector.continued_line()
+                evidence.continued_line()
+                counts.lines -= 1
+                counts.unprefixed -= unprefixed  # the piece is one line
+            # torchrun's summary lines carry no rank prefix (unless a launcher prefixes every line)
+            summary_here = unprefixed or not bracketed
+            if summary_here and (b"Failures:" in chunk or b"Root Cause (first" in chunk):
+                counts.exits.extend(find_summaries(chunk))
+        collector.finish()
+    counts.tracebacks = grouper.count
+    counts.truncated = grouper.truncated
+    counts.device_asserts = asserts.result()
+    report = grouper.report()
+    counts.findings = [
+        *traceback_findings(report, sources),
+        *evidence.findings(traced),
+        *summary_findings(counts.exits),
+    ]
+    counts.verdict = decide(counts.findings)
+    return report, counts
+
+
+def _normalised_line(line: str) -> str:
+    name, _, message = line.partition(":")
+    return f"{name}: {normalise_message(message.strip())}" if message else name
