@@ -6,7 +6,8 @@ Usage: python bench/bench_logs.py [--size-mb 1024] [--runs 3] [--keep] [--before
 Generates the interleaved 512-rank log with bench/gen_logs.py (into bench/out/), warms the page
 cache, then runs every command pinned to one core (taskset -c 0), best of --runs. For each it
 prints wall time, CPU time (user+sys of the command and of everything it started, whatever else
-the machine was doing: bench/sidebyside.py), MB/s on both, and peak RSS (of its largest process).
+the machine was doing: bench/sidebyside.py), MB/s on both, and peak RSS (of its largest process;
+about 16 MB at least, the measuring wrapper's, which a command inherits at exec: GNU time's floor was 2 MB).
 
 ``--before-src DIR`` (the ``src`` of another checkout, e.g. ``git worktree add /tmp/before
 HEAD~1``) also runs each rankscope command from that tree, through that checkout's own entry
@@ -24,16 +25,16 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import signal
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "src"))
 
 from gen_logs import generate  # noqa: E402
+from rankscope import lifetime  # noqa: E402
 from sidebyside import Comparison, Sample, alternate, make_side, markdown_table, measure, save  # noqa: E402
 
 RANK = "node017:137"
@@ -93,20 +94,22 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true", help="Only rankscope's commands.")
     parser.add_argument("--json-out", type=Path, help="Write the version comparisons here (JSON).")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the log is removed on the way out
     out_dir = HERE / "out"
     out_dir.mkdir(exist_ok=True)
     kind = f"-unlocked{args.unlocked:g}" if args.unlocked else ""
     log = out_dir / f"bench-{args.size_mb}mb{kind}.log"
-    try:
-        if not log.exists():
-            print(f"generating {log} ...", flush=True)
-            generate(log, args.size_mb, unlocked_chance=args.unlocked)
-        with tempfile.TemporaryDirectory(prefix="rankscope-bench-logs-") as tmp:
-            bench(args, log, Path(tmp))
-    finally:
-        if not args.keep:
-            log.unlink(missing_ok=True)
+    if not args.keep:  # removed at the end, on Ctrl-C or SIGTERM, and by the guardian if this is killed
+        lifetime.note_path(str(log))
+    with lifetime.sigterm_raises():
+        try:
+            if not log.exists():
+                print(f"generating {log} ...", flush=True)
+                generate(log, args.size_mb, unlocked_chance=args.unlocked)
+            with lifetime.private_tempdir("rankscope-bench-logs-") as tmp:
+                bench(args, log, Path(tmp))
+        finally:
+            if not args.keep:
+                log.unlink(missing_ok=True)
 
 
 def bench(args: argparse.Namespace, log: Path, scratch: Path) -> None:
@@ -166,4 +169,7 @@ def bench(args: argparse.Namespace, log: Path, scratch: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the log was removed on the way out
+        sys.exit("bench_logs: interrupted")

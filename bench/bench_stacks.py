@@ -287,4 +287,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the job was ended on the way out
+        sys.exit("bench_stacks: interrupted")

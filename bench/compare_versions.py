@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -95,6 +96,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=BENCHMARKS, default=list(BENCHMARKS))
     args = parser.parse_args()
     started = time.monotonic()
+    # Ctrl-C ends the run even where it started with SIGINT ignored (`cmd &` in a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     comparisons: list[Comparison] = []
     try:
         with lifetime.sigterm_raises(), lifetime.private_tempdir("rankscope-compare-") as tmp:
