@@ -153,6 +153,10 @@ class Comparison:
         samples = self.old if side == "old" else self.new
         return statistics.median(getattr(s, what) for s in samples)
 
+    def spread(self, side: str) -> str:
+        cpu = [s.cpu_s for s in (self.old if side == "old" else self.new)]
+        return f"{min(cpu):.3f}–{max(cpu):.3f}"
+
     def ratio(self, what: str) -> float:
         return self.median("new", what) / max(self.median("old", what), 1e-9)
 
@@ -183,17 +187,18 @@ def load(path: Path) -> list[Comparison]:
 
 
 def markdown_table(comparisons: list[Comparison]) -> str:
-    """Medians of CPU and wall time, old and new, the ratios, and the slowdown flag, one row each."""
+    """Medians of CPU and wall time, old and new, the ratios, the CPU range of each (how much the
+    runs of one version differ: a ratio within that noise is no finding), and the slowdown flag."""
     lines = [
-        "| benchmark | runs | CPU old (s) | CPU new (s) | CPU new / old | wall old (s) | wall new (s) "
-        "| wall new / old | CPU slowdown over 5% |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|:---:|",
+        "| benchmark | runs | CPU old (s) | CPU new (s) | CPU new / old | CPU min–max old; new (s) "
+        "| wall old (s) | wall new (s) | wall new / old | CPU slowdown over 5% |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|:---:|",
     ]
     for c in comparisons:
         runs = f"{len(c.old)}" if len(c.old) == len(c.new) else f"{len(c.old)}/{len(c.new)}"
         lines.append(
             f"| {c.name} | {runs} | {c.median('old', 'cpu_s'):.3f} | {c.median('new', 'cpu_s'):.3f} "
-            f"| {c.ratio('cpu_s'):.3f}x | {c.median('old', 'wall_s'):.3f} | {c.median('new', 'wall_s'):.3f} "
+            f"| {c.ratio('cpu_s'):.3f}x | {c.spread('old')}; {c.spread('new')} | {c.median('old', 'wall_s'):.3f} | {c.median('new', 'wall_s'):.3f} "
             f"| {c.ratio('wall_s'):.3f}x | {'**YES**' if c.slower else 'no'} |"
         )
     return "\n".join(lines)

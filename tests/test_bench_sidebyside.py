@@ -57,5 +57,6 @@ def test_a_cpu_median_over_5_percent_is_flagged() -> None:
     same = Comparison("same", old, [Sample(9.0, cpu) for cpu in (1.04, 1.0, 1.2)])  # wall is not the test
     assert slower.slower and not same.slower
     table = markdown_table([slower, same]).splitlines()
-    assert table[2].startswith("| slower | 3 | 1.000 | 1.060 | 1.060x |") and table[2].endswith("| **YES** |")
+    assert table[2].startswith("| slower | 3 | 1.000 | 1.060 | 1.060x | 0.900–5.000; 0.200–1.100 |")
+    assert table[2].endswith("| **YES** |")
     assert table[3].endswith("| 9.000 | 9.000x | no |")
