@@ -92,7 +92,10 @@ def files_of(directory: str, pid: int, host: Optional[str] = None) -> dict[str, 
     except OSError:
         return {}
     found: dict[str, str] = {}
+    mark = f"pid-{pid}."
     for name in names:
+        if mark not in name:  # cheap: most names are other processes' (a shared /tmp)
+            continue
         parsed = parse_name(name)
         if parsed is None or parsed[2] != pid or (host is not None and parsed[0] != host):
             continue

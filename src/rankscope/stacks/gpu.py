@@ -8,10 +8,12 @@ without either there is nothing to add and the report says nothing about the GPU
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from rankscope.nvidia.nvsmi import NvidiaInfo
 from rankscope.stacks.report import GpuStatus
+
+if TYPE_CHECKING:  # the reader is imported when a rank waits for its GPU, not with every `stacks`
+    from rankscope.nvidia.nvsmi import NvidiaInfo
 
 #: Seconds nvidia-smi may take here (it can hang on a wedged driver; the report waits for it).
 SMI_TIMEOUT = 5.0

@@ -37,11 +37,13 @@ def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[in
                 listed[directory] = os.listdir(directory)
             except OSError:
                 listed[directory] = []
+        suffix = f".pid-{target.pid}.progress"
         name = next(
             (
                 n
                 for n in listed[directory]
-                if (parsed := runtime.parse_name(n)) is not None
+                if n.endswith(suffix)  # cheap: most names are other processes' (a shared /tmp)
+                and (parsed := runtime.parse_name(n)) is not None
                 and parsed[2] == target.pid
                 and parsed[0] == host
                 and parsed[3] == "progress"
