@@ -259,7 +259,7 @@ def main() -> None:
                 [] if args.timeout is None else ["--timeout", str(args.timeout)],
             )
             print_pipeline_table(rows)
-        if args.merge_ranks:
+        if args.merge_ranks and args.merge_repeat > 0:
             merges = alternate(
                 {
                     side.label: (lambda side=side: merge_scale(args.merge_ranks, side, scratch)[1])

@@ -26,7 +26,7 @@ global rank ``NODE_RANK * processes + LOCAL_RANK`` (its formula).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
@@ -98,7 +98,13 @@ def _basename(path: str) -> str:
 _SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"
 #: The launcher name of a job of torch.multiprocessing.spawn's children.
 MP_SPAWN = "mp.spawn"
-_TORCH_LIBRARIES = (b"libtorch",)
+#: In /proc/PID/maps: torch's own library, loaded by ``import torch``.
+TORCH_LIBRARIES = (b"libtorch",)
+
+
+def torch_loaded(pids: Iterable[int]) -> dict[int, Optional[bool]]:
+    """Whether each process loaded torch's library (None: its maps are unreadable)."""
+    return {pid: procfs.maps_any(pid, TORCH_LIBRARIES) for pid in pids}
 
 
 def is_spawn_child(proc: ProcfsEntry) -> bool:
@@ -223,7 +229,7 @@ class ProcessTable:
             and is_spawn_child(self.procs[c])
             and not self.has_rank(c)
         ]
-        if len(kids) < 2 or not all(procfs.maps_any(c, _TORCH_LIBRARIES) for c in kids):
+        if len(kids) < 2 or not all(procfs.maps_any(c, TORCH_LIBRARIES) for c in kids):
             return []
         return sorted(kids, key=lambda c: (procfs.start_ticks(c), c))
 

@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Optional
 
-from rankscope import procfs
 from rankscope.folding import RankSet
 from rankscope.fr.join import LiveWait
 from rankscope.fr.records import DEFAULT_LIMITS, Cache, RankDump, add_members, is_library
 from rankscope.model import Frame, ProcessSnapshot
+from rankscope.procs import torch_loaded
 from rankscope.serial import from_json
 from rankscope.stacks.collect import Stop, Target
 from rankscope.stacks.inproc_request import request_all
@@ -28,9 +28,6 @@ from rankscope.stacks.report import StackGroup
 
 if TYPE_CHECKING:  # the analysis is imported when a recorder is read, not with `stacks`
     from rankscope.fr.report import FrReport
-
-#: In /proc/PID/maps: torch's own library, loaded by ``import torch``.
-TORCH_LIBRARIES = (b"libtorch",)
 
 
 @dataclass
@@ -56,14 +53,20 @@ class LiveRecorders:
 
 
 def gather(
-    targets: Sequence[Target], deadline: float, host: Optional[str] = None, stop: Optional[Stop] = None
+    targets: Sequence[Target],
+    deadline: float,
+    host: Optional[str] = None,
+    stop: Optional[Stop] = None,
+    loaded: Optional[dict[int, Optional[bool]]] = None,
 ) -> Optional[LiveRecorders]:
     """Every ranked target's recorder; None when no target's handler answers ``fr`` requests (then
-    rankscope says nothing about recorders)."""
+    rankscope says nothing about recorders). Only a rank that loaded torch has a recorder: the others
+    are not asked (a process whose request thread cannot run, one that holds the GIL say, would keep
+    rankscope waiting for nothing). ``loaded``: :func:`rankscope.procs.torch_loaded` of the ranked
+    targets, when the caller asked already (`stacks` does, before it imports this module)."""
     ranked = [t for t in targets if t.rank.rank is not None]
-    # Only a process that loaded torch has a recorder: the others are not asked (a process whose
-    # request thread cannot run, one that holds the GIL say, would keep rankscope waiting for nothing).
-    loaded = {t.pid: procfs.maps_any(t.pid, TORCH_LIBRARIES) for t in ranked}
+    if loaded is None:
+        loaded = torch_loaded(t.pid for t in ranked)
     if not any(loaded.values()):
         return None
     answers = request_all([t for t in ranked if loaded[t.pid] is not False], "fr", deadline, host, stop)

@@ -18,6 +18,7 @@ from rankscope.procs import (
     all_python,
     discover,
     launcher_kind,
+    torch_loaded,
     unreadable_workers,
     workers_of,
 )
@@ -302,10 +303,12 @@ def run_local(
     if not options.no_fr and not (stop is not None and stop.signum):
         # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
         # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
-        from rankscope.stacks.fr_live import gather as gather_recorders
+        loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
+        if any(loaded.values()):  # else no recorder, and rankscope.fr is not even imported
+            from rankscope.stacks.fr_live import gather as gather_recorders
 
-        wait = min(deadline, time.monotonic() + options.timeout)
-        result.recorders = gather_recorders(targets, wait, host, stop)
+            wait = min(deadline, time.monotonic() + options.timeout)
+            result.recorders = gather_recorders(targets, wait, host, stop, loaded)
     ns_pids = {w.pid: w.ns_pid for job in jobs for w in job.workers if w.ns_pid is not None}
     for target in targets:
         outcome = last[target.pid]
