@@ -139,7 +139,10 @@ MERGE_CODE = """
 import sys, time, json
 from rankscope.model import Frame, ProcessSnapshot, RankId, ThreadStack
 from rankscope.stacks.merge import group_snapshots
-from rankscope.stacks.explain import diagnose
+try:
+    from rankscope.stacks.analyse import diagnose
+except ImportError:  # a build before stacks.explain was split (bench --before-src)
+    from rankscope.stacks.explain import diagnose
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import ProcessInfo, StacksReport
 SITE = "/venv/lib/python3.11/site-packages/"
