@@ -50,12 +50,15 @@ def _no_leftover_processes() -> Iterator[None]:
 #: while the other is idle.
 SLOWEST_FIRST = (
     "watch/test_watch_jobs.py",
+    "launch/test_watch_slurm.py",
     "gputest/test_gputest_real.py",
     "why/test_jobs.py",
     "launch/test_real_launchers.py",
     "logs/test_logs_torchrun.py",
     "core/test_grab.py",
     "stacks/test_real_jobs.py",
+    "stacks/test_jobs_without_launcher.py",
+    "watch/test_watch_recorders.py",
     "stacks/test_from.py",
     "test_cli.py",
     "test_quality.py",
