@@ -10,6 +10,7 @@ is a list of :class:`rankscope.evidence.Finding`, weighed with the tracebacks by
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -19,6 +20,7 @@ from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.roles import VICTIM_MESSAGES
+from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
 
 #: An exception line: ``ValueError: x``, ``torch.OutOfMemoryError: y``, ``pkg.SomeException``.
 EXCEPTION_LINE = re.compile(rb"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s|:?$)")
@@ -60,30 +62,6 @@ _SRUN = re.compile(
     rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
     rb"|Exited with exit code (\d+))"
 )
-#: slurmstepd ending a job or step: ``*** JOB 88123 ON node07 CANCELLED AT 2026-11-26T01:00:00 DUE TO TIME LIMIT ***``
-#: (without ``DUE TO``: scancel, or srun ending the step after a task failed).
-_SLURM_CANCELLED = re.compile(
-    rb"\*\*\* (JOB|STEP) (\S+) ON (\S+) CANCELLED AT (\S+)(?: DUE TO ([A-Z][A-Z ]*?))? \*\*\*"
-)
-_SLURM_REASONS = {
-    b"TIME LIMIT": (
-        "slurm_time_limit",
-        "at its time limit",
-        "raise the job's --time, or checkpoint more often; a hang that ran into the limit shows in "
-        "`rankscope watch` captures (`rankscope launch --watch` adds the `#SBATCH --signal` that takes "
-        "one before the limit)",
-    ),
-    b"PREEMPTION": (
-        "slurm_preempted",
-        "for a job of higher priority (preemption)",
-        "requeue or resume from a checkpoint",
-    ),
-    b"NODE FAILURE": (
-        "slurm_node_fail",
-        "because a node failed",
-        "`sinfo -R` and `scontrol show node` name the node and the reason; `rankscope doctor` on it",
-    ),
-}
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
@@ -428,14 +406,14 @@ class LineEvidence:
                 self._oom_killed(who, match.group(1).decode("utf-8", "replace"), line_no)
             else:
                 self._death(who, code, "srun", line_no, match)
-        for match in _SLURM_CANCELLED.finditer(chunk):
-            self._cancelled(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
+        if b"slurmstepd" in chunk:
+            self._scheduler(chunk, line_at)
 
     def _oom_killed(self, who: str, host: str, line_no: int) -> None:
         self.findings_.append(
             Finding(
                 Kind.LAUNCHER,
-                "oom_killed",
+                OOM_KILL,
                 CULPRIT,
                 who,
                 f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the job's "
@@ -444,39 +422,27 @@ class LineEvidence:
                 self._source,
                 line_no,
                 self.order(line_no),
-                next_step="host memory, not GPU memory: `sacct -j JOB --format=JobID,MaxRSS,ReqMem` shows "
-                "how much each step used; raise --mem, or lower the data loader's workers and prefetch",
+                next_step=OOM_STEP,
             )
         )
 
-    def _cancelled(self, match: re.Match[bytes], line_no: int) -> None:
-        what, ident, host, when = (g.decode("utf-8", "replace") for g in match.group(1, 2, 3, 4))
-        reason = _SLURM_REASONS.get(match.group(5) or b"")
-        if reason is None:  # scancel, or the step ended after a failure
-            cause, why, step, role = "slurm_cancelled", "", "", VICTIM
-            if match.group(5):
-                why = f"due to {match.group(5).decode().lower()}"
-        else:
-            (cause, why, step), role = reason, CULPRIT
-        text = f"SLURM cancelled {what.lower()} {ident} on {host} at {when}" + (f" {why}" if why else "")
-        job = ident.split(".")[0]
-        if (cause, job) in self._cancelled_seen:
-            return  # the job's line and its step's say the same
-        self._cancelled_seen.add((cause, job))
-        self.findings_.append(
-            Finding(
-                Kind.LAUNCHER,
-                cause,
-                role,
-                None,
-                text,
-                None,
-                self._source,
-                line_no,
-                self.order(line_no),
-                next_step=step,
+    def _scheduler(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """slurmstepd's lines: a job or step cancelled (and why), cgroup OOM kills."""
+        pos = chunk.find(b"slurmstepd")
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
+            end = len(chunk) if end < 0 else end
+            line_no = line_at(start)
+            found = scheduler_finding(
+                chunk[start:end].decode("utf-8", "replace"), self._source, line_no, self.order(line_no)
             )
-        )
+            if found is not None:
+                key = dedupe_key(found)
+                if key not in self._cancelled_seen:
+                    self._cancelled_seen.add(key)
+                    self.findings_.append(found)
+            pos = chunk.find(b"slurmstepd", end)
 
     def _death(
         self, who: Optional[str], code: int, launcher: str, line_no: int, match: re.Match[bytes]
@@ -550,6 +516,9 @@ class LineEvidence:
         """Every finding; exception lines that a rebuilt traceback of their rank holds (``traced``:
         label and exception line) are left out, the traceback says it better."""
         out = list(self.findings_)
+        if any(f.cause == OOM_KILL and f.kind == Kind.LAUNCHER for f in out):
+            # srun's "task N: Out Of Memory" names the task that slurmstepd's cgroup line does not
+            out = [f for f in out if not (f.cause == OOM_KILL and f.kind == Kind.KERNEL)]
         for label, kept in self.exception_lines.items():
             for text, source, line, order, global_rank in kept:
                 if (label, text) in traced:

@@ -1,23 +1,20 @@
 """The job's own output for `rankscope why` (I/O): found without asking (the launcher's and ranks'
 stdout/stderr when they are regular files, never a pipe or a terminal; torchrun ``--log-dir``;
-SLURM's StdOut/StdErr), read by `logs errors` within the pass's deadline, and the scheduler's
-words at the end of each file."""
+SLURM's StdOut/StdErr), read by `logs errors` within the pass's deadline (the scheduler's words among
+its findings: rankscope.logs.scheduler)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 from rankscope import procfs
 from rankscope.why.report import FAILED, READ
-from rankscope.why.scheduler import scheduler_findings
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
@@ -30,8 +27,6 @@ def _left(deadline: float) -> float:
 
 
 _LOG_DIR = re.compile(r"^--log[-_]dir(?:=(.*))?$")
-#: The end of each output file searched for the scheduler's words (they are among its last lines).
-SCHEDULER_TAIL = 1 << 20
 
 
 def output_files(pids: Iterable[int]) -> list[str]:
@@ -83,30 +78,6 @@ def slurm_outputs(job: str, deadline: float) -> tuple[list[str], str]:
     if child.timed_out or child.returncode != 0:
         return [], f"scontrol show job {job}: " + (child.text().strip()[:200] or "no answer")
     return [p for p in slurm_output_paths(child.text()) if os.path.isfile(p)], ""
-
-
-def _scheduler_lines(paths: list[str]) -> Iterable[tuple[str, int, str]]:
-    """(file, line number, line) of the slurmstepd lines at the end of each output file."""
-    for path in paths:
-        files = (
-            sorted(str(p) for p in Path(path).rglob("*") if p.is_file()) if os.path.isdir(path) else [path]
-        )
-        for file in files:
-            try:
-                fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-            except OSError:
-                continue
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                start = max(0, os.fstat(fd).st_size - SCHEDULER_TAIL)
-                f.seek(start)
-                data = f.read(SCHEDULER_TAIL)
-            # line numbers of a longer file count from where its last MiB starts
-            source = f"{file} (its last MiB)" if start else file
-            for number, raw in enumerate(data.split(b"\n"), 1):
-                if b"slurmstepd" in raw:
-                    yield source, number, raw.decode("utf-8", "replace")
 
 
 class _Deadline:
@@ -209,7 +180,6 @@ def read_logs(
         else f
         for f in counts.findings
     )
-    gathered.log_findings.extend(scheduler_findings(_scheduler_lines(paths)))
     shown = [_from_words(path, starts or {}) for path in paths]
     read = f"{len(paths)} file{'s' if len(paths) > 1 else ''} ({', '.join(shown)}): {counts.lines} lines"
     read += f", {counts.tracebacks} traceback{'s' if counts.tracebacks != 1 else ''}"
