@@ -51,7 +51,9 @@ def test_usr1_captures_now_within_max_captures_and_sigterm_reaches_the_job_whose
     try:
         wait_for(lambda: "up" in log.read_text(), 60, "the job")
         watcher.send_signal(signal.SIGUSR1)  # what SLURM's --signal=B:USR1@N warning becomes
-        wait_for(lambda: (out / "index.jsonl").exists(), 60, "the requested capture")
+        index = out / "index.jsonl"
+        # the file is made before its line is written: wait for the whole line
+        wait_for(lambda: index.exists() and index.read_text().endswith("\n"), 60, "the requested capture")
         [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
         assert entry["reason"] == "request"
         raw = "".join(p.read_text() for p in (out / entry["dir"]).rglob("*") if p.is_file())
