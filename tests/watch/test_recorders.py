@@ -50,6 +50,18 @@ def handler_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Pat
         proc.wait()
 
 
+def _reading_its_fifo(pid: int) -> bool:
+    """Whether a thread of ``pid`` waits in a FIFO's open or read (the handler's request thread)."""
+    try:
+        return any(
+            Path(f"/proc/{pid}/task/{tid}/wchan").read_text()
+            in ("pipe_read", "anon_pipe_read", "fifo_open", "wait_for_partner")
+            for tid in os.listdir(f"/proc/{pid}/task")
+        )
+    except OSError:
+        return False
+
+
 def test_a_rank_without_a_process_group_answers_but_has_no_number_and_late_replies_are_removed(
     handler_process: tuple[subprocess.Popen[str], Path],
 ) -> None:
@@ -58,6 +70,9 @@ def test_a_rank_without_a_process_group_answers_but_has_no_number_and_late_repli
     looks = RecorderLooks(period=0.0)
     assert looks.look(0.0, [worker]) == ()
     assert looks.answering  # the job is not one with nothing to watch: its recorder may come
+    # Stopped only once its request thread waits on its FIFO again (stopped between answering and
+    # reopening, no reader holds the FIFO: the ask is refused at once, not left late).
+    wait_for(lambda: _reading_its_fifo(proc.pid), 30, "the handler's next read")
     os.kill(proc.pid, signal.SIGSTOP)  # its handler cannot answer before the ask's deadline
     try:
         assert looks.look(1.0, [worker]) == () and len(looks.late) == 1
