@@ -44,18 +44,23 @@ def test_watch_adds_the_signal_line_and_runs_the_step_under_the_watcher() -> Non
         assert step.endswith(" &")
 
 
-def test_the_batch_shell_passes_the_warning_on_and_exits_with_the_watchers_code(tmp_path: Path) -> None:
+def _batch_shell(tmp_path: Path, scontrol: str, jobid: str) -> subprocess.Popen[bytes]:
+    """The sbatch script run in bash (a session of its own) with stand-ins for rankscope and scontrol."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "rankscope").write_text(FAKE_WATCH)
-    (bin_dir / "scontrol").write_text("#!/bin/sh\necho node1\n")
+    (bin_dir / "scontrol").write_text(scontrol)
     for tool in ("rankscope", "scontrol"):
         (bin_dir / tool).chmod(0o755)
     script = tmp_path / "job.sbatch"
     script.write_text(_script(Launcher.SBATCH, watch=True).replace(f"cd {os.getcwd()}", f"cd {tmp_path}"))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
-    env.update(SLURM_JOB_ID="77", SLURM_JOB_NODELIST="node1")
-    shell = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
+    env.update(SLURM_JOB_ID=jobid, SLURM_JOB_NODELIST="node1")
+    return subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
+
+
+def test_the_batch_shell_passes_the_warning_on_and_exits_with_the_watchers_code(tmp_path: Path) -> None:
+    shell = _batch_shell(tmp_path, "#!/bin/sh\necho node1\n", "77")
     try:
         wait_for(lambda: (tmp_path / "up").exists(), 30, "the stand-in watcher")
         time.sleep(0.2)  # the watcher's pid is known to the trap right after it starts
@@ -76,19 +81,10 @@ def test_the_batch_shell_passes_the_warning_on_and_exits_with_the_watchers_code(
 def test_a_warning_before_the_watcher_starts_leaves_the_batch_shell_running(tmp_path: Path) -> None:
     """SLURM may send the warning early (by up to a minute): one that comes before the watcher starts
     finds the trap already set, so the batch shell lives on and runs the step under the watcher."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "rankscope").write_text(FAKE_WATCH)
-    # The first SLURM command the script runs sends the batch shell (its session's leader) the warning.
-    (bin_dir / "scontrol").write_text("#!/bin/sh\nkill -USR1 $(ps -o sid= -p $$)\necho node1\n")
-    for tool in ("rankscope", "scontrol"):
-        (bin_dir / tool).chmod(0o755)
-    script = tmp_path / "job.sbatch"
-    script.write_text(_script(Launcher.SBATCH, watch=True).replace(f"cd {os.getcwd()}", f"cd {tmp_path}"))
-    assert "scontrol" in script.read_text().split("rankscope watch")[0]  # it runs before the watcher
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
-    env.update(SLURM_JOB_ID="78", SLURM_JOB_NODELIST="node1")
-    shell = subprocess.Popen(["bash", str(script)], env=env, cwd=tmp_path, start_new_session=True)
+    assert "scontrol" in _script(Launcher.SBATCH, watch=True).split("rankscope watch")[0]  # runs before it
+    # The first SLURM command the script runs sends the batch shell (its session's leader, field 6 of
+    # /proc/PID/stat) the warning.
+    shell = _batch_shell(tmp_path, "#!/bin/sh\nkill -USR1 $(cut -d' ' -f6 /proc/$$/stat)\necho node1\n", "78")
     try:
         wait_for(lambda: (tmp_path / "up").exists(), 30, "the stand-in watcher")
         assert shell.poll() is None
