@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import hide_module, run_cli
 from tests.support.sshd import free_port
 
 pytestmark = pytest.mark.slow
@@ -75,6 +75,20 @@ def test_the_same_mistake_under_a_users_launcher_is_caught_before_the_backend() 
     assert 1 <= len(lines) <= 2, proc.stdout + proc.stderr
     assert all("NCCL_SOCKET_IFNAME=nosuch names nosuch" in line for line in lines)
     assert "OK" not in proc.stdout.split()
+
+
+def test_a_rank_names_its_set_up_mistake_before_importing_torch(tmp_path: Path) -> None:
+    """The rank's own check runs first: with torch unimportable the mistake, not the missing torch, is
+    what it says (and a rank that would fail anyway does not spend seconds importing torch)."""
+    result = run_cli(
+        "gpu-test", "--timeout", "5",
+        env=env(GLOO_SOCKET_IFNAME="nosuch0", PYTHONPATH=hide_module(tmp_path, "torch")), timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 13, result.stdout + result.stderr
+    assert re.search(
+        r"^\[[^\]]+:0\] FAILED at config: GLOO_SOCKET_IFNAME=nosuch0 names nosuch0", result.stdout, re.M
+    )
+    assert "PyTorch" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_an_unreachable_master_is_a_clear_failure_within_the_timeout() -> None:
@@ -143,19 +157,6 @@ def test_bench_names_the_rank_the_others_wait_for() -> None:
     assert [o["rank"] for o in document["outliers"]] == [1]
 
 
-def hide_module(directory: Path, module: str) -> str:
-    """A PYTHONPATH whose import hook finds no ``module``: an environment without it."""
-    (directory / "sitecustomize.py").write_text(
-        "import sys\n"
-        "class Hide:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        f"        if name == {module!r} or name.startswith({module + '.'!r}):\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, Hide())\n"
-    )
-    return str(directory)
-
-
 @pytest.mark.parametrize("args", [["--nproc", "2"], []])
 def test_plot_without_matplotlib_stops_at_once_with_exit_6(tmp_path: Path, args: list[str]) -> None:
     png = tmp_path / "busbw.png"
@@ -173,16 +174,7 @@ def test_plot_without_matplotlib_stops_at_once_with_exit_6(tmp_path: Path, args:
     "args", [["gpu-test"], ["gpu-test", "--nproc", "2"], ["bench", "allreduce", "--nproc", "2"]]
 )
 def test_without_torch_a_clear_error_and_exit_6(tmp_path: Path, args: list[str]) -> None:
-    # An import hook that finds no torch stands for an environment without it.
-    (tmp_path / "sitecustomize.py").write_text(
-        "import sys\n"
-        "class NoTorch:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'torch' or name.startswith('torch.'):\n"
-        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
-        "sys.meta_path.insert(0, NoTorch())\n"
-    )
-    result = run_cli(*args, env=env(PYTHONPATH=str(tmp_path)), timeout=60)
+    result = run_cli(*args, env=env(PYTHONPATH=hide_module(tmp_path, "torch")), timeout=60)
     assert result.returncode == 6, result.stdout + result.stderr
     assert "needs PyTorch and it is not installed" in result.stderr
     assert "pip install torch" in result.stderr and "Traceback" not in result.stderr
@@ -190,7 +182,7 @@ def test_without_torch_a_clear_error_and_exit_6(tmp_path: Path, args: list[str])
 
 def test_a_rank_stuck_in_its_collective_ends_within_the_timeout_and_is_named() -> None:
     result = run_cli(
-        "gpu-test", "--nproc", "3", "--timeout", "10", "--json",
+        "gpu-test", "--nproc", "2", "--timeout", "10", "--json",
         env=env(RANKSCOPE_GPUTEST_HANG_DEVICE="1"), timeout=240,
     )  # fmt: skip
     assert result.returncode == 11, result.stdout + result.stderr

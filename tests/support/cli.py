@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 
@@ -46,3 +47,17 @@ def run_cli_as(user: str, *args: str, home: str, timeout: float = 120) -> CliRes
         cwd=home,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def hide_module(directory: Path, module: str) -> str:
+    """A PYTHONPATH (``directory``, where a sitecustomize.py is written) whose import hook finds no
+    ``module``: the command line run with it stands for an environment without that module."""
+    (directory / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name == {module!r} or name.startswith({module + '.'!r}):\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+    )
+    return str(directory)

@@ -144,11 +144,11 @@ def _launch(options: Any, devices: Optional[list[int]]) -> int:
 def _isolate(options: Any, devices: Optional[list[int]]) -> int:
     from rankscope.gputest.isolate import describe
     from rankscope.gputest.launch import isolate
-    from rankscope.gputest.rank import require_torch
+    from rankscope.gputest.rank import gpus_present, torch_installed
 
     _stop_on_misconfiguration()
-    require_torch()
-    gpus = _gpu_count()
+    torch_installed()
+    gpus = _gpu_count() if gpus_present() else 0  # no driver device files: CPU slots, without importing torch
     if devices is None:
         if gpus:
             devices = list(range(gpus))

@@ -118,12 +118,17 @@ def resolve(name: str) -> list[str]:
 
 
 def preflight(env: Mapping[str, str], backend: str) -> list[Problem]:
-    """The set-up mistakes this node shows before any backend starts (no torch needed)."""
+    """The set-up mistakes this node shows before any backend starts (no torch needed); with
+    ``backend`` "" the checks that depend on the backend are left out."""
     problems = check_interface_variables(env, interface_names())
     problems += check_master_address(env, resolve(env.get("MASTER_ADDR", "")))
+    return problems + hostname_problems(env, backend)
+
+
+def hostname_problems(env: Mapping[str, str], backend: str) -> list[Problem]:
+    """The check that needs the backend: gloo advertising this node's name (loopback) to its peers."""
     hostname = socket.gethostname()
-    problems += check_hostname_address(env, backend, hostname, resolve(hostname))
-    return problems
+    return check_hostname_address(env, backend, hostname, resolve(hostname))
 
 
 def wait_for_port(host: str, port: int, deadline: float) -> str:
@@ -445,13 +450,17 @@ def run_rank(
     ``on_result`` hears this rank's own result before rank 0 can summarise it (so its line comes first).
     """
     run = _begin(options, os.environ if env is None else env, on_result)
+    # A mistake that shows without torch ends the rank before it pays seconds for importing it.
+    problems = preflight(run.env, options.backend or "")
+    if problems:
+        return run.early(run.failed(Step.CONFIG, problems[0].what, problems[0].fix))
     torch = require_torch()
     dist: Any = importlib.import_module("torch.distributed")  # typed loosely: its stores are not re-exported
     run.deadline = time.monotonic() + options.timeout  # the clock starts once torch is imported
     base = run.base
     backend = base.backend = options.backend or default_backend(torch)
     base.torch = torch.__version__.split("+")[0]
-    problems = preflight(run.env, backend)
+    problems = [] if options.backend else hostname_problems(run.env, backend)
     if problems:
         return run.early(run.failed(Step.CONFIG, problems[0].what, problems[0].fix))
     slots = local_slots(run.env)
