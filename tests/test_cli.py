@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import hide_module, run_cli
 
 from rankscope.cli.main import VERBS
 
@@ -55,6 +58,16 @@ def test_demo_other_scenario_and_culprit() -> None:
     result = run_cli("demo", "--scenario", "skip-barrier", "--culprit", "1", "--nproc", "2", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 1 is elsewhere: load_batch (hang_job.py:" in result.stdout
+
+
+def test_demo_without_torch_is_one_line_and_exit_6(tmp_path: Path) -> None:
+    result = run_cli("demo", env={**os.environ, "PYTHONPATH": hide_module(tmp_path, "torch")}, timeout=60)
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert result.stderr.strip() == (
+        "rankscope: error: the demo needs PyTorch and it is not installed in this environment"
+        " — pip install torch (the CPU build is enough; see the README's first command)"
+    )
+    assert result.stdout == ""
 
 
 def test_a_demo_that_misses_says_which_ranks_it_named_in_words() -> None:
