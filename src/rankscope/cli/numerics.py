@@ -167,10 +167,15 @@ def compare_cmd(**params: Any) -> int:
     from rankscope.errors import RankscopeError
     from rankscope.numerics import DeviceUnavailableError, compare_modules
     from rankscope.numerics.factory import call_inputs, load_factory
+    from rankscope.numerics.tolerance import resolve as resolve_tolerances
     from rankscope.numerics.torchload import load_torch
 
     request = from_params(CompareRequest, params)
     devices, dtype_names = _names(request.devices), _names(request.dtypes)
+    try:
+        resolve_tolerances(request.rtol, request.atol)  # a lone --rtol or --atol: before seconds of torch
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     torch = load_torch()  # before the user's module, which imports torch itself
     dtypes = None
     if dtype_names is not None:
