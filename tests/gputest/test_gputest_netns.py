@@ -1,8 +1,10 @@
-"""Two "nodes" in network namespaces joined by a veth pair, torchrun on each, gpu-test across them.
+"""Two "nodes" in network namespaces joined by a veth pair, gpu-test across them.
 
 This machine's name resolves to 127.0.0.1 (/etc/hosts), the classic multi-node trap: without
 GLOO_SOCKET_IFNAME each node would advertise loopback to the other and the job would hang. With the
-interface named the job passes; without it gpu-test ends at once with the fix.
+interface named the job passes (torchrun on each node); without it gpu-test ends at once with the
+fix (one rank per node started with the launcher variables srun or mpirun would set, no launcher:
+the ranks stop before they import torch, and a torchrun would only add its own start-up).
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ def start_node(nodes: TwoNodes, index: int, port: int, timeout: int, **env: str)
     return subprocess.Popen(argv, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def start_rank(nodes: TwoNodes, index: int, port: int, timeout: int) -> subprocess.Popen[str]:
+    """Rank ``index`` of 2, one per node, as a launcher without an agent starts it (rank 0 hosts the store)."""
+    node_env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
+    node_env.update(
+        OMP_NUM_THREADS="1", RANK=str(index), LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR=nodes.addresses[0], MASTER_PORT=str(port),
+    )  # fmt: skip
+    argv = nodes.argv(index, [
+        sys.executable, "-m", "rankscope", "gpu-test", "--backend", "gloo", "--timeout", str(timeout),
+    ])  # fmt: skip
+    return subprocess.Popen(argv, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def finish(processes: list[subprocess.Popen[str]], limit: float) -> tuple[list[str], float]:
     began = time.monotonic()
     outputs = []
@@ -70,7 +85,7 @@ def test_without_the_interface_a_loopback_hostname_ends_at_once_naming_the_fix(t
     if not all(is_loopback(a) for a in addresses):
         pytest.skip("this node's name does not resolve to loopback")
     timeout = 20
-    nodes = [start_node(two_nodes, i, 29512, timeout) for i in range(2)]
+    nodes = [start_rank(two_nodes, i, 29512, timeout) for i in range(2)]
     outputs, _ = finish(nodes, timeout + 120)
     for output in outputs:
         assert "FAILED at config: this node's name" in output, output
