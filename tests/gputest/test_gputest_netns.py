@@ -1,10 +1,11 @@
-"""Two "nodes" in network namespaces joined by a veth pair, gpu-test across them.
+"""Two "nodes" in network namespaces joined by a veth pair, one gpu-test rank on each.
 
 This machine's name resolves to 127.0.0.1 (/etc/hosts), the classic multi-node trap: without
 GLOO_SOCKET_IFNAME each node would advertise loopback to the other and the job would hang. With the
-interface named the job passes (torchrun on each node); without it gpu-test ends at once with the
-fix (one rank per node started with the launcher variables srun or mpirun would set, no launcher:
-the ranks stop before they import torch, and a torchrun would only add its own start-up).
+interface named the job passes; without it gpu-test ends at once with the fix. Each rank is started
+with the launcher variables srun or mpirun would set (rank 0 hosts the store at MASTER_ADDR), without
+a launcher process: what is tested is the ranks across the link, and a torchrun per node would only
+add its own start-up (torchrun's agent store is what the one-node `--nproc` tests use).
 """
 
 from __future__ import annotations
@@ -30,23 +31,12 @@ def two_nodes() -> Iterator[TwoNodes]:
         yield nodes
 
 
-def start_node(nodes: TwoNodes, index: int, port: int, timeout: int, **env: str) -> subprocess.Popen[str]:
-    node_env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
-    node_env.update(OMP_NUM_THREADS="1", **env)
-    argv = nodes.argv(index, [
-        sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-        "--node-rank", str(index), "--master-addr", nodes.addresses[0], "--master-port", str(port),
-        "-m", "rankscope", "gpu-test", "--backend", "gloo", "--timeout", str(timeout),
-    ])  # fmt: skip
-    return subprocess.Popen(argv, env=node_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def start_rank(nodes: TwoNodes, index: int, port: int, timeout: int) -> subprocess.Popen[str]:
+def start_rank(nodes: TwoNodes, index: int, port: int, timeout: int, **env: str) -> subprocess.Popen[str]:
     """Rank ``index`` of 2, one per node, as a launcher without an agent starts it (rank 0 hosts the store)."""
     node_env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
     node_env.update(
         OMP_NUM_THREADS="1", RANK=str(index), LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="1",
-        MASTER_ADDR=nodes.addresses[0], MASTER_PORT=str(port),
+        MASTER_ADDR=nodes.addresses[0], MASTER_PORT=str(port), **env,
     )  # fmt: skip
     argv = nodes.argv(index, [
         sys.executable, "-m", "rankscope", "gpu-test", "--backend", "gloo", "--timeout", str(timeout),
@@ -71,7 +61,7 @@ def finish(processes: list[subprocess.Popen[str]], limit: float) -> tuple[list[s
 
 def test_gpu_test_passes_across_namespaces_with_the_interface_named(two_nodes: TwoNodes) -> None:
     nodes = [
-        start_node(two_nodes, i, 29511, 60, GLOO_SOCKET_IFNAME=two_nodes.interfaces[i]) for i in range(2)
+        start_rank(two_nodes, i, 29511, 60, GLOO_SOCKET_IFNAME=two_nodes.interfaces[i]) for i in range(2)
     ]
     (first, second), _ = finish(nodes, 240)
     assert nodes[0].returncode == 0 and nodes[1].returncode == 0, first + second
