@@ -171,7 +171,13 @@ def test_plot_without_matplotlib_stops_at_once_with_exit_6(tmp_path: Path, args:
 
 
 @pytest.mark.parametrize(
-    "args", [["gpu-test"], ["gpu-test", "--nproc", "2"], ["bench", "allreduce", "--nproc", "2"]]
+    "args",
+    [
+        ["gpu-test"],
+        ["gpu-test", "--nproc", "2"],
+        ["gpu-test", "--isolate", "--devices", "0,1"],
+        ["bench", "allreduce", "--nproc", "2"],
+    ],
 )
 def test_without_torch_a_clear_error_and_exit_6(tmp_path: Path, args: list[str]) -> None:
     result = run_cli(*args, env=env(PYTHONPATH=hide_module(tmp_path, "torch")), timeout=60)
