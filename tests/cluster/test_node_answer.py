@@ -170,3 +170,16 @@ def test_a_damaged_dump_is_a_failure_of_its_rank_and_the_others_are_kept() -> No
     assert [g.frames[0].function for g in loaded.groups] == ["barrier"]
     [failure] = loaded.failures
     assert failure.target == "dump vm.rank-1.pid-12.json" and failure.stage == Stage.PARSE
+
+
+def test_with_native_frames_a_node_answers_with_its_whole_document(fake_job: tuple[int, list[int]]) -> None:
+    """--native picks representatives from the groups: the node groups its stacks itself and answers
+    with the whole document, which the head reads as before."""
+    _, workers = fake_job
+    answer = node("--pid", str(workers[0]), "--no-fr", "--native", answer=True)
+    assert answer.returncode == 4, answer.stderr  # partial: rank 3 of the node's two ranks not asked for
+    document = json.loads(answer.stdout)
+    assert document["schema"] == "rankscope.stacks/1" and document["groups"] and document["native"]
+    assert [
+        p.native for p in join_answers([NodeResult("n1", Stage.OK, 0, answer.stdout, "")]).report.processes
+    ] == [True]
