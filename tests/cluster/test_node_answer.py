@@ -172,6 +172,14 @@ def test_a_damaged_dump_is_a_failure_of_its_rank_and_the_others_are_kept() -> No
     assert failure.target == "dump vm.rank-1.pid-12.json" and failure.stage == Stage.PARSE
 
 
+def test_past_ten_samples_a_node_answers_with_its_whole_document(fake_job: tuple[int, list[int]]) -> None:
+    """A raw answer holds every sample's dumps; past RAW_SAMPLES_MAX the distinct stacks are smaller."""
+    _, workers = fake_job
+    answer = node("--pid", str(workers[0]), "--no-fr", "--samples", "11", "--interval", "0", answer=True)
+    document = json.loads(answer.stdout)
+    assert document["schema"] == "rankscope.stacks/1" and document["samples"] == 11, answer.stderr
+
+
 def test_with_native_frames_a_node_answers_with_its_whole_document(fake_job: tuple[int, list[int]]) -> None:
     """--native picks representatives from the groups: the node groups its stacks itself and answers
     with the whole document, which the head reads as before."""

@@ -18,8 +18,8 @@ measured in docs/benchmarks.md ("Multi-node").
 
 Where the raw answer cannot say it all, the node runs the full pipeline and answers with the whole
 ``rankscope.stacks`` document, which the head reads as before: ``--native`` (the representatives
-are chosen from the groups), ``--via-signal``, and a rank whose in-process handler gives its
-flight recorder (checked before any dump).
+are chosen from the groups), ``--via-signal``, more than :data:`RAW_SAMPLES_MAX` samples, and a
+rank whose in-process handler gives its flight recorder (checked before any dump).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 
 #: The schema tag of a node's raw answer.
 SCHEMA = "rankscope.stacks.node/1"
+#: More samples than this answer with the whole document: a raw answer holds every sample's dumps
+#: (a few KiB each), the whole document only the distinct stacks, and the fan-out keeps 16 MiB a node.
+RAW_SAMPLES_MAX = 10
 
 
 def raw_name(outcome: DumpOutcome, sample: int, samples: int) -> str:
@@ -58,7 +61,7 @@ def node_document(result: LocalResult) -> dict[str, Any]:
 
 def collect_raw(options: StacksOptions, stop: Optional[StopSignals] = None) -> Optional[LocalResult]:
     """This node's raw run; None when only the full pipeline answers for it (see the module's text)."""
-    if options.native or options.native_all or options.via_signal:
+    if options.native or options.native_all or options.via_signal or options.samples > RAW_SAMPLES_MAX:
         return None
     try:
         return run_local(options, started=process_started(), stop=stop, raw=True)
