@@ -205,19 +205,30 @@ def inner(args: argparse.Namespace) -> int:
                     rows.append((name + label, [*prefix, *argv[1:]], engine_env))
         runs = measure_rows(rows, args.repeat)
         # Where the time goes: the per-node work alone, node after node, no ssh.
-        remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--deadline", "23"]
+        # What the head runs on each node (StacksOptions.to_argv: its raw answer); a version before the
+        # raw answer (--baseline-src) gets the command line it knew.
+        remote_cmd = [str(dispatch), "stacks", "--local", "--json", "--node-answer", "--deadline", "23"]
+        before_cmd = [word for word in remote_cmd if word != "--node-answer"]
         manual_cmd = ["sh", "-c", manual_line]
         node_env = dict(env, RANKSCOPE_NODE="node01")
         before_env = (
             dict(node_env, PYTHONPATH=str(Path(args.baseline_src).resolve())) if args.baseline_src else {}
         )
-        imports = "import rankscope.cli.stacks_request, rankscope.cli.stacks_report"
+        imports = (
+            "import re, rankscope.cli.stacks_request, rankscope.cli.stacks_node"  # re: the console script's
+        )
         costs = {
-            "remote rankscope stacks --local --json": sequential_cost([remote_cmd] * len(nodes), node_env),
+            "remote rankscope stacks --local --json --node-answer": sequential_cost(
+                [remote_cmd] * len(nodes), node_env
+            ),
+            # The same node answering with its whole document (what --native or live recorders get).
+            "remote rankscope stacks --local --json (whole document)": sequential_cost(
+                [before_cmd] * len(nodes), node_env
+            ),
             **(
                 {
                     "remote rankscope stacks --local --json [before]": sequential_cost(
-                        [remote_cmd] * len(nodes), before_env
+                        [before_cmd] * len(nodes), before_env
                     )
                 }
                 if before_env
@@ -225,7 +236,7 @@ def inner(args: argparse.Namespace) -> int:
             ),
             # Where a node's time goes: the same command without the live flight recorders' pass, the
             # interpreter alone, rankscope's imports alone, the guardian's bare interpreter (rankscope.lifetime).
-            "remote rankscope stacks --local --json --no-fr": sequential_cost(
+            "remote rankscope stacks --local --json --node-answer --no-fr": sequential_cost(
                 [[*remote_cmd, "--no-fr"]] * len(nodes), node_env
             ),
             "python -c pass": sequential_cost([[sys.executable, "-c", "pass"]] * len(nodes), node_env),

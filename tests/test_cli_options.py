@@ -60,8 +60,13 @@ def test_to_argv_reads_back_to_the_same_options(options: StacksOptions) -> None:
     request = parse_stacks(argv[1:])
     assert request.options == options
     assert request.local and request.as_json and request.cluster is None
+    assert request.node_answer  # the head asks for the raw answer (rankscope.stacks.node)
     # ... and so does the light entry every node runs (rankscope.cli.node), without click.
     assert StacksOptions.from_argv(argv) == options
+    from rankscope.cli.stacks_request import read_plain
+
+    usage_error = options.via_signal and options.native  # the light reader leaves it to click
+    assert read_plain(argv) == (None if usage_error else request)
 
 
 @pytest.mark.parametrize(

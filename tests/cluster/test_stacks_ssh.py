@@ -65,3 +65,36 @@ def test_stacks_json_merges_ranks_of_all_nodes(
         ("node02", ["2", "3"]),
     ]
     assert [c["rank"] for row in grid["rows"] for c in row["cells"] if c["culprit"]] == ["2"]
+
+
+@pytest.mark.slow
+def test_raw_node_answers_give_the_report_whole_documents_give(
+    sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path
+) -> None:
+    """Nodes answer with their raw dumps (rankscope.stacks.node/1); nodes that answer with the whole
+    document (an older rankscope: the flag dropped) give the head the same report, text and JSON."""
+    dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
+    older = tmp_path / "older-rankscope-on-node"
+    older.write_text(
+        "#!/bin/sh\n"
+        'for arg do shift; [ "$arg" = --node-answer ] || set -- "$@" "$arg"; done\n'
+        f'exec {dispatch} "$@"\n'
+    )
+    older.chmod(0o755)
+    runs = {}
+    for name, remote in (("raw", dispatch), ("whole", older)):
+        out = tmp_path / name
+        args = ["--hosts", "node[01-02]", "--remote-rankscope", str(remote), "--out", str(out)]
+        runs[name] = run_via(sshd_nodes, "stacks", "--no-color", *args, timeout=180)
+        assert runs[name].returncode == 0, runs[name].stdout + runs[name].stderr
+        runs[name + " json"] = json.loads((out / "stacks.json").read_text())
+    assert (tmp_path / "raw" / "node01.out").read_text().startswith('{"schema":"rankscope.stacks.node/1"')
+    assert json.loads((tmp_path / "whole" / "node01.out").read_text())["schema"] == "rankscope.stacks/1"
+    for document in (runs["raw json"], runs["whole json"]):
+        document.pop("seconds")
+        for status in document["nodes"]:
+            status.pop("elapsed")
+    assert runs["raw json"] == runs["whole json"]
+    texts = [runs[name].stdout.split("\n", 1)[1] for name in ("raw", "whole")]  # past the header's time
+    assert texts[0].replace(str(tmp_path / "raw"), "OUT") == texts[1].replace(str(tmp_path / "whole"), "OUT")
+    assert "rank 2" in texts[0]

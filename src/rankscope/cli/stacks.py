@@ -21,7 +21,7 @@ from rankscope.cli.pictures import FOLDED_OPTION, HTML_OPTION, check_page_path
 from rankscope.cli.stacks_cluster import EXAMPLES as CLUSTER_EXAMPLES
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
 from rankscope.cli.stacks_request import COUNTS, LOWEST_SECONDS, StacksRequest, run_here
-from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.options import NODE_ANSWER, StacksOptions
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
 
 __all__ = ["StacksRequest", "read_request", "stacks"]
@@ -188,6 +188,13 @@ SECONDS: dict[str, Any] = {
 @click.option("--color/--no-color", default=None, help="Colour the text report (default: on a terminal).")
 @cluster_options
 @REMOTE_RANKSCOPE_OPTION
+@click.option(
+    NODE_ANSWER,
+    "node_answer",
+    is_flag=True,
+    hidden=True,
+    help="With --local --json: answer a multi-node run's head with the raw dumps (rankscope.stacks.node/1).",
+)
 @click.option(
     "--slurm-job",
     metavar="JOBID",

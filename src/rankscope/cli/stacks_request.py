@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cmdline import FLAG, from_flags
-from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.options import NODE_ANSWER, StacksOptions
 
 if TYPE_CHECKING:  # the fan-out machinery is imported only when nodes are named
     from pathlib import Path
@@ -46,6 +46,9 @@ class StacksRequest:
     #: --html FILE: also write the report as a page; --folded: print collapsed stacks instead.
     html: Optional[Path] = None
     folded: bool = False
+    #: --node-answer (with --local --json): answer a multi-node run's head with the raw material
+    #: (rankscope.stacks.node), not the report.
+    node_answer: bool = False
 
     def node_argv(self) -> list[str]:
         """The command line every node of a multi-node run gets, derived from :attr:`options`."""
@@ -68,6 +71,7 @@ PLAIN_FLAGS: dict[str, tuple[str, bool]] = {
     "--full": ("full", True),
     "--color": ("color", True),
     "--no-color": ("color", False),
+    NODE_ANSWER: ("node_answer", True),
 }
 
 
@@ -126,6 +130,12 @@ def run_here(request: StacksRequest) -> int:
         from rankscope.cluster.slurm_local import slurm_job_pids
 
         options = replace(options, pids=(*options.pids, *slurm_job_pids(options.slurm_job)))
+    if request.node_answer and request.local and request.as_json:
+        from rankscope.cli.stacks_node import answer_head
+
+        code = answer_head(options)  # None: a run only the full pipeline does (--native, live recorders)
+        if code is not None:
+            return code
     from rankscope.cli.stacks_report import report_local
 
     return report_local(options, request)

@@ -1,7 +1,9 @@
-"""`rankscope stacks --hosts/--hostfile/--jobid`: every node runs the local pipeline, the caller merges.
+"""`rankscope stacks --hosts/--hostfile/--jobid`: every node collects, the caller merges.
 
-Each node answers with one ``rankscope.stacks/1`` JSON document (its size grows with the
-distinct stacks, not with the ranks); :func:`merge_reports` joins them. A node that does
+Each node answers with its raw material (``rankscope.stacks.node/1``: its processes, failures and
+py-spy's dumps; rankscope.cluster.node_answer derives its groups), or with the whole
+``rankscope.stacks/1`` document (a node that ran the full pipeline, or an older rankscope);
+:func:`merge_reports` joins them and the caller diagnoses once. A node that does
 not answer with stacks becomes a :class:`Failure` whose ``stage`` is how far it got,
 the rungs of the manual "date, then pgrep, then py-spy" ladder:
 
@@ -18,11 +20,12 @@ from typing import Any, Optional
 
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
+from rankscope.cluster.node_answer import load_answer
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.lifetime import StopSignals
 from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
-from rankscope.stacks.report import StacksReport, load_report
+from rankscope.stacks.report import StacksReport
 
 #: The remote rankscope's exit code (docs/exit-codes.md) -> (stage, reason, hint) when it sent no stacks.
 _REMOTE_EXIT: dict[int, tuple[Stage, str, str]] = {
@@ -80,13 +83,13 @@ def _parse_report(stdout: str) -> Optional[StacksReport]:
     if not text:
         return None
     try:
-        return load_report(json.loads(text))
+        return load_answer(json.loads(text))
     except (ValueError, KeyError, TypeError):
         # A login banner or an rc-file echo may come first: try from the first "{" at a line start.
         match = re.search(r"^\{", text, re.MULTILINE)
         if match and match.start() > 0:
             try:
-                return load_report(json.loads(text[match.start() :]))
+                return load_answer(json.loads(text[match.start() :]))
             except (ValueError, KeyError, TypeError):
                 return None
         return None
@@ -173,7 +176,13 @@ def stacks_remote(
     Failed nodes are listed last with their stage; after a signal recorded by ``stop``, the nodes
     that had not answered are ``interrupted`` and the others are merged as usual.
     """
-    answers = [classify_node(result) for result in run_remote(target, list(argv), progress, stop)]
+    return join_answers(run_remote(target, list(argv), progress, stop))
+
+
+def join_answers(node_results: Sequence[NodeResult]) -> ClusterStacks:
+    """Every node's answer read (its raw material or its whole document), relabelled and merged;
+    the failed nodes listed last with their stage."""
+    answers = [classify_node(result) for result in node_results]
     results = [result for result, _ in answers]
     reports = [relabel_host(report, result.node) for result, report in answers if report is not None]
     merged = merge_reports(reports)

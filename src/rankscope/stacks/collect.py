@@ -9,20 +9,20 @@ that was already stopped (someone sent SIGSTOP) is left alone and reported as su
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
 from rankscope import procfs
-from rankscope.folding import duration
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
-from rankscope.stacks.permissions import explain_refusal, tracer_of
 from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy import classify_error, parse_dump
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
 from rankscope.stacks.runner import Run, Runner
+
+# What explains a failed dump (the duration's words, the ptrace refusal read from /proc) and the retry's
+# jitter are imported when a dump fails: a node's raw answer (rankscope.stacks.node) counts every import.
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ def _interpret(
         return False
     outcome.seconds = run.seconds
     if run.timed_out:
+        from rankscope.folding import duration
+
         given = run.deadline - run.started
         if timeout - given > 1e-3:  # cut short by --deadline
             reason = f"py-spy did not finish within {duration(given)}s, what was left of --deadline"
@@ -143,6 +145,8 @@ def _interpret(
     kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
     if kind == "permission":
         # The real cause, read from /proc: another tracer, ownership, yama, capability, not Python.
+        from rankscope.stacks.permissions import explain_refusal, tracer_of
+
         entry = procfs.process(target.pid)
         tracer = tracer_of(target.pid)
         refusal = explain_refusal(
@@ -237,6 +241,8 @@ def collect(
         """Queue ``outcome`` for another try after a short wait, if retries and time are left."""
         if outcome.retries >= len(RETRY_WAITS):
             return False
+        import random
+
         wait = RETRY_WAITS[outcome.retries] * (1 + random.random() / 2)
         start = time.monotonic() + wait
         if start + RETRY_MIN_RUN > budget_end[id(outcome)]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
-from rankscope.inproc.handler import VERSION as HANDLER_VERSION
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
     NO_LAUNCHER,
@@ -23,20 +23,27 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
-from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
-from rankscope.stacks.frames import locate
-from rankscope.stacks.gpu import query_gpus
-from rankscope.stacks.inproc_collect import collect_via_signal
-from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
 from rankscope.stacks.options import StacksOptions
-from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
 from rankscope.stacks.steps import read_steps
 
 if TYPE_CHECKING:  # rankscope.fr is imported after the dumps, and only when recorders are read
     from rankscope.stacks.fr_live import LiveRecorders
+
+# Grouping, the diagnosis, the in-process handlers and the GPU reader are imported where they are
+# used: a node's raw answer (rankscope.stacks.node) needs none of them (docs/benchmarks.md).
+
+#: The NVIDIA driver's control device: NVML and nvidia-smi both need it, so without it a node's raw
+#: answer does not look for a rank waiting on its GPU.
+NVIDIA_CONTROL = "/dev/nvidiactl"
+
+
+class NeedsFullRun(Exception):
+    """A raw run (``run_local(raw=True)``) met what only the full pipeline does here: a rank's
+    in-process handler holds its flight recorder. Raised before any dump."""
+
 
 Progress = Callable[[str], None]
 
@@ -105,6 +112,8 @@ def unreadable_failures(table: ProcessTable) -> list[Failure]:
                 launchers.append((kind, launcher))
     if not owners:
         return []
+    from rankscope.stacks.permissions import unreadable_job
+
     reason, hint = unreadable_job(owners, launchers)
     return [Failure("this node", Stage.DISCOVER, reason, hint, kind=FailureKind.PERMISSION)]
 
@@ -149,6 +158,8 @@ def _signal_where_refused(
     ]
     if not refused:
         return outcomes
+    from rankscope.stacks.inproc_collect import collect_via_signal
+
     remaining = max(0.1, deadline - time.monotonic())
     again = collect_via_signal(
         [o.target for o in refused], timeout=min(remaining, 10.0), deadline=deadline, stop=stop, host=host
@@ -168,13 +179,54 @@ def _signal_where_refused(
     return [replaced.get(id(o), o) for o in outcomes]
 
 
+def _handlers_of(targets: Iterable[Target]) -> bool:
+    """Whether any of ``targets`` described an in-process handler in its runtime directory (then its
+    flight recorder can be asked for: rankscope.stacks.inproc_request.find_handler)."""
+    from rankscope.inproc import runtime
+
+    for target in targets:
+        uid = procfs.uid(target.pid)
+        try:
+            directory = runtime.runtime_dir(procfs.environ(target.pid), uid) if uid is not None else ""
+        except (OSError, ValueError):
+            continue  # unreadable or gone: its handler cannot be found either
+        if directory and "inproc" in runtime.files_of(directory, target.pid, target.rank.host):
+            return True
+    return False
+
+
+def _other_version(version: Optional[int]) -> Optional[int]:
+    """A handler's protocol when it differs from this rankscope's (None: py-spy, or the same)."""
+    if version is None:
+        return None
+    from rankscope.inproc.handler import VERSION
+
+    return version if version != VERSION else None
+
+
+def _waits_for_gpu(final: list[ProcessSnapshot], raw: bool) -> bool:
+    """Whether a rank's main thread waits for its GPU (then the GPUs are read). A raw answer looks
+    only where the NVIDIA driver is (:data:`NVIDIA_CONTROL`), the frames' words imported then."""
+    if not final or (raw and not os.path.exists(NVIDIA_CONTROL)):
+        return False
+    from rankscope.stacks.frames import locate
+
+    return any(locate(t.frames).gpu_call for snap in final for t in snap.threads if t.is_main)
+
+
 def run_local(
     options: StacksOptions,
     progress: Optional[Progress] = None,
     started: Optional[float] = None,
     stop: Optional[Stop] = None,
+    raw: bool = False,
 ) -> LocalResult:
     """Find, dump and diagnose; ``report.seconds`` is the wall time from ``started`` to the diagnosis.
+
+    ``raw`` (a node's answer to a multi-node run, rankscope.stacks.node): the report holds the
+    processes, jobs and failures but no groups, states or diagnosis, which the head derives from
+    ``outcomes``' raw dumps; :class:`NeedsFullRun` before any dump when a rank's in-process handler
+    would give its flight recorder. Not with --native or --via-signal.
 
     ``started`` (a time.monotonic() instant; default: now) lets a command count its own start-up.
     --deadline is counted from now. After a stop signal (``stop``, e.g. Ctrl-C) the dumps under way
@@ -234,6 +286,11 @@ def run_local(
         native=options.native or options.native_all,
     )
     result = LocalResult(report)
+    loaded: dict[int, Optional[bool]] = {}
+    if not options.no_fr:
+        loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
+        if raw and _handlers_of(t for t in targets if loaded.get(t.pid)):
+            raise NeedsFullRun(host)
     deadline = now + options.deadline
     via_signal: set[int] = set()
 
@@ -243,6 +300,8 @@ def run_local(
                 progress(f"dumping {done}/{total} {what}")
 
         if options.via_signal:
+            from rankscope.stacks.inproc_collect import collect_via_signal
+
             via_signal.update(t.pid for t in chosen)
             return collect_via_signal(
                 chosen, timeout=options.timeout, deadline=deadline, progress=tick, stop=stop, host=host
@@ -278,7 +337,9 @@ def run_local(
             # Keep the latest successful dump of each process; remember failures only if none succeeded.
             if outcome.snapshot is not None or previous is None or previous.snapshot is None:
                 last[outcome.target.pid] = outcome
-    states = motion(samples)
+    if not raw:
+        from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
+    states = {} if raw else motion(samples)
     final = [o.snapshot for o in last.values() if o.snapshot is not None]
     native_pids = {s.pid for s in final} if options.native_all else set()
     if options.native and not options.native_all and final and not (stop is not None and stop.signum):
@@ -290,7 +351,8 @@ def run_local(
         native_pids = set(native)
         final = lend_native(final, native)
         failures.extend(_native_failure(o.failure) for o in outcomes if o.failure is not None)
-    report.groups = group_snapshots(final)
+    if not raw:
+        report.groups = group_snapshots(final)
     resumed = {o.target.pid for _, o in result.outcomes if o.resumed}
     resumed.update(o.target.pid for o in result.native_outcomes if o.resumed)
     retries: dict[int, int] = {}
@@ -300,15 +362,14 @@ def run_local(
             retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
             held_by[outcome.target.pid] = outcome.held_by
     steps = read_steps(targets, host)
-    if not options.no_fr and not (stop is not None and stop.signum):
-        # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
-        # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
-        loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
-        if any(loaded.values()):  # else no recorder, and rankscope.fr is not even imported
-            from rankscope.stacks.fr_live import gather as gather_recorders
+    # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
+    # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
+    # Without a rank that loaded torch there is no recorder, and rankscope.fr is not even imported.
+    if not raw and any(loaded.values()) and not (stop is not None and stop.signum):
+        from rankscope.stacks.fr_live import gather as gather_recorders
 
-            wait = min(deadline, time.monotonic() + options.timeout)
-            result.recorders = gather_recorders(targets, wait, host, stop, loaded)
+        wait = min(deadline, time.monotonic() + options.timeout)
+        result.recorders = gather_recorders(targets, wait, host, stop, loaded)
     ns_pids = {w.pid: w.ns_pid for job in jobs for w in job.workers if w.ns_pid is not None}
     for target in targets:
         outcome = last[target.pid]
@@ -327,24 +388,28 @@ def run_local(
                 via="signal" if target.pid in via_signal and outcome.snapshot is not None else None,
                 progress=steps.get(target.pid),
                 ns_pid=ns_pids.get(target.pid),
-                handler_version=outcome.handler_version
-                if outcome.handler_version != HANDLER_VERSION
-                else None,
+                handler_version=_other_version(outcome.handler_version),
             )
         )
         if outcome.failure is not None:
             failures.append(outcome.failure)
-    if any(locate(g.frames).gpu_call for g in report.main_groups()):
+    if _waits_for_gpu(final, raw):
+        from rankscope.stacks.gpu import query_gpus
+
         report.gpus = query_gpus(host)  # a rank waits for its GPU: is a kernel running there?
     report.failures = failures
-    report.diagnosis = diagnose(report)
+    if not raw:
+        from rankscope.stacks.analyse import diagnose
+
+        report.diagnosis = diagnose(report)
     if stop is not None and stop.signum:
         taken = len(samples)
-        report.diagnosis.notes.append(
-            f"interrupted by {stop.name}"
-            + (f" after {taken} of {report.samples} samples" if report.samples > 1 else "")
-            + ": this report covers what was collected until then"
-        )
+        if report.diagnosis is not None:  # a raw answer's head says it of the whole run
+            report.diagnosis.notes.append(
+                f"interrupted by {stop.name}"
+                + (f" after {taken} of {report.samples} samples" if report.samples > 1 else "")
+                + ": this report covers what was collected until then"
+            )
         report.samples = max(1, taken)
     # The wall time from `started` (the CLI: the process start): discovery, every sample's dumps and the
     # waits between them, the diagnosis.

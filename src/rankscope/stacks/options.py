@@ -15,6 +15,11 @@ from rankscope.cmdline import flag as _flag
 from rankscope.cmdline import from_flags, to_flags
 from rankscope.stacks.pyspy_cmd import DEFAULT_DEADLINE, DEFAULT_TIMEOUT
 
+#: What the head of a multi-node run adds to every node's ``stacks --local --json``: answer with the
+#: raw material (rankscope.stacks.node, schema ``rankscope.stacks.node/1``), not the report. A person's
+#: own ``stacks --local --json`` prints the ``rankscope.stacks`` report as before.
+NODE_ANSWER = "--node-answer"
+
 
 @dataclass(frozen=True)
 class StacksOptions:
@@ -45,8 +50,9 @@ class StacksOptions:
         return replace(self, deadline=min(self.deadline, max(1.0, node_timeout * 0.8 - 1.0)))
 
     def to_argv(self) -> list[str]:
-        """``stacks --local --json`` and a flag for every option that is not its default."""
-        return ["stacks", "--local", "--json", *to_flags(self)]
+        """``stacks --local --json --node-answer`` (every node of a multi-node run answers with its raw
+        material) and a flag for every option that is not its default."""
+        return ["stacks", "--local", "--json", NODE_ANSWER, *to_flags(self)]
 
     @classmethod
     def from_argv(cls, argv: list[str]) -> Optional[StacksOptions]:
@@ -55,5 +61,5 @@ class StacksOptions:
         other command line (it goes to the full command line, click)."""
         if argv[:3] != ["stacks", "--local", "--json"]:
             return None
-        values = from_flags(cls, argv[3:])
+        values = from_flags(cls, [word for word in argv[3:] if word != NODE_ANSWER])
         return None if values is None else cls(**values)

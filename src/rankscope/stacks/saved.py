@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -101,9 +102,9 @@ def _load_document(path: Path) -> StacksReport:
         ) from exc
 
 
-def _bad_file(name: str, why: str, rank: Optional[RankId] = None) -> Failure:
+def _bad_file(name: str, why: str, rank: Optional[RankId] = None, where: str = "raw/") -> Failure:
     return Failure(
-        f"raw/{name}",
+        f"{where}{name}",
         Stage.PARSE,
         f"unreadable dump: {why}",
         "the file was cut short or edited; the other dumps are reported",
@@ -114,30 +115,40 @@ def _bad_file(name: str, why: str, rank: Optional[RankId] = None) -> Failure:
 
 def _from_raw(saved: StacksReport, raw: Path) -> tuple[StacksReport, list[str]]:
     """The report with its groups, states and native flags derived again from the raw dumps."""
+    return from_dumps(saved, (entry.name for entry in raw.iterdir()), lambda name: (raw / name).read_bytes())
+
+
+def from_dumps(
+    saved: StacksReport, names: Iterable[str], read: Callable[[str], bytes], where: str = "raw/"
+) -> tuple[StacksReport, list[str]]:
+    """``saved`` with its groups, states and native flags derived from py-spy's dumps: ``names`` as
+    :data:`RAW_NAME` has them, each read by ``read`` (a saved run's ``raw/``, or a node's raw answer,
+    rankscope.cluster.node_answer); and the names that could not be read (each a failure of the
+    report, its target ``where`` + the name)."""
     #: (host, pid) -> sample index (0-based) -> file name, for Python dumps and for native ones.
     dumps: dict[tuple[str, int], dict[int, str]] = {}
     natives: dict[tuple[str, int], str] = {}
     last = max(1, saved.samples) - 1
-    for entry in sorted(raw.iterdir()):
-        match = RAW_NAME.match(entry.name)
+    for name in sorted(names):
+        match = RAW_NAME.match(name)
         if match is None or match["ext"] != "json":
             continue
         key = (match["host"], int(match["pid"]))
         sample = int(match["sample"]) - 1 if match["sample"] else last
         if match["native"]:
-            natives[key] = entry.name
+            natives[key] = name
         else:
-            dumps.setdefault(key, {})[sample] = entry.name
+            dumps.setdefault(key, {})[sample] = name
     intern: dict[Frame, Frame] = {}
     failures: list[Failure] = []
     bad: list[str] = []
 
     def parse(name: str, proc: ProcessInfo) -> Optional[list[ThreadStack]]:
         try:
-            return parse_dump((raw / name).read_bytes(), proc.pid, intern)
-        except (OSError, ValueError, TypeError, AttributeError) as exc:
+            return parse_dump(read(name), proc.pid, intern)
+        except (OSError, KeyError, ValueError, TypeError, AttributeError) as exc:
             bad.append(name)
-            failures.append(_bad_file(name, str(exc) or type(exc).__name__, proc.rank))
+            failures.append(_bad_file(name, str(exc) or type(exc).__name__, proc.rank, where))
             return None
 
     samples: list[list[ProcessSnapshot]] = [[] for _ in range(last + 1)]
@@ -169,6 +180,7 @@ def _from_raw(saved: StacksReport, raw: Path) -> tuple[StacksReport, list[str]]:
                     f"{proc.rank.host}.rank-{proc.rank.rank}.pid-{proc.pid}.json",
                     "the file is missing",
                     proc.rank,
+                    where,
                 )
             )
         processes.append(replace(proc, dumped=latest is not None))

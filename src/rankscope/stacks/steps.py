@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Optional
 
 from rankscope import procfs
-from rankscope.inproc import progress as progress_file
 from rankscope.inproc import runtime
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import Target
@@ -52,6 +51,8 @@ def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[in
         )
         if name is None:
             continue
+        from rankscope.inproc import progress as progress_file  # only where a rank keeps a marker
+
         try:
             record = progress_file.read(os.path.join(directory, name), uid=uid)
         except (OSError, ValueError):
