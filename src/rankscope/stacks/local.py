@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
-from rankscope.inproc.handler import VERSION as HANDLER_VERSION
+from rankscope.meanwhile import Meanwhile
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
     NO_LAUNCHER,
@@ -23,20 +23,27 @@ from rankscope.procs import (
     workers_of,
 )
 from rankscope.ranks import short_hostname
-from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
-from rankscope.stacks.frames import locate
-from rankscope.stacks.gpu import query_gpus
-from rankscope.stacks.inproc_collect import collect_via_signal
-from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
 from rankscope.stacks.options import StacksOptions
-from rankscope.stacks.permissions import unreadable_job
 from rankscope.stacks.pyspy_cmd import find_pyspy
-from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
-from rankscope.stacks.steps import read_steps
 
-if TYPE_CHECKING:  # rankscope.fr is imported after the dumps, and only when recorders are read
+if TYPE_CHECKING:  # the rest is imported while the first dumps run (AFTER_DUMPS); rankscope.fr after them
     from rankscope.stacks.fr_live import LiveRecorders
+    from rankscope.stacks.report import StacksReport
+
+#: What the report needs once the dumps are in, imported in a thread while the first dumps run: on
+#: two cores the 16 dumps of a 16-rank job and these imports (a third of rankscope's own CPU) share the
+#: wall time instead of adding to it (docs/benchmarks.md, "Start-up: the dumps start first").
+AFTER_DUMPS = (
+    "rankscope.stacks.report",
+    "rankscope.stacks.merge",
+    "rankscope.stacks.frames",
+    "rankscope.stacks.analyse",
+    "rankscope.stacks.render",
+    "rankscope.stacks.steps",
+    "rankscope.stacks.gpu",
+    "rankscope.inproc.handler",
+)
 
 Progress = Callable[[str], None]
 
@@ -105,6 +112,8 @@ def unreadable_failures(table: ProcessTable) -> list[Failure]:
                 launchers.append((kind, launcher))
     if not owners:
         return []
+    from rankscope.stacks.permissions import unreadable_job
+
     reason, hint = unreadable_job(owners, launchers)
     return [Failure("this node", Stage.DISCOVER, reason, hint, kind=FailureKind.PERMISSION)]
 
@@ -149,6 +158,8 @@ def _signal_where_refused(
     ]
     if not refused:
         return outcomes
+    from rankscope.stacks.inproc_collect import collect_via_signal
+
     remaining = max(0.1, deadline - time.monotonic())
     again = collect_via_signal(
         [o.target for o in refused], timeout=min(remaining, 10.0), deadline=deadline, stop=stop, host=host
@@ -210,30 +221,8 @@ def run_local(
             seen.add(pid)
             targets.append(Target(pid, table.worker(pid, host).rank, info.command))
 
-    report = StacksReport(
-        hosts=[host],
-        jobs=[
-            JobInfo(
-                host,
-                j.launcher,
-                j.launcher_pid,
-                j.launcher_cmdline,
-                pids=[w.pid for w in j.workers],
-                key=j.key.text() or None,
-            )
-            for j in jobs
-            if j.launcher_pid or (j.launcher == NO_LAUNCHER and j.workers)
-        ],
-        strays=[
-            StrayInfo(host, w.pid, w.rank.rank, w.rank.world_size, w.uid, w.cmdline, ns_pid=w.ns_pid)
-            for w in strays
-        ]
-        or None,
-        samples=max(1, options.samples),
-        interval=options.interval if options.samples > 1 else 0.0,
-        native=options.native or options.native_all,
-    )
-    result = LocalResult(report)
+    samples_wanted = max(1, options.samples)
+    outcomes_taken: list[tuple[int, DumpOutcome]] = []
     deadline = now + options.deadline
     via_signal: set[int] = set()
 
@@ -243,6 +232,8 @@ def run_local(
                 progress(f"dumping {done}/{total} {what}")
 
         if options.via_signal:
+            from rankscope.stacks.inproc_collect import collect_via_signal
+
             via_signal.update(t.pid for t in chosen)
             return collect_via_signal(
                 chosen, timeout=options.timeout, deadline=deadline, progress=tick, stop=stop, host=host
@@ -262,22 +253,57 @@ def run_local(
 
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
-    for index in range(report.samples):
+    warm = Meanwhile(AFTER_DUMPS)
+    for index in range(samples_wanted):
         if index:
             _pause(max(0.0, min(options.interval, deadline - time.monotonic())), stop)
             if stop is not None and stop.signum:
                 break
-        sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
+        sample = f" (sample {index + 1}/{samples_wanted})" if samples_wanted > 1 else ""
         outcomes = dump(targets, options.native_all, "processes" + sample)
         if index and stop is not None and stop.signum:
             break  # a sample cut short by a stop signal says nothing about motion: keep the earlier ones
-        result.outcomes.extend((index, o) for o in outcomes)
+        outcomes_taken.extend((index, o) for o in outcomes)
         samples.append([o.snapshot for o in outcomes if o.snapshot is not None])
         for outcome in outcomes:
             previous = last.get(outcome.target.pid)
             # Keep the latest successful dump of each process; remember failures only if none succeeded.
             if outcome.snapshot is not None or previous is None or previous.snapshot is None:
                 last[outcome.target.pid] = outcome
+    warm.join()
+    from rankscope.inproc.handler import VERSION as HANDLER_VERSION
+    from rankscope.stacks.analyse import diagnose
+    from rankscope.stacks.frames import locate
+    from rankscope.stacks.gpu import query_gpus
+    from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
+    from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
+    from rankscope.stacks.steps import read_steps, runtime_files
+
+    report = StacksReport(
+        hosts=[host],
+        jobs=[
+            JobInfo(
+                host,
+                j.launcher,
+                j.launcher_pid,
+                j.launcher_cmdline,
+                pids=[w.pid for w in j.workers],
+                key=j.key.text() or None,
+            )
+            for j in jobs
+            if j.launcher_pid or (j.launcher == NO_LAUNCHER and j.workers)
+        ],
+        strays=[
+            StrayInfo(host, w.pid, w.rank.rank, w.rank.world_size, w.uid, w.cmdline, ns_pid=w.ns_pid)
+            for w in strays
+        ]
+        or None,
+        samples=samples_wanted,
+        interval=options.interval if options.samples > 1 else 0.0,
+        native=options.native or options.native_all,
+    )
+    result = LocalResult(report)
+    result.outcomes = outcomes_taken
     states = motion(samples)
     final = [o.snapshot for o in last.values() if o.snapshot is not None]
     native_pids = {s.pid for s in final} if options.native_all else set()
@@ -299,12 +325,15 @@ def run_local(
         if outcome.retries:
             retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
             held_by[outcome.target.pid] = outcome.held_by
-    steps = read_steps(targets, host)
+    files = runtime_files(targets, host, table.procs)
+    steps = read_steps(targets, host, files)
     if not options.no_fr and not (stop is not None and stop.signum):
         # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
         # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
         loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
-        if any(loaded.values()):  # else no recorder, and rankscope.fr is not even imported
+        # Only a rank that loaded torch and describes an in-process handler can answer: else no recorder
+        # is asked for, and rankscope.fr is not even imported.
+        if any(loaded.values()) and any("inproc" in files.get(pid, ("", 0, {}))[2] for pid in loaded):
             from rankscope.stacks.fr_live import gather as gather_recorders
 
             wait = min(deadline, time.monotonic() + options.timeout)
