@@ -6,7 +6,6 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cli.outcome import exit_code, stopped_exit_code
@@ -17,7 +16,11 @@ from rankscope.model import NodeStatus, Stage
 from rankscope.stacks.local import process_started, run_local
 from rankscope.stacks.options import StacksOptions
 
-if TYPE_CHECKING:  # the report's modules are imported while the dumps run (rankscope.stacks.local)
+if (
+    TYPE_CHECKING
+):  # pathlib and the report's modules are imported while the dumps run (rankscope.stacks.local)
+    from pathlib import Path
+
     from rankscope.cli.stacks import StacksRequest
     from rankscope.stacks.local import LocalResult
     from rankscope.stacks.report import Diagnosis, StacksReport

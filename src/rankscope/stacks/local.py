@@ -330,10 +330,12 @@ def run_local(
     if not options.no_fr and not (stop is not None and stop.signum):
         # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
         # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
-        loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
-        # Only a rank that loaded torch and describes an in-process handler can answer: else no recorder
-        # is asked for, and rankscope.fr is not even imported.
-        if any(loaded.values()) and any("inproc" in files.get(pid, ("", 0, {}))[2] for pid in loaded):
+        # Only a rank that describes an in-process handler and loaded torch can answer (its maps are read
+        # only then): else no recorder is asked for, and rankscope.fr is not even imported.
+        ranked = [t.pid for t in targets if t.rank.rank is not None]
+        handled = any("inproc" in files.get(pid, ("", 0, {}))[2] for pid in ranked)
+        loaded = torch_loaded(ranked) if handled else {}
+        if any(loaded.values()):
             from rankscope.stacks.fr_live import gather as gather_recorders
 
             wait = min(deadline, time.monotonic() + options.timeout)
