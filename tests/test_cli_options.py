@@ -254,11 +254,12 @@ def test_ranks_on_other_nodes_do_not_make_a_partial_run(
 
 def test_json_runs_render_no_text(monkeypatch: pytest.MonkeyPatch) -> None:
     from rankscope.cli import stacks_report
+    from rankscope.stacks import render
 
     def refuse(*_: Any, **__: Any) -> str:
         raise AssertionError("render_text ran for --json")
 
-    monkeypatch.setattr(stacks_report, "render_text", refuse)
+    monkeypatch.setattr(render, "render_text", refuse)
     request = StacksRequest(StacksOptions(), as_json=True)
     assert stacks_report.render_for(request, StacksReport(), Diagnosis(headline="")) == (None, None)
 

@@ -38,7 +38,7 @@ import os
 #: typing costs milliseconds to import; the annotations do not need it at run time.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Optional, Union
+    from typing import Iterable, Optional, Union
 
     #: A pid, or "self" for the calling process.
     Pid = Union[int, str]
@@ -162,6 +162,13 @@ class ProcfsEntry:
             start = found + 1 + len(key)
         end = raw.find(b"\0", start)
         return raw[start : end if end >= 0 else len(raw)].decode("utf-8", "replace")
+
+    def variables(self, names: Iterable[str]) -> Optional[dict[str, str]]:
+        """Those of ``names`` the start-up environment sets; ``None`` when it cannot be read."""
+        if not self._raw_environ():
+            return None
+        found = {name: self.variable(name) for name in names}
+        return {name: value for name, value in found.items() if value is not None}
 
     def _raw_environ(self) -> Optional[bytes]:
         if "environ" not in self._known:

@@ -351,10 +351,15 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
 RELAUNCH = "lightning"
 
 
-def _relaunched_jobs(table: ProcessTable, host: str, taken: set[int]) -> list[Job]:
-    """Jobs of scripts that ran themselves again per local rank (see the module's docstring)."""
+def _relaunched_jobs(
+    table: ProcessTable, host: str, taken: set[int], among: Optional[Iterable[int]] = None
+) -> list[Job]:
+    """Jobs of scripts that ran themselves again per local rank (see the module's docstring);
+    ``among``: only the jobs whose local ranks 1.. are among these processes (default: any)."""
     by_parent: dict[int, list[tuple[int, int]]] = {}
-    for pid, info in table.procs.items():
+    pids = table.procs.keys() if among is None else [p for p in among if p in table.procs]
+    for pid in pids:
+        info = table.procs[pid]
         if pid in taken or pid in table.excluded or info.state in ("Z", "X") or table.has_rank(pid):
             continue
         value = info.variable("LOCAL_RANK")
@@ -422,7 +427,12 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
     spawned = table.spawn_job(pid, host)
     if spawned is not None:
         return spawned
-    relaunched = [job for job in _relaunched_jobs(table, host, set()) if pid in {w.pid for w in job.workers}]
+    # Only pid's own children (pid is the local rank 0) or its siblings (pid is another local rank) can
+    # be the local ranks of a relaunched job that holds it: not every environment on the node is read.
+    family = [*table.children.get(pid, []), *table.children.get(info.ppid, [])]
+    relaunched = [
+        job for job in _relaunched_jobs(table, host, set(), family) if pid in {w.pid for w in job.workers}
+    ]
     if relaunched:
         return relaunched[0]
     kind = launcher_kind(info)

@@ -138,3 +138,35 @@ def test_a_text_run_prints_the_report_without_importing_click(sleeping_python: i
     assert "1 of 1 processes dumped" in runs["light"].stdout
     took = re.compile(r"took [0-9.]+s")
     assert took.sub("took", runs["light"].stdout) == took.sub("took", runs["click"].stdout)
+
+
+#: Run `rankscope stacks ARGS` through the light entry, noting which of the report's modules were
+#: imported when the first py-spy started (printed to stderr as one line).
+FIRST_SPAWN = """
+import sys
+from rankscope.stacks import runner
+spawn = runner.Runner.spawn
+def noted(self, *args, **kwargs):
+    if not getattr(runner, "seen", False):
+        runner.seen = True
+        later = ("rankscope.stacks.analyse", "rankscope.stacks.render", "rankscope.stacks.report")
+        sys.stderr.write("at first dump: " + ",".join(m for m in later if m in sys.modules) + "\\n")
+    return spawn(self, *args, **kwargs)
+runner.Runner.spawn = noted
+from rankscope.cli.node import main
+main(sys.argv[1:])
+"""
+
+
+def test_the_first_dump_starts_before_the_report_is_imported(sleeping_python: int) -> None:
+    """The report's modules are imported while the dumps run (rankscope.stacks.local.AFTER_DUMPS),
+    not before the first one starts; the report is the same."""
+    run = subprocess.run(
+        [sys.executable, "-c", FIRST_SPAWN, "stacks", "--pid", str(sleeping_python), "--no-color"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "at first dump: \n" in run.stderr
+    assert "1 of 1 processes dumped" in run.stdout
+    assert "Main thread" in run.stdout

@@ -6,7 +6,6 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cli.outcome import exit_code, stopped_exit_code
@@ -14,14 +13,17 @@ from rankscope.cli.progress import tty_progress
 from rankscope.errors import ExitCode
 from rankscope.folding import fold_hosts
 from rankscope.model import NodeStatus, Stage
-from rankscope.stacks.analyse import diagnose, not_found_here
-from rankscope.stacks.local import LocalResult, process_started, run_local
+from rankscope.stacks.local import process_started, run_local
 from rankscope.stacks.options import StacksOptions
-from rankscope.stacks.render import render_text, stray_text
-from rankscope.stacks.report import Diagnosis, StacksReport, report_document
 
-if TYPE_CHECKING:
+if (
+    TYPE_CHECKING
+):  # pathlib and the report's modules are imported while the dumps run (rankscope.stacks.local)
+    from pathlib import Path
+
     from rankscope.cli.stacks import StacksRequest
+    from rankscope.stacks.local import LocalResult
+    from rankscope.stacks.report import Diagnosis, StacksReport
 
 NOTHING_FOUND = (
     "rankscope: error: no distributed job found on this node (no torchrun/deepspeed/accelerate/mpirun/srun "
@@ -42,6 +44,10 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     finally:
         if progress is not None:
             progress.clear()
+    from rankscope.stacks.analyse import diagnose, not_found_here
+    from rankscope.stacks.render import stray_text
+    from rankscope.stacks.report import report_document
+
     report = result.report
     diagnosis = report.diagnosis = report.diagnosis or diagnose(report)
     dumped = sum(1 for p in report.processes if p.dumped)
@@ -94,6 +100,8 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
 
 def report_saved(request: StacksRequest) -> int:
     """`stacks --from DIR`: the report of a saved run, its groups and diagnosis derived again."""
+    from rankscope.stacks.analyse import diagnose, not_found_here
+    from rankscope.stacks.report import report_document
     from rankscope.stacks.saved import read_saved
 
     assert request.from_dir is not None
@@ -209,6 +217,8 @@ def render_for(
 
     Nothing is rendered that is not used: a --json run renders no text unless --out keeps it.
     """
+    from rankscope.stacks.render import render_text
+
     use_color = not request.as_json and (sys.stdout.isatty() if request.color is None else request.color)
     verdict = fr_verdict(request, live, waits)
     joined: dict[str, Any] = {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
+from rankscope.meanwhile import Meanwhile
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
     NO_LAUNCHER,
@@ -26,11 +27,26 @@ from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import find_pyspy
-from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
-from rankscope.stacks.steps import read_steps
+from rankscope.stacks.steps import RankFiles, read_steps, runtime_files
 
-if TYPE_CHECKING:  # rankscope.fr is imported after the dumps, and only when recorders are read
+if TYPE_CHECKING:  # the rest is imported while the first dumps run (AFTER_DUMPS); rankscope.fr after them
     from rankscope.stacks.fr_live import LiveRecorders
+    from rankscope.stacks.report import StacksReport
+
+#: What the report needs once the dumps are in, imported in a thread while the first dumps run: on
+#: two cores the 16 dumps of a 16-rank job and these imports (a third of rankscope's own CPU) share the
+#: wall time instead of adding to it (docs/benchmarks.md, "Start-up: the dumps start first"). A node's
+#: raw answer needs only the first (AFTER_DUMPS_RAW).
+AFTER_DUMPS = (
+    "rankscope.stacks.report",
+    "rankscope.stacks.merge",
+    "rankscope.stacks.frames",
+    "rankscope.stacks.analyse",
+    "rankscope.stacks.render",
+    "rankscope.stacks.gpu",
+    "rankscope.inproc.handler",
+)
+AFTER_DUMPS_RAW = AFTER_DUMPS[:1]
 
 # Grouping, the diagnosis, the in-process handlers and the GPU reader are imported where they are
 # used: a node's raw answer (rankscope.stacks.node) needs none of them (docs/benchmarks.md).
@@ -179,20 +195,10 @@ def _signal_where_refused(
     return [replaced.get(id(o), o) for o in outcomes]
 
 
-def _handlers_of(targets: Iterable[Target]) -> bool:
-    """Whether any of ``targets`` described an in-process handler in its runtime directory (then its
+def _with_handler(files: dict[int, RankFiles], pids: Iterable[int]) -> list[int]:
+    """Those of ``pids`` that describe an in-process handler in their runtime directory (then its
     flight recorder can be asked for: rankscope.stacks.inproc_request.find_handler)."""
-    from rankscope.inproc import runtime
-
-    for target in targets:
-        uid = procfs.uid(target.pid)
-        try:
-            directory = runtime.runtime_dir(procfs.environ(target.pid), uid) if uid is not None else ""
-        except (OSError, ValueError):
-            continue  # unreadable or gone: its handler cannot be found either
-        if directory and "inproc" in runtime.files_of(directory, target.pid, target.rank.host):
-            return True
-    return False
+    return [pid for pid in pids if pid in files and "inproc" in files[pid][2]]
 
 
 def _other_version(version: Optional[int]) -> Optional[int]:
@@ -262,34 +268,17 @@ def run_local(
             seen.add(pid)
             targets.append(Target(pid, table.worker(pid, host).rank, info.command))
 
-    report = StacksReport(
-        hosts=[host],
-        jobs=[
-            JobInfo(
-                host,
-                j.launcher,
-                j.launcher_pid,
-                j.launcher_cmdline,
-                pids=[w.pid for w in j.workers],
-                key=j.key.text() or None,
-            )
-            for j in jobs
-            if j.launcher_pid or (j.launcher == NO_LAUNCHER and j.workers)
-        ],
-        strays=[
-            StrayInfo(host, w.pid, w.rank.rank, w.rank.world_size, w.uid, w.cmdline, ns_pid=w.ns_pid)
-            for w in strays
-        ]
-        or None,
-        samples=max(1, options.samples),
-        interval=options.interval if options.samples > 1 else 0.0,
-        native=options.native or options.native_all,
-    )
-    result = LocalResult(report)
+    samples_wanted = max(1, options.samples)
+    outcomes_taken: list[tuple[int, DumpOutcome]] = []
+    # Before the dumps, one listing of the ranks' runtime directories: only a rank that describes an
+    # in-process handler and loaded torch (its maps are read only then) holds a recorder to ask for.
+    files: Optional[dict[int, RankFiles]] = None
     loaded: dict[int, Optional[bool]] = {}
     if not options.no_fr:
-        loaded = torch_loaded(t.pid for t in targets if t.rank.rank is not None)
-        if raw and _handlers_of(t for t in targets if loaded.get(t.pid)):
+        files = runtime_files(targets, host, table.procs)
+        handled = _with_handler(files, (t.pid for t in targets if t.rank.rank is not None))
+        loaded = torch_loaded(handled) if handled else {}
+        if raw and any(loaded.values()):
             raise NeedsFullRun(host)
     deadline = now + options.deadline
     via_signal: set[int] = set()
@@ -321,22 +310,51 @@ def run_local(
 
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
-    for index in range(report.samples):
+    warm = Meanwhile(AFTER_DUMPS_RAW if raw else AFTER_DUMPS)
+    for index in range(samples_wanted):
         if index:
             _pause(max(0.0, min(options.interval, deadline - time.monotonic())), stop)
             if stop is not None and stop.signum:
                 break
-        sample = f" (sample {index + 1}/{report.samples})" if report.samples > 1 else ""
+        sample = f" (sample {index + 1}/{samples_wanted})" if samples_wanted > 1 else ""
         outcomes = dump(targets, options.native_all, "processes" + sample)
         if index and stop is not None and stop.signum:
             break  # a sample cut short by a stop signal says nothing about motion: keep the earlier ones
-        result.outcomes.extend((index, o) for o in outcomes)
+        outcomes_taken.extend((index, o) for o in outcomes)
         samples.append([o.snapshot for o in outcomes if o.snapshot is not None])
         for outcome in outcomes:
             previous = last.get(outcome.target.pid)
             # Keep the latest successful dump of each process; remember failures only if none succeeded.
             if outcome.snapshot is not None or previous is None or previous.snapshot is None:
                 last[outcome.target.pid] = outcome
+    warm.join()
+    from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
+
+    report = StacksReport(
+        hosts=[host],
+        jobs=[
+            JobInfo(
+                host,
+                j.launcher,
+                j.launcher_pid,
+                j.launcher_cmdline,
+                pids=[w.pid for w in j.workers],
+                key=j.key.text() or None,
+            )
+            for j in jobs
+            if j.launcher_pid or (j.launcher == NO_LAUNCHER and j.workers)
+        ],
+        strays=[
+            StrayInfo(host, w.pid, w.rank.rank, w.rank.world_size, w.uid, w.cmdline, ns_pid=w.ns_pid)
+            for w in strays
+        ]
+        or None,
+        samples=samples_wanted,
+        interval=options.interval if options.samples > 1 else 0.0,
+        native=options.native or options.native_all,
+    )
+    result = LocalResult(report)
+    result.outcomes = outcomes_taken
     if not raw:
         from rankscope.stacks.merge import group_snapshots, lend_native, motion, representatives
     states = {} if raw else motion(samples)
@@ -361,7 +379,9 @@ def run_local(
         if outcome.retries:
             retries[outcome.target.pid] = retries.get(outcome.target.pid, 0) + outcome.retries
             held_by[outcome.target.pid] = outcome.held_by
-    steps = read_steps(targets, host)
+    if files is None or samples_wanted > 1:  # markers made during the samples are read too
+        files = runtime_files(targets, host, table.procs)
+    steps = read_steps(targets, host, files)
     # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
     # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
     # Without a rank that loaded torch there is no recorder, and rankscope.fr is not even imported.

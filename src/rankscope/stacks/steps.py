@@ -5,56 +5,80 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from typing import Optional
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Optional
 
 from rankscope import procfs
 from rankscope.inproc import runtime
+from rankscope.procfs import ProcfsEntry
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import Target
-from rankscope.stacks.report import StepInfo
+
+if TYPE_CHECKING:  # imported by read_steps: a run lists the runtime files before the report is imported
+    from rankscope.stacks.report import StepInfo
+
+#: A target's runtime directory, its uid, and its files there ({kind: path}).
+RankFiles = tuple[str, int, dict[str, str]]
 
 
-def read_steps(targets: Sequence[Target], host: Optional[str] = None) -> dict[int, StepInfo]:
-    """Each target's progress marker, when it records one (no marker, or an unreadable one: absent)."""
+def runtime_files(
+    targets: Sequence[Target], host: Optional[str] = None, procs: Optional[Mapping[int, ProcfsEntry]] = None
+) -> dict[int, RankFiles]:
+    """Each readable target's rankscope files (:mod:`rankscope.inproc.runtime`), one listing per
+    directory; a target whose environment cannot be read, or whose directory is not private to its
+    user, is absent. ``procs``: the process table discovery read (its environments are not read again)."""
     host = host or short_hostname()
-    now = time.time()
-    steps: dict[int, StepInfo] = {}
-    listed: dict[str, list[str]] = {}
+    where: dict[int, tuple[str, int]] = {}
     for target in targets:
+        entry = procs.get(target.pid) if procs is not None else None
         try:
-            environ = procfs.environ(target.pid)
-            uid = procfs.uid(target.pid)
+            if entry is not None:
+                uid, known = entry.uid, entry.variables(runtime.PLACE_VARIABLES)
+                if known is None:
+                    continue
+                environ = known
+            else:
+                uid = procfs.uid(target.pid)
+                environ = procfs.environ(target.pid)
         except (OSError, ValueError):
             continue
-        if uid is None:
+        if uid is not None:
+            where[target.pid] = (runtime.runtime_dir(environ, uid), uid)
+    found: dict[int, RankFiles] = {}
+    for directory, uid in set(where.values()):
+        try:
+            runtime.check_private(os.lstat(directory), uid)  # not a link, the job user's own
+        except OSError:
             continue
-        directory = runtime.runtime_dir(environ, uid)
-        if directory not in listed:
-            try:
-                runtime.check_private(os.lstat(directory), uid)  # not a link, the job user's own
-                listed[directory] = os.listdir(directory)
-            except OSError:
-                listed[directory] = []
-        suffix = f".pid-{target.pid}.progress"
-        name = next(
-            (
-                n
-                for n in listed[directory]
-                if n.endswith(suffix)  # cheap: most names are other processes' (a shared /tmp)
-                and (parsed := runtime.parse_name(n)) is not None
-                and parsed[2] == target.pid
-                and parsed[0] == host
-                and parsed[3] == "progress"
-            ),
-            None,
-        )
-        if name is None:
+        pids = [pid for pid, place in where.items() if place == (directory, uid)]
+        files = runtime.files_of_pids(directory, pids, host)
+        for pid in pids:
+            found[pid] = (directory, uid, files.get(pid, {}))
+    return found
+
+
+def read_steps(
+    targets: Sequence[Target], host: Optional[str] = None, files: Optional[dict[int, RankFiles]] = None
+) -> dict[int, StepInfo]:
+    """Each target's progress marker, when it records one (no marker, or an unreadable one: absent).
+    ``files``: :func:`runtime_files` of the targets, when the caller has it."""
+    from rankscope.stacks.report import StepInfo
+
+    if files is None:
+        files = runtime_files(targets, host)
+    now = time.time()
+    steps: dict[int, StepInfo] = {}
+    for target in targets:
+        if target.pid not in files:
+            continue
+        _, uid, kinds = files[target.pid]
+        path = kinds.get("progress")
+        if path is None:
             continue
         from rankscope.inproc import progress as progress_file  # only where a rank keeps a marker
 
         try:
-            record = progress_file.read(os.path.join(directory, name), uid=uid)
+            record = progress_file.read(path, uid=uid)
         except (OSError, ValueError):
             continue
         if record.pid != target.pid or record.start_ticks != progress_file.start_ticks(target.pid):
