@@ -143,23 +143,11 @@ def test_elastic_restart_is_followed_and_its_straggler_captured(watch) -> None: 
     """The same crash under --max-restarts 1: torchrun starts both ranks again (new pids); the second
     attempt straggles (rank 1 ten times slower) and finishes: torchrun's 0 comes back. The first
     attempt leaves rank 0's SIGTERM dump (--inproc) and each rank's output under --log-dir's
-    attempt_0/ (--tee): the straggler capture reads neither.
-
-    The watcher is held up (SIGSTOP) from rank 1's last step until torchrun has stopped rank 0, as a
-    loaded machine holds it up: it finds both ranks gone at once, rank 1 reaped by torchrun before its
-    exit code could be read. The death is still rank 1's (its progress marker stayed: it raised)."""
+    attempt_0/ (--tee): the straggler capture reads neither."""
     run = watch(
         "--stall", "30", "--straggler-steps", "5", "--inproc", scenario="crash",
         torchrun_args=("--max-restarts", "1", "--log-dir", "tlogs", "--tee", "3"),
     )  # fmt: skip
-    wait_for(lambda: "rank 1 step 2" in run.stdout, 120, "rank 1's last step")
-    os.kill(run.process.pid, signal.SIGSTOP)  # rank 1 raises 0.5 s later
-    try:
-        wait_for(
-            lambda: "failed (exitcode: 1)" in run.stderr, 120, "torchrun's teardown of the first attempt"
-        )
-    finally:
-        os.kill(run.process.pid, signal.SIGCONT)
     assert run.wait() == 0, run.stderr[-3000:]
     entries = run.index()
     assert [entry["reason"] for entry in entries] == ["death", "straggler"], entries
