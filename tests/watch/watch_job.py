@@ -61,9 +61,9 @@ def main() -> None:
         # loaded machine sometimes fails to connect, which is not what the test is about), and no
         # torch imported (2 CPU s a rank that the restart's assertions do not need).
         rank = int(os.environ["RANK"])
-        # 40 steps: rank 1 straggles for 12 s, time enough for a watcher that was busy with the
+        # 60 steps: rank 1 straggles for 18 s, time enough for a watcher that was busy with the
         # capture of the crash (a whole `why` pass on a loaded machine) to see it.
-        for step in range(40):
+        for step in range(60):
             rankscope.progress(step=step)
             local_step(rank)
         while rank == 0 and not Path("done.1").exists():  # the fast rank waits for the slow one
