@@ -31,8 +31,8 @@ STOPPED = re.compile(
 )
 RELAYED = re.compile(r"^rankscope: rank 0 waits; rank 1 \(pid \d+ on \S+\) is stopped in pdb", re.MULTILINE)
 #: Seconds rank 0 waits at each breakpoint before the test continues: the old timed store waits
-#: logged torch's "timed out" warning twice a second.
-HOLD = 2.0
+#: logged torch's "timed out" warning twice a second, so a second shows them again.
+HOLD = 1.0
 
 
 def _read_until(job: subprocess.Popen[bytes], seen: list[str], count: int) -> str:

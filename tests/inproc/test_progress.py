@@ -66,6 +66,20 @@ def test_normal_exit_removes_the_file(tmp_path: Path) -> None:
     assert os.listdir(directory) == []
 
 
+def test_an_uncaught_exception_leaves_the_file_as_a_crash_does(tmp_path: Path) -> None:
+    """A rank that dies of an exception its code did not catch exits with 1 through a normal interpreter
+    exit; its launcher may reap it before anyone reads that code, so the marker is what says it died."""
+    directory = tmp_path / "rt"
+    raising = MARKING.replace("time.sleep(float(sys.argv[1]))", "raise RuntimeError('bad batch')")
+    env = {**os.environ, runtime.ENV_DIR: str(directory), "RANK": "5"}
+    proc = subprocess.Popen([sys.executable, "-c", raising], env=env, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "RuntimeError: bad batch" in err
+    files = runtime.files_of(str(directory), proc.pid)
+    assert set(files) == {"progress"}, os.listdir(directory)
+    assert progress_mod.read(files["progress"]).step == 7
+
+
 @pytest.mark.parametrize("case", ["symlink", "open-mode"])
 def test_unsafe_directory_is_not_used_and_the_job_runs_on(tmp_path: Path, case: str) -> None:
     elsewhere = tmp_path / "elsewhere"

@@ -115,6 +115,48 @@ def test_a_finished_rank_or_the_last_rank_is_no_death() -> None:
     assert decider.decide(Snapshot(1.0, (), exits=(Exit(100, 0, 1),))) == []  # the job ends
 
 
+def test_a_failure_found_with_its_generations_teardown_in_one_look_is_the_death_of_the_failed_rank() -> None:
+    """A watcher that looks late (a loaded machine) finds the rank that raised and the ranks its launcher
+    stopped since (SIGTERM, or a .term dump of the in-process handler) gone at once: still a death, of
+    the rank that raised. Before, the others no longer running made it the end of the job."""
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1), (1, 1))))  # pids 100-102
+    raised = Exit(101, 1, None, marker_left=True)  # reaped by its launcher first: the marker says it died
+    stopped = (Exit(100, 0, -15, marker_left=True), Exit(102, 2, None, marker_left=True, term_dump=True))
+    [death] = decider.decide(Snapshot(1.0, (), exits=(stopped[0], raised, stopped[1])))
+    assert death.reason == Reason.DEATH and death.ranks == (1,)
+    assert (
+        death.text
+        == "rank 1 (pid 101) died; the other ranks of its attempt ended too before the watcher looked"
+    )
+    # A rank that raised while another still ran names only itself, not the ranks stopped with it.
+    restarted = (RankSample(200, 0), RankSample(201, 1), RankSample(202, 2))
+    decider.decide(Snapshot(4.0, restarted))
+    [one] = decider.decide(Snapshot(5.0, restarted[:1], exits=(Exit(201, 1, 1), Exit(202, 2, -15))))
+    assert one.ranks == (1,) and one.text.endswith("while another rank still ran")
+
+
+def test_ranks_found_gone_together_after_a_death_or_all_stopped_are_a_teardown() -> None:
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1), (1, 1))))  # pids 100-102
+    assert len(decider.decide(Snapshot(1.0, ranks((1, 1), (1, 1))[::2], exits=(Exit(101, 1, 1),)))) == 1
+    # Ranks 0 and 2, stopped by the launcher after that death, reaped before their codes were read
+    # (SIGTERM ran no atexit: their markers stayed).
+    later = (Exit(100, 0, None, marker_left=True), Exit(102, 2, None, marker_left=True))
+    assert decider.decide(Snapshot(2.0, (), exits=later)) == []
+    # Every rank stopped at once (a scheduler's SIGTERM to the job): the job's end, as before.
+    decider.decide(Snapshot(3.0, (RankSample(300, 0), RankSample(301, 1))))
+    assert decider.decide(Snapshot(4.0, (), exits=(Exit(300, 0, -15), Exit(301, 1, -15)))) == []
+
+
+def test_a_failure_beside_ranks_that_finished_in_the_same_look_is_no_death() -> None:
+    """Ranks that exited 0 may have finished before the last one failed: the end of the job, as when
+    the watcher sees them one look apart."""
+    decider = Decider(stall=100, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))
+    assert decider.decide(Snapshot(1.0, (), exits=(Exit(100, 0, 0), Exit(101, 1, 1)))) == []
+
+
 def test_an_exit_code_lost_but_a_marker_left_is_a_death() -> None:
     decider = Decider(stall=100, straggler_steps=0)
     decider.decide(Snapshot(-1.0, ranks((1, 1))))

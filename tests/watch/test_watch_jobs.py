@@ -109,7 +109,7 @@ def watch(tmp_path: Path) -> Iterator[object]:
 
 
 def test_hang_is_captured_before_the_collective_timeout_kills_the_job(watch) -> None:  # type: ignore[no-untyped-def]
-    run = watch("--stall", "4", "--straggler-steps", "0", scenario="hang", job_args=("--timeout", "30"))
+    run = watch("--stall", "4", "--straggler-steps", "0", scenario="hang", job_args=("--timeout", "20"))
     code = run.wait()
     assert code == 1, run.stderr[-3000:]  # torchrun's own code: rank 0's collective timed out
     stalls = [entry for entry in run.index() if entry["reason"] == "stall"]

@@ -22,13 +22,13 @@ import os
 import time
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 import rankscope
 
 
 def train_step(step: int) -> None:
+    import torch
+    import torch.distributed as dist
+
     tensor = torch.ones(4)
     dist.all_reduce(tensor)
 
@@ -58,17 +58,20 @@ def main() -> None:
     args = parser.parse_args()
     if args.scenario == "crash" and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         # The elastic restart after the crash: local steps only (a second gloo rendezvous on this
-        # loaded machine sometimes fails to connect, which is not what the test is about).
+        # loaded machine sometimes fails to connect, which is not what the test is about), and no
+        # torch imported (2 CPU s a rank that the restart's assertions do not need).
         rank = int(os.environ["RANK"])
-        # 40 steps: rank 1 straggles for 12 s, time enough for a watcher that was busy with the
+        # 60 steps: rank 1 straggles for 18 s, time enough for a watcher that was busy with the
         # capture of the crash (a whole `why` pass on a loaded machine) to see it.
-        for step in range(40):
+        for step in range(60):
             rankscope.progress(step=step)
             local_step(rank)
         while rank == 0 and not Path("done.1").exists():  # the fast rank waits for the slow one
             time.sleep(0.1)
         Path(f"done.{rank}").touch()
         return
+    import torch.distributed as dist
+
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank = dist.get_rank()
     if args.scenario == "normal":

@@ -366,3 +366,29 @@ def test_error_files_under_torchruns_log_dir_name_the_global_rank(record_error_f
     assert (item.rank, item.location) == (3, "load_shard (train.py:4)")
     assert "ValueError: shard 7 is empty" in item.what
     assert log_dir_errors([str(logs)], record_error_file.stat().st_mtime + 10, live) == []  # an earlier job's
+
+
+def test_a_dump_older_than_the_process_that_now_has_its_pid_is_not_that_rank_s(tmp_path: Path) -> None:
+    """pids come round again (pid_max 32768 on a busy node): a ``.term`` dump that a dead rank left in
+    the shared runtime directory is not the dump of a later process given the same pid."""
+    from rankscope.ranks import short_hostname
+    from rankscope.why.files import runtime_files
+
+    host = short_hostname()
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dump = tmp_path / f"{host}.rank-0.pid-{worker.pid}.term"
+        dump.write_text(
+            'Current thread 0x00007f (most recent call first):\n  File "t.py", line 3 in evaluate\n'
+        )
+        os.chmod(dump, 0o600)
+        before = time.time() - 3600  # written by the pid's earlier owner, an hour ago
+        os.utime(dump, (before, before))
+        files, _ = runtime_files([(str(tmp_path), os.getuid())], {worker.pid}, 0.0, host)
+        assert files == []
+        os.utime(dump, None)  # written now: this process's own
+        files, _ = runtime_files([(str(tmp_path), os.getuid())], {worker.pid}, 0.0, host)
+        assert [f.pid for f in files] == [worker.pid]
+    finally:
+        worker.kill()
+        worker.wait()

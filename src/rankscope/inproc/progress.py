@@ -39,6 +39,7 @@ import mmap
 import os
 import stat
 import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -198,9 +199,16 @@ class _Writer:
         self._labels, self._last = {}, {}
 
     def remove(self) -> None:
-        """At a normal exit: the file is this process's to remove (a crash leaves it, readable)."""
+        """At a normal exit: the file is this process's to remove (a crash leaves it, readable).
+
+        An exception the program did not catch is a crash too, though the interpreter exits
+        normally (code 1): the file stays. Its launcher may reap the process before anyone reads
+        that code (torchrun does within 0.1 s), and then the file is what tells a watcher that the
+        rank died rather than finished. The interpreter sets ``sys.last_value`` when it prints
+        such an exception, before the atexit handlers run.
+        """
         path, mm = self._path, self._mm
-        if path is None or self._pid != os.getpid():
+        if path is None or self._pid != os.getpid() or getattr(sys, "last_value", None) is not None:
             return
         self._mm, self._path, self._off = None, None, True
         try:

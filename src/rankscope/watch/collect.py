@@ -162,11 +162,14 @@ def exit_status(pid: int) -> Optional[int]:
 
 
 def exit_of(worker: Watched) -> Exit:
-    """What is known of a worker that exited: its code while it is a zombie, and whether its marker
-    stayed (a normal interpreter exit removes it)."""
+    """What is known of a worker that exited: its code while it is a zombie, whether its marker
+    stayed (a normal interpreter exit removes it), and whether its in-process handler dumped its
+    stacks on a SIGTERM."""
     code = exit_status(worker.pid)
-    left = worker.marker is not None and os.path.lexists(worker.marker)
-    return Exit(worker.pid, worker.rank, code, left)
+    marker = worker.find_marker()  # a rank that died before a look found its marker still has it
+    left = marker is not None and os.path.lexists(marker)
+    term = any(path.endswith(".term") for path in handler_dumps(worker))
+    return Exit(worker.pid, worker.rank, code, left, term)
 
 
 def output_files(pids: list[int]) -> list[str]:

@@ -10,9 +10,12 @@
 - **Straggler**: a rank whose step is ``straggler_steps`` or more behind the most advanced rank;
   reported once until it catches up.
 - **Death**: a worker that exited with an error (or by a signal, or died leaving its progress
-  marker behind) while other workers of the last look live (the new workers of an elastic restart
-  are not "others": the old generation's last rank going is the end of its teardown). A worker
-  whose exit code reads 0 is a rank that finished.
+  marker behind) while other workers of the last look live, or while they failed too since the
+  last look (its launcher stopped them before the watcher looked); the new workers of an elastic
+  restart are not "others": the old generation's last rank going is the end of its teardown. Found
+  together, ranks that were all stopped (SIGTERM, or the in-process handler's ``.term`` dump) or
+  that follow a death of their generation are its teardown. A worker whose exit code reads 0 is a
+  rank that finished. The ranks named are those that were not stopped, unless every one was.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ class Decider:
     behind: set[int] = field(default_factory=set)
     #: The workers of the last look: a death counts only while others of its own generation live.
     previous: set[int] = field(default_factory=set)
+    #: A death was reported since workers last appeared: ranks found gone together later are its teardown.
+    died: bool = False
 
     def not_stalled(self, now: float) -> None:
         """A suspected stall was not one: the clock starts again."""
@@ -70,12 +75,29 @@ class Decider:
         failed = [e for e in snap.exits if e.failed]
         # The others: workers already there at the last look (an elastic restart's new workers are not).
         alive = sum(1 for r in snap.ranks if r.pid in self.previous)
-        if not failed or not alive:
+        # The ranks stopped (SIGTERM) beside one that failed by itself were stopped because of it.
+        culprits = [e for e in failed if not e.stopped] or failed
+        if failed and not alive:
+            # Every other rank of the last look is gone too. A launcher stops the rest within 0.1 s
+            # of a failure, faster than a watcher on a loaded machine looks: a failure of its own
+            # found with ranks that ended since is still the death, unless its generation had one
+            # already (this is that one's teardown). One rank of the last look alone is the end.
+            gone = sum(1 for e in failed if e.pid in self.previous)
+            if gone < 2 or self.died or all(e.stopped for e in failed):
+                failed = []
+        self.died = self.died and all(r.pid in self.previous for r in snap.ranks)  # new workers: anew
+        if not failed:
             return []
-        ranks = tuple(sorted(e.rank for e in failed if e.rank is not None))
-        words = "; ".join(e.describe() for e in failed)
-        others = "another rank still ran" if alive == 1 else f"{alive} other ranks still ran"
-        return [Trigger(Reason.DEATH, f"{words} while {others}", ranks)]
+        self.died = True
+        ranks = tuple(sorted(e.rank for e in culprits if e.rank is not None))
+        words = "; ".join(e.describe() for e in culprits)
+        if not alive:
+            text = f"{words}; the other ranks of its attempt ended too before the watcher looked"
+        else:
+            text = f"{words} while " + (
+                "another rank still ran" if alive == 1 else f"{alive} other ranks still ran"
+            )
+        return [Trigger(Reason.DEATH, text, ranks)]
 
     def rebase_outputs(self, outputs: tuple[tuple[str, int, float], ...]) -> None:
         """The output files as they are now are no news (the watcher's own line went into one)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import selectors
 import signal
 import time
@@ -93,6 +94,14 @@ class JobHandle:
                     os.killpg(pid, signal.SIGTERM)
                 else:
                     os.kill(pid, signal.SIGTERM)
+
+
+def _readable(fd: int) -> bool:
+    """Whether a pidfd says its process exited, without waiting."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
@@ -228,15 +237,22 @@ class Watcher:
                     now = time.monotonic()
                     if now < next_look and not exits:
                         continue
+                    # the exits of this look belong to the attempt that ran until now, even when the
+                    # scan below finds a restart's workers
+                    attempt = self.attempt
                     if exits or now >= next_scan or not self.workers:
+                        exits += self._exited_since_select()
                         # new workers found: the next look scans again (a launcher starting its ranks
                         # one by one), else a rank started a moment later goes unwatched until a rescan
                         next_scan = now if self._scan() else now + self.options.rescan
                     snap = self._snapshot(now, exits)
                     triggers = decider.decide(snap)
-                    triggers += self.elsewhere.look(snap, self._local_ranks(), triggers)
                     for trigger in triggers:
+                        self._act(trigger, decider, attempt if trigger.reason == Reason.DEATH else None)
+                    reported = self.elsewhere.look(snap, self._local_ranks(), triggers)
+                    for trigger in reported:
                         self._act(trigger, decider)
+                    triggers += reported
                     if triggers:
                         decider.rebase_outputs(collect.output_states(self.outputs))
                     next_look = time.monotonic() + self.options.interval
@@ -267,6 +283,13 @@ class Watcher:
         if not self.workers:  # a generation ended: the next one's output starts when it is found
             self._generation_ended = time.time()
         return gone
+
+    def _exited_since_select(self) -> list[Exit]:
+        """Workers that exited after the selector last answered: seen now, before a scan could find
+        an elastic restart's workers beside them (a watcher held up between the two on a loaded
+        machine), they are not taken for a failure beside the new workers."""
+        gone = [w for w in self.workers.values() if w.pidfd >= 0 and _readable(w.pidfd)]
+        return [self._exited(worker) for worker in gone]
 
     def _scan(self) -> bool:
         """Find the workers again: new ones (an elastic restart, a late start) get a pidfd. Whether

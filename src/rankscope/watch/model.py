@@ -46,10 +46,17 @@ class Exit:
     code: Optional[int]
     #: Its progress marker was left behind (no normal interpreter exit removed it).
     marker_left: bool = False
+    #: Its in-process handler dumped its stacks on a SIGTERM (``<base>.term``): something stopped it.
+    term_dump: bool = False
 
     @property
     def failed(self) -> bool:
         return (self.code is not None and self.code != 0) or (self.code is None and self.marker_left)
+
+    @property
+    def stopped(self) -> bool:
+        """Ended by a SIGTERM (a launcher's teardown, a scheduler), not by a failure of its own."""
+        return self.code == -15 or self.term_dump
 
     def describe(self) -> str:
         who = f"rank {self.rank}" if self.rank is not None else f"pid {self.pid}"

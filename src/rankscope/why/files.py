@@ -49,8 +49,9 @@ def runtime_files(
             if kind not in ("crash", "term"):
                 continue
             try:
-                if pid not in pids and os.lstat(path).st_mtime < since:
-                    continue
+                written = os.lstat(path).st_mtime
+                if written < (since if pid not in pids else _started(pid)):
+                    continue  # an earlier job's, or the dump of the pid's earlier owner (pids come round)
                 text = runtime.read_owned(path, uid, FILE_MAX).decode("utf-8", "replace")
             except OSError:
                 continue
@@ -60,6 +61,16 @@ def runtime_files(
             if rank is not None:
                 ranks.setdefault(pid, rank)
     return files, ranks
+
+
+def _started(pid: int) -> float:
+    """When ``pid`` started, as a time.time() instant, less a second of slack (0 when /proc does not say)."""
+    from rankscope import procfs
+
+    after_boot = procfs.started_after_boot(pid)
+    if after_boot is None:
+        return 0.0
+    return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot) - 1.0
 
 
 def rank_file(path: str, text: str) -> Optional[RankFile]:
