@@ -23,6 +23,8 @@ def fold_ints(values: Iterable[int]) -> str:
     nums = sorted(set(values))
     if not nums:
         return ""
+    if nums[-1] - nums[0] == len(nums) - 1:  # one run (a whole group of any size): no walk
+        return f"{nums[0]}-{nums[-1]}" if len(nums) > 1 else str(nums[0])
     pieces = []
     start = prev = nums[0]
     for value in nums[1:]:

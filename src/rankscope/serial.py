@@ -42,6 +42,8 @@ OMIT_NONE: dict[str, Any] = {"omit_none": True}
 SKIP: dict[str, Any] = {"skip": True}
 
 _SCALARS = (str, int, float, bool, type(None))
+#: Values of exactly these types are written as they are (subclasses, enums among them, are not).
+_EXACT_SCALARS = frozenset(_SCALARS)
 _MISSING = object()
 
 # type -> [(attribute, omit_none, round_to)] for dumping.
@@ -62,6 +64,12 @@ def _dump_plan(cls: type) -> list[tuple[str, bool, Any]]:
 
 def to_json(value: Any) -> Any:
     """``value`` as JSON-ready data (dicts, lists, strings, numbers, booleans, None)."""
+    cls = type(value)
+    if cls in _EXACT_SCALARS:  # the common case first: no isinstance chain per string or number
+        return value
+    plan = _DUMP_PLANS.get(cls)
+    if plan is not None:  # a dataclass already written once
+        return _dump_dataclass(value, plan)
     if isinstance(value, _SCALARS) and not isinstance(value, Enum):
         return value
     if isinstance(value, Enum):
@@ -78,16 +86,20 @@ def to_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(key): to_json(item) for key, item in value.items()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
-        for name, omit_none, round_to in _dump_plan(type(value)):
-            item = getattr(value, name)
-            if item is None and omit_none:
-                continue
-            if round_to is not None and isinstance(item, float):
-                item = round(item, round_to)
-            out[name] = to_json(item)
-        return out
+        return _dump_dataclass(value, _dump_plan(cls))
     raise TypeError(f"cannot write {type(value).__name__} as JSON")
+
+
+def _dump_dataclass(value: Any, plan: list[tuple[str, bool, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, omit_none, round_to in plan:
+        item = getattr(value, name)
+        if item is None and omit_none:
+            continue
+        if round_to is not None and isinstance(item, float):
+            item = round(item, round_to)
+        out[name] = item if type(item) in _EXACT_SCALARS else to_json(item)
+    return out
 
 
 @overload

@@ -37,7 +37,10 @@ from rankscope.trace import format as fmt
 #: generous: the readers stay near 25 MiB whatever the file's size (they grew with it: about
 #: 450 bytes a record for show and grep, and the whole file for tail)
 BOUND_MIB = 100
-RECORDS = 500_000  # 12 MB of records: about 220 MiB for the readers that held every event
+RECORDS = 300_000  # 7 MB of records: every event decoded and held peaks at 76 MiB (measured)
+#: the bound of the readers that stream every event of RECORDS records (show, grep, export):
+#: twice what they take (22 MiB), well under what holding the events takes
+STREAM_BOUND_MIB = 50
 
 
 def test_show_streams_a_large_ring_in_bounded_memory(tmp_path: Path) -> None:
@@ -46,14 +49,14 @@ def test_show_streams_a_large_ring_in_bounded_memory(tmp_path: Path) -> None:
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout_lines == 1 + RECORDS  # the head line, then every event
     assert shown.stdout.rstrip().endswith("return train.py:10 step")
-    assert shown.peak_mib < BOUND_MIB, f"trace show peaked at {shown.peak_mib:.0f} MiB"
+    assert shown.peak_mib < STREAM_BOUND_MIB, f"trace show peaked at {shown.peak_mib:.0f} MiB"
     as_json = run_measured(tmp_path, "trace", "show", "--json", str(path))
     assert as_json.returncode == 0 and as_json.stdout_lines > RECORDS
-    assert as_json.peak_mib < BOUND_MIB, f"trace show --json peaked at {as_json.peak_mib:.0f} MiB"
+    assert as_json.peak_mib < STREAM_BOUND_MIB, f"trace show --json peaked at {as_json.peak_mib:.0f} MiB"
     exported = run_measured(tmp_path, "trace", "export", str(path), "--out", str(tmp_path / "ring.json"))
     assert exported.returncode == 0, exported.stderr
     assert f"{RECORDS + 4} events of 1 trace files" in exported.stdout  # 4 metadata events
-    assert exported.peak_mib < BOUND_MIB, f"trace export peaked at {exported.peak_mib:.0f} MiB"
+    assert exported.peak_mib < STREAM_BOUND_MIB, f"trace export peaked at {exported.peak_mib:.0f} MiB"
     with open(tmp_path / "ring.json", "rb") as handle:
         handle.seek(-200, os.SEEK_END)
         assert handle.read().rstrip().endswith(b'"unreadable": []}}')
@@ -146,7 +149,7 @@ def test_a_large_full_mode_file_is_tailed_from_its_end_and_grepped_in_bounded_me
     grep = run_measured(tmp_path, "trace", "grep", "call .*step", str(tmp_path))
     assert grep.returncode == 0, grep.stderr
     assert f"{count // 2} matches of 'call .*step' in 1 of 1 files" in grep.stdout
-    assert grep.peak_mib < BOUND_MIB, f"trace grep peaked at {grep.peak_mib:.0f} MiB"
+    assert grep.peak_mib < STREAM_BOUND_MIB, f"trace grep peaked at {grep.peak_mib:.0f} MiB"
 
 
 def _hostile_directory(root: Path) -> dict[str, str]:

@@ -228,8 +228,7 @@ def unmatched(view: GroupView, members_named: bool, world: Sequence[int], dumps:
     if not seen or any(p.last_enqueued < 0 or p.last_completed >= p.last_enqueued for p in seen):
         return
     seqs = {p.last_enqueued for p in seen}
-    others = [r for r in world if r not in view.member_list]
-    if len(seqs) != 1 or not others:
+    if len(seqs) != 1:
         return
     seq = seqs.pop()
     ranks = [p.rank for p in seen]
@@ -237,6 +236,10 @@ def unmatched(view: GroupView, members_named: bool, world: Sequence[int], dumps:
         (e for e in dumps[ranks[0]].entries if e.pg == view.pg and e.seq == seq and not e.is_p2p), None
     )
     if entry is None:
+        return
+    members = set(view.member_list)
+    others = [r for r in world if r not in members]
+    if not others:
         return
     where = group_name(view.pg, view.desc)
     verb = "waits" if len(ranks) == 1 else "wait"
@@ -693,7 +696,8 @@ def headline(report: FrReport) -> str:
     parts = []
     for refused in report.refused:
         parts.append(f"rank {refused.rank}'s dump was refused ({refused.reason}): look at it first")
-    silent = [r for r in report.absent if r not in {x.rank for x in report.refused}]
+    refused_ranks = {x.rank for x in report.refused}
+    silent = [r for r in report.absent if r not in refused_ranks]
     if silent:
         parts.append(
             f"{_ranks_word(silent)} left no flight-recorder dump: look at {'them' if len(silent) > 1 else 'it'} "
