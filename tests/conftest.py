@@ -8,6 +8,12 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from hypothesis import settings
+
+# Property tests run beside real jobs on two cores: hypothesis's default 200 ms per example is a
+# clock assertion the load decides, not the code (a folding test failed once that way).
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 pytest_plugins = ["tests.support.tools", "tests.support.cluster_fixtures"]
 
