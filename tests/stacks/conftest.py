@@ -34,10 +34,9 @@ def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJo
 
 @pytest.fixture(scope="module")
 def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 2 is stuck deep in decode_record recursion; ranks 0-1 reach a barrier through another chain."""
-    with torchrun_job(
-        tmp_path_factory.mktemp("deep"), "--scenario", "deep", "--culprit", "2", nproc=3
-    ) as job:
+    """Rank 1 is stuck deep in decode_record recursion; rank 0 reaches a barrier through another chain.
+    Two ranks: the tests read the call chains, and one rank on each side shows both."""
+    with torchrun_job(tmp_path_factory.mktemp("deep"), "--scenario", "deep", "--culprit", "1") as job:
         yield job
 
 
