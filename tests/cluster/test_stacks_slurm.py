@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import CliResult, run_cli
 from tests.support.multinode_job import REMOTE_RANKSCOPE
 from tests.support.slurm import SlurmCluster
 
@@ -50,29 +50,42 @@ def hung_slurm_job(
         slurm_cluster.run("scancel", jobid, check=False)
 
 
-@pytest.mark.slow
-def test_stacks_jobid_diagnoses_the_hung_sbatch_job(
-    slurm_cluster: SlurmCluster, hung_slurm_job: SlurmJob, tmp_path: Path
-) -> None:
+@dataclass
+class JobidRun:
+    """One `stacks --jobid J --json --out DIR` run: its result and DIR (report.txt holds the text report)."""
+
+    result: CliResult
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def jobid_run(
+    slurm_cluster: SlurmCluster, hung_slurm_job: SlurmJob, tmp_path_factory: pytest.TempPathFactory
+) -> JobidRun:
+    """The text report (report.txt) and the JSON (stdout) of one run: each run is an srun step on the node."""
+    out = tmp_path_factory.mktemp("jobid") / "out"
     result = run_cli(
-        "stacks", "--jobid", hung_slurm_job.jobid, "--remote-rankscope", str(REMOTE_RANKSCOPE),
-        "--out", str(tmp_path / "out"), env=slurm_cluster.env, timeout=180,
+        "stacks", "--jobid", hung_slurm_job.jobid, "--json", "--remote-rankscope", str(REMOTE_RANKSCOPE),
+        "--out", str(out), env=slurm_cluster.env, timeout=180,
     )  # fmt: skip
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
+    return JobidRun(result, out)
+
+
+@pytest.mark.slow
+def test_stacks_jobid_diagnoses_the_hung_sbatch_job(hung_slurm_job: SlurmJob, jobid_run: JobidRun) -> None:
+    result = jobid_run.result
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = (jobid_run.out / "report.txt").read_text()
     assert f"SLURM job {hung_slurm_job.jobid}, 1 of 1 nodes (localhost)" in out
     assert "2 of 2 processes dumped" in out
     assert "rank 1" in out
     assert "Failed" not in out
-    assert (tmp_path / "out" / "localhost.out").exists()
+    assert (jobid_run.out / "localhost.out").exists()
 
 
 @pytest.mark.slow
-def test_stacks_jobid_json(slurm_cluster: SlurmCluster, hung_slurm_job: SlurmJob) -> None:
-    result = run_cli(
-        "stacks", "--jobid", hung_slurm_job.jobid, "--json", "--remote-rankscope", str(REMOTE_RANKSCOPE),
-        env=slurm_cluster.env, timeout=180,
-    )  # fmt: skip
+def test_stacks_jobid_json(jobid_run: JobidRun) -> None:
+    result = jobid_run.result
     assert result.returncode == 0, result.stdout + result.stderr
     document = result.json()
     assert sorted((p["rank"]["host"], p["rank"]["rank"]) for p in document["processes"]) == [

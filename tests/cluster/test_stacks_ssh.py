@@ -1,11 +1,15 @@
-"""`rankscope stacks --hosts` over real sshd nodes against a real hung 2-node torchrun job."""
+"""`rankscope stacks --hosts` over real sshd nodes against a real hung 2-node torchrun job (one per worker:
+every test of this file reads it, none changes it)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tests.support.cli import run_cli
 from tests.support.cluster_fixtures import REMOTE_SETUP, run_via
 from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
 from tests.support.sshd import Sshd
@@ -98,3 +102,34 @@ def test_raw_node_answers_give_the_report_whole_documents_give(
     texts = [runs[name].stdout.split("\n", 1)[1] for name in ("raw", "whole")]  # past the header's time
     assert texts[0].replace(str(tmp_path / "raw"), "OUT") == texts[1].replace(str(tmp_path / "whole"), "OUT")
     assert "rank 2" in texts[0]
+
+
+def _without_timing(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "seconds"}
+
+
+def _report_lines(text: str) -> list[str]:
+    """The text report without its first line (the time taken) and the line naming where it was read."""
+    return [line for line in text.splitlines()[1:] if not line.startswith("read from ")]
+
+
+@pytest.mark.slow
+def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path) -> None:
+    """A `--hosts` run keeps each node's answer, not raw dumps: --from re-diagnoses the merged stacks.json."""
+    dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
+    out = tmp_path / "out"
+    live = run_via(
+        sshd_nodes, "stacks", "--json", "--out", str(out), "--hosts", "node[01-02]",
+        "--remote-rankscope", str(dispatch), timeout=180,
+    )  # fmt: skip
+    assert live.returncode == 0, live.stdout + live.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["node01.out", "node02.out", "report.txt", "stacks.json"]
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(out, copy)
+    again = run_cli("stacks", "--from", str(copy), "--json")
+    assert again.returncode == 0, again.stderr
+    assert _without_timing(again.json()) == _without_timing(live.json())
+    assert again.json()["diagnosis"]["divergent_ranks"] == [2]
+    text = run_cli("stacks", "--from", str(copy)).stdout
+    assert _report_lines(text) == _report_lines((copy / "report.txt").read_text())
+    assert text.startswith("rankscope stacks: 2 of 2 nodes (node[01-02]) on node[01-02] — 4 of 4 processes")

@@ -16,9 +16,9 @@ from rankscope.demo.launch import LaunchedJob
 def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     """Rank 2 deadlocks on its own lock; ranks 0,1,3 wait in all_reduce; 2 background threads per rank.
 
-    Three files read it (test_real_jobs, test_native, test_jobs_by_evidence) and none changes it:
-    one job per worker. Hung, it takes no CPU while it waits. Its collective timeout is an hour: a
-    worker's session outlasts hang_job's default of 10 minutes, after which the job would end."""
+    Two files read it (test_real_jobs, with the real --native cases; test_jobs_by_evidence) and none
+    changes it: one job per worker. Hung, it takes next to no CPU while it waits. Its collective timeout
+    is an hour: a worker's session outlasts hang_job's default of 10 minutes, after which the job would end."""
     args = ("--scenario", "lock", "--culprit", "2", "--threads", "2", "--timeout", "3600")
     with torchrun_job(tmp_path_factory.mktemp("lock"), *args, nproc=4) as job:
         yield job
@@ -26,7 +26,8 @@ def lock_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
 
 @pytest.fixture(scope="module")
 def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 1 never reaches the barrier (it loops in load_batch); ranks 0 and 2 wait there."""
+    """Rank 1 never reaches the barrier (it loops in load_batch); ranks 0 and 2 wait there (two ranks with
+    one Python stack: their native frames must not split it)."""
     args = ("--scenario", "skip-barrier", "--culprit", "1")
     with torchrun_job(tmp_path_factory.mktemp("skip"), *args, nproc=3) as job:
         yield job
@@ -34,10 +35,9 @@ def barrier_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJo
 
 @pytest.fixture(scope="module")
 def deep_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
-    """Rank 2 is stuck deep in decode_record recursion; ranks 0-1 reach a barrier through another chain."""
-    with torchrun_job(
-        tmp_path_factory.mktemp("deep"), "--scenario", "deep", "--culprit", "2", nproc=3
-    ) as job:
+    """Rank 1 is stuck deep in decode_record recursion; rank 0 reaches a barrier through another chain.
+    Two ranks: the tests read the call chains, and one rank on each side shows both."""
+    with torchrun_job(tmp_path_factory.mktemp("deep"), "--scenario", "deep", "--culprit", "1") as job:
         yield job
 
 

@@ -1,7 +1,8 @@
 """A job started the way the DDP tutorials start one: ``torch.multiprocessing.spawn``, no launcher, no
 rank in any environment (each rank sets MASTER_ADDR/PORT in its own code). Rank CULPRIT sleeps in its
 own code; the others wait in all_reduce. With ``plain``, no torch: a spawn Pool of plain Python
-processes (not a job).
+processes (not a job). With RANKSCOPE_READY_DIR set, each rank touches ``ready.<rank>`` there once
+its process group is up, right before it hangs (as rankscope/demo/hang_job.py does).
 
     python mp_spawn_job.py PORT NPROCS CULPRIT | python mp_spawn_job.py plain
 """
@@ -9,6 +10,13 @@ processes (not a job).
 import os
 import sys
 import time
+from pathlib import Path
+
+
+def mark_ready(rank):
+    ready_dir = os.environ.get("RANKSCOPE_READY_DIR")
+    if ready_dir:
+        Path(ready_dir, f"ready.{rank}").touch()
 
 
 def stay_here():
@@ -22,6 +30,7 @@ def rank_main(rank, world, port, culprit):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    mark_ready(rank)
     if rank == culprit:
         stay_here()
     dist.all_reduce(torch.ones(2))

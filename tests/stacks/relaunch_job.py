@@ -1,7 +1,8 @@
 """A job started the way PyTorch Lightning's DDP starts one (``python train.py``, no launcher): this
 script is local rank 0, sets MASTER_ADDR/PORT, NODE_RANK, LOCAL_RANK and WORLD_SIZE in its own
 environment at run time and runs itself again once per other local rank with LOCAL_RANK=i; no RANK
-variable anywhere. Rank CULPRIT sleeps in its own code; the others wait in all_reduce.
+variable anywhere. Rank CULPRIT sleeps in its own code; the others wait in all_reduce. With
+RANKSCOPE_READY_DIR set, each rank touches ``ready.<rank>`` there right before it hangs (mp_spawn_job.py).
 
     python relaunch_job.py PORT NPROCS CULPRIT
 """
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def stay_here():
@@ -36,6 +38,8 @@ def main():
 
     rank = int(os.environ["NODE_RANK"]) * nprocs + int(os.environ["LOCAL_RANK"])
     dist.init_process_group("gloo", rank=rank, world_size=int(os.environ["WORLD_SIZE"]))
+    if os.environ.get("RANKSCOPE_READY_DIR"):
+        Path(os.environ["RANKSCOPE_READY_DIR"], f"ready.{rank}").touch()
     if rank == culprit:
         stay_here()
     dist.all_reduce(torch.ones(2))

@@ -1,4 +1,7 @@
-"""`rankscope stacks --from DIR`: a saved `--out` directory re-analysed offline, elsewhere."""
+"""`rankscope stacks --from DIR`: a saved `--out` directory re-analysed offline, elsewhere.
+
+The directory of a `--hosts` run is read back in tests/cluster/test_stacks_ssh.py, beside the hung
+two-node job its other tests read."""
 
 from __future__ import annotations
 
@@ -10,10 +13,7 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
-from tests.support.cluster_fixtures import run_via
 from tests.support.jobs import torchrun_job
-from tests.support.multinode_job import MultiNodeJob, write_node_dispatch
-from tests.support.sshd import Sshd
 
 from rankscope.demo.launch import LaunchedJob
 
@@ -156,28 +156,6 @@ def test_out_then_from_elsewhere_after_the_job_is_gone(two_rank_job: LaunchedJob
     assert text.returncode == 0, text.stderr
     assert _report_lines(text.stdout) == _report_lines((copy / "report.txt").read_text())
     assert "rank 1 is elsewhere: load_batch" in text.stdout
-
-
-@pytest.mark.slow
-def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNodeJob, tmp_path: Path) -> None:
-    """A `--hosts` run keeps each node's answer, not raw dumps: --from re-diagnoses the merged stacks.json."""
-    dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
-    out = tmp_path / "out"
-    live = run_via(
-        sshd_nodes, "stacks", "--json", "--out", str(out), "--hosts", "node[01-02]",
-        "--remote-rankscope", str(dispatch), timeout=180,
-    )  # fmt: skip
-    assert live.returncode == 0, live.stdout + live.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["node01.out", "node02.out", "report.txt", "stacks.json"]
-    copy = tmp_path / "elsewhere"
-    shutil.copytree(out, copy)
-    again = run_cli("stacks", "--from", str(copy), "--json")
-    assert again.returncode == 0, again.stderr
-    assert _without_timing(again.json()) == _without_timing(live.json())
-    assert again.json()["diagnosis"]["divergent_ranks"] == [2]
-    text = run_cli("stacks", "--from", str(copy)).stdout
-    assert _report_lines(text) == _report_lines((copy / "report.txt").read_text())
-    assert text.startswith("rankscope stacks: 2 of 2 nodes (node[01-02]) on node[01-02] — 4 of 4 processes")
 
 
 def test_fields_and_failure_kinds_of_a_newer_release_are_read(tmp_path: Path) -> None:

@@ -30,12 +30,17 @@ JOB = Path(__file__).with_name("mp_spawn_job.py")
 RELAUNCH_JOB = Path(__file__).with_name("relaunch_job.py")
 
 
-def _start(*args: str, script: Path = JOB) -> subprocess.Popen[bytes]:
+def _start(*args: str, script: Path = JOB, ready: Path | None = None) -> subprocess.Popen[bytes]:
+    """The job script; with ``ready``, its ranks touch ``ready.<rank>`` there right before they hang."""
+    env = dict(os.environ)
+    if ready is not None:
+        env["RANKSCOPE_READY_DIR"] = str(ready)
     return subprocess.Popen(
         [sys.executable, str(script), *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        env=env,
     )
 
 
@@ -53,19 +58,26 @@ def _children(pid: int, count: int, what: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def spawn_job() -> Iterator[int]:
+def spawn_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     pytest.importorskip("torch.distributed")
-    proc = _start(str(free_port()), "3", "1")
+    ready = tmp_path_factory.mktemp("spawn-ready")
+    proc = _start(str(free_port()), "3", "1", ready=ready)
     try:
         _children(proc.pid, 4, "ranks")  # 3 and multiprocessing's resource tracker
-        yield proc.pid
+        yield proc.pid, ready
     finally:
         _stop(proc)
 
 
-def _hung_text(parent: int, launcher: str) -> str:
+def _hung_text(parent: int, launcher: str, ready: Path) -> str:
     """``stacks --pid PARENT`` once ranks 0 and 2 sit in all_reduce (seconds after torch's import);
     every process a rank of ``launcher``, 0-2."""
+    deadline = time.monotonic() + 180  # torch's import on a loaded machine
+    while len(list(ready.glob("ready.*"))) < 3:  # a look at a directory, not a dump of every rank
+        assert time.monotonic() < deadline, (
+            f"ranks never got their process group up: {sorted(ready.iterdir())}"
+        )
+        time.sleep(0.1)
     deadline = time.monotonic() + 120
     while True:
         document = run_cli("stacks", "--pid", str(parent), "--json").json()
@@ -80,14 +92,15 @@ def _hung_text(parent: int, launcher: str) -> str:
     return text.stdout
 
 
-def test_the_parent_stands_for_its_ranks_numbered_by_start(spawn_job: int) -> None:
-    out = _hung_text(spawn_job, MP_SPAWN)
+def test_the_parent_stands_for_its_ranks_numbered_by_start(spawn_job: tuple[int, Path]) -> None:
+    parent, ready = spawn_job
+    out = _hung_text(parent, MP_SPAWN, ready)
     assert "ranks 0,2 wait in all_reduce (torch.distributed) called from rank_main (mp_spawn_job.py:" in out
     assert "rank 1 is elsewhere: stay_here (mp_spawn_job.py:" in out
 
 
-def test_discovery_finds_the_job_without_a_target(spawn_job: int) -> None:
-    (job,) = [j for j in discover(ProcessTable()).jobs if j.launcher_pid == spawn_job]
+def test_discovery_finds_the_job_without_a_target(spawn_job: tuple[int, Path]) -> None:
+    (job,) = [j for j in discover(ProcessTable()).jobs if j.launcher_pid == spawn_job[0]]
     assert job.launcher == MP_SPAWN and [w.rank.rank for w in job.workers] == [0, 1, 2]
     assert all(w.rank.world_size == 3 for w in job.workers)
 
@@ -103,12 +116,14 @@ def test_a_spawn_pool_without_torch_is_no_job() -> None:
         _stop(proc)
 
 
-def test_a_script_that_runs_itself_per_local_rank_is_one_job_with_the_parent_as_rank_0() -> None:
+def test_a_script_that_runs_itself_per_local_rank_is_one_job_with_the_parent_as_rank_0(
+    tmp_path: Path,
+) -> None:
     pytest.importorskip("torch.distributed")
-    proc = _start(str(free_port()), "3", "1", script=RELAUNCH_JOB)
+    proc = _start(str(free_port()), "3", "1", script=RELAUNCH_JOB, ready=tmp_path)
     try:
         _children(proc.pid, 2, "local ranks 1-2")
-        out = _hung_text(proc.pid, RELAUNCH)
+        out = _hung_text(proc.pid, RELAUNCH, tmp_path)
         assert "ranks 0,2 wait in all_reduce (torch.distributed) called from main (relaunch_job.py:" in out
         assert "rank 1 is elsewhere: stay_here (relaunch_job.py:" in out
         (job,) = [j for j in discover(ProcessTable()).jobs if j.launcher_pid == proc.pid]

@@ -2,8 +2,9 @@
 native dumps of representatives only (every rank with --native-all).
 
 The GPU cases read recordings (tests/data/gpu-h100/README.md): this machine has no GPU, so what
-py-spy and nvidia-smi printed on an H100 node stands in for running them here. The other cases
-run real hung torchrun jobs (gloo) under real py-spy --native.
+py-spy and nvidia-smi printed on an H100 node stands in for running them here. The cases on a real
+hung torchrun job (gloo) under real py-spy --native are in tests/stacks/test_real_jobs.py, beside the
+other tests of the job they read.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from pathlib import Path
 
 import pytest
 from tests.stacks.pyspy_text import snapshots
-from tests.support.cli import run_cli
 
-from rankscope.demo.launch import LaunchedJob
 from rankscope.nvidia.nvsmi import parse_query_xml
 from rankscope.stacks.analyse import diagnose
 from rankscope.stacks.frames import explaining_frames, gpu_wait, short_native_name
@@ -173,63 +172,3 @@ def test_gpus_and_native_flags_survive_json_and_a_multi_node_merge() -> None:
     merged.diagnosis = diagnose(merged)
     (note,) = merged.diagnosis.notes  # rank 2 runs on gpu0: gpu1's GPU is not its own
     assert note.startswith("rank 2 waits for GPU 0 (NVIDIA H100 80GB HBM3): 0% busy")
-
-
-@pytest.mark.slow
-def test_native_text_on_a_real_gloo_job(lock_job: LaunchedJob) -> None:
-    # --timeout 60: symbol loading takes seconds on a loaded machine; the test is not about time.
-    argv = ["--native", "--samples", "2", "--interval", "0.2", "--no-color", "--timeout", "60"]
-    result = run_cli("stacks", "--pid", str(lock_job.pid), *argv, timeout=180)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    # Stuck or moving is judged on the Python samples; the native frames come after the last one.
-    assert out.count("[stuck]") == 2, out
-    assert "??" not in out and "0x7f" not in out
-    assert "c10d::Work::wait (libtorch_cpu.so)" in out
-    assert "blocked in c10d::Work::wait" in out
-    # Ranks 0,1,3 share a Python stack: 0 and 1 represent them; rank 2 is alone.
-    assert "native frames: ranks 0-2 dumped natively" in out
-
-
-@pytest.mark.slow
-def test_native_dumps_representatives_only(lock_job: LaunchedJob, tmp_path: Path) -> None:
-    out_dir = tmp_path / "out"
-    result = run_cli(
-        "stacks",
-        "--pid",
-        str(lock_job.pid),
-        "--native",
-        "--timeout",
-        "60",
-        "--json",
-        "--out",
-        str(out_dir),
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr
-    doc = result.json()
-    native = {p["rank"]["rank"]: p["native"] for p in doc["processes"]}
-    assert native == {0: True, 1: True, 2: True, 3: False}
-    assert sorted(p.name.split(".")[1] for p in (out_dir / "raw").glob("*.native.json")) == [
-        "rank-0",
-        "rank-1",
-        "rank-2",
-    ]
-    # Rank 3 is shown with its representatives' native frames: one group for ranks 0,1,3.
-    mains = [g for g in doc["groups"] if g["is_main"]]
-    assert sorted(sorted(m["rank"] for m in g["members"]) for g in mains) == [[0, 1, 3], [2]]
-    collective = next(g for g in mains if len(g["members"]) == 3)
-    assert "c10d::Work::wait" in [f["function"] for f in collective["frames"]]
-    assert any(f["function"] == "??" for f in collective["frames"])  # kept in JSON
-    assert doc["diagnosis"]["divergent_ranks"] == [2]
-
-
-@pytest.mark.slow
-def test_native_all_dumps_every_rank(lock_job: LaunchedJob) -> None:
-    result = run_cli(
-        "stacks", "--pid", str(lock_job.pid), "--native-all", "--timeout", "60", "--json", timeout=180
-    )
-    assert result.returncode == 0, result.stderr
-    doc = result.json()
-    assert doc["native"] is True
-    assert all(p["native"] for p in doc["processes"]) and len(doc["processes"]) == 4

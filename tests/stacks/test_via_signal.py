@@ -7,6 +7,11 @@ wait in one barrier at different steps, rank 2 loops in its data loader.
 py-spy is made to fail with a stand-in: an executable that prints py-spy's own ptrace refusal and
 exits 1, put where rankscope looks for py-spy (this machine has no yama and the tests run as root,
 so the real py-spy is never refused here).
+
+Every run here passes --no-fr: these tests are about the stacks, and a rank's first flight-recorder dump
+with Python frames imports torch's compiler stack into it (about 2 CPU-s a rank). The recorders asked
+for through the handler are tested across nodes in tests/cluster/test_stacks_via_signal_ssh.py and in
+tests/fr/test_fr_stacks_inproc.py.
 """
 
 from __future__ import annotations
@@ -44,7 +49,8 @@ def steps_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launch
 
 
 def stacks(*args: str, standin: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`rankscope stacks ARGS`; with ``standin``, that file runs where py-spy would."""
+    """`rankscope stacks --no-fr ARGS`; with ``standin``, that file runs where py-spy would."""
+    args = ("--no-fr", *args)
     if standin is None:
         argv = [sys.executable, "-m", "rankscope", "stacks", *args]
     else:

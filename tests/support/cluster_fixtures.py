@@ -49,13 +49,14 @@ def sshd_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hung_two_node_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MultiNodeJob]:
     """Two torchrun agents ("node01", "node02") of a hung job: ranks 0-1 on node01, 2-3 on node02; rank 2
-    deadlocks on its own lock, the others wait in all_reduce. tests/stacks/test_from.py and
-    tests/cluster/test_stacks_ssh.py read it and change nothing: one per worker."""
-    # One per worker for the whole session (11 minutes and more): the hang outlives hang_job's default
-    # 10-minute collective timeout.
+    deadlocks on its own lock, the others wait in all_reduce. The tests of tests/cluster/test_stacks_ssh.py
+    read it and change nothing (the `--hosts` test of `stacks --from` is there too, so that one job serves
+    them all): one per module, stopped when its file is done rather than left to idle for the rest of the
+    worker's session."""
+    # A long module on a loaded machine may outlast hang_job's default 10-minute collective timeout.
     with multinode_job(
         tmp_path_factory.mktemp("job"), ["node01", "node02"], culprit=2, collective_timeout=3600
     ) as job:

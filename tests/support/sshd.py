@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+#: Two lines of every sshd's configuration that make a connection cost a sixth of the CPU, and nothing
+#: the tests read. bash, the login shell, reads ~/.bashrc for a command sshd runs unless it is a nested
+#: shell: SHLVL=1 makes it one, so a node's session does not run this machine's root ~/.bashrc (which
+#: runs `pyenv init` here: 0.15 CPU-s a connection). curve25519 is a key exchange of every OpenSSH;
+#: the client's first choice, sntrup761x25519, costs it 0.1 CPU-s a connection. After ``extra``: sshd
+#: takes the first SetEnv line, so a test that sets its own (a slow ~/.bashrc of its own) still gets it.
+SESSION_COST = ("SetEnv SHLVL=1", "KexAlgorithms curve25519-sha256")
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
@@ -133,6 +141,7 @@ def start_sshd(
                 "MaxSessions 512",
                 "LogLevel ERROR",
                 *extra,
+                *SESSION_COST,
                 "",
             ]
         )
