@@ -57,7 +57,7 @@ def receive_activations(t, src):
 
 
 def main():
-    joined(dist.init_process_group("gloo"))
+    dist.init_process_group("gloo")
     if PREFIX != "-":
         threading.Thread(target=dump_later, daemon=True).start()
     t = torch.ones(4)
@@ -122,15 +122,6 @@ def main():
             if not (RANK == 1 and group is sub):
                 step(t, group)
     time.sleep(3600)
-
-
-def joined(_):
-    """Once the group is up (the scenario starts within milliseconds): a file FR_JOB_JOINED/rank_N, so
-    that a test waits for it rather than asking a rank all through torch's import (ranks_job.py).
-    Defined here, below main, so that the lines the tests and the recorded dumps name stay put."""
-    where = os.environ.get("FR_JOB_JOINED")
-    if where:
-        open(os.path.join(where, f"rank_{RANK}"), "w").close()
 
 
 main()

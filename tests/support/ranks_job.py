@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -65,19 +64,16 @@ def ranks_job(
     """The pids of a ``fr_job.py SCENARIO`` job run as a user would, TORCH_FR_BUFFER_SIZE=2000 and
     RANKSCOPE_INPROC=1 (no dump code), once every handler is enabled; the ranks in ``without_handler``
     run with RANKSCOPE_INPROC=0. The handlers' files go under ``runtime``, private to the test; with
-    ``runtime`` None no rank runs a handler (RANKSCOPE_INPROC unset). The job is handed over once every
-    rank joined the group (torch imported: asking a rank before costs a poll each second of its import,
-    and the handler is on long before). With ``dumps``, each rank also writes its recorder there
-    (``rank_N``) ``dump_after`` seconds after its start, once hung, and the job is handed over once
-    every rank's is there. Every rank is SIGKILLed, whole group, on exit."""
+    ``runtime`` None no rank runs a handler (RANKSCOPE_INPROC unset). With ``dumps``, each rank also
+    writes its recorder there (``rank_N``) ``dump_after`` seconds after its start, once hung, and the
+    job is handed over once every rank's is there. Every rank is SIGKILLed, whole group, on exit."""
     if runtime is None:
         without_handler = range(world)
     port = free_port()
     procs: list[subprocess.Popen[bytes]] = []
-    joined = Path(tempfile.mkdtemp(prefix="ranks-job-joined-"))
     try:
         for rank in range(world):
-            env = {"TORCH_FR_BUFFER_SIZE": "2000", "FR_JOB_JOINED": str(joined)}
+            env = {"TORCH_FR_BUFFER_SIZE": "2000"}
             if runtime is not None:
                 env["RANKSCOPE_INPROC"] = "0" if rank in without_handler else "1"
                 env[ENV_DIR] = str(runtime / "rt")
@@ -87,18 +83,13 @@ def ranks_job(
                 else [scenario, "-", "0"]
             )
             procs.append(start_rank(rank, world, port, args, env))
-        marks = dumps if dumps is not None else joined
         deadline = time.monotonic() + 240  # torch's import on a loaded machine
         while not all(
             "inproc" in locate(p.pid)[2] for i, p in enumerate(procs) if i not in without_handler
-        ) or not all((marks / f"rank_{r}").exists() for r in range(world)):
+        ) or (dumps is not None and not all((dumps / f"rank_{r}").exists() for r in range(world))):
             assert all(p.poll() is None for p in procs), "a rank of the job ended"
-            assert time.monotonic() < deadline, "the ranks never enabled their handlers or joined"
+            assert time.monotonic() < deadline, "the ranks never enabled their handlers"
             time.sleep(0.2)
         yield [p.pid for p in procs]
     finally:
         stop_ranks(procs)
-        with contextlib.suppress(OSError):
-            for name in os.listdir(joined):
-                os.unlink(joined / name)
-            joined.rmdir()
