@@ -93,6 +93,32 @@ def test_abort_kills_with_sigabrt_and_the_kernel_writes_the_core(crashes: Crashe
         proc.wait()
 
 
+#: A process that another tracer holds (its parent, through PTRACE_TRACEME): gdb cannot attach to it.
+TRACED = """
+import ctypes, time
+ctypes.CDLL(None).ptrace(0, 0, None, None)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.needs("gdb")
+def test_a_process_gdb_cannot_attach_to_fails_with_gdbs_reason(tmp_path: Path) -> None:
+    proc = subprocess.Popen([real_python(), "-c", TRACED], stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        out = tmp_path / "cores"
+        result = run_cli("core", "grab", str(proc.pid), "--dir", str(out))
+        assert result.returncode == 5, result.stdout + result.stderr  # every core failed
+        assert (
+            f"pid {proc.pid}: FAILED: gcore wrote no core: ptrace: Operation not permitted." in result.stdout
+        )
+        assert list(out.iterdir()) == [] and proc.poll() is None
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 def test_grab_needs_pids_or_job_and_real_pids() -> None:
     assert run_cli("core", "grab").returncode == 2
     missing = run_cli("core", "grab", "999999")
