@@ -68,7 +68,7 @@ SLOWEST_FIRST = (
     "stacks/test_from.py",
     "test_cli.py",
     "test_quality.py",
-    "stacks/test_native.py",
+    "cluster/test_stacks_ssh.py",
     "stacks/test_via_signal.py",
     "logs/test_streaming_memory.py",
     "rerun/test_rerun_cli.py",

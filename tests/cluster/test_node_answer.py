@@ -24,7 +24,7 @@ from rankscope.cluster.node_answer import load_answer
 from rankscope.cluster.stacks_remote import classify_node, join_answers
 from rankscope.model import Failure, FailureKind, RankId, Stage
 from rankscope.stacks.analyse import diagnose
-from rankscope.stacks.node import SCHEMA
+from rankscope.stacks.node import NodeAnswer
 from rankscope.stacks.render import render_text
 from rankscope.stacks.report import StacksReport, report_document
 
@@ -100,7 +100,7 @@ def test_the_head_makes_the_same_report_of_raw_answers(
     raw, full = node(*args, answer=True), node(*args, answer=False)
     assert raw.returncode == full.returncode == 0, raw.stderr + full.stderr
     answer = json.loads(raw.stdout)
-    assert answer["schema"] == SCHEMA and not answer["report"]["groups"]
+    assert answer["schema"] == NodeAnswer.SCHEMA and not answer["report"]["groups"]
     assert len(answer["dumps"]) == len(workers) * (2 if extra else 1)
     assert json.loads(full.stdout)["schema"] == "rankscope.stacks/1"
     # Two nodes of each kind, and one of each side by side: an older node answers with its whole document.
@@ -138,7 +138,7 @@ def test_a_refused_node_answering_raw_gives_its_cause_and_fix() -> None:
     cause = ("already traced by strace (pid 4242)", "wait for strace (pid 4242) to detach, or stop it")
     refusal = Failure("pid 11", Stage.ATTACH, *cause, RankId("vm", rank=1), FailureKind.PERMISSION)
     whole = report_document(StacksReport(hosts=["vm"], failures=[refusal]))
-    for answer in ({"schema": SCHEMA, "report": whole, "dumps": {}}, whole):
+    for answer in ({"schema": NodeAnswer.SCHEMA, "report": whole, "dumps": {}}, whole):
         result, parsed = classify_node(NodeResult("node07", Stage.COMMAND_FAILED, 7, json.dumps(answer), ""))
         assert parsed is None
         assert (result.reason, result.hint) == (f"permission denied (ptrace): {cause[0]}", cause[1])
@@ -148,8 +148,8 @@ def test_a_refused_node_answering_raw_gives_its_cause_and_fix() -> None:
     "answer",
     [
         {"schema": "rankscope.stacks.node/2", "report": {}, "dumps": {}},
-        {"schema": SCHEMA, "report": report_document(StacksReport())},
-        {"schema": SCHEMA, "report": report_document(StacksReport()), "dumps": {"x.json": 5}},
+        {"schema": NodeAnswer.SCHEMA, "report": report_document(StacksReport())},
+        {"schema": NodeAnswer.SCHEMA, "report": report_document(StacksReport()), "dumps": {"x.json": 5}},
     ],
 )
 def test_an_answer_the_head_cannot_read_is_refused(answer: dict[str, object]) -> None:
@@ -165,7 +165,7 @@ def test_a_damaged_dump_is_a_failure_of_its_rank_and_the_others_are_kept() -> No
     good = [{"thread_name": "MainThread", "thread_id": 1, "os_thread_id": 11, "frames": [
         {"name": "barrier", "filename": "job.py", "line": 3}]}]  # fmt: skip
     dumps = {"vm.rank-0.pid-11.json": json.dumps(good), "vm.rank-1.pid-12.json": "[{"}
-    loaded = load_answer({"schema": SCHEMA, "report": report_document(report), "dumps": dumps})
+    loaded = load_answer({"schema": NodeAnswer.SCHEMA, "report": report_document(report), "dumps": dumps})
     assert [p.dumped for p in loaded.processes] == [True, False]
     assert [g.frames[0].function for g in loaded.groups] == ["barrier"]
     [failure] = loaded.failures

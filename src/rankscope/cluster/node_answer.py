@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rankscope.serial import load_document
+from rankscope.stacks.node import NodeAnswer
 from rankscope.stacks.report import StacksReport, load_report
 from rankscope.stacks.saved import from_dumps
 
-#: The schema name of a node's raw answer (its version is checked as the stacks report's is).
-NODE_SCHEMA = "rankscope.stacks.node"
+#: The schema name of a node's raw answer, without its version.
+NODE_SCHEMA = NodeAnswer.SCHEMA.rsplit("/", 1)[0]
 
 
 def load_answer(data: Any) -> StacksReport:
@@ -25,10 +27,11 @@ def load_answer(data: Any) -> StacksReport:
     groups derived; ValueError (or KeyError, TypeError) when it is neither."""
     if not (isinstance(data, dict) and str(data.get("schema", "")).startswith(NODE_SCHEMA + "/")):
         return load_report(data)
-    if data["schema"] != f"{NODE_SCHEMA}/1":
+    if data["schema"] != NodeAnswer.SCHEMA:
         raise ValueError(f"a newer node answer ({data['schema']}): upgrade rankscope here")
-    dumps = data.get("dumps")
-    if not isinstance(dumps, dict) or not all(isinstance(v, str) for v in dumps.values()):
+    if not isinstance(data.get("dumps"), dict) or not all(isinstance(v, str) for v in data["dumps"].values()):
         raise ValueError("a node answer without its dumps")
-    report, _bad = from_dumps(load_report(data["report"]), dumps, lambda name: dumps[name].encode(), "dump ")
+    answer = load_document(NodeAnswer, data)
+    dumps = answer.dumps
+    report, _bad = from_dumps(load_report(answer.report), dumps, lambda name: dumps[name].encode(), "dump ")
     return report

@@ -24,8 +24,10 @@ rank whose in-process handler gives its flight recorder (checked before any dump
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
+from rankscope.serial import dump_document
 from rankscope.stacks.local import LocalResult, NeedsFullRun, process_started, run_local
 from rankscope.stacks.report import report_document
 
@@ -34,11 +36,20 @@ if TYPE_CHECKING:
     from rankscope.stacks.collect import DumpOutcome
     from rankscope.stacks.options import StacksOptions
 
-#: The schema tag of a node's raw answer.
-SCHEMA = "rankscope.stacks.node/1"
 #: More samples than this answer with the whole document: a raw answer holds every sample's dumps
 #: (a few KiB each), the whole document only the distinct stacks, and the fan-out keeps 16 MiB a node.
 RAW_SAMPLES_MAX = 10
+
+
+@dataclass
+class NodeAnswer:
+    """A node's raw answer (the module's text): what the head groups and diagnoses."""
+
+    SCHEMA: ClassVar[str] = "rankscope.stacks.node/1"
+    #: The node's ``rankscope.stacks`` document without groups, states or diagnosis.
+    report: dict[str, Any] = field(default_factory=dict)
+    #: py-spy's own JSON of every dump that succeeded, by its name under ``--out``'s ``raw/``.
+    dumps: dict[str, str] = field(default_factory=dict)
 
 
 def raw_name(outcome: DumpOutcome, sample: int, samples: int) -> str:
@@ -56,7 +67,7 @@ def node_document(result: LocalResult) -> dict[str, Any]:
         for sample, outcome in result.outcomes
         if outcome.snapshot is not None
     }
-    return {"schema": SCHEMA, "report": report_document(result.report), "dumps": dumps}
+    return dump_document(NodeAnswer(report_document(result.report), dumps))
 
 
 def collect_raw(options: StacksOptions, stop: Optional[StopSignals] = None) -> Optional[LocalResult]:
