@@ -335,7 +335,9 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
         ]
         if len(home) == 1:
             home[0].workers.extend(workers)
-        elif len(workers) > 1 or (key.rendezvous and (key.world_size or 0) > 1):
+        elif (len(workers) > 1 and _can_be_one_job(workers)) or (
+            key.rendezvous and (key.world_size or 0) > 1
+        ):
             jobs.append(Job(launcher=NO_LAUNCHER, launcher_pid=None, launcher_cmdline="", workers=workers))
         else:
             strays.extend(workers)
@@ -345,6 +347,15 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
         jobs=sorted(jobs, key=lambda j: (-len(j.workers), j.workers[0].pid)),
         strays=sorted(strays, key=lambda w: w.pid),
     )
+
+
+def _can_be_one_job(workers: Sequence[Worker]) -> bool:
+    """Whether launcher-less workers with one key can be the ranks of one job: each its own rank, no
+    more of them than the world size they state (two scripts that each say ``RANK=0 WORLD_SIZE=1``
+    are two strays, not a job)."""
+    ranks = [w.rank.rank for w in workers]
+    sizes = {w.rank.world_size for w in workers if w.rank.world_size}
+    return len(set(ranks)) == len(ranks) and not any(len(workers) > size for size in sizes)
 
 
 #: The launcher name of a job whose script runs itself per local rank (PyTorch Lightning's DDP).

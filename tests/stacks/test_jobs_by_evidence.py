@@ -90,10 +90,11 @@ def strays(started: Started, local_users: tuple[LocalUser, LocalUser]) -> dict[s
     other = local_users[1]
     env = _clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     mine = started.start([sys.executable, "-c", SLEEP], env)
+    twin = started.start([sys.executable, "-c", SLEEP], env)  # the same user's, the same variables
     theirs = started.start([USER_PYTHON, "-c", SLEEP], env, user=other)
-    for pid in (mine, theirs):
+    for pid in (mine, twin, theirs):
         _wait_for_env(pid, "WORLD_SIZE")
-    return {"mine": mine, "theirs": theirs, "other_uid": other.uid}
+    return {"mine": mine, "twin": twin, "theirs": theirs, "other_uid": other.uid}
 
 
 def test_discovery_keeps_strays_out_of_the_job(lock_job: LaunchedJob, strays: dict[str, int]) -> None:
@@ -102,9 +103,10 @@ def test_discovery_keeps_strays_out_of_the_job(lock_job: LaunchedJob, strays: di
     assert sorted(w.pid for w in job.workers) == lock_job.worker_pids()
     assert job.key.world_size == 4 and job.key.run_id and job.key.master
     stray_pids = {w.pid for w in found.strays}
-    assert {strays["mine"], strays["theirs"]} <= stray_pids
+    # Two scripts of one user that each say RANK=0 WORLD_SIZE=1 are two strays, not a 2-rank job.
+    assert {strays["mine"], strays["twin"], strays["theirs"]} <= stray_pids
     in_jobs = {w.pid for j in found.jobs for w in j.workers}
-    assert not in_jobs & {strays["mine"], strays["theirs"]}
+    assert not in_jobs & {strays["mine"], strays["twin"], strays["theirs"]}
     (theirs,) = [w for w in found.strays if w.pid == strays["theirs"]]
     assert theirs.uid == strays["other_uid"] and theirs.rank.rank == 0 and theirs.rank.world_size == 1
 

@@ -276,9 +276,10 @@ def run_local(
     loaded: dict[int, Optional[bool]] = {}
     if not options.no_fr:
         files = runtime_files(targets, host, table.procs)
-        handled = _with_handler(files, (t.pid for t in targets if t.rank.rank is not None))
-        loaded = torch_loaded(handled) if handled else {}
-        if raw and any(loaded.values()):
+        ranked = [t.pid for t in targets if t.rank.rank is not None]
+        handled = _with_handler(files, ranked)
+        loaded = torch_loaded(ranked) if handled else {}
+        if raw and any(loaded.get(pid) for pid in handled):
             raise NeedsFullRun(host)
     deadline = now + options.deadline
     via_signal: set[int] = set()
