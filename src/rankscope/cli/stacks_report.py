@@ -260,18 +260,14 @@ def save_outputs(
     ``HOST.rank-N.pid-P.native.json``.
     """
     from rankscope.cli.outfiles import OutDir  # not on a node's `--local --json` path: it imports click
+    from rankscope.stacks.node import raw_name
 
     with OutDir(out_dir, force) as out:
         raw = out.subdir("raw")
         dumps = [(sample, outcome, "") for sample, outcome in result.outcomes]
         dumps += [(result.report.samples - 1, outcome, ".native") for outcome in result.native_outcomes]
         for sample, outcome, kind in dumps:
-            rank = outcome.target.rank.rank
-            stem = f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
-            if result.report.samples > 1:
-                stem += f".sample-{sample + 1}"
-            suffix = ".json" if outcome.snapshot is not None else ".error.txt"
             body = outcome.raw or (outcome.failure.reason.encode() if outcome.failure else b"")
-            out.write(stem + kind + suffix, body, subdir=raw)
+            out.write(raw_name(outcome, sample, result.report.samples, kind), body, subdir=raw)
         out.write("stacks.json", json.dumps(document, indent=2))
         out.write("report.txt", text)

@@ -52,11 +52,14 @@ class NodeAnswer:
     dumps: dict[str, str] = field(default_factory=dict)
 
 
-def raw_name(outcome: DumpOutcome, sample: int, samples: int) -> str:
-    """The name ``stacks --out`` gives a dump under ``raw/`` (rankscope.stacks.saved.RAW_NAME)."""
+def raw_name(outcome: DumpOutcome, sample: int, samples: int, kind: str = "") -> str:
+    """The name ``stacks --out`` gives a dump under ``raw/`` (rankscope.stacks.saved.RAW_NAME), and a
+    node's raw answer too: ``kind`` ``.native`` for a representative's native dump; a failed dump's
+    reason is ``.error.txt``."""
     rank = outcome.target.rank.rank
     stem = f"{outcome.target.rank.host}.rank-{rank if rank is not None else 'none'}.pid-{outcome.target.pid}"
-    return stem + (f".sample-{sample + 1}" if samples > 1 else "") + ".json"
+    stem += f".sample-{sample + 1}" if samples > 1 else ""
+    return stem + kind + (".json" if outcome.snapshot is not None else ".error.txt")
 
 
 def node_document(result: LocalResult) -> dict[str, Any]:
