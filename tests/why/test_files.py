@@ -392,3 +392,28 @@ def test_a_dump_older_than_the_process_that_now_has_its_pid_is_not_that_rank_s(t
     finally:
         worker.kill()
         worker.wait()
+
+
+@pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
+def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: Path) -> None:  # noqa: F811
+    """`why --pid` looks for cores written since the job started where this node puts them: a core of
+    a process that is neither one of the job's nor a rank (another program, crashing at the same time)
+    is left out with a note; a rank's core in the same place is still the verdict."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "RANK": "0", "WORLD_SIZE": "1"},
+        start_new_session=True,
+    )
+    try:
+        time.sleep(1.1)  # the cores below are written after the job started
+        other = crashes.crash()
+        result = run_cli("why", "--pid", str(job.pid), "--json")
+        document = result.json()
+        assert (document["verdict"] or {}).get("cause") != "native_crash", document["verdict"]
+        assert any(str(other) in note and "not a process of this job" in note for note in document["notes"])
+        crashes.crash(rank=3)
+        again = run_cli("why", "--pid", str(job.pid), "--json").json()
+        assert (again["verdict"]["cause"], again["verdict"]["ranks"]) == ("native_crash", [3])
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()

@@ -371,7 +371,7 @@ def gather_local(
     if options.cores is not None:
         read_cores(options.cores, gathered)
     elif started:
-        recent_cores(_cwd([*launchers, *sorted(job_pids)]), gathered, started)
+        recent_cores(_cwd([*launchers, *sorted(job_pids)]), gathered, started, {*launchers, *job_pids})
     else:
         gathered.signal("cores", SKIPPED, "no job and no --cores DIR named")
     logs = list(dict.fromkeys(logs))

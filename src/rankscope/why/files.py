@@ -187,9 +187,13 @@ def read_cores(directory: str, gathered: Gathered, since: float = 0.0) -> None:
     )
 
 
-def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
+def recent_cores(
+    cwd: Optional[str], gathered: Gathered, since: float, job_pids: Optional[Iterable[int]] = None
+) -> None:
     """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
-    the job's working directory, apport's and systemd's places): a rank that crashed and is gone."""
+    the job's working directory, apport's and systemd's places): a rank that crashed and is gone.
+    ``job_pids``: the job's processes; a core of another process with no rank variable is some other
+    program's (a note says so), not the job's."""
     from rankscope import procfs
     from rankscope.core.listing import default_places
 
@@ -197,7 +201,7 @@ def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
     if pattern is not None and pattern.startswith("|"):
         pattern = None  # piped to a program (systemd-coredump, apport): `rankscope core list` finds those
     places = default_places(pattern, cwd or "/nonexistent")
-    found = _cores_in(places, gathered, since)
+    found = _cores_in(places, gathered, since, None if job_pids is None else set(job_pids))
     where = ", ".join(p for p in places if os.path.isdir(p))
     gathered.signal(
         "cores",
@@ -208,7 +212,9 @@ def recent_cores(cwd: Optional[str], gathered: Gathered, since: float) -> None:
     )
 
 
-def _cores_in(directories: Iterable[str], gathered: Gathered, since: float) -> int:
+def _cores_in(
+    directories: Iterable[str], gathered: Gathered, since: float, job_pids: Optional[set[int]] = None
+) -> int:
     from rankscope.core.listing import is_core
     from rankscope.core.notes import NotACoreError, read_notes
 
@@ -234,6 +240,11 @@ def _cores_in(directories: Iterable[str], gathered: Gathered, since: float) -> i
                 continue
             rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
             rank = int(rank_text) if rank_text and rank_text.isdigit() else None
+            if job_pids is not None and rank is None and notes.pid not in job_pids:
+                gathered.notes.append(
+                    f"core {path} (pid {notes.pid}, {notes.program}): not a process of this job, left out"
+                )
+                continue
             gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
             found += 1
             if notes.pid is not None and rank is not None:
