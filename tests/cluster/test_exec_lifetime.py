@@ -72,10 +72,12 @@ def _orphaned_guardians_within(seconds: float) -> list[int]:
         left = []
         for pid in _naming("rankscope/guardian.py"):
             with contextlib.suppress(OSError, ValueError, IndexError):
+                # Read once more: a guardian that exited since _naming has an empty command line.
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-                run_pid = int(
-                    argv[argv.index(next(a for a in argv if a.endswith(b"guardian.py"))) + 1].split(b".")[0]
-                )
+                at = [i for i, word in enumerate(argv) if word.endswith(b"guardian.py")]
+                if not at:
+                    continue
+                run_pid = int(argv[at[0] + 1].split(b".")[0])
                 if not alive(run_pid):
                     left.append(pid)
         if not left or time.monotonic() > end:
