@@ -29,3 +29,22 @@ def test_modules_are_imported_meanwhile_and_errors_stay_with_the_caller() -> Non
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n") == ["report", "interval back", "raised in the caller", "done", ""]
     assert run.stderr == ""
+
+
+#: ``then`` runs in the thread after the imports; join returns its result, None where it raised.
+THEN = """
+import _thread
+from rankscope.meanwhile import Meanwhile
+main = _thread.get_ident()
+print(Meanwhile(["json"], then=lambda: _thread.get_ident() != main).join())
+def broken():
+    raise OSError("listing failed")
+print(Meanwhile([], then=broken).join())
+"""
+
+
+def test_the_call_after_the_imports_runs_in_the_thread_and_its_error_stays_there() -> None:
+    run = subprocess.run([sys.executable, "-c", THEN], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n") == ["True", "None", ""]
+    assert run.stderr == ""

@@ -9,6 +9,10 @@ is spent beside them (measured in docs/benchmarks.md, "Start-up: the dumps start
 Only the standard library's built-in ``_thread`` is used (``threading`` costs an import of its
 own). A module that fails to import here is left alone: the caller imports it again in its own
 thread after :meth:`Meanwhile.join`, and the error is raised there, where it always was.
+
+One call may go with the imports (``then``: a listing the caller needs after the waiting, not
+before it); :meth:`Meanwhile.join` returns its result, or None where it raised (the caller then
+calls it itself, and sees the error there).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import sys
 
 TYPE_CHECKING = False  # typing is not imported for this
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
+    from typing import Any, Optional
 
 #: The interpreter's thread switch interval while modules are imported beside a waiting caller: the
 #: caller's poll loop gets the interpreter back within a millisecond of a child's output (default 5 ms).
@@ -26,13 +31,16 @@ SWITCH_INTERVAL = 0.001
 
 
 class Meanwhile:
-    """Import ``names`` (those not imported yet) in a thread started now; :meth:`join` waits for it."""
+    """Import ``names`` (those not imported yet), then call ``then``, in a thread started now;
+    :meth:`join` waits for it and returns what ``then`` returned."""
 
-    def __init__(self, names: Iterable[str]) -> None:
+    def __init__(self, names: Iterable[str], then: Optional[Callable[[], Any]] = None) -> None:
         self._names = tuple(name for name in names if name not in sys.modules)
+        self._then = then
+        self._result: Any = None
         self._done = _thread.allocate_lock()
         self._interval = sys.getswitchinterval()
-        if not self._names:
+        if not self._names and then is None:
             return
         self._done.acquire()
         sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL))
@@ -48,6 +56,11 @@ class Meanwhile:
                     __import__(name)
                 except Exception:  # noqa: BLE001, S112 - raised again by the caller's own import
                     continue
+            if self._then is not None:
+                try:
+                    self._result = self._then()
+                except Exception:  # noqa: BLE001 - the caller calls it again and sees the error
+                    self._result = None
         finally:
             self._finish()
 
@@ -55,7 +68,9 @@ class Meanwhile:
         sys.setswitchinterval(self._interval)
         self._done.release()
 
-    def join(self) -> None:
-        """Wait until every module was imported (or failed to)."""
+    def join(self) -> Any:
+        """Wait until every module was imported (or failed to) and ``then`` returned; its result (None
+        without one, or where it raised)."""
         with self._done:
             pass
+        return self._result

@@ -6,7 +6,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from rankscope.errors import ExitCode, RankscopeError
+# rankscope.errors is imported when a command fails: `rankscope stacks` starts its dumps before it
+# (docs/benchmarks.md, "Start-up").
 
 
 def _say(message: str) -> None:
@@ -21,19 +22,20 @@ def run_guarded(command: Callable[[], object], debug: bool = False) -> NoReturn:
     """
     try:
         result = command()
-    except RankscopeError as exc:
-        if debug:
-            raise
-        _say(f"rankscope: error: {exc.one_line()}")
-        sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         _say("rankscope: interrupted")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
-    except Exception as exc:  # a bug: keep it to one line unless asked
+    except Exception as exc:
+        from rankscope.errors import ExitCode, RankscopeError
+
         if debug:
             raise
+        if isinstance(exc, RankscopeError):
+            _say(f"rankscope: error: {exc.one_line()}")
+            sys.exit(int(exc.exit_code))
+        # A bug: kept to one line unless asked.
         _say(f"rankscope: internal error: {type(exc).__name__}: {exc} — rerun with --debug and report it")
         sys.exit(ExitCode.INTERNAL)
     sys.exit(result if isinstance(result, int) else 0)

@@ -9,11 +9,9 @@ judges those over every node.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Optional
 
-from rankscope.cli.outcome import exit_code, stopped_exit_code
 from rankscope.lifetime import StopSignals
 from rankscope.stacks.node import collect_raw, node_document
 from rankscope.stacks.options import StacksOptions
@@ -26,6 +24,10 @@ def answer_head(options: StacksOptions) -> Optional[int]:
         result = collect_raw(options, stop)
     if result is None:
         return None
+    import json  # after the dumps, as the exit codes are
+
+    from rankscope.cli.outcome import exit_code, stopped_exit_code
+
     report = result.report
     dumped = sum(1 for p in report.processes if p.dumped)
     code = exit_code(len(report.processes), dumped, report.failures)

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
-from rankscope.cli.outcome import exit_code, stopped_exit_code
 from rankscope.cli.progress import tty_progress
-from rankscope.errors import ExitCode
-from rankscope.folding import fold_hosts
 from rankscope.model import NodeStatus, Stage
 from rankscope.stacks.local import process_started, run_local
 from rankscope.stacks.options import StacksOptions
 
-if (
-    TYPE_CHECKING
-):  # pathlib and the report's modules are imported while the dumps run (rankscope.stacks.local)
+# pathlib, json, the exit codes and the report's modules are imported while the dumps run or after
+# them (rankscope.stacks.local, AFTER_DUMPS): before them only what finds and dumps the ranks.
+if TYPE_CHECKING:
     from pathlib import Path
 
     from rankscope.cli.stacks import StacksRequest
@@ -44,6 +40,10 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
     finally:
         if progress is not None:
             progress.clear()
+    import json
+
+    from rankscope.cli.outcome import exit_code, stopped_exit_code
+    from rankscope.errors import ExitCode
     from rankscope.stacks.analyse import diagnose, not_found_here
     from rankscope.stacks.render import stray_text
     from rankscope.stacks.report import report_document
@@ -100,6 +100,9 @@ def report_local(options: StacksOptions, request: StacksRequest) -> int:
 
 def report_saved(request: StacksRequest) -> int:
     """`stacks --from DIR`: the report of a saved run, its groups and diagnosis derived again."""
+    import json
+
+    from rankscope.cli.outcome import exit_code
     from rankscope.stacks.analyse import diagnose, not_found_here
     from rankscope.stacks.report import report_document
     from rankscope.stacks.saved import read_saved
@@ -138,6 +141,8 @@ def nodes_title(nodes: Sequence[NodeStatus]) -> str:
     """A multi-node report's header: ``2 of 5 nodes (node[01-02])``; "" for a one-node run."""
     if not nodes:
         return ""
+    from rankscope.folding import fold_hosts
+
     answered = [n.node for n in nodes if n.stage == Stage.OK]
     if answered:
         return f"{len(answered)} of {len(nodes)} nodes ({fold_hosts(answered)})"
@@ -259,6 +264,8 @@ def save_outputs(
     The native dumps of representatives (`--native`) are kept beside their Python dumps as
     ``HOST.rank-N.pid-P.native.json``.
     """
+    import json
+
     from rankscope.cli.outfiles import OutDir  # not on a node's `--local --json` path: it imports click
     from rankscope.stacks.node import raw_name
 

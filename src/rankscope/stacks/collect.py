@@ -17,12 +17,13 @@ from typing import Optional, Protocol
 from rankscope import procfs
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
 from rankscope.stacks.pstate import ensure_running
-from rankscope.stacks.pyspy import classify_error, parse_dump
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
 from rankscope.stacks.runner import Run, Runner
 
 # What explains a failed dump (the duration's words, the ptrace refusal read from /proc) and the retry's
 # jitter are imported when a dump fails: a node's raw answer (rankscope.stacks.node) counts every import.
+# py-spy's reader (json, its patterns) is imported when the first dump is in, while the others run
+# (rankscope.stacks.local imports it beside them first).
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,8 @@ def _interpret(
         outcome.failure = target.failure(Stage.DUMP, reason, hint, FailureKind.TIMED_OUT)
         return False
     if run.returncode == 0:
+        from rankscope.stacks.pyspy import parse_dump
+
         outcome.raw = run.stdout
         try:
             threads = parse_dump(outcome.raw, target.pid, intern)
@@ -141,6 +144,8 @@ def _interpret(
                 FailureKind.BAD_OUTPUT,
             )
         return False
+    from rankscope.stacks.pyspy import classify_error
+
     outcome.raw = run.stderr
     kind, reason = classify_error(outcome.raw.decode("utf-8", "replace"))
     if kind == "permission":

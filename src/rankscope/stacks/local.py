@@ -36,8 +36,9 @@ if TYPE_CHECKING:  # the rest is imported while the first dumps run (AFTER_DUMPS
 #: What the report needs once the dumps are in, imported in a thread while the first dumps run: on
 #: two cores the 16 dumps of a 16-rank job and these imports (a third of rankscope's own CPU) share the
 #: wall time instead of adding to it (docs/benchmarks.md, "Start-up: the dumps start first"). A node's
-#: raw answer needs only the first (AFTER_DUMPS_RAW).
+#: raw answer needs only the first two (AFTER_DUMPS_RAW): py-spy's reader, wanted as the first dump is in.
 AFTER_DUMPS = (
+    "rankscope.stacks.pyspy",
     "rankscope.stacks.report",
     "rankscope.stacks.merge",
     "rankscope.stacks.frames",
@@ -46,7 +47,7 @@ AFTER_DUMPS = (
     "rankscope.stacks.gpu",
     "rankscope.inproc.handler",
 )
-AFTER_DUMPS_RAW = AFTER_DUMPS[:1]
+AFTER_DUMPS_RAW = AFTER_DUMPS[:2]
 
 # Grouping, the diagnosis, the in-process handlers and the GPU reader are imported where they are
 # used: a node's raw answer (rankscope.stacks.node) needs none of them (docs/benchmarks.md).
@@ -270,16 +271,14 @@ def run_local(
 
     samples_wanted = max(1, options.samples)
     outcomes_taken: list[tuple[int, DumpOutcome]] = []
-    # Before the dumps, one listing of the ranks' runtime directories: only a rank that describes an
-    # in-process handler and loaded torch (its maps are read only then) holds a recorder to ask for.
+    # One listing of the ranks' runtime directories: only a rank that describes an in-process handler
+    # and loaded torch (its maps are read only then) holds a recorder to ask for. A raw answer lists
+    # before its dumps (such a rank needs the full pipeline); a report lists while the first dumps run.
     files: Optional[dict[int, RankFiles]] = None
-    loaded: dict[int, Optional[bool]] = {}
-    if not options.no_fr:
+    if raw and not options.no_fr:
         files = runtime_files(targets, host, table.procs)
-        ranked = [t.pid for t in targets if t.rank.rank is not None]
-        handled = _with_handler(files, ranked)
-        loaded = torch_loaded(ranked) if handled else {}
-        if raw and any(loaded.get(pid) for pid in handled):
+        handled = _with_handler(files, [t.pid for t in targets if t.rank.rank is not None])
+        if handled and any(torch_loaded(handled).values()):
             raise NeedsFullRun(host)
     deadline = now + options.deadline
     via_signal: set[int] = set()
@@ -311,7 +310,8 @@ def run_local(
 
     samples: list[list[ProcessSnapshot]] = []
     last: dict[int, DumpOutcome] = {}
-    warm = Meanwhile(AFTER_DUMPS_RAW if raw else AFTER_DUMPS)
+    listing = None if raw or options.no_fr else (lambda: runtime_files(targets, host, table.procs))
+    warm = Meanwhile(AFTER_DUMPS_RAW if raw else AFTER_DUMPS, then=listing)
     for index in range(samples_wanted):
         if index:
             _pause(max(0.0, min(options.interval, deadline - time.monotonic())), stop)
@@ -328,6 +328,8 @@ def run_local(
             # Keep the latest successful dump of each process; remember failures only if none succeeded.
             if outcome.snapshot is not None or previous is None or previous.snapshot is None:
                 last[outcome.target.pid] = outcome
+    if listing is not None:
+        files = warm.join() or runtime_files(targets, host, table.procs)
     warm.join()
     from rankscope.stacks.report import JobInfo, ProcessInfo, StacksReport, StrayInfo
 
@@ -383,6 +385,9 @@ def run_local(
     if files is None or samples_wanted > 1:  # markers made during the samples are read too
         files = runtime_files(targets, host, table.procs)
     steps = read_steps(targets, host, files)
+    ranked = [t.pid for t in targets if t.rank.rank is not None]
+    handled = [] if raw or options.no_fr else _with_handler(files, ranked)  # a raw answer has no recorders
+    loaded = torch_loaded(ranked) if handled else {}
     # After the stacks: a rank's handler thread writes its recorder while rankscope reads the others.
     # Each rank's dump within --timeout, as a stack dump (all at once; a rank's first takes 1-3 s).
     # Without a rank that loaded torch there is no recorder, and rankscope.fr is not even imported.

@@ -27,9 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from rankscope.serial import dump_document
 from rankscope.stacks.local import LocalResult, NeedsFullRun, process_started, run_local
-from rankscope.stacks.report import report_document
 
 if TYPE_CHECKING:
     from rankscope.lifetime import StopSignals
@@ -64,6 +62,9 @@ def raw_name(outcome: DumpOutcome, sample: int, samples: int, kind: str = "") ->
 
 def node_document(result: LocalResult) -> dict[str, Any]:
     """The ``rankscope.stacks.node/1`` document of a raw run."""
+    from rankscope.serial import dump_document
+    from rankscope.stacks.report import report_document  # imported while the dumps ran (AFTER_DUMPS_RAW)
+
     samples = result.report.samples
     dumps = {
         raw_name(outcome, sample, samples): outcome.raw.decode("utf-8", "replace")
