@@ -186,15 +186,16 @@ def world_of(dumps: Sequence[RankDump], world_size: Optional[int] = None) -> lis
     return list(range(max(known) + 1)) if known else []
 
 
-def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[str, list[int], bool]]:
-    """pg name -> (desc, member ranks, whether the dumps name them: False when only the ranks seen in
-    the group's entries and statuses are known)."""
-    named: dict[str, list[int]] = {}
+def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> list[tuple[str, str, list[int], bool]]:
+    """(pg name, desc, member ranks, whether the dumps name them: False when only the ranks seen in the
+    group's entries and statuses are known), per group. Groups that share a name but not their members
+    (``split_group`` names every part alike) are one group per member list, each judged apart."""
+    named: dict[str, dict[tuple[int, ...], None]] = {}
     descs: dict[str, str] = {}
     seen: dict[str, set[int]] = {}
     for dump in dumps:
         for name, members in dump.group_ranks.items():
-            named.setdefault(name, members)
+            named.setdefault(name, {})[tuple(sorted(members))] = None
         for name, desc in dump.group_desc.items():
             if desc:
                 descs.setdefault(name, desc)
@@ -204,17 +205,15 @@ def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[
                 descs.setdefault(entry.pg, entry.pg_desc)
         for status in dump.status:
             seen.setdefault(status.pg, set()).add(dump.rank)
-    groups = {}
+    groups: list[tuple[str, str, list[int], bool]] = []
     for name in sorted(seen, key=lambda n: (len(n), n)):
         desc = descs.get(name, "")
-        known = True
         if name in named:
-            members = sorted(named[name])
+            groups.extend((name, desc, list(members), True) for members in sorted(named[name]))
         elif desc == DEFAULT_PG or (not desc and name == "0"):
-            members = list(world)
+            groups.append((name, desc, list(world), True))
         else:
-            members, known = sorted(seen[name]), False
-        groups[name] = (desc, members, known)
+            groups.append((name, desc, sorted(seen[name]), False))
     return groups
 
 
@@ -326,8 +325,9 @@ def _judge_seq(
     behind: list[int],
     by_rank: dict[int, dict[int, Ops]],
     latest: dict[int, Entry],
+    issued: dict[int, int],
+    where: str,
 ) -> Optional[Divergence]:
-    where = group_name(pg, desc)
     # Stacks are compared only where every rank's records have them (a JSON dump beside a pickle: not).
     stacks = all(_stack_key(e) is not None for ops in present.values() for e in ops)
     keys = {r: _seq_key(ops, stacks) for r, ops in present.items()}
@@ -398,7 +398,7 @@ def _judge_seq(
         ops = next(iter(present.values()))
         entry = ops[-1]
         done = sorted(present)
-        lasts = {r: max(by_rank[r], default=-1) for r in behind}
+        lasts = {r: issued[r] for r in behind}
         last_words = "; ".join(
             f"{_ranks_word([r for r in behind if lasts[r] == last])} last issued {number(last)}"
             for last in sorted(set(lasts.values()))
@@ -456,7 +456,10 @@ def number(seq: int, none: str = "nothing") -> str:
     return f"#{seq}" if seq >= 0 else none
 
 
-def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump]) -> GroupView:
+def judge_group(
+    pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump], shared_name: bool = False
+) -> GroupView:
+    """One group's view; ``shared_name``: another group has the same name (its words name the ranks)."""
     unknown = set(cut_away(pg, members, dumps))
     dumped = [r for r in members if r in dumps]
     absent = [r for r in members if r not in dumps]
@@ -482,27 +485,26 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             )
         )
     windows = {r: (min(s), max(s)) for r, s in by_rank.items() if s}
+    # The last collective each rank issued: its entries, or its pg_status where the entries were left
+    # out (a dump of the active entries only leaves out what completed, a JSON one even the key).
+    issued = {p.rank: p.last_enqueued for p in view.progress}
+    where = group_name(pg, desc) + (f" of {RankSet.of(members).phrase()}" if shared_name else "")
     latest: dict[int, Entry] = {}
     if windows:
         start = max(lo for lo, _ in windows.values())  # below it, some ring buffer has wrapped
         # Only the numbers some rank has (a hostile dump's 10**15 must not make 10**15 steps).
         for seq in sorted({n for numbered in by_rank.values() for n in numbered if n >= start}):
             present = {r: by_rank[r][seq] for r in dumped if seq in by_rank.get(r, {})}
-            behind = [
-                r
-                for r in dumped
-                if r not in present and r not in unknown and windows.get(r, (-1, -1))[1] < seq
-            ]
+            behind = [r for r in dumped if r not in present and r not in unknown and issued[r] < seq]
             if not present:
                 continue
             if behind and not latest:  # where each rank is now: only needed to word a missing collective
                 latest = latest_entries({r: dumps[r] for r in dumped})
-            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest)
+            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest, issued, where)
             if found is not None:
                 view.divergence = found
                 break
     if view.divergence is None and absent and dumped:
-        where = group_name(pg, desc)
         last = max((p.last_enqueued for p in view.progress), default=-1)
         view.divergence = Divergence(
             pg,
@@ -598,7 +600,7 @@ def analyse(
         unreadable=[Unreadable(p, why) for p, why in unreadable],
         versions=sorted({d.version for d in dumps if d.version}),
     )
-    if dumps and not any(d.entries for d in dumps):
+    if dumps and not any(d.entries or any(s.last_enqueued >= 0 for s in d.status) for d in dumps):
         report.empty = True
         report.headline = (
             f"the flight recorder recorded nothing on {_ranks_word(sorted(by_rank))}: it was not enabled — "
@@ -608,8 +610,10 @@ def analyse(
     for dump in dumps:
         if dump.cut:
             report.notes.append(f"rank {dump.rank}'s dump was cut: " + "; ".join(dump.cut))
-    for pg, (desc, members, known) in _groups(dumps, world).items():
-        view = judge_group(pg, desc, members, by_rank)
+    groups = _groups(dumps, world)
+    shared = {pg for pg, _, _, _ in groups if sum(1 for g in groups if g[0] == pg) > 1}
+    for pg, desc, members, known in groups:
+        view = judge_group(pg, desc, members, by_rank, pg in shared)
         unmatched(view, known, world, by_rank)
         report.groups.append(view)
         for rank in cut_away(pg, members, by_rank):

@@ -44,11 +44,28 @@ class _NoClasses(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused {module}.{name}: a flight-recorder dump holds no objects")
 
 
+#: Said of a dump whose end is missing: torch writes the file in place, so a rank killed (or out of
+#: disk) while writing leaves a prefix of it.
+TRUNCATED = "cut short (truncated): the rank may have died while writing it"
+
+
 def load_bytes(data: bytes) -> Any:
-    """A dump's bytes decoded: JSON (text starting with ``{``) or a restricted pickle."""
+    """A dump's bytes decoded: JSON (text starting with ``{``) or a restricted pickle; ValueError
+    (:data:`TRUNCATED`) for a dump that lacks its end."""
     if data[:1] in (b"{", b" ", b"\n"):
-        return json.loads(data.decode("utf-8"))
-    return _NoClasses(io.BytesIO(data)).load()
+        try:
+            return json.loads(data.decode("utf-8"))
+        except ValueError:
+            if not data.rstrip().endswith(b"}"):
+                raise ValueError(TRUNCATED) from None
+            raise
+    try:
+        return _NoClasses(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError) as err:
+        # Every pickle ends with STOP ("."); a refused class is said as such, whatever the end.
+        if not data.endswith(b".") and "refused" not in str(err):
+            raise ValueError(TRUNCATED) from None
+        raise
 
 
 @dataclass

@@ -230,10 +230,14 @@ def split_name(profiling_name: str) -> tuple[str, str, Optional[int], Optional[i
         backend, rest = "", profiling_name
     op, _, ends = rest.strip().partition(" ")
     src = dst = None
-    if "->" in ends:
-        left, _, right = ends.partition("->")
+    # torch writes ``send <me>-><peer>`` and ``recv <me><-<peer>`` (ranks in the group, not global).
+    arrow = "->" if "->" in ends else "<-" if "<-" in ends else ""
+    if arrow:
+        left, _, right = ends.partition(arrow)
         if left.strip().isdigit() and right.strip().isdigit() and max(len(left), len(right)) < 10:
             src, dst = int(left), int(right)
+            if arrow == "<-":
+                src, dst = dst, src
             if max(src, dst) >= MAX_RANK:
                 src = dst = None
     return backend, op, src, dst
@@ -387,10 +391,16 @@ def _capped(mapping: Any, most: int) -> list[tuple[Any, Any]]:
 def dump_from_raw(
     data: Any, rank: int, path: str, cache: Optional[Cache] = None, limits: Limits = DEFAULT_LIMITS
 ) -> RankDump:
-    """A decoded dump as records, cut to ``limits``; ValueError when it is not a flight-recorder dump."""
-    if not isinstance(data, Mapping) or "entries" not in data:
+    """A decoded dump as records, cut to ``limits``; ValueError when it is not a flight-recorder dump.
+
+    A dump without ``entries`` is read when it has the rest of one (``version`` and ``pg_status`` or
+    ``pg_config``): torch's JSON dump leaves the key out when no entry is left to write (only the active
+    ones asked for, and every collective completed), and ``includeCollectives=False`` writes none."""
+    if not isinstance(data, Mapping) or (
+        "entries" not in data and ("version" not in data or not ({"pg_status", "pg_config"} & data.keys()))
+    ):
         raise ValueError("not a flight-recorder dump (no 'entries')")
-    raw_entries = data.get("entries")
+    raw_entries = data.get("entries", [])
     if not isinstance(raw_entries, Sequence) or isinstance(raw_entries, (str, bytes)):
         raise ValueError("not a flight-recorder dump ('entries' is not a list)")
     cache = cache if cache is not None else Cache()
@@ -425,11 +435,14 @@ def _dump(
     groups = data.get("pg_status"), data.get("pg_config")
     if any(isinstance(g, Mapping) and len(g) > limits.max_groups for g in groups):
         cut.append(f"kept the first {limits.max_groups} process groups")
-    for name, values in _capped(groups[0], limits.max_groups):
+    status_groups = _capped(groups[0], limits.max_groups)
+    config_names = [_str(k) for k, _ in _capped(groups[1], limits.max_groups)]
+    names = _status_names([_str(k) for k, _ in status_groups], _pg_ids(kept, entries), config_names)
+    for name, values in status_groups:
         if isinstance(values, Mapping):
             status.append(
                 GroupStatus(
-                    _str(name),
+                    names.get(_str(name), _str(name)),
                     _int(values.get("last_enqueued_collective"), -1),
                     _int(values.get("last_started_collective"), -1),
                     _int(values.get("last_completed_collective"), -1),
@@ -443,6 +456,9 @@ def _dump(
     for name, config in _capped(groups[1], limits.max_groups):
         # gloo (torch 2.13) writes one config under the name "" whose ranks belong to whichever group
         # was registered last: only a config under a real group name is believed.
+        # torch 2.2-2.3 (version 1.x) wrote ``{pg_id: [ranks]}``; later ``{name: {name, desc, ranks}}``.
+        if isinstance(config, (list, tuple)):
+            config = {"ranks": config}
         if isinstance(config, Mapping) and _str(name):
             members = _ranks(config.get("ranks"), cache)
             if members and len(members) > members_left:
@@ -452,11 +468,13 @@ def _dump(
                 group_ranks[_str(name)] = members
                 members_left -= len(members)
             group_desc[_str(name)] = _str(config.get("desc"))
+    _global_peers(entries, group_ranks)
     return RankDump(
         rank=rank,
         path=path,
         version=_str(data.get("version")),
-        comm_lib_version=_str(data.get("comm_lib_version")),
+        # torch's dumps up to version 2.7 name it nccl_version.
+        comm_lib_version=_str(data.get("comm_lib_version", data.get("nccl_version"))),
         entries=entries,
         status=status,
         group_ranks=group_ranks,
@@ -464,6 +482,49 @@ def _dump(
         cut=cut,
         entries_cut=dropped,
     )
+
+
+def _pg_ids(raw_entries: Sequence[Any], entries: Sequence[Entry]) -> dict[str, str]:
+    """pg_id -> the group's name, as the entries pair them (``pg_id`` beside ``process_group``)."""
+    ids: dict[str, str] = {}
+    for raw, entry in zip((r for r in raw_entries if isinstance(r, Mapping)), entries):
+        pg_id = raw.get("pg_id")
+        if pg_id is not None and raw.get("process_group") is not None:
+            ids.setdefault(_str(pg_id), entry.pg)
+    return ids
+
+
+def _status_names(keys: Sequence[str], ids: Mapping[str, str], config_names: Sequence[str]) -> dict[str, str]:
+    """pg_status key -> group name. torch keys pg_status by the group's ``pg_id`` (a counter of the
+    process) and everything else by its name: the same only for the default names ("0", "1", ...); a
+    ``group_name`` or a hashed name differs. The entries pair ids with names; a key none of them pairs is
+    a name of pg_config that no pair claims, or the one id left with the one name left; else kept."""
+    names = {k: ids[k] for k in keys if k in ids}
+    claimed = set(names.values())
+    left = [k for k in keys if k not in names]
+    unclaimed = [n for n in config_names if n and n not in claimed]
+    for key in left:
+        if key in unclaimed:
+            names[key] = key
+    left = [k for k in left if k not in names]
+    unclaimed = [n for n in unclaimed if n not in names.values()]
+    if len(left) == 1 and len(unclaimed) == 1:
+        names[left[0]] = unclaimed[0]
+    return names
+
+
+def _global_peers(entries: Sequence[Entry], group_ranks: Mapping[str, list[int]]) -> None:
+    """A p2p peer as a global rank: torch names it by its rank in the group (``send 0->1`` in a group of
+    ranks [2, 3] goes from rank 2 to rank 3); left as written where the dump names no members."""
+    ordered: dict[str, list[int]] = {}
+    for entry in entries:
+        if entry.peer is None or entry.pg not in group_ranks:
+            continue
+        members = ordered.get(entry.pg)
+        if members is None:
+            members = ordered[entry.pg] = sorted(group_ranks[entry.pg])
+        if entry.peer < len(members):
+            entry.peer = members[entry.peer]
 
 
 def add_members(dump: RankDump, groups: Any) -> None:
