@@ -278,3 +278,23 @@ def test_a_cut_pickle_that_names_a_function_is_refused_and_nothing_runs(tmp_path
         assert [r.rank for r in report.refused] == [1]
         assert reason in report.refused[0].reason.replace("refused os.system", "refused posix.system")
         assert not marker.exists()
+
+
+def test_the_first_recorder_dumps_a_bare_list_of_entries(tmp_path: Path) -> None:
+    # torch 2.2's _dump_nccl_trace(): a pickled list, no version, no record_id; "sizes" is the first
+    # tensor's shape. Rank 1 never issued the third all_reduce.
+    def first(seq: int, size: int = 16) -> dict[str, Any]:
+        return {"pg_id": 0, "seq_id": seq, "profiling_name": "nccl:all_reduce", "sizes": [size],
+                "state": "scheduled", "retired": False, "frames": FRAMES}  # fmt: skip
+
+    (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps([first(1), first(2), first(3)]))
+    (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps([first(1), first(2)]))
+    report = judge(tmp_path)
+    assert report.rank_list == [0, 1] and not report.refused
+    first_divergence = report.divergences[0]
+    assert (first_divergence.kind, first_divergence.seq, first_divergence.suspects) == (MISSING, 3, [1])
+    assert report.groups[0].progress[0].op == "all_reduce"
+    assert read_dumps(tmp_path).dumps[0].entries[0].sizes == ((16,),)
+    # A list of anything else is still not a dump.
+    (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps([1, 2, 3]))
+    assert [r.rank for r in judge(tmp_path).refused] == [1]

@@ -422,11 +422,13 @@ def _judge_seq(
 
 def latest_entries(dumps: dict[int, RankDump]) -> dict[int, Entry]:
     """Each rank's most recent entry (any group): where it is now, when not retired."""
-    return {
-        rank: max(dump.entries, key=lambda e: (e.time_ns, e.record_id))
-        for rank, dump in dumps.items()
-        if dump.entries
-    }
+    return {rank: last_entry(dump.entries) for rank, dump in dumps.items() if dump.entries}
+
+
+def last_entry(entries: Sequence[Entry]) -> Entry:
+    """The most recent of a rank's entries: by time and record id, then by place (the first dumps had
+    neither, and a dump lists its entries oldest first)."""
+    return max(enumerate(entries), key=lambda ie: (ie[1].time_ns, ie[1].record_id, ie[0]))[1]
 
 
 def cut_away(pg: str, members: Sequence[int], dumps: dict[int, RankDump]) -> list[int]:
@@ -631,7 +633,7 @@ def analyse(
             return False
         for rank in d.suspects:
             entries = by_rank[rank].entries if rank in by_rank else []
-            last = max(entries, key=lambda e: e.record_id, default=None)
+            last = last_entry(entries) if entries else None
             if last is None or last.pg == d.pg or last.pg not in diverged or last.done:
                 return False
         return True

@@ -310,6 +310,11 @@ def _since(start: Any, end: Any) -> Optional[float]:
     return None
 
 
+def _first_shape(value: Any) -> Any:
+    """The first recorder's ``sizes`` (the first tensor's shape, a flat list) as a list of shapes."""
+    return [value] if isinstance(value, list) else None
+
+
 def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Entry:
     cache = cache if cache is not None else Cache()
     get = raw.get
@@ -337,7 +342,7 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
         p2p_seq=p2p_seq if type(p2p_seq) is int else _int(p2p_seq),
         op=op,
         backend=backend,
-        sizes=_shape(get("input_sizes"), cache),
+        sizes=_shape(get("input_sizes", _first_shape(get("sizes"))), cache),
         dtypes=_dtypes(dtypes, cache),
         out_sizes=_shape(get("output_sizes"), cache),
         out_dtypes=_dtypes(get("output_dtypes"), cache),
@@ -395,7 +400,10 @@ def dump_from_raw(
 
     A dump without ``entries`` is read when it has the rest of one (``version`` and ``pg_status`` or
     ``pg_config``): torch's JSON dump leaves the key out when no entry is left to write (only the active
-    ones asked for, and every collective completed), and ``includeCollectives=False`` writes none."""
+    ones asked for, and every collective completed), and ``includeCollectives=False`` writes none. The
+    first recorder (torch 2.2's ``_dump_nccl_trace``) pickled the bare list of entries."""
+    if isinstance(data, list) and data and isinstance(data[0], Mapping) and "profiling_name" in data[0]:
+        data = {"entries": data}
     if not isinstance(data, Mapping) or (
         "entries" not in data and ("version" not in data or not ({"pg_status", "pg_config"} & data.keys()))
     ):
