@@ -168,6 +168,25 @@ def test_pg_status_keyed_by_pg_id_is_matched_to_the_group_the_entries_name(tmp_p
     assert progress == {0: (3, 2), 1: (3, 3)}
 
 
+def test_pg_ids_a_rank_cannot_pair_itself_are_paired_as_the_other_ranks_pair_them(tmp_path: Path) -> None:
+    # Only the active entries: rank 1 completed everything, so nothing in its dump pairs pg_status's
+    # "1" and "2" with "tp" and "pp"; rank 0's entries do (both ranks made the same groups).
+    tp, pp = ("tp", "tensor_parallel"), ("pp", "pipeline")
+    groups = config(
+        ("0", "default_pg", [0, 1]), ("tp", "tensor_parallel", [0, 1]), ("pp", "pipeline", [0, 1])
+    )
+    active = [entry(3, pg=tp, pg_id=1, state="scheduled"), entry(5, pg=pp, pg_id=2, state="scheduled")]
+    write(tmp_path, 0, document(active, {"0": status(4, 4), "1": status(3, 2), "2": status(5, 4)}, groups))
+    write(tmp_path, 1, document(None, {"0": status(4, 4), "1": status(3, 3), "2": status(5, 5)}, groups))
+    report = judge(tmp_path)
+    assert [g.pg for g in report.groups] == ["0", "pp", "tp"]
+    assert not report.desync, report.headline
+    # Had rank 1 stopped before pp's #5, it would be named.
+    write(tmp_path, 1, document(None, {"0": status(4, 4), "1": status(3, 3), "2": status(4, 4)}, groups))
+    first = judge(tmp_path).divergences[0]
+    assert (first.pg, first.kind, first.seq, first.suspects) == ("pp", MISSING, 5, [1])
+
+
 def test_a_version_1_dump_names_its_groups_members_in_the_old_pg_config(tmp_path: Path) -> None:
     # torch 2.2-2.3 (version "1.x"): seq_id and pg_id, no process_group, pg_config {pg_id: [ranks]}.
     def old(seq: int, pg_id: int, op: str = "all_reduce") -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from rankscope.folding import RankSet
-from rankscope.fr.records import Entry, RankDump, is_library
+from rankscope.fr.records import Entry, RankDump, is_library, pair_status_ids
 from rankscope.fr.report import (
     CALL_SITE,
     DTYPE,
@@ -589,6 +589,7 @@ def analyse(
     refused: Optional[dict[int, str]] = None,
 ) -> FrReport:
     """The verdict over every rank's dump; ``refused``: ranks whose dump was there but not read, and why."""
+    pair_status_ids(dumps)
     by_rank = {d.rank: d for d in dumps}
     world = world_of(dumps, world_size)
     if refused and not world_size:

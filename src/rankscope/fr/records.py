@@ -19,7 +19,7 @@ import ast
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, TypeVar
 
 from rankscope.model import Frame
@@ -139,6 +139,8 @@ class GroupStatus:
     last_enqueued: int = -1
     last_started: int = -1
     last_completed: int = -1
+    #: ``pg`` is the group's name; False: the key pg_status gave (a ``pg_id``) that nothing paired with one.
+    named: bool = True
 
 
 @dataclass
@@ -156,6 +158,8 @@ class RankDump:
     cut: list[str] = field(default_factory=list)
     #: Entries dropped from the start: groups may have no entry left, which says nothing about them.
     entries_cut: int = 0
+    #: pg_id -> group name, as this dump's entries pair them (pairs another rank's pg_status).
+    pg_ids: dict[str, str] = field(default_factory=dict)
 
     def status_of(self, pg: str) -> Optional[GroupStatus]:
         for status in self.status:
@@ -445,7 +449,8 @@ def _dump(
         cut.append(f"kept the first {limits.max_groups} process groups")
     status_groups = _capped(groups[0], limits.max_groups)
     config_names = [_str(k) for k, _ in _capped(groups[1], limits.max_groups)]
-    names = _status_names([_str(k) for k, _ in status_groups], _pg_ids(kept, entries), config_names)
+    pg_ids = _pg_ids(kept, entries)
+    names = _status_names([_str(k) for k, _ in status_groups], pg_ids, config_names)
     for name, values in status_groups:
         if isinstance(values, Mapping):
             status.append(
@@ -454,6 +459,7 @@ def _dump(
                     _int(values.get("last_enqueued_collective"), -1),
                     _int(values.get("last_started_collective"), -1),
                     _int(values.get("last_completed_collective"), -1),
+                    _str(name) in names,
                 )
             )
     group_ranks: dict[str, list[int]] = {}
@@ -487,6 +493,7 @@ def _dump(
         status=status,
         group_ranks=group_ranks,
         group_desc=group_desc,
+        pg_ids=pg_ids,
         cut=cut,
         entries_cut=dropped,
     )
@@ -519,6 +526,27 @@ def _status_names(keys: Sequence[str], ids: Mapping[str, str], config_names: Seq
     if len(left) == 1 and len(unclaimed) == 1:
         names[left[0]] = unclaimed[0]
     return names
+
+
+def pair_status_ids(dumps: Sequence[RankDump]) -> None:
+    """pg_status keys a dump could not pair with a group name itself (its entries left out the group:
+    only the active ones were dumped), paired as the other dumps' entries pair them, where that name is
+    one of the dump's own groups (pg_config) and no other key of it has that name. Ranks that made the
+    same groups number them alike; a rank outside a group numbers the later ones otherwise, which the
+    membership check leaves out."""
+    for dump in dumps:
+        if all(s.named for s in dump.status):
+            continue
+        claimed = {s.pg for s in dump.status if s.named}
+        for index, status in enumerate(dump.status):
+            if status.named:
+                continue
+            names = {d.pg_ids[status.pg] for d in dumps if d is not dump and status.pg in d.pg_ids}
+            names = {n for n in names if n in dump.group_desc and n not in claimed}
+            if len(names) == 1:
+                name = names.pop()
+                dump.status[index] = replace(status, pg=name, named=True)
+                claimed.add(name)
 
 
 def _global_peers(entries: Sequence[Entry], group_ranks: Mapping[str, list[int]]) -> None:
