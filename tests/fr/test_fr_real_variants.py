@@ -317,3 +317,20 @@ def test_the_first_recorder_dumps_a_bare_list_of_entries(tmp_path: Path) -> None
     # A list of anything else is still not a dump.
     (tmp_path / "nccl_trace_rank_1").write_bytes(pickle.dumps([1, 2, 3]))
     assert [r.rank for r in judge(tmp_path).refused] == [1]
+
+
+def test_an_empty_file_named_like_the_dumps_is_a_rank_that_died_before_writing(tmp_path: Path) -> None:
+    for rank in (0, 1):
+        write(
+            tmp_path, rank, document([entry(1)], {"0": status(1, 1)}, config(("0", "default_pg", [0, 1, 2])))
+        )
+    (tmp_path / "nccl_trace_rank_2").write_bytes(b"")
+    (tmp_path / "events_7").write_bytes(b"")  # not named like the dumps: not a rank of the job
+    report = judge(tmp_path)
+    assert [(r.rank, r.reason) for r in report.refused] == [
+        (2, "nccl_trace_rank_2: empty file: the rank may have died before writing it")
+    ]
+    assert report.absent == [2] and report.rank_list == [0, 1]
+    # The prefix reads it alike.
+    prefix = read_dumps(tmp_path / "nccl_trace_rank_")
+    assert list(prefix.refused) == [2]

@@ -113,6 +113,7 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
         stem_filter = path.name
         files = [p for p in sorted(parent.iterdir()) if p.name.startswith(path.name) and _not_a_directory(p)]
     found = []
+    empty: list[tuple[int, Path, str]] = []
     for file in files:
         match = _NAME.match(file.name)
         rank = _rank_of(file)
@@ -120,26 +121,32 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
             continue
         if stem_filter is not None and match["stem"] != stem_filter:
             continue
-        if stem_filter is None and not _looks_like_dump(file):
-            continue  # a log or anything else beside the dumps
+        if stem_filter is None:
+            head = _head(file)
+            if head == b"":
+                empty.append((rank, file, match["stem"]))
+            if head is not None and head[:1] not in (b"\x80", b"{"):
+                continue  # a log or anything else beside the dumps
         found.append((rank, file))
+    # An empty file is a dump whose rank died before writing a byte when it is named like the dumps.
+    stems = {m["stem"] for _, f in found if (m := _NAME.match(f.name))}
+    found.extend((rank, file) for rank, file, stem in empty if stem in stems)
     return found
 
 
-def _looks_like_dump(file: Path) -> bool:
-    """A pickle (protocol 2+ starts with 0x80) or a JSON object; anything but a regular file is
-    kept, to be named when it is refused."""
+def _head(file: Path) -> Optional[bytes]:
+    """The first bytes of a regular file (a pickle starts with 0x80, JSON with ``{``); None for
+    anything else (kept, to be named when it is refused) or a file that cannot be read."""
     try:
         fd = _open_regular(str(file))
     except (OSError, ValueError):
-        return True
+        return None
     try:
-        head = os.read(fd, 64).lstrip()
+        return os.read(fd, 64).lstrip()
     except OSError:
-        return True  # reported as unreadable
+        return None  # reported as unreadable
     finally:
         os.close(fd)
-    return head[:1] in (b"\x80", b"{")
 
 
 def _refuse_other_kinds(mode: int) -> None:
@@ -238,7 +245,12 @@ def read_dumps(path: Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
 
 
 def _read_one(file: Path, rank: int, cache: Cache, limits: Limits) -> RankDump:
-    data = read_capped(str(file), limits.max_bytes)
+    try:
+        data = read_capped(str(file), limits.max_bytes)
+    except ValueError as err:
+        if str(err) == "empty file":  # torch opens the file before it writes it
+            raise ValueError("empty file: the rank may have died before writing it") from None
+        raise
     return dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
 
 
