@@ -236,9 +236,9 @@ def test_p2p_peers_in_a_subgroup_are_group_ranks_and_named_as_global_ranks(tmp_p
     for rank in (0, 1):
         write(tmp_path, rank, document([entry(1)], {"0": status(1, 1)}, groups))
     write(tmp_path, 2, {**_p2p(2, [("send 0->1", 64), ("send 0->1", 64)], pp, groups),
-                        "entries": [entry(1), *_p2p(2, [("send 0->1", 64), ("send 0->1", 64)], pp)["entries"]]})  # fmt: skip
+                        "entries": [entry(1, record=0), *_p2p(2, [("send 0->1", 64), ("send 0->1", 64)], pp)["entries"]]})  # fmt: skip
     write(tmp_path, 3, {**_p2p(3, [("recv 1<-0", 64)], pp, groups),
-                        "entries": [entry(1), *_p2p(3, [("recv 1<-0", 64)], pp)["entries"]]})  # fmt: skip
+                        "entries": [entry(1, record=0), *_p2p(3, [("recv 1<-0", 64)], pp)["entries"]]})  # fmt: skip
     report = judge(tmp_path)
     assert [(d.kind, d.suspects) for d in report.divergences] == [(P2P, [3])]
     assert report.divergences[0].text.startswith(
@@ -334,3 +334,24 @@ def test_an_empty_file_named_like_the_dumps_is_a_rank_that_died_before_writing(t
     # The prefix reads it alike.
     prefix = read_dumps(tmp_path / "nccl_trace_rank_")
     assert list(prefix.refused) == [2]
+
+
+def test_sends_and_receives_are_not_paired_by_count_once_a_ring_buffer_wrapped(tmp_path: Path) -> None:
+    # A pipeline whose ring buffers wrapped: rank 1 still holds one receive more than rank 0 holds
+    # sends (rank 0's buffer dropped it). Counting from the first kept one would pair every send with
+    # the receive before its own and call the last receive unanswered.
+    def ops(name: str, first: int, count: int) -> list[dict[str, Any]]:
+        return [entry(0, op=name, p2p_seq=first + i, record=first + i) for i in range(count)]
+
+    write(tmp_path, 0, document(ops("send 0->1", 101, 10), {}, WORLD2))
+    write(tmp_path, 1, document(ops("recv 1<-0", 100, 11), {}, WORLD2))
+    report = judge(tmp_path)
+    assert not report.desync, report.headline
+    assert (
+        "sends and receives between ranks 0 and 1 not paired: rank 0's and rank 1's ring buffers wrapped"
+        in ("\n".join(report.notes))
+    )
+    # Dumps that start at their first record are paired as before.
+    write(tmp_path, 0, document(ops("send 0->1", 0, 10), {}, WORLD2))
+    write(tmp_path, 1, document(ops("recv 1<-0", 0, 11), {}, WORLD2))
+    assert [d.kind for d in judge(tmp_path).divergences] == [P2P]

@@ -521,8 +521,19 @@ def judge_group(
     return view
 
 
-def judge_p2p(dumps: dict[int, RankDump]) -> list[Divergence]:
-    """Sends and receives between each pair of ranks, k-th send against k-th receive."""
+def wrapped(dump: RankDump) -> bool:
+    """Records were dropped from the start of this dump: cut to the limits, or torch's ring buffer
+    wrapped (its first entry is not record 0, and it is not a dump of the active entries only, which
+    leaves out what completed)."""
+    if dump.entries_cut:
+        return True
+    first = min((e.record_id for e in dump.entries), default=0)
+    return first > 0 and any(e.done for e in dump.entries)
+
+
+def judge_p2p(dumps: dict[int, RankDump], notes: Optional[list[str]] = None) -> list[Divergence]:
+    """Sends and receives between each pair of ranks, k-th send against k-th receive; not where either
+    rank's records lost their start (the k-th kept is not the k-th issued), said in ``notes``."""
     sends: dict[tuple[str, int, int], list[Entry]] = {}
     recvs: dict[tuple[str, int, int], list[Entry]] = {}
     for rank, dump in dumps.items():
@@ -536,6 +547,17 @@ def judge_p2p(dumps: dict[int, RankDump]) -> list[Divergence]:
     found = []
     for pg, src, dst in sorted(set(sends) | set(recvs)):
         if src not in dumps or dst not in dumps:
+            continue
+        lost = [r for r in (src, dst) if wrapped(dumps[r])]
+        if lost:
+            if notes is not None:
+                owners = " and ".join(f"rank {r}'s" for r in lost)
+                note = (
+                    f"sends and receives between ranks {min(src, dst)} and {max(src, dst)} not paired: {owners} "
+                    f"ring buffer{'s' if len(lost) > 1 else ''} wrapped (the first ones kept are not the first issued)"
+                )
+                if note not in notes:
+                    notes.append(note)
             continue
         out = sends.get((pg, src, dst), [])
         into = recvs.get((pg, src, dst), [])
@@ -624,7 +646,7 @@ def analyse(
                 f"rank {rank}'s kept entries hold none of {group_name(pg, desc)}: not compared there"
             )
     divergences = [g.divergence for g in report.groups if g.divergence is not None]
-    divergences.extend(judge_p2p(by_rank))
+    divergences.extend(judge_p2p(by_rank, report.notes))
 
     diverged = {d.pg for d in divergences if d.kind != NO_DUMP}
 
