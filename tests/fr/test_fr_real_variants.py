@@ -355,3 +355,26 @@ def test_sends_and_receives_are_not_paired_by_count_once_a_ring_buffer_wrapped(t
     write(tmp_path, 0, document(ops("send 0->1", 0, 10), {}, WORLD2))
     write(tmp_path, 1, document(ops("recv 1<-0", 0, 11), {}, WORLD2))
     assert [d.kind for d in judge(tmp_path).divergences] == [P2P]
+
+
+def test_a_recorder_that_is_off_and_one_that_recorded_nothing_yet_are_told_apart(tmp_path: Path) -> None:
+    # Measured on torch 2.13 (gloo, one rank): with TORCH_FR_BUFFER_SIZE=0 the JSON dump has no
+    # "entries" key and empty pg_config/pg_status; with the recorder on and no collective issued yet,
+    # pg_config already names the group and entries are empty.
+    off = {"comm_lib_version": "", "nccl_comm_state": {}, "pg_config": {}, "pg_status": {}, "version": "2.10"}
+    for rank in (0, 1):
+        write(tmp_path, rank, off, as_json=True)
+    result = run_cli("fr", str(tmp_path))
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "it was not enabled" in result.stdout and "TORCH_FR_BUFFER_SIZE=2000" in result.stderr
+    on = {**document([], {}, {"": {"name": "", "desc": "", "ranks": "[0, 1]"}}), "comm_lib_version": ""}
+    for rank in (0, 1):
+        write(tmp_path, rank, on, as_json=True)
+    report = judge(tmp_path)
+    assert report.empty and report.recorder_on
+    assert report.headline == (
+        "the flight recorder is on but recorded no collective on ranks 0-1: none was issued before the dumps "
+        "were taken (pg_config names their process groups)"
+    )
+    result = run_cli("fr", str(tmp_path))
+    assert result.returncode == 3 and "TORCH_FR_BUFFER_SIZE" not in result.stdout + result.stderr

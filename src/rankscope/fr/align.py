@@ -627,9 +627,13 @@ def analyse(
     )
     if dumps and not any(d.entries or any(s.last_enqueued >= 0 for s in d.status) for d in dumps):
         report.empty = True
+        report.recorder_on = any(d.groups_registered for d in dumps)
+        ranks = _ranks_word(sorted(by_rank))
         report.headline = (
-            f"the flight recorder recorded nothing on {_ranks_word(sorted(by_rank))}: it was not enabled — "
-            + ENABLE_HINT
+            f"the flight recorder is on but recorded no collective on {ranks}: none was issued before the dumps "
+            "were taken (pg_config names their process groups)"
+            if report.recorder_on
+            else f"the flight recorder recorded nothing on {ranks}: it was not enabled — " + ENABLE_HINT
         )
         return report
     for dump in dumps:

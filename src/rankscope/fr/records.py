@@ -160,6 +160,8 @@ class RankDump:
     entries_cut: int = 0
     #: pg_id -> group name, as this dump's entries pair them (pairs another rank's pg_status).
     pg_ids: dict[str, str] = field(default_factory=dict)
+    #: pg_config names a process group: torch records groups only while the recorder is on.
+    groups_registered: bool = False
 
     def status_of(self, pg: str) -> Optional[GroupStatus]:
         for status in self.status:
@@ -494,6 +496,7 @@ def _dump(
         group_ranks=group_ranks,
         group_desc=group_desc,
         pg_ids=pg_ids,
+        groups_registered=isinstance(groups[1], Mapping) and len(groups[1]) > 0,
         cut=cut,
         entries_cut=dropped,
     )
