@@ -378,3 +378,15 @@ def test_a_recorder_that_is_off_and_one_that_recorded_nothing_yet_are_told_apart
     )
     result = run_cli("fr", str(tmp_path))
     assert result.returncode == 3 and "TORCH_FR_BUFFER_SIZE" not in result.stdout + result.stderr
+
+
+def test_frames_without_a_line_name_the_function_and_file_only(tmp_path: Path) -> None:
+    no_line = [{k: v for k, v in f.items() if k != "line"} for f in FRAMES]
+    for rank in (0, 1):
+        entries = [{**entry(s, record=s - 1), "frames": no_line} for s in (1, 2)]
+        write(tmp_path, rank, document(entries if rank == 0 else entries[:1], {"0": status(2 - rank, 2 - rank)},
+                                       WORLD2))  # fmt: skip
+    first = judge(tmp_path).divergences[0]
+    assert first.text.startswith(
+        "rank 1 never issued all_reduce #2 from train_step (train.py) in the default group"
+    )

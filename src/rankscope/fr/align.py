@@ -70,10 +70,11 @@ def _ranks_word(ranks: Sequence[int]) -> str:
 
 
 def place(frame: Optional[Frame]) -> str:
-    """``log_global_loss (train.py:22)``; a module-level call is just ``train.py:37``."""
+    """``log_global_loss (train.py:22)``; a module-level call is just ``train.py:37``; a frame a dump
+    gave no line (0) names no line."""
     if frame is None:
         return ""
-    where = f"{frame.short_filename}:{frame.line}"
+    where = f"{frame.short_filename}:{frame.line}" if frame.line > 0 else frame.short_filename
     if frame.function in ("<module>", ""):
         return where
     return f"{frame.function} ({where})"
