@@ -390,3 +390,21 @@ def test_frames_without_a_line_name_the_function_and_file_only(tmp_path: Path) -
     assert first.text.startswith(
         "rank 1 never issued all_reduce #2 from train_step (train.py) in the default group"
     )
+
+
+def test_an_nccl_entry_retired_without_completing_timed_out_and_is_not_taken_for_done(tmp_path: Path) -> None:
+    # NCCL's watchdog retires a collective that timed out; its end event never fired, so its state is
+    # not "completed" (torch: "a retired but not completed event has timed out"). gloo, which has no
+    # events, marks every finished entry retired and leaves state "scheduled".
+    timed_out = {**entry(4, state="started", record=3), "retired": True}
+    write(tmp_path, 0, document([*(entry(s, record=s - 1) for s in (1, 2, 3)), timed_out], {"0": status(4, 3)},
+                                WORLD2))  # fmt: skip
+    write(tmp_path, 1, document([entry(s, record=s - 1) for s in (1, 2, 3)], {"0": status(3, 3)}, WORLD2))
+    report = judge(tmp_path)
+    first = report.divergences[0]
+    assert (first.kind, first.seq, first.suspects) == (MISSING, 4, [1])
+    assert "which rank 0 issued (waiting)" in first.text
+    assert {p.rank: p.last_completed for p in report.groups[0].progress} == {0: 3, 1: 3}
+    rank_0 = read_dumps(tmp_path / "nccl_trace_rank_0")
+    recent = analyse(rank_0.dumps).recent
+    assert recent[-1].state == "timed out (retired, never completed)"

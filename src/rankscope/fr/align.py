@@ -703,6 +703,9 @@ def analyse(
     return report
 
 
+#: The state of an entry its backend's watchdog retired without seeing it complete.
+TIMED_OUT = "timed out (retired, never completed)"
+
 #: How many of a lone dump's last entries the report lists.
 RECENT = 10
 
@@ -715,7 +718,7 @@ def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
             seq=e.p2p_seq if e.is_p2p else e.seq,
             op=e.op,
             group=group_name(e.pg, e.pg_desc),
-            state="completed" if e.done else (e.state or "scheduled"),
+            state="completed" if e.done else TIMED_OUT if e.timed_out else (e.state or "scheduled"),
             sizes=[list(s) for s in e.sizes],
             dtypes=list(e.dtypes),
             call_site=e.call_site(),

@@ -26,6 +26,10 @@ from rankscope.model import Frame
 
 T = TypeVar("T")
 
+#: Backends whose entries never say ``completed`` (no events): ``retired`` is their word for done
+#: ("": a profiling name without a backend, read as before).
+_EVENTLESS = ("gloo", "")
+
 #: Frames of torch itself: skipped when naming who issued a collective.
 _LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ")
 
@@ -65,9 +69,15 @@ class Entry:
 
     @property
     def done(self) -> bool:
-        """The entry's own word that it finished: NCCL marks it ``completed``; gloo leaves every entry
-        ``scheduled`` and sets ``retired`` once the work is done."""
-        return self.retired or self.state == "completed"
+        """The entry's own word that it finished: NCCL marks it ``completed`` (its end event fired);
+        gloo, which has no events, leaves every entry ``scheduled`` and sets ``retired`` once the work is
+        done. A backend with events that retired an entry it never saw complete timed it out."""
+        return self.state == "completed" or (self.retired and self.backend in _EVENTLESS)
+
+    @property
+    def timed_out(self) -> bool:
+        """Retired by a backend with events without completing: its watchdog gave up on it."""
+        return self.retired and not self.done
 
     def call_site(self) -> Optional[Frame]:
         """The innermost frame outside torch and installed packages: the user's call."""
