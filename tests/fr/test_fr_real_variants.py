@@ -408,3 +408,15 @@ def test_an_nccl_entry_retired_without_completing_timed_out_and_is_not_taken_for
     rank_0 = read_dumps(tmp_path / "nccl_trace_rank_0")
     recent = analyse(rank_0.dumps).recent
     assert recent[-1].state == "timed out (retired, never completed)"
+
+
+def test_pickles_dumped_without_stack_traces_are_not_called_json(tmp_path: Path) -> None:
+    # _dump_fr_trace(includeStackTraces=False): a pickle whose entries have no "frames" key.
+    for rank in (0, 1):
+        entries = [entry(1, record=0, frames=False), entry(2, op="all_reduce" if rank == 0 else "barrier",
+                                                           record=1, frames=False)]  # fmt: skip
+        write(tmp_path, rank, document(entries, {"0": status(2, 1)}, WORLD2))
+    first = judge(tmp_path).divergences[0]
+    assert first.no_call_sites
+    assert "the call sites are missing (the dumps were taken without stack traces" in first.text
+    assert "JSON" not in first.text

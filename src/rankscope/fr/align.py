@@ -55,6 +55,11 @@ NO_CALL_SITES = (
     "sizes issued from another line cannot be seen, so this may be its consequence, not the cause; "
     "pickle dumps with frames name the lines"
 )
+#: The same, where a pickle has no frames either (``includeStackTraces=False``, TORCH_INCLUDE_STACK_TRACE=0).
+NO_STACKS = NO_CALL_SITES.replace(
+    "(JSON dumps carry no frames)",
+    "(the dumps were taken without stack traces: includeStackTraces=False or TORCH_INCLUDE_STACK_TRACE=0)",
+)
 
 Sizes = tuple[tuple[int, ...], ...]
 Place = tuple[str, str, int]
@@ -686,7 +691,9 @@ def analyse(
             x.op and x.call_site is None and not x.frames for x in divergence.sides
         ):
             divergence.no_call_sites = True
-            divergence.text += NO_CALL_SITES
+            frameless = [r for x in divergence.sides if x.op and not x.frames for r in x.rank_list]
+            json_only = all(by_rank[r].json for r in frameless if r in by_rank)
+            divergence.text += NO_CALL_SITES if json_only else NO_STACKS
     report.divergences = sorted(divergences, key=first_time)
     report.desync = any(d.kind != NO_DUMP for d in report.divergences)
     if len(dumps) == 1:

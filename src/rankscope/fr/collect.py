@@ -49,10 +49,15 @@ class _NoClasses(pickle.Unpickler):
 TRUNCATED = "cut short (truncated): the rank may have died while writing it"
 
 
+def is_json(data: bytes) -> bool:
+    """A dump's bytes are JSON (text starting with ``{``), not a pickle."""
+    return data[:1] in (b"{", b" ", b"\n")
+
+
 def load_bytes(data: bytes) -> Any:
-    """A dump's bytes decoded: JSON (text starting with ``{``) or a restricted pickle; ValueError
+    """A dump's bytes decoded: JSON (:func:`is_json`) or a restricted pickle; ValueError
     (:data:`TRUNCATED`) for a dump that lacks its end."""
-    if data[:1] in (b"{", b" ", b"\n"):
+    if is_json(data):
         try:
             return json.loads(data.decode("utf-8"))
         except ValueError:
@@ -251,7 +256,9 @@ def _read_one(file: Path, rank: int, cache: Cache, limits: Limits) -> RankDump:
         if str(err) == "empty file":  # torch opens the file before it writes it
             raise ValueError("empty file: the rank may have died before writing it") from None
         raise
-    return dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
+    dump = dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
+    dump.json = is_json(data)
+    return dump
 
 
 def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
@@ -262,4 +269,6 @@ def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
     corrupt pickle raises) when it cannot be read.
     """
     data = read_capped(path, DEFAULT_LIMITS.max_bytes, uid)
-    return dump_from_raw(load_bytes(data), rank, path, cache)
+    dump = dump_from_raw(load_bytes(data), rank, path, cache)
+    dump.json = is_json(data)
+    return dump

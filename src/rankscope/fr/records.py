@@ -172,6 +172,8 @@ class RankDump:
     pg_ids: dict[str, str] = field(default_factory=dict)
     #: pg_config names a process group: torch records groups only while the recorder is on.
     groups_registered: bool = False
+    #: Read from JSON (which never carries frames), not from a pickle.
+    json: bool = False
 
     def status_of(self, pg: str) -> Optional[GroupStatus]:
         for status in self.status:
