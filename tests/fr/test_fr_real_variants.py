@@ -420,3 +420,16 @@ def test_pickles_dumped_without_stack_traces_are_not_called_json(tmp_path: Path)
     assert first.no_call_sites
     assert "the call sites are missing (the dumps were taken without stack traces" in first.text
     assert "JSON" not in first.text
+
+
+def test_a_default_group_without_its_description_is_still_the_default_group(tmp_path: Path) -> None:
+    # A group without a description is "undefined" to torch; dumps whose default group "0" says so
+    # (or nothing) are worded as the default group, as those saying "default_pg".
+    for rank in (0, 1):
+        entries = [entry(s, pg=("0", "undefined"), record=s - 1) for s in ((1, 2) if rank == 0 else (1,))]
+        write(tmp_path, rank, document(entries, {}, config(("0", "undefined", [0, 1]))))
+    report = judge(tmp_path)
+    assert report.headline.startswith(
+        "rank 1 never issued all_reduce #2 from train_step (train.py:40) in the default group,"
+    )
+    assert [g.desc for g in report.groups] == ["default_pg"]

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from rankscope.folding import RankSet
-from rankscope.fr.records import Entry, RankDump, is_library, pair_status_ids
+from rankscope.fr.records import DEFAULT_DESC, Entry, RankDump, is_library, pair_status_ids
 from rankscope.fr.report import (
     CALL_SITE,
     DTYPE,
@@ -39,7 +39,7 @@ from rankscope.fr.report import (
 )
 from rankscope.model import Frame
 
-DEFAULT_PG = "default_pg"
+DEFAULT_PG = DEFAULT_DESC
 
 #: The variables that turn the recorder on (torch 2.13 records by default; TORCH_FR_BUFFER_SIZE=0 turns it off;
 #: older releases record only with a size, and before 2.5 under the NCCL names).

@@ -292,9 +292,20 @@ def _group(value: Any, raw: Mapping[str, Any], cache: Cache) -> tuple[str, str]:
         return (_str(raw.get("pg_id", "")), "")
     found: Optional[tuple[str, str]] = cache.seen.get(("g", id(value)))
     if found is None:
-        key = (_str(value[0]), _str(value[1]) if len(value) > 1 else "")
+        name = _str(value[0])
+        key = (name, _desc(name, _str(value[1]) if len(value) > 1 else ""))
         found = cache.seen[("g", id(value))] = cache.groups.setdefault(key, key)
     return found
+
+
+#: The description torch gives the default group (``init_process_group``) since it names groups' uses.
+DEFAULT_DESC = "default_pg"
+
+
+def _desc(name: str, desc: str) -> str:
+    """A group's description; the default group's where a dump gives it none (``undefined``, torch's word
+    for a group without one, or nothing): the default group is always named "0"."""
+    return DEFAULT_DESC if name == "0" and desc in ("", "undefined") else desc
 
 
 def _shape(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
@@ -495,7 +506,7 @@ def _dump(
             if members:
                 group_ranks[_str(name)] = members
                 members_left -= len(members)
-            group_desc[_str(name)] = _str(config.get("desc"))
+            group_desc[_str(name)] = _desc(_str(name), _str(config.get("desc")))
     _global_peers(entries, group_ranks)
     return RankDump(
         rank=rank,
