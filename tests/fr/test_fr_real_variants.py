@@ -433,3 +433,41 @@ def test_a_default_group_without_its_description_is_still_the_default_group(tmp_
         "rank 1 never issued all_reduce #2 from train_step (train.py:40) in the default group,"
     )
     assert [g.desc for g in report.groups] == ["default_pg"]
+
+
+def _v1(rank: int, ops: list[str]) -> dict[str, Any]:
+    """A version 1.4 dump whose ``seq_id`` numbers collectives and send/recv together (torch of that time
+    bumped one counter for both), ops in order from 1."""
+    entries = [{"record_id": i, "pg_id": 0, "seq_id": i + 1, "op_id": i + 1, "profiling_name": f"nccl:{op}",
+                "time_created_ns": i, "input_sizes": [[8]], "output_sizes": [[8]], "state": "completed",
+                "retired": True, "frames": FRAMES} for i, op in enumerate(ops)]  # fmt: skip
+    return {"version": "1.4", "pg_config": {0: [0, 1, 2]}, "entries": entries}
+
+
+def test_version_1_collectives_are_numbered_without_the_sends_and_receives_between_them(
+    tmp_path: Path,
+) -> None:
+    # A 3-stage pipeline: the middle stage receives and sends, the others do one of them; the same two
+    # all_reduces everywhere carry other seq_ids on the middle rank.
+    write(tmp_path, 0, _v1(0, ["all_reduce", "send 0->1", "all_reduce"]))
+    write(tmp_path, 1, _v1(1, ["all_reduce", "recv 1<-0", "send 1->2", "all_reduce"]))
+    write(tmp_path, 2, _v1(2, ["all_reduce", "recv 2<-1", "all_reduce"]))
+    report = judge(tmp_path)
+    assert not report.desync, report.headline
+    # Rank 2 skipping the second all_reduce is still found, under the collectives' own numbers.
+    write(tmp_path, 2, _v1(2, ["all_reduce", "recv 2<-1"]))
+    first = judge(tmp_path).divergences[0]
+    assert (first.kind, first.seq, first.suspects) == (MISSING, 2, [2])
+
+
+def test_a_version_1_dump_that_lost_its_start_is_not_renumbered_and_says_so(tmp_path: Path) -> None:
+    wrapped_dump = _v1(1, ["all_reduce", "recv 1<-0", "send 1->2", "all_reduce"])
+    wrapped_dump["entries"] = wrapped_dump["entries"][1:]  # its first record fell off the ring buffer
+    write(tmp_path, 0, _v1(0, ["all_reduce", "send 0->1", "all_reduce"]))
+    write(tmp_path, 1, wrapped_dump)
+    write(tmp_path, 2, _v1(2, ["all_reduce", "recv 2<-1", "all_reduce"]))
+    report = judge(tmp_path)
+    assert (
+        "rank 1's dump (version 1.4) numbers its send/recv and collectives together and lost its first records: "
+        "its collectives' numbers may be off by the send/recv it no longer holds"
+    ) in report.notes

@@ -645,6 +645,7 @@ def analyse(
     for dump in dumps:
         if dump.cut:
             report.notes.append(f"rank {dump.rank}'s dump was cut: " + "; ".join(dump.cut))
+        report.notes.extend(dump.notes)
     groups = _groups(dumps, world)
     shared = {pg for pg, _, _, _ in groups if sum(1 for g in groups if g[0] == pg) > 1}
     for pg, desc, members, known in groups:

@@ -16,6 +16,7 @@ entry) is converted once per object: a small pickle never costs entries x frames
 from __future__ import annotations
 
 import ast
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -166,6 +167,8 @@ class RankDump:
     group_desc: dict[str, str] = field(default_factory=dict)
     #: What the limits cut, in words ("kept the last 10000 of 25000 entries"); empty when nothing was.
     cut: list[str] = field(default_factory=list)
+    #: What the report should say about how this dump was read (a layout it cannot fully use).
+    notes: list[str] = field(default_factory=list)
     #: Entries dropped from the start: groups may have no entry left, which says nothing about them.
     entries_cut: int = 0
     #: pg_id -> group name, as this dump's entries pair them (pairs another rank's pg_status).
@@ -508,6 +511,16 @@ def _dump(
                 members_left -= len(members)
             group_desc[_str(name)] = _desc(_str(name), _str(config.get("desc")))
     _global_peers(entries, group_ranks)
+    notes = []
+    first = next((e for e in kept if isinstance(e, Mapping)), None)
+    if first is not None and "seq_id" in first and "collective_seq_id" not in first:
+        lost = _renumber_collectives(entries)
+        if lost:
+            version = _str(data.get("version")) or "without a version"
+            notes.append(
+                f"rank {rank}'s dump (version {version}) numbers its send/recv and collectives together and "
+                "lost its first records: its collectives' numbers may be off by the send/recv it no longer holds"
+            )
     return RankDump(
         rank=rank,
         path=path,
@@ -521,6 +534,7 @@ def _dump(
         pg_ids=pg_ids,
         groups_registered=isinstance(groups[1], Mapping) and len(groups[1]) > 0,
         cut=cut,
+        notes=notes,
         entries_cut=dropped,
     )
 
@@ -573,6 +587,38 @@ def pair_status_ids(dumps: Sequence[RankDump]) -> None:
                 name = names.pop()
                 dump.status[index] = replace(status, pg=name, named=True)
                 claimed.add(name)
+
+
+def _renumber_collectives(entries: Sequence[Entry]) -> bool:
+    """Version 1.x (and the first recorder) numbered every operation of a group with one ``seq_id``:
+    collectives, and each send/recv outside a batch (a batch of them: its closing ``coalesced`` entry).
+    Ranks that send and receive differently (pipeline stages) then give one collective other numbers.
+    Each collective is renumbered to count collectives only, in every group whose first operation
+    (number 1) the dump still holds (a ring buffer drops the oldest first, so nothing of it was lost);
+    True when a group with send/recv lost its start and was left as it was."""
+    by_group: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_group.setdefault(entry.pg, []).append(entry)
+    lost = False
+    for group in by_group.values():
+        previous_p2p = False
+        for entry in group:  # a batch's send/recv come just before its closing entry
+            if entry.op == "coalesced" and previous_p2p:
+                entry.is_p2p = True
+            if entry.is_p2p and not entry.p2p_seq:  # no p2p_seq_id yet: its own number names it
+                entry.p2p_seq = entry.seq
+            previous_p2p = entry.is_p2p
+        collectives = {e.seq for e in group if not e.is_p2p}
+        p2p = sorted({e.seq for e in group if e.is_p2p} - collectives)
+        if not p2p:
+            continue
+        if min(e.seq for e in group) != 1:
+            lost = True
+            continue
+        for entry in group:
+            if not entry.is_p2p:
+                entry.seq -= bisect.bisect_left(p2p, entry.seq)
+    return lost
 
 
 def _global_peers(entries: Sequence[Entry], group_ranks: Mapping[str, list[int]]) -> None:
