@@ -123,7 +123,7 @@ def fr(**params: Any) -> int:
         click.echo(json.dumps(report_document(report), indent=2))
     else:
         click.echo(render_text(report, str(request.dumps)), nl=False)
-        if report.empty:
+        if report.empty and not report.recorder_on:
             click.echo(f"rankscope: the flight recorder was not enabled — {ENABLE_HINT}", err=True)
     if request.html is not None:
         from rankscope.cli.pictures import write_page

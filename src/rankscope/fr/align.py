@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Optional
 
 from rankscope.folding import RankSet
-from rankscope.fr.records import Entry, RankDump, is_library
+from rankscope.fr.records import DEFAULT_DESC, Entry, RankDump, is_library, pair_status_ids
 from rankscope.fr.report import (
     CALL_SITE,
     DTYPE,
@@ -39,7 +39,7 @@ from rankscope.fr.report import (
 )
 from rankscope.model import Frame
 
-DEFAULT_PG = "default_pg"
+DEFAULT_PG = DEFAULT_DESC
 
 #: The variables that turn the recorder on (torch 2.13 records by default; TORCH_FR_BUFFER_SIZE=0 turns it off;
 #: older releases record only with a size, and before 2.5 under the NCCL names).
@@ -54,6 +54,11 @@ NO_CALL_SITES = (
     " — the call sites are missing (JSON dumps carry no frames): an earlier collective of the same op and "
     "sizes issued from another line cannot be seen, so this may be its consequence, not the cause; "
     "pickle dumps with frames name the lines"
+)
+#: The same, where a pickle has no frames either (``includeStackTraces=False``, TORCH_INCLUDE_STACK_TRACE=0).
+NO_STACKS = NO_CALL_SITES.replace(
+    "(JSON dumps carry no frames)",
+    "(the dumps were taken without stack traces: includeStackTraces=False or TORCH_INCLUDE_STACK_TRACE=0)",
 )
 
 Sizes = tuple[tuple[int, ...], ...]
@@ -70,10 +75,11 @@ def _ranks_word(ranks: Sequence[int]) -> str:
 
 
 def place(frame: Optional[Frame]) -> str:
-    """``log_global_loss (train.py:22)``; a module-level call is just ``train.py:37``."""
+    """``log_global_loss (train.py:22)``; a module-level call is just ``train.py:37``; a frame a dump
+    gave no line (0) names no line."""
     if frame is None:
         return ""
-    where = f"{frame.short_filename}:{frame.line}"
+    where = f"{frame.short_filename}:{frame.line}" if frame.line > 0 else frame.short_filename
     if frame.function in ("<module>", ""):
         return where
     return f"{frame.function} ({where})"
@@ -186,15 +192,16 @@ def world_of(dumps: Sequence[RankDump], world_size: Optional[int] = None) -> lis
     return list(range(max(known) + 1)) if known else []
 
 
-def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[str, list[int], bool]]:
-    """pg name -> (desc, member ranks, whether the dumps name them: False when only the ranks seen in
-    the group's entries and statuses are known)."""
-    named: dict[str, list[int]] = {}
+def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> list[tuple[str, str, list[int], bool]]:
+    """(pg name, desc, member ranks, whether the dumps name them: False when only the ranks seen in the
+    group's entries and statuses are known), per group. Groups that share a name but not their members
+    (``split_group`` names every part alike) are one group per member list, each judged apart."""
+    named: dict[str, dict[tuple[int, ...], None]] = {}
     descs: dict[str, str] = {}
     seen: dict[str, set[int]] = {}
     for dump in dumps:
         for name, members in dump.group_ranks.items():
-            named.setdefault(name, members)
+            named.setdefault(name, {})[tuple(sorted(members))] = None
         for name, desc in dump.group_desc.items():
             if desc:
                 descs.setdefault(name, desc)
@@ -204,17 +211,15 @@ def _groups(dumps: Sequence[RankDump], world: Sequence[int]) -> dict[str, tuple[
                 descs.setdefault(entry.pg, entry.pg_desc)
         for status in dump.status:
             seen.setdefault(status.pg, set()).add(dump.rank)
-    groups = {}
+    groups: list[tuple[str, str, list[int], bool]] = []
     for name in sorted(seen, key=lambda n: (len(n), n)):
         desc = descs.get(name, "")
-        known = True
         if name in named:
-            members = sorted(named[name])
+            groups.extend((name, desc, list(members), True) for members in sorted(named[name]))
         elif desc == DEFAULT_PG or (not desc and name == "0"):
-            members = list(world)
+            groups.append((name, desc, list(world), True))
         else:
-            members, known = sorted(seen[name]), False
-        groups[name] = (desc, members, known)
+            groups.append((name, desc, sorted(seen[name]), False))
     return groups
 
 
@@ -326,8 +331,9 @@ def _judge_seq(
     behind: list[int],
     by_rank: dict[int, dict[int, Ops]],
     latest: dict[int, Entry],
+    issued: dict[int, int],
+    where: str,
 ) -> Optional[Divergence]:
-    where = group_name(pg, desc)
     # Stacks are compared only where every rank's records have them (a JSON dump beside a pickle: not).
     stacks = all(_stack_key(e) is not None for ops in present.values() for e in ops)
     keys = {r: _seq_key(ops, stacks) for r, ops in present.items()}
@@ -398,7 +404,7 @@ def _judge_seq(
         ops = next(iter(present.values()))
         entry = ops[-1]
         done = sorted(present)
-        lasts = {r: max(by_rank[r], default=-1) for r in behind}
+        lasts = {r: issued[r] for r in behind}
         last_words = "; ".join(
             f"{_ranks_word([r for r in behind if lasts[r] == last])} last issued {number(last)}"
             for last in sorted(set(lasts.values()))
@@ -422,11 +428,13 @@ def _judge_seq(
 
 def latest_entries(dumps: dict[int, RankDump]) -> dict[int, Entry]:
     """Each rank's most recent entry (any group): where it is now, when not retired."""
-    return {
-        rank: max(dump.entries, key=lambda e: (e.time_ns, e.record_id))
-        for rank, dump in dumps.items()
-        if dump.entries
-    }
+    return {rank: last_entry(dump.entries) for rank, dump in dumps.items() if dump.entries}
+
+
+def last_entry(entries: Sequence[Entry]) -> Entry:
+    """The most recent of a rank's entries: by time and record id, then by place (the first dumps had
+    neither, and a dump lists its entries oldest first)."""
+    return max(enumerate(entries), key=lambda ie: (ie[1].time_ns, ie[1].record_id, ie[0]))[1]
 
 
 def cut_away(pg: str, members: Sequence[int], dumps: dict[int, RankDump]) -> list[int]:
@@ -456,7 +464,10 @@ def number(seq: int, none: str = "nothing") -> str:
     return f"#{seq}" if seq >= 0 else none
 
 
-def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump]) -> GroupView:
+def judge_group(
+    pg: str, desc: str, members: Sequence[int], dumps: dict[int, RankDump], shared_name: bool = False
+) -> GroupView:
+    """One group's view; ``shared_name``: another group has the same name (its words name the ranks)."""
     unknown = set(cut_away(pg, members, dumps))
     dumped = [r for r in members if r in dumps]
     absent = [r for r in members if r not in dumps]
@@ -482,27 +493,26 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
             )
         )
     windows = {r: (min(s), max(s)) for r, s in by_rank.items() if s}
+    # The last collective each rank issued: its entries, or its pg_status where the entries were left
+    # out (a dump of the active entries only leaves out what completed, a JSON one even the key).
+    issued = {p.rank: p.last_enqueued for p in view.progress}
+    where = group_name(pg, desc) + (f" of {RankSet.of(members).phrase()}" if shared_name else "")
     latest: dict[int, Entry] = {}
     if windows:
         start = max(lo for lo, _ in windows.values())  # below it, some ring buffer has wrapped
         # Only the numbers some rank has (a hostile dump's 10**15 must not make 10**15 steps).
         for seq in sorted({n for numbered in by_rank.values() for n in numbered if n >= start}):
             present = {r: by_rank[r][seq] for r in dumped if seq in by_rank.get(r, {})}
-            behind = [
-                r
-                for r in dumped
-                if r not in present and r not in unknown and windows.get(r, (-1, -1))[1] < seq
-            ]
+            behind = [r for r in dumped if r not in present and r not in unknown and issued[r] < seq]
             if not present:
                 continue
             if behind and not latest:  # where each rank is now: only needed to word a missing collective
                 latest = latest_entries({r: dumps[r] for r in dumped})
-            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest)
+            found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest, issued, where)
             if found is not None:
                 view.divergence = found
                 break
     if view.divergence is None and absent and dumped:
-        where = group_name(pg, desc)
         last = max((p.last_enqueued for p in view.progress), default=-1)
         view.divergence = Divergence(
             pg,
@@ -517,8 +527,19 @@ def judge_group(pg: str, desc: str, members: Sequence[int], dumps: dict[int, Ran
     return view
 
 
-def judge_p2p(dumps: dict[int, RankDump]) -> list[Divergence]:
-    """Sends and receives between each pair of ranks, k-th send against k-th receive."""
+def wrapped(dump: RankDump) -> bool:
+    """Records were dropped from the start of this dump: cut to the limits, or torch's ring buffer
+    wrapped (its first entry is not record 0, and it is not a dump of the active entries only, which
+    leaves out what completed)."""
+    if dump.entries_cut:
+        return True
+    first = min((e.record_id for e in dump.entries), default=0)
+    return first > 0 and any(e.done for e in dump.entries)
+
+
+def judge_p2p(dumps: dict[int, RankDump], notes: Optional[list[str]] = None) -> list[Divergence]:
+    """Sends and receives between each pair of ranks, k-th send against k-th receive; not where either
+    rank's records lost their start (the k-th kept is not the k-th issued), said in ``notes``."""
     sends: dict[tuple[str, int, int], list[Entry]] = {}
     recvs: dict[tuple[str, int, int], list[Entry]] = {}
     for rank, dump in dumps.items():
@@ -532,6 +553,17 @@ def judge_p2p(dumps: dict[int, RankDump]) -> list[Divergence]:
     found = []
     for pg, src, dst in sorted(set(sends) | set(recvs)):
         if src not in dumps or dst not in dumps:
+            continue
+        lost = [r for r in (src, dst) if wrapped(dumps[r])]
+        if lost:
+            if notes is not None:
+                owners = " and ".join(f"rank {r}'s" for r in lost)
+                note = (
+                    f"sends and receives between ranks {min(src, dst)} and {max(src, dst)} not paired: {owners} "
+                    f"ring buffer{'s' if len(lost) > 1 else ''} wrapped (the first ones kept are not the first issued)"
+                )
+                if note not in notes:
+                    notes.append(note)
             continue
         out = sends.get((pg, src, dst), [])
         into = recvs.get((pg, src, dst), [])
@@ -585,6 +617,7 @@ def analyse(
     refused: Optional[dict[int, str]] = None,
 ) -> FrReport:
     """The verdict over every rank's dump; ``refused``: ranks whose dump was there but not read, and why."""
+    pair_status_ids(dumps)
     by_rank = {d.rank: d for d in dumps}
     world = world_of(dumps, world_size)
     if refused and not world_size:
@@ -598,18 +631,25 @@ def analyse(
         unreadable=[Unreadable(p, why) for p, why in unreadable],
         versions=sorted({d.version for d in dumps if d.version}),
     )
-    if dumps and not any(d.entries for d in dumps):
+    if dumps and not any(d.entries or any(s.last_enqueued >= 0 for s in d.status) for d in dumps):
         report.empty = True
+        report.recorder_on = any(d.groups_registered for d in dumps)
+        ranks = _ranks_word(sorted(by_rank))
         report.headline = (
-            f"the flight recorder recorded nothing on {_ranks_word(sorted(by_rank))}: it was not enabled — "
-            + ENABLE_HINT
+            f"the flight recorder is on but recorded no collective on {ranks}: none was issued before the dumps "
+            "were taken (pg_config names their process groups)"
+            if report.recorder_on
+            else f"the flight recorder recorded nothing on {ranks}: it was not enabled — " + ENABLE_HINT
         )
         return report
     for dump in dumps:
         if dump.cut:
             report.notes.append(f"rank {dump.rank}'s dump was cut: " + "; ".join(dump.cut))
-    for pg, (desc, members, known) in _groups(dumps, world).items():
-        view = judge_group(pg, desc, members, by_rank)
+        report.notes.extend(dump.notes)
+    groups = _groups(dumps, world)
+    shared = {pg for pg, _, _, _ in groups if sum(1 for g in groups if g[0] == pg) > 1}
+    for pg, desc, members, known in groups:
+        view = judge_group(pg, desc, members, by_rank, pg in shared)
         unmatched(view, known, world, by_rank)
         report.groups.append(view)
         for rank in cut_away(pg, members, by_rank):
@@ -617,7 +657,7 @@ def analyse(
                 f"rank {rank}'s kept entries hold none of {group_name(pg, desc)}: not compared there"
             )
     divergences = [g.divergence for g in report.groups if g.divergence is not None]
-    divergences.extend(judge_p2p(by_rank))
+    divergences.extend(judge_p2p(by_rank, report.notes))
 
     diverged = {d.pg for d in divergences if d.kind != NO_DUMP}
 
@@ -627,7 +667,7 @@ def analyse(
             return False
         for rank in d.suspects:
             entries = by_rank[rank].entries if rank in by_rank else []
-            last = max(entries, key=lambda e: e.record_id, default=None)
+            last = last_entry(entries) if entries else None
             if last is None or last.pg == d.pg or last.pg not in diverged or last.done:
                 return False
         return True
@@ -652,7 +692,9 @@ def analyse(
             x.op and x.call_site is None and not x.frames for x in divergence.sides
         ):
             divergence.no_call_sites = True
-            divergence.text += NO_CALL_SITES
+            frameless = [r for x in divergence.sides if x.op and not x.frames for r in x.rank_list]
+            json_only = all(by_rank[r].json for r in frameless if r in by_rank)
+            divergence.text += NO_CALL_SITES if json_only else NO_STACKS
     report.divergences = sorted(divergences, key=first_time)
     report.desync = any(d.kind != NO_DUMP for d in report.divergences)
     if len(dumps) == 1:
@@ -669,6 +711,9 @@ def analyse(
     return report
 
 
+#: The state of an entry its backend's watchdog retired without seeing it complete.
+TIMED_OUT = "timed out (retired, never completed)"
+
 #: How many of a lone dump's last entries the report lists.
 RECENT = 10
 
@@ -681,7 +726,7 @@ def recent_entries(dump: RankDump, count: int = RECENT) -> list[RecentEntry]:
             seq=e.p2p_seq if e.is_p2p else e.seq,
             op=e.op,
             group=group_name(e.pg, e.pg_desc),
-            state="completed" if e.done else (e.state or "scheduled"),
+            state="completed" if e.done else TIMED_OUT if e.timed_out else (e.state or "scheduled"),
             sizes=[list(s) for s in e.sizes],
             dtypes=list(e.dtypes),
             call_site=e.call_site(),

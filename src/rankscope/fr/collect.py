@@ -44,11 +44,33 @@ class _NoClasses(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refused {module}.{name}: a flight-recorder dump holds no objects")
 
 
+#: Said of a dump whose end is missing: torch writes the file in place, so a rank killed (or out of
+#: disk) while writing leaves a prefix of it.
+TRUNCATED = "cut short (truncated): the rank may have died while writing it"
+
+
+def is_json(data: bytes) -> bool:
+    """A dump's bytes are JSON (text starting with ``{``), not a pickle."""
+    return data[:1] in (b"{", b" ", b"\n")
+
+
 def load_bytes(data: bytes) -> Any:
-    """A dump's bytes decoded: JSON (text starting with ``{``) or a restricted pickle."""
-    if data[:1] in (b"{", b" ", b"\n"):
-        return json.loads(data.decode("utf-8"))
-    return _NoClasses(io.BytesIO(data)).load()
+    """A dump's bytes decoded: JSON (:func:`is_json`) or a restricted pickle; ValueError
+    (:data:`TRUNCATED`) for a dump that lacks its end."""
+    if is_json(data):
+        try:
+            return json.loads(data.decode("utf-8"))
+        except ValueError:
+            if not data.rstrip().endswith(b"}"):
+                raise ValueError(TRUNCATED) from None
+            raise
+    try:
+        return _NoClasses(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, IndexError) as err:
+        # Every pickle ends with STOP ("."); a refused class is said as such, whatever the end.
+        if not data.endswith(b".") and "refused" not in str(err):
+            raise ValueError(TRUNCATED) from None
+        raise
 
 
 @dataclass
@@ -96,6 +118,7 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
         stem_filter = path.name
         files = [p for p in sorted(parent.iterdir()) if p.name.startswith(path.name) and _not_a_directory(p)]
     found = []
+    empty: list[tuple[int, Path, str]] = []
     for file in files:
         match = _NAME.match(file.name)
         rank = _rank_of(file)
@@ -103,26 +126,32 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
             continue
         if stem_filter is not None and match["stem"] != stem_filter:
             continue
-        if stem_filter is None and not _looks_like_dump(file):
-            continue  # a log or anything else beside the dumps
+        if stem_filter is None:
+            head = _head(file)
+            if head == b"":
+                empty.append((rank, file, match["stem"]))
+            if head is not None and head[:1] not in (b"\x80", b"{"):
+                continue  # a log or anything else beside the dumps
         found.append((rank, file))
+    # An empty file is a dump whose rank died before writing a byte when it is named like the dumps.
+    stems = {m["stem"] for _, f in found if (m := _NAME.match(f.name))}
+    found.extend((rank, file) for rank, file, stem in empty if stem in stems)
     return found
 
 
-def _looks_like_dump(file: Path) -> bool:
-    """A pickle (protocol 2+ starts with 0x80) or a JSON object; anything but a regular file is
-    kept, to be named when it is refused."""
+def _head(file: Path) -> Optional[bytes]:
+    """The first bytes of a regular file (a pickle starts with 0x80, JSON with ``{``); None for
+    anything else (kept, to be named when it is refused) or a file that cannot be read."""
     try:
         fd = _open_regular(str(file))
     except (OSError, ValueError):
-        return True
+        return None
     try:
-        head = os.read(fd, 64).lstrip()
+        return os.read(fd, 64).lstrip()
     except OSError:
-        return True  # reported as unreadable
+        return None  # reported as unreadable
     finally:
         os.close(fd)
-    return head[:1] in (b"\x80", b"{")
 
 
 def _refuse_other_kinds(mode: int) -> None:
@@ -221,8 +250,15 @@ def read_dumps(path: Path, limits: Limits = DEFAULT_LIMITS) -> Collected:
 
 
 def _read_one(file: Path, rank: int, cache: Cache, limits: Limits) -> RankDump:
-    data = read_capped(str(file), limits.max_bytes)
-    return dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
+    try:
+        data = read_capped(str(file), limits.max_bytes)
+    except ValueError as err:
+        if str(err) == "empty file":  # torch opens the file before it writes it
+            raise ValueError("empty file: the rank may have died before writing it") from None
+        raise
+    dump = dump_from_raw(load_bytes(data), rank, str(file), cache, limits)
+    dump.json = is_json(data)
+    return dump
 
 
 def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
@@ -233,4 +269,6 @@ def read_live_dump(path: str, uid: int, rank: int, cache: Cache) -> RankDump:
     corrupt pickle raises) when it cannot be read.
     """
     data = read_capped(path, DEFAULT_LIMITS.max_bytes, uid)
-    return dump_from_raw(load_bytes(data), rank, path, cache)
+    dump = dump_from_raw(load_bytes(data), rank, path, cache)
+    dump.json = is_json(data)
+    return dump

@@ -16,15 +16,20 @@ entry) is converted once per object: a small pickle never costs entries x frames
 from __future__ import annotations
 
 import ast
+import bisect
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional, TypeVar
 
 from rankscope.model import Frame
 
 T = TypeVar("T")
+
+#: Backends whose entries never say ``completed`` (no events): ``retired`` is their word for done
+#: ("": a profiling name without a backend, read as before).
+_EVENTLESS = ("gloo", "")
 
 #: Frames of torch itself: skipped when naming who issued a collective.
 _LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "<frozen ")
@@ -65,9 +70,15 @@ class Entry:
 
     @property
     def done(self) -> bool:
-        """The entry's own word that it finished: NCCL marks it ``completed``; gloo leaves every entry
-        ``scheduled`` and sets ``retired`` once the work is done."""
-        return self.retired or self.state == "completed"
+        """The entry's own word that it finished: NCCL marks it ``completed`` (its end event fired);
+        gloo, which has no events, leaves every entry ``scheduled`` and sets ``retired`` once the work is
+        done. A backend with events that retired an entry it never saw complete timed it out."""
+        return self.state == "completed" or (self.retired and self.backend in _EVENTLESS)
+
+    @property
+    def timed_out(self) -> bool:
+        """Retired by a backend with events without completing: its watchdog gave up on it."""
+        return self.retired and not self.done
 
     def call_site(self) -> Optional[Frame]:
         """The innermost frame outside torch and installed packages: the user's call."""
@@ -139,6 +150,8 @@ class GroupStatus:
     last_enqueued: int = -1
     last_started: int = -1
     last_completed: int = -1
+    #: ``pg`` is the group's name; False: the key pg_status gave (a ``pg_id``) that nothing paired with one.
+    named: bool = True
 
 
 @dataclass
@@ -154,8 +167,16 @@ class RankDump:
     group_desc: dict[str, str] = field(default_factory=dict)
     #: What the limits cut, in words ("kept the last 10000 of 25000 entries"); empty when nothing was.
     cut: list[str] = field(default_factory=list)
+    #: What the report should say about how this dump was read (a layout it cannot fully use).
+    notes: list[str] = field(default_factory=list)
     #: Entries dropped from the start: groups may have no entry left, which says nothing about them.
     entries_cut: int = 0
+    #: pg_id -> group name, as this dump's entries pair them (pairs another rank's pg_status).
+    pg_ids: dict[str, str] = field(default_factory=dict)
+    #: pg_config names a process group: torch records groups only while the recorder is on.
+    groups_registered: bool = False
+    #: Read from JSON (which never carries frames), not from a pickle.
+    json: bool = False
 
     def status_of(self, pg: str) -> Optional[GroupStatus]:
         for status in self.status:
@@ -230,10 +251,14 @@ def split_name(profiling_name: str) -> tuple[str, str, Optional[int], Optional[i
         backend, rest = "", profiling_name
     op, _, ends = rest.strip().partition(" ")
     src = dst = None
-    if "->" in ends:
-        left, _, right = ends.partition("->")
+    # torch writes ``send <me>-><peer>`` and ``recv <me><-<peer>`` (ranks in the group, not global).
+    arrow = "->" if "->" in ends else "<-" if "<-" in ends else ""
+    if arrow:
+        left, _, right = ends.partition(arrow)
         if left.strip().isdigit() and right.strip().isdigit() and max(len(left), len(right)) < 10:
             src, dst = int(left), int(right)
+            if arrow == "<-":
+                src, dst = dst, src
             if max(src, dst) >= MAX_RANK:
                 src = dst = None
     return backend, op, src, dst
@@ -270,9 +295,20 @@ def _group(value: Any, raw: Mapping[str, Any], cache: Cache) -> tuple[str, str]:
         return (_str(raw.get("pg_id", "")), "")
     found: Optional[tuple[str, str]] = cache.seen.get(("g", id(value)))
     if found is None:
-        key = (_str(value[0]), _str(value[1]) if len(value) > 1 else "")
+        name = _str(value[0])
+        key = (name, _desc(name, _str(value[1]) if len(value) > 1 else ""))
         found = cache.seen[("g", id(value))] = cache.groups.setdefault(key, key)
     return found
+
+
+#: The description torch gives the default group (``init_process_group``) since it names groups' uses.
+DEFAULT_DESC = "default_pg"
+
+
+def _desc(name: str, desc: str) -> str:
+    """A group's description; the default group's where a dump gives it none (``undefined``, torch's word
+    for a group without one, or nothing): the default group is always named "0"."""
+    return DEFAULT_DESC if name == "0" and desc in ("", "undefined") else desc
 
 
 def _shape(value: Any, cache: Cache) -> tuple[tuple[int, ...], ...]:
@@ -306,6 +342,11 @@ def _since(start: Any, end: Any) -> Optional[float]:
     return None
 
 
+def _first_shape(value: Any) -> Any:
+    """The first recorder's ``sizes`` (the first tensor's shape, a flat list) as a list of shapes."""
+    return [value] if isinstance(value, list) else None
+
+
 def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Entry:
     cache = cache if cache is not None else Cache()
     get = raw.get
@@ -333,7 +374,7 @@ def entry_from_raw(raw: Mapping[str, Any], cache: Optional[Cache] = None) -> Ent
         p2p_seq=p2p_seq if type(p2p_seq) is int else _int(p2p_seq),
         op=op,
         backend=backend,
-        sizes=_shape(get("input_sizes"), cache),
+        sizes=_shape(get("input_sizes", _first_shape(get("sizes"))), cache),
         dtypes=_dtypes(dtypes, cache),
         out_sizes=_shape(get("output_sizes"), cache),
         out_dtypes=_dtypes(get("output_dtypes"), cache),
@@ -387,10 +428,19 @@ def _capped(mapping: Any, most: int) -> list[tuple[Any, Any]]:
 def dump_from_raw(
     data: Any, rank: int, path: str, cache: Optional[Cache] = None, limits: Limits = DEFAULT_LIMITS
 ) -> RankDump:
-    """A decoded dump as records, cut to ``limits``; ValueError when it is not a flight-recorder dump."""
-    if not isinstance(data, Mapping) or "entries" not in data:
+    """A decoded dump as records, cut to ``limits``; ValueError when it is not a flight-recorder dump.
+
+    A dump without ``entries`` is read when it has the rest of one (``version`` and ``pg_status`` or
+    ``pg_config``): torch's JSON dump leaves the key out when no entry is left to write (only the active
+    ones asked for, and every collective completed), and ``includeCollectives=False`` writes none. The
+    first recorder (torch 2.2's ``_dump_nccl_trace``) pickled the bare list of entries."""
+    if isinstance(data, list) and data and isinstance(data[0], Mapping) and "profiling_name" in data[0]:
+        data = {"entries": data}
+    if not isinstance(data, Mapping) or (
+        "entries" not in data and ("version" not in data or not ({"pg_status", "pg_config"} & data.keys()))
+    ):
         raise ValueError("not a flight-recorder dump (no 'entries')")
-    raw_entries = data.get("entries")
+    raw_entries = data.get("entries", [])
     if not isinstance(raw_entries, Sequence) or isinstance(raw_entries, (str, bytes)):
         raise ValueError("not a flight-recorder dump ('entries' is not a list)")
     cache = cache if cache is not None else Cache()
@@ -425,14 +475,19 @@ def _dump(
     groups = data.get("pg_status"), data.get("pg_config")
     if any(isinstance(g, Mapping) and len(g) > limits.max_groups for g in groups):
         cut.append(f"kept the first {limits.max_groups} process groups")
-    for name, values in _capped(groups[0], limits.max_groups):
+    status_groups = _capped(groups[0], limits.max_groups)
+    config_names = [_str(k) for k, _ in _capped(groups[1], limits.max_groups)]
+    pg_ids = _pg_ids(kept, entries)
+    names = _status_names([_str(k) for k, _ in status_groups], pg_ids, config_names)
+    for name, values in status_groups:
         if isinstance(values, Mapping):
             status.append(
                 GroupStatus(
-                    _str(name),
+                    names.get(_str(name), _str(name)),
                     _int(values.get("last_enqueued_collective"), -1),
                     _int(values.get("last_started_collective"), -1),
                     _int(values.get("last_completed_collective"), -1),
+                    _str(name) in names,
                 )
             )
     group_ranks: dict[str, list[int]] = {}
@@ -443,6 +498,9 @@ def _dump(
     for name, config in _capped(groups[1], limits.max_groups):
         # gloo (torch 2.13) writes one config under the name "" whose ranks belong to whichever group
         # was registered last: only a config under a real group name is believed.
+        # torch 2.2-2.3 (version 1.x) wrote ``{pg_id: [ranks]}``; later ``{name: {name, desc, ranks}}``.
+        if isinstance(config, (list, tuple)):
+            config = {"ranks": config}
         if isinstance(config, Mapping) and _str(name):
             members = _ranks(config.get("ranks"), cache)
             if members and len(members) > members_left:
@@ -451,19 +509,130 @@ def _dump(
             if members:
                 group_ranks[_str(name)] = members
                 members_left -= len(members)
-            group_desc[_str(name)] = _str(config.get("desc"))
+            group_desc[_str(name)] = _desc(_str(name), _str(config.get("desc")))
+    _global_peers(entries, group_ranks)
+    notes = []
+    first = next((e for e in kept if isinstance(e, Mapping)), None)
+    if first is not None and "seq_id" in first and "collective_seq_id" not in first:
+        lost = _renumber_collectives(entries)
+        if lost:
+            version = _str(data.get("version")) or "without a version"
+            notes.append(
+                f"rank {rank}'s dump (version {version}) numbers its send/recv and collectives together and "
+                "lost its first records: its collectives' numbers may be off by the send/recv it no longer holds"
+            )
     return RankDump(
         rank=rank,
         path=path,
         version=_str(data.get("version")),
-        comm_lib_version=_str(data.get("comm_lib_version")),
+        # torch's dumps up to version 2.7 name it nccl_version.
+        comm_lib_version=_str(data.get("comm_lib_version", data.get("nccl_version"))),
         entries=entries,
         status=status,
         group_ranks=group_ranks,
         group_desc=group_desc,
+        pg_ids=pg_ids,
+        groups_registered=isinstance(groups[1], Mapping) and len(groups[1]) > 0,
         cut=cut,
+        notes=notes,
         entries_cut=dropped,
     )
+
+
+def _pg_ids(raw_entries: Sequence[Any], entries: Sequence[Entry]) -> dict[str, str]:
+    """pg_id -> the group's name, as the entries pair them (``pg_id`` beside ``process_group``)."""
+    ids: dict[str, str] = {}
+    for raw, entry in zip((r for r in raw_entries if isinstance(r, Mapping)), entries):
+        pg_id = raw.get("pg_id")
+        if pg_id is not None and raw.get("process_group") is not None:
+            ids.setdefault(_str(pg_id), entry.pg)
+    return ids
+
+
+def _status_names(keys: Sequence[str], ids: Mapping[str, str], config_names: Sequence[str]) -> dict[str, str]:
+    """pg_status key -> group name. torch keys pg_status by the group's ``pg_id`` (a counter of the
+    process) and everything else by its name: the same only for the default names ("0", "1", ...); a
+    ``group_name`` or a hashed name differs. The entries pair ids with names; a key none of them pairs is
+    a name of pg_config that no pair claims, or the one id left with the one name left; else kept."""
+    names = {k: ids[k] for k in keys if k in ids}
+    claimed = set(names.values())
+    left = [k for k in keys if k not in names]
+    unclaimed = [n for n in config_names if n and n not in claimed]
+    for key in left:
+        if key in unclaimed:
+            names[key] = key
+    left = [k for k in left if k not in names]
+    unclaimed = [n for n in unclaimed if n not in names.values()]
+    if len(left) == 1 and len(unclaimed) == 1:
+        names[left[0]] = unclaimed[0]
+    return names
+
+
+def pair_status_ids(dumps: Sequence[RankDump]) -> None:
+    """pg_status keys a dump could not pair with a group name itself (its entries left out the group:
+    only the active ones were dumped), paired as the other dumps' entries pair them, where that name is
+    one of the dump's own groups (pg_config) and no other key of it has that name. Ranks that made the
+    same groups number them alike; a rank outside a group numbers the later ones otherwise, which the
+    membership check leaves out."""
+    for dump in dumps:
+        if all(s.named for s in dump.status):
+            continue
+        claimed = {s.pg for s in dump.status if s.named}
+        for index, status in enumerate(dump.status):
+            if status.named:
+                continue
+            names = {d.pg_ids[status.pg] for d in dumps if d is not dump and status.pg in d.pg_ids}
+            names = {n for n in names if n in dump.group_desc and n not in claimed}
+            if len(names) == 1:
+                name = names.pop()
+                dump.status[index] = replace(status, pg=name, named=True)
+                claimed.add(name)
+
+
+def _renumber_collectives(entries: Sequence[Entry]) -> bool:
+    """Version 1.x (and the first recorder) numbered every operation of a group with one ``seq_id``:
+    collectives, and each send/recv outside a batch (a batch of them: its closing ``coalesced`` entry).
+    Ranks that send and receive differently (pipeline stages) then give one collective other numbers.
+    Each collective is renumbered to count collectives only, in every group whose first operation
+    (number 1) the dump still holds (a ring buffer drops the oldest first, so nothing of it was lost);
+    True when a group with send/recv lost its start and was left as it was."""
+    by_group: dict[str, list[Entry]] = {}
+    for entry in entries:
+        by_group.setdefault(entry.pg, []).append(entry)
+    lost = False
+    for group in by_group.values():
+        previous_p2p = False
+        for entry in group:  # a batch's send/recv come just before its closing entry
+            if entry.op == "coalesced" and previous_p2p:
+                entry.is_p2p = True
+            if entry.is_p2p and not entry.p2p_seq:  # no p2p_seq_id yet: its own number names it
+                entry.p2p_seq = entry.seq
+            previous_p2p = entry.is_p2p
+        collectives = {e.seq for e in group if not e.is_p2p}
+        p2p = sorted({e.seq for e in group if e.is_p2p} - collectives)
+        if not p2p:
+            continue
+        if min(e.seq for e in group) != 1:
+            lost = True
+            continue
+        for entry in group:
+            if not entry.is_p2p:
+                entry.seq -= bisect.bisect_left(p2p, entry.seq)
+    return lost
+
+
+def _global_peers(entries: Sequence[Entry], group_ranks: Mapping[str, list[int]]) -> None:
+    """A p2p peer as a global rank: torch names it by its rank in the group (``send 0->1`` in a group of
+    ranks [2, 3] goes from rank 2 to rank 3); left as written where the dump names no members."""
+    ordered: dict[str, list[int]] = {}
+    for entry in entries:
+        if entry.peer is None or entry.pg not in group_ranks:
+            continue
+        members = ordered.get(entry.pg)
+        if members is None:
+            members = ordered[entry.pg] = sorted(group_ranks[entry.pg])
+        if entry.peer < len(members):
+            entry.peer = members[entry.peer]
 
 
 def add_members(dump: RankDump, groups: Any) -> None:

@@ -145,8 +145,11 @@ class FrReport:
     #: Ranks of the job (0 .. world size - 1, as far as the dumps tell) that left no readable dump.
     absent: list[int] = field(default_factory=list)
     desync: bool = False
-    #: True when every dump is empty (the recorder was not enabled).
+    #: True when every dump is empty (the recorder was not enabled, or recorded nothing yet).
     empty: bool = False
+    #: With ``empty``: the recorder was on (a dump's pg_config names process groups, which torch records
+    #: only when it is), so nothing had been issued yet.
+    recorder_on: bool = False
     groups: list[GroupView] = field(default_factory=list)
     #: The first divergence of every group that has one, the first in time first.
     divergences: list[Divergence] = field(default_factory=list)
