@@ -268,6 +268,11 @@ def test_a_dump_cut_short_by_a_rank_that_died_while_writing_it_says_so(tmp_path:
     write(tmp_path, 0, document([entry(s) for s in range(1, 40)], {"0": status(39, 39)}, WORLD2))
     (tmp_path / "nccl_trace_rank_1").write_bytes(whole[: len(whole) // 2])
     report = judge(tmp_path)
+    # Cut right after a "." inside the data (the end a whole pickle has): the unpickler's word tells.
+    dot = whole.index(b"train.py") + len(b"train.")
+    (tmp_path / "nccl_trace_rank_2").write_bytes(whole[:dot])
+    assert [r.reason for r in judge(tmp_path).refused][1].endswith("the rank may have died while writing it")
+    (tmp_path / "nccl_trace_rank_2").unlink()
     assert [r.rank for r in report.refused] == [1]
     assert report.headline.startswith(
         "rank 1's dump was refused (nccl_trace_rank_1: cut short (truncated): the rank may have died while "

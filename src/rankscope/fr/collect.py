@@ -67,8 +67,10 @@ def load_bytes(data: bytes) -> Any:
     try:
         return _NoClasses(io.BytesIO(data)).load()
     except (pickle.UnpicklingError, EOFError, ValueError, IndexError) as err:
-        # Every pickle ends with STOP ("."); a refused class is said as such, whatever the end.
-        if not data.endswith(b".") and "refused" not in str(err):
+        # Every pickle ends with STOP ("."), and the unpickler says when it ran out of data; a refused
+        # class is said as such, whatever the end.
+        ran_out = isinstance(err, EOFError) or "truncated" in str(err) or not data.endswith(b".")
+        if ran_out and "refused" not in str(err):
             raise ValueError(TRUNCATED) from None
         raise
 
