@@ -38,12 +38,23 @@ NCCL_CULPRITS = {
     "shm_segment": "nccl:shm_too_small",
 }
 NCCL_VICTIMS = {"remote_error": "nccl:remote_error"}
-_SIGNALS = tuple(s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS)
+#: InfiniBand completion errors: the network under this rank failed (kind ``network``), except a
+#: flushed work request (status 5), which follows another failure of the same connection.
+IB_COMPLETION = "ib_completion"
+_IB_FLUSHED = "5"
+_SIGNALS = tuple(
+    s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS or s.name == IB_COMPLETION
+)
 
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
 _RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
 _DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
+#: torch 2.3-2.5 after a timeout: ``[PG 2 Rank 1] Timeout at NCCL work: 30871, last enqueued ...``.
+_TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (\d+)")
+#: A CUDA error the watchdog found when it polled this rank's work (the faulting kernel ran on this
+#: rank's GPU): ``Process group watchdog thread terminated with exception: CUDA error: ...``.
+_WATCHDOG_CUDA = re.compile(r"watchdog thread terminated with exception: (CUDA error: [^\n]*)")
 #: torch's heartbeat monitor (ProcessGroupNCCL, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, 480 s by default).
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 #: The head of torch's C++ log lines: ``E626 05:14:36.393067`` (month unpadded, day; no year).
@@ -159,7 +170,11 @@ class LineEvidence:
             return self._lines_before + cursor[1] + 1
 
         # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan
-        for needle, handler in ((b"Error", self._exception_line), (b"NCCL", self._nccl_or_torch)):
+        for needle, handler in (
+            (b"Error", self._exception_line),
+            (b"NCCL", self._nccl_or_torch),
+            (b"watchdog thread terminated", self._watchdog_cuda),
+        ):
             pos = chunk.find(needle)
             last = -1
             while pos >= 0:
@@ -188,6 +203,8 @@ class LineEvidence:
             self._dump_from(line, line_no)
         elif b"watchdog got stuck" in line:
             self._stuck(line, line_no)
+        elif b"Timeout at NCCL work" in line:
+            self._timeout_at(line, line_no)
 
     def continued_line(self) -> None:
         self._lines_before -= 1
@@ -225,14 +242,20 @@ class LineEvidence:
         for signal in _SIGNALS:
             if signal.search(msg) is None:
                 continue
-            culprit = signal.name in NCCL_CULPRITS
-            cause = NCCL_CULPRITS.get(signal.name) or NCCL_VICTIMS[signal.name]
+            kind = Kind.NCCL
+            if signal.name == IB_COMPLETION:
+                found = signal.search(msg)
+                status = found.group(2) if found is not None else "?"
+                kind, cause, culprit = Kind.NETWORK, f"nccl:ib_completion_{status}", status != _IB_FLUSHED
+            else:
+                culprit = signal.name in NCCL_CULPRITS
+                cause = NCCL_CULPRITS.get(signal.name) or NCCL_VICTIMS[signal.name]
             if (who, cause) in self._nccl_seen:
                 return  # one finding per process and cause (NCCL repeats its WARNs)
             self._nccl_seen.add((who, cause))
             self.findings_.append(
                 Finding(
-                    Kind.NCCL,
+                    kind,
                     cause,
                     CULPRIT if culprit else VICTIM,
                     who,
@@ -262,22 +285,79 @@ class LineEvidence:
         if work is None:
             return
         fields = dict(_WORK.findall(work.group(1)))
+        self._watched(
+            label,
+            text,
+            line_no,
+            fields.get("SeqNum", "?"),
+            fields.get("OpType", "?"),
+            fields.get("NumelIn", "?"),
+        )
+
+    def _timeout_at(self, line: bytes, line_no: int) -> None:
+        """torch's ``Timeout at NCCL work: N``: the sequence number only (the collective unnamed)."""
+        label, _raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace")
+        found = _TIMEOUT_AT.search(text)
+        if found is not None:
+            self._watched(label, text, line_no, found.group(1), "?", "?")
+
+    def _watched(
+        self, label: Optional[bytes], text: str, line_no: int, seq: str, op: str, numel: str
+    ) -> None:
+        """A rank's watchdog timeout: the first line of each rank; a later line that names the
+        collective fills in what an earlier one left out (``Timeout at NCCL work`` names none)."""
         pg = _RANK_IN_TEXT.search(text)
         who, rank = self._who(label, text)
         key = who if who is not None else (self._source, line_no)
-        if key in self.watch:
+        known = self.watch.get(key)
+        if known is not None:
+            if known.op == "?" and op != "?":
+                known.op, known.numel = op, numel
+                known.seq = seq if known.seq == "?" else known.seq
             return
         self.watch[key] = _Watch(
             who,
             rank,
-            fields.get("SeqNum", "?"),
-            fields.get("OpType", "?"),
-            fields.get("NumelIn", "?"),
-            pg.group(1) if pg is not None else None,
+            seq,
+            op,
+            numel,
+            pg.group(1) if pg is not None and pg.group(1) is not None else None,
             self._source,
             line_no,
             self.order(line_no),
             _glog_time(text),
+        )
+
+    def _watchdog_cuda(self, line: bytes, line_no: int) -> None:
+        """A CUDA error that torch's NCCL watchdog thread raised: this rank's own fatal error (the
+        process aborts: ``terminate called ... what(): ...`` repeats it, torchrun says exitcode -6)."""
+        label, raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace").rstrip("\r")
+        found = _WATCHDOG_CUDA.search(text)
+        if found is None:
+            return
+        who, _rank = self._who(label, text)
+        if (who or "", "cuda_error") in self._nccl_seen:
+            return
+        self._nccl_seen.add((who or "", "cuda_error"))
+        self.findings_.append(
+            Finding(
+                Kind.EXCEPTION_LINE,
+                "cuda_error",
+                CULPRIT,
+                who,
+                f"{found.group(1)} (raised in torch's NCCL watchdog thread: a kernel of this rank faulted "
+                "on its GPU; the Python stack that launched it is not in the log)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=torch_global_rank(raw),
+                time=_glog_time(text),
+                next_step="rerun with CUDA_LAUNCH_BLOCKING=1 (or under compute-sanitizer) so the failing "
+                "kernel raises where it is launched",
+            )
         )
 
     def _stuck(self, line: bytes, line_no: int) -> None:
@@ -555,7 +635,8 @@ class LineEvidence:
         ranks = sorted({w.rank for w in watches if w.rank is not None})
         by_seq: dict[tuple[Optional[str], str], set[tuple[str, str]]] = {}
         for w in watches:
-            by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
+            if w.op != "?":  # a line that names no collective cannot disagree with one
+                by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
         desync = next(((key, ops) for key, ops in by_seq.items() if len(ops) > 1), None)
         named = RankSet.of(ranks)
         folded = str(named) if ranks else None
@@ -588,9 +669,10 @@ class LineEvidence:
                     "watchdog_timeout",
                     CULPRIT,
                     who,
-                    f"collective {first.op} timed out on {named.phrase() if ranks else 'rank ?'}: "
+                    f"collective {first.op if first.op != '?' else 'SeqNum=' + first.seq} timed out on "
+                    f"{named.phrase() if ranks else 'rank ?'}: "
                     "they waited for a rank that never joined it",
-                    f"SeqNum={first.seq} {first.op}",
+                    " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part) or None,
                     first.source,
                     first.line,
                     first.order,

@@ -215,6 +215,7 @@ _KIND_WORDS = {
     Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
     Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
     Kind.LAUNCHER: "the launcher reported this process's death",
+    Kind.NETWORK: "the network under this process failed (an NCCL NET/IB completion error)",
     Kind.WATCHDOG: "torch's NCCL watchdog",
     Kind.LAUNCHER_SUMMARY: "only the launcher's failure summary is in this log",
 }
