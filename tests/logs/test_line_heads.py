@@ -11,6 +11,7 @@ import pytest
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind, decide
 from rankscope.logs.heads import sniff_head
 from rankscope.logs.line_evidence import LineEvidence
+from rankscope.logs.prefixes import PLAIN, split_line, tally_lines
 from rankscope.logs.roles import is_user_frame
 from rankscope.logs.tracebacks import FrameLine
 
@@ -183,3 +184,22 @@ def test_a_network_error_loses_to_a_rank_s_own_error_and_beats_the_timeouts_it_c
 )
 def test_a_launcher_s_console_script_is_no_user_code(filename: str, user: bool) -> None:
     assert is_user_frame(FrameLine(filename, 8, "<module>")) is user
+
+
+@pytest.mark.parametrize(
+    ("line", "label", "text"),
+    [
+        (b"[rank: 1] Seed set to 1234", b"1", b"Seed set to 1234"),
+        (b"[rank: 12]x", b"12", b"x"),
+        (b"[rank: x] not a number", None, None),
+    ],
+)
+def test_lightning_s_rank_prefix_is_a_rank_label(
+    line: bytes, label: bytes | None, text: bytes | None
+) -> None:
+    split = split_line(line)
+    assert split.label == label
+    if text is not None:
+        assert split.text == text
+    # the fast count of lines without a prefix agrees with the line parser
+    assert tally_lines(line + b"\n", PLAIN).unlabelled == (1 if label is None else 0)

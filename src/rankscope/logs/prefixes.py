@@ -7,6 +7,7 @@ Forms understood (outermost first; one nested torch ``[rankN]:`` is stripped as 
 - torch's own exception prefix ``[rank3]:``;
 - rankscope's own ``[host:3] `` (``rankscope prefix``, :mod:`rankscope.inproc`);
 - Open MPI ``--tag-output``: ``[1,12]<stdout>:``;
+- Lightning's own ``[rank: 1] `` (its per-rank messages; the label is the global rank);
 - SLURM ``srun --label``: ``12: `` (optionally space padded), only when asked for
   (``allow_srun``): the form is too easy to confuse with ordinary text to guess it per line.
 
@@ -23,6 +24,7 @@ from typing import Optional
 
 _BRACKET = (
     rb"\[(?:\d+),(?P<mpi>\d+)\]<std(?:out|err|diag)>:"  # Open MPI --tag-output
+    rb"|\[rank: (?P<lightning>\d+)\]\x20?"  # Lightning's rank_prefixed_message
     rb"|\[(?P<name>[^\[\]\s]{0,200}?)(?P<num>\d+)\](?P<sep>:|\x20)?"  # torchrun, torch, rankscope
 )
 _SRUN = rb"|(?P<srun>\x20{0,8}\d{1,7}): "
@@ -57,6 +59,9 @@ def label_of(match: re.Match[bytes]) -> bytes:
     mpi = match.group("mpi")
     if mpi is not None:
         return mpi
+    lightning = match.group("lightning")
+    if lightning is not None:
+        return lightning
     num = match.group("num")
     if num is not None:
         name = match.group("name")
@@ -247,7 +252,12 @@ def split_line(line: bytes, allow_srun: bool = False, dialect: Optional[Dialect]
             # MPICH's -prepend-rank, the same rank): the label is torch's global rank
             return Split(line[: inner.end()], inner.group(1), line[inner.end() :])
     label = label_of(match)
-    if match.group("num") is None and line.startswith(b"[", end) and not line.startswith(b"[rank", end):
+    if (
+        match.group("num") is None
+        and match.group("lightning") is None
+        and line.startswith(b"[", end)
+        and not line.startswith(b"[rank", end)
+    ):
         # srun --label or mpirun --tag-output around torchrun --tee: "0: [default3]:text" is
         # task 0 (one per node) and torchrun's local rank 3: label "0:3".
         inner_bracket = BRACKET_PREFIX.match(line, end)
@@ -278,7 +288,7 @@ _PREFIX_BODY = rb"[^\[\]" + _SPACE + rb"]*+(?<=\d)\]"
 #: "[3]:" alone on its line is torchrun's failure summary, not rank 3 (see :func:`split_line`).
 _SUMMARY_HEAD = rb"\d+\][:\x20]?\r?(?:\n|\Z)"
 #: A line with a rank prefix ("[W1123 socket.cpp:10] ..." has none: torch's C++ warnings).
-_RANK_LINE = rb"\[(?!" + _SUMMARY_HEAD + rb")" + _PREFIX_BODY + rb"[^\n]*+(?:\n|\Z)"
+_RANK_LINE = rb"\[(?:rank: \d+\]|(?!" + _SUMMARY_HEAD + rb")" + _PREFIX_BODY + rb")[^\n]*+(?:\n|\Z)"
 #: From a line start: the lines with a rank prefix that follow, then one line without (the group),
 #: or the end. ``findall`` runs through a block in one call and builds an object only for the
 #: lines without a prefix (the rest of the block gives ``b""``, a shared constant).
