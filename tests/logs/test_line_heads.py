@@ -5,13 +5,15 @@ thread, InfiniBand completion errors, launcher scripts in a traceback. Pure func
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from tests.support.cli import run_cli
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind, decide
 from rankscope.logs.heads import sniff_head
 from rankscope.logs.line_evidence import LineEvidence
-from rankscope.logs.prefixes import PLAIN, split_line, tally_lines
+from rankscope.logs.prefixes import PLAIN, sniff_dialect, split_line, tally_lines
 from rankscope.logs.roles import is_user_frame
 from rankscope.logs.tracebacks import FrameLine
 
@@ -203,3 +205,73 @@ def test_lightning_s_rank_prefix_is_a_rank_label(
         assert split.text == text
     # the fast count of lines without a prefix agrees with the line parser
     assert tally_lines(line + b"\n", PLAIN).unlabelled == (1 if label is None else 0)
+
+
+@pytest.mark.parametrize(("code", "cause"), [(137, "sigkill"), (134, "sigabrt"), (139, "sigsegv"), (2, None)])
+def test_a_shell_s_exit_code_for_a_signal_is_that_signal(code: int, cause: str | None) -> None:
+    findings = _evidence(
+        f"E0402 16:20:46.2 52190 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: {code}) "
+        "local_rank: 1 (pid: 52216) of binary: /bin/bash\n"
+    )
+    assert [(f.who, f.cause) for f in findings] == [("1", cause or "tracebacks_elsewhere")]
+
+
+def test_docker_compose_s_service_prefix_is_a_host_with_torchrun_s_local_rank() -> None:
+    sample = b"trainer-0-1  | [default0]:step 1\ntrainer-10-1 | [default1]:x\ntrainer-0-1  | plain\n"
+    dialect = sniff_dialect(sample)
+    assert dialect is not None and dialect.name == "compose"
+    labels = [split_line(line, dialect=dialect).label for line in sample.splitlines()]
+    assert labels == [b"trainer-0-1:0", b"trainer-10-1:1", b"trainer-0-1"]
+
+
+def test_ray_s_driver_traceback_names_the_worker_and_its_frames(tmp_path: Path) -> None:
+    log = tmp_path / "driver.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/py/ray/_private/worker.py", line 2772, in get\n'
+        "    raise value.as_instanceof_cause()\n"
+        "ray.exceptions.RayTaskError(KeyError): ray::Trainer.fit() (pid=71, ip=10.0.0.9, actor_id=ab)\n"
+        '  File "/job/fit.py", line 12, in fit\n'
+        "    row = table[key]\n"
+        "KeyError: 'k'\n"
+    )
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    verdict = data["verdict"]
+    assert (verdict["who"], verdict["exception"], verdict["where"]) == (
+        "10.0.0.9,pid=71",
+        "KeyError",
+        "/job/fit.py:12",
+    )
+
+
+def test_the_lines_between_the_parts_of_a_chain_are_not_lines_the_rank_lived_on(tmp_path: Path) -> None:
+    """A logger-like ERROR line before a chained traceback: the blank lines and the chain marker
+    are the traceback's own, so the rank did not write on after it: fatal, not caught."""
+    log = tmp_path / "job.log"
+    log.write_text(
+        "[w:2]:ERROR: Unexpected bus error encountered in worker.\n"
+        "[w:2]:Traceback (most recent call last):\n"
+        '[w:2]:  File "/py/torch/utils/data/dataloader.py", line 1243, in _try_get_data\n'
+        "[w:2]:RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error.\n"
+        "[w:2]:\n"
+        "[w:2]:The above exception was the direct cause of the following exception:\n"
+        "[w:2]:\n"
+        "[w:2]:Traceback (most recent call last):\n"
+        '[w:2]:  File "/job/train.py", line 88, in <module>\n'
+        "[w:2]:RuntimeError: DataLoader worker (pid(s) 7) exited unexpectedly\n"
+    )
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    assert [g["role"] for g in data["groups"]] == ["culprit"]
+    assert data["verdict"]["where"] == "/job/train.py:88"
+
+
+def test_torchrun_s_summary_with_a_shell_s_exit_code_names_the_signal(tmp_path: Path) -> None:
+    log = tmp_path / "summary.log"
+    log.write_text(
+        "train.py FAILED\nFailures:\n  <NO_OTHER_FAILURES>\nRoot Cause (first observed failure):\n[0]:\n"
+        "  time      : 2024-04-02_16:20:46\n  host      : n7\n  rank      : 5 (local_rank: 1)\n"
+        "  exitcode  : 137 (pid: 52216)\n  error_file: <N/A>\n"
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+    )
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["who"], verdict["cause"]) == ("5", "sigkill")

@@ -112,6 +112,12 @@ def signal_cause(number: int) -> str:
     return _SIGNAL_NAMES.get(number, f"signal_{number}")
 
 
+def shell_signal(code: int) -> Optional[int]:
+    """The signal N of an exit code 128+N, for the signals that end jobs: how a shell (torchrun
+    --no-python, a wrapper script) or a container runtime reports a child killed by N."""
+    return code - 128 if code - 128 in _SIGNAL_NAMES else None
+
+
 @dataclass
 class _Watch:
     """Watchdog lines of one rank: the first collective that timed out."""
@@ -530,9 +536,16 @@ class LineEvidence:
         if code == 0:
             return
         kind = Kind.LAUNCHER
+        shell = ""
+        number = shell_signal(code)
+        if number is not None:  # 137: SIGKILL, 134: SIGABRT, 139: SIGSEGV
+            code, shell = -number, f" (exit code {code}: 128+{number}, a shell or container's way to say so)"
         if code < 0:
             cause = signal_cause(-code)
-            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} was killed by signal {-code}"
+            what = (
+                f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} "
+                f"was killed by signal {-code}{shell}"
+            )
             step = KILLED_STEP if cause == "sigkill" else ""
         else:
             # an exit code: the process raised, and its traceback went to its own output

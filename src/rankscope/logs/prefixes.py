@@ -99,6 +99,8 @@ class Dialect:
     - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
     - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
       ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix;
+    - ``compose``: ``docker compose up`` / ``docker compose logs``: ``trainer-1-1  | text`` (the
+      service's container, like a host; a torchrun ``--tee`` prefix inside adds the local rank);
     - ``kubectl``: ``kubectl logs --prefix`` (Kubernetes >= 1.17, one pod per node of a PyTorchJob):
       ``[pod/NAME/CONTAINER] text``, label the pod's name, like a host; a torchrun ``--tee`` prefix
       inside it (``[pod/NAME/c] [default3]:text``) adds the local rank (``NAME:3``).
@@ -121,7 +123,7 @@ class Dialect:
             label = match.group(1)
             if label in _NOT_HOSTS:
                 return None
-        elif self.name == "kubectl":
+        elif self.name in ("kubectl", "compose"):
             label = match.group(1)
             tee = BRACKET_PREFIX.match(line, end)
             if tee is not None and tee.group("num") is not None and tee.group("name") != b"rank":
@@ -158,6 +160,7 @@ DIALECTS = (
     Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
     Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
+    Dialect("compose", re.compile(rb"([A-Za-z0-9][\w.-]{0,252}) +\| ")),
 )
 #: Tried before the bracket forms: a container whose name ends in a digit looks like ``[name3]``.
 KUBECTL = Dialect("kubectl", re.compile(rb"\[pod/([^/\[\]\s]{1,253})/[^/\[\]\s]{1,253}\] ?"))

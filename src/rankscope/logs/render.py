@@ -191,7 +191,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
     tb, group = root.traceback, root.group
     host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
-    who = label_text(tb.label) or "(no rank prefix)"
+    who = label_text(tb.label) or (f"Ray worker {tb.worker}" if tb.worker else "(no rank prefix)")
     if host is None and number is not None:
         who = f"rank {who}"
     if tb.global_rank is not None and number != tb.global_rank:

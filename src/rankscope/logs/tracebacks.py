@@ -28,6 +28,9 @@ _CARETS = re.compile(rb"^[\s^~]+$")
 _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 #: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
 MAX_STRAY = 50
+#: Ray's wrapper of a remote task's error, in the driver's traceback: the innermost one names the
+#: worker process (``ray.exceptions.RayTaskError(ValueError): ray::W.f() (pid=48907, ip=10.2.7.32, ...)``).
+_RAY_TASK = re.compile(rb"ray\.exceptions\.\w+\([\w.]+\): ray::\S+ \(pid=(\d+), ip=([\w.:-]+)")
 MAX_FRAMES = 200
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
@@ -92,6 +95,9 @@ class RankTraceback:
     logged: bool = False
     #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
     followed: bool = False
+    #: The worker process a Ray driver's traceback names (``10.2.7.32,pid=48907``, the innermost
+    #: ``RayTaskError``): who raised it, where the traceback has no rank prefix of its own.
+    worker: Optional[str] = None
 
     @property
     def uncaught(self) -> bool:
@@ -264,6 +270,7 @@ class TracebackCollector:
                 existing.tb.exception = ""
                 existing.tb.tail = []
                 existing.state = "frames"
+                existing.after_lines = existing.after_bytes = 0
                 self._follow(chunk, existing, end + 1)
                 return
             if existing.state == "after":
@@ -493,6 +500,9 @@ class TracebackCollector:
                 tb.frames, tb.exception, tb.tail = [], "", []
                 building.state = "frames"
                 building.tail_end = 0
+                # the lines between the parts of a chain (the marker, blank lines) are the
+                # traceback's own, not lines the rank wrote on after it
+                building.after_lines = building.after_bytes = 0
                 return True
             return False  # a new traceback of the same rank; _begin opens it
         if building.state == "chain":
@@ -510,6 +520,11 @@ class TracebackCollector:
                     )
             elif tb.frames and not tb.frames[-1].code and not _CARETS.match(stripped):
                 tb.frames[-1].code = _decode(stripped)
+            return True
+        ray_task = _RAY_TASK.match(stripped)
+        if ray_task is not None:
+            # Ray's remote traceback goes on below its wrapper: the frames are the worker's
+            tb.worker = f"{_decode(ray_task.group(2))},pid={int(ray_task.group(1))}"
             return True
         if not _EXCEPTION_LINE.match(stripped) and building.waited < MAX_STRAY:
             building.waited += 1  # e.g. the rank's stdout print landing inside its stderr traceback
