@@ -275,3 +275,34 @@ def test_torchrun_s_summary_with_a_shell_s_exit_code_names_the_signal(tmp_path: 
     )
     verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
     assert (verdict["who"], verdict["cause"]) == ("5", "sigkill")
+
+
+def test_mp_spawn_s_parent_quotes_the_child_s_traceback_which_is_the_root_cause(tmp_path: Path) -> None:
+    log = tmp_path / "spawn.log"
+    log.write_text(
+        "Traceback (most recent call last):\n"
+        '  File "/job/main.py", line 130, in <module>\n'
+        '  File "/py/torch/multiprocessing/spawn.py", line 160, in join\n'
+        "torch.multiprocessing.spawn.ProcessRaisedException: \n\n"
+        "-- Process 3 terminated with the following error:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/job/main.py", line 97, in worker\n'
+        "IndexError: list index out of range\n"
+    )
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    verdict = data["verdict"]
+    assert (verdict["who"], verdict["exception"], verdict["where"]) == ("3", "IndexError", "/job/main.py:97")
+    assert {g["exception_type"]: g["role"] for g in data["groups"] + data["unprefixed_groups"]} == {
+        "torch.multiprocessing.spawn.ProcessRaisedException": "victim",
+        "IndexError": "culprit",
+    }
+
+
+@pytest.mark.parametrize(
+    ("tail", "cause"), [("signal SIGKILL", "sigkill"), ("exit code 1", "tracebacks_elsewhere")]
+)
+def test_mp_spawn_s_child_death_is_a_launcher_report(tail: str, cause: str) -> None:
+    findings = _evidence(
+        f"torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with {tail}\n"
+    )
+    assert [(f.who, f.cause) for f in findings] == [("1", cause)]

@@ -10,6 +10,7 @@ is a list of :class:`rankscope.evidence.Finding`, weighed with the tracebacks by
 from __future__ import annotations
 
 import re
+import signal as signals
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -75,10 +76,20 @@ _SRUN = re.compile(
 )
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
+#: torch.multiprocessing.spawn in the parent: ``process 1 terminated with signal SIGKILL`` (or an exit code).
+_SPAWN_EXIT = re.compile(
+    rb"ProcessExitedException: process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
+)
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
-_NOUNS = {"deepspeed": "local rank", "torchrun": "local rank", "srun": "task", "mpirun": "rank"}
+_NOUNS = {
+    "deepspeed": "local rank",
+    "torchrun": "local rank",
+    "srun": "task",
+    "mpirun": "rank",
+    "mp.spawn": "process",
+}
 _SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
 
 KILLED_STEP = (
@@ -110,6 +121,17 @@ def _aborted_by_watchdog(finding: Finding) -> Finding:
 
 def signal_cause(number: int) -> str:
     return _SIGNAL_NAMES.get(number, f"signal_{number}")
+
+
+def _spawn_code(match: re.Match[bytes]) -> int:
+    """The exit of a ``torch.multiprocessing.spawn`` child: minus its signal's number, or its code."""
+    name = match.group(2)
+    if name is not None:
+        try:
+            return -int(signals.Signals[name.decode()])
+        except KeyError:
+            return -1
+    return int(match.group(3))
 
 
 def shell_signal(code: int) -> Optional[int]:
@@ -193,7 +215,11 @@ class LineEvidence:
                 pos = chunk.find(needle, end)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
-            b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk or b"slurmstepd" in chunk
+            b"exit" in chunk
+            or b"died with" in chunk
+            or b"srun: error" in chunk
+            or b"slurmstepd" in chunk
+            or b"ProcessExitedException" in chunk
         ):
             self._launcher(chunk, line_at)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
@@ -476,6 +502,7 @@ class LineEvidence:
             (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
             (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
             (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
+            (_SPAWN_EXIT, lambda m: (m.group(1).decode(), _spawn_code(m), "mp.spawn")),
         ):
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)

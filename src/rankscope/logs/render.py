@@ -191,7 +191,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
     tb, group = root.traceback, root.group
     host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
-    who = label_text(tb.label) or (f"Ray worker {tb.worker}" if tb.worker else "(no rank prefix)")
+    who = label_text(tb.label) or _worker_words(tb.worker)
     if host is None and number is not None:
         who = f"rank {who}"
     if tb.global_rank is not None and number != tb.global_rank:
@@ -208,6 +208,13 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         )
         out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
     return out
+
+
+def _worker_words(worker: Optional[str]) -> str:
+    """A traceback without a rank prefix, named by what its text says: a Ray worker, a spawned process."""
+    if worker is None:
+        return "(no rank prefix)"
+    return f"spawned process {worker}" if worker.isdigit() else f"Ray worker {worker}"
 
 
 _KIND_WORDS = {

@@ -49,6 +49,9 @@ VICTIM_MESSAGES = re.compile(
             r"got signal: \d+",
             r"\bSignalException\b",
             r"\bChildFailedError\b",
+            # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
+            # ("-- Process 2 terminated with the following error:"), or its death by a signal
+            r"\bProcess(?:Raised|Exited)Exception\b",
             # accelerate (and other launchers built on subprocess) reporting a child that died
             r"\bCalledProcessError\b.*(?:died with <Signals|returned non-zero exit status)",
         )

@@ -30,6 +30,8 @@ _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 MAX_STRAY = 50
 #: Ray's wrapper of a remote task's error, in the driver's traceback: the innermost one names the
 #: worker process (``ray.exceptions.RayTaskError(ValueError): ray::W.f() (pid=48907, ip=10.2.7.32, ...)``).
+#: torch.multiprocessing.spawn's parent quoting a child's traceback: the line before its header.
+_SPAWNED = re.compile(rb"-- Process (\d+) terminated with the following error:\s*$")
 _RAY_TASK = re.compile(rb"ray\.exceptions\.\w+\([\w.]+\): ray::\S+ \(pid=(\d+), ip=([\w.:-]+)")
 MAX_FRAMES = 200
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
@@ -95,8 +97,9 @@ class RankTraceback:
     logged: bool = False
     #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
     followed: bool = False
-    #: The worker process a Ray driver's traceback names (``10.2.7.32,pid=48907``, the innermost
-    #: ``RayTaskError``): who raised it, where the traceback has no rank prefix of its own.
+    #: Who raised it, where the traceback has no rank prefix of its own: the worker a Ray driver's
+    #: traceback names (``10.2.7.32,pid=48907``, the innermost ``RayTaskError``), or the index of
+    #: the ``torch.multiprocessing.spawn`` child whose traceback its parent quotes (``2``).
     worker: Optional[str] = None
 
     @property
@@ -131,6 +134,16 @@ class _Building:
     #: Spaces between the prefix and the header ("[n1:3]: Traceback"): removed from the rank's
     #: following lines too, so "  File" and the exception line read as Python wrote them.
     indent: bytes = b""
+
+
+def _spawned_before(chunk: bytes, start: int) -> Optional[str]:
+    """The index of the ``torch.multiprocessing.spawn`` child whose traceback starts at ``start``
+    (its parent writes ``-- Process 2 terminated with the following error:`` right before it)."""
+    if start == 0 or b"-- Process " not in chunk[max(0, start - 200) : start]:
+        return None
+    line_start = chunk.rfind(b"\n", 0, start - 1) + 1
+    found = _SPAWNED.search(chunk[line_start : start - 1])
+    return found.group(1).decode() if found is not None else None
 
 
 def _find_all(chunk: bytes, needle: bytes) -> list[int]:
@@ -296,6 +309,7 @@ class TracebackCollector:
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
         tb.logged = self._logged_before(chunk, start, raw_prefix)
+        tb.worker = _spawned_before(chunk, start)
         tb.global_rank = torch_global_rank(raw_prefix)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
