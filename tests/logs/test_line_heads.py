@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
@@ -90,6 +91,18 @@ def test_lines_without_a_transport_head_are_left_alone(data: bytes) -> None:
 def test_a_head_on_a_minority_of_lines_is_not_taken() -> None:
     data = b"2025-03-04T07:12:01Z one stamped line\n[default0]:a\n[default1]:b\n"
     assert sniff_head(data) is None
+
+
+def _errors(tmp_path: Path, text: str) -> dict[str, Any]:
+    """``logs errors --json`` of a log holding ``text``."""
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    data: dict[str, Any] = run_cli("logs", "errors", str(log), "--json").json()
+    return data
+
+
+def _said(data: dict[str, Any], *keys: str) -> tuple[Any, ...]:
+    return tuple(data["verdict"][key] for key in keys)
 
 
 def _evidence(text: str) -> list[Finding]:
@@ -225,30 +238,24 @@ def test_docker_compose_s_service_prefix_is_a_host_with_torchrun_s_local_rank() 
 
 
 def test_ray_s_driver_traceback_names_the_worker_and_its_frames(tmp_path: Path) -> None:
-    log = tmp_path / "driver.log"
-    log.write_text(
+    data = _errors(
+        tmp_path,
         "Traceback (most recent call last):\n"
         '  File "/py/ray/_private/worker.py", line 2772, in get\n'
         "    raise value.as_instanceof_cause()\n"
         "ray.exceptions.RayTaskError(KeyError): ray::Trainer.fit() (pid=71, ip=10.0.0.9, actor_id=ab)\n"
         '  File "/job/fit.py", line 12, in fit\n'
         "    row = table[key]\n"
-        "KeyError: 'k'\n"
+        "KeyError: 'k'\n",
     )
-    data = run_cli("logs", "errors", str(log), "--json").json()
-    verdict = data["verdict"]
-    assert (verdict["who"], verdict["exception"], verdict["where"]) == (
-        "10.0.0.9,pid=71",
-        "KeyError",
-        "/job/fit.py:12",
-    )
+    assert _said(data, "who", "exception", "where") == ("10.0.0.9,pid=71", "KeyError", "/job/fit.py:12")
 
 
 def test_the_lines_between_the_parts_of_a_chain_are_not_lines_the_rank_lived_on(tmp_path: Path) -> None:
     """A logger-like ERROR line before a chained traceback: the blank lines and the chain marker
     are the traceback's own, so the rank did not write on after it: fatal, not caught."""
-    log = tmp_path / "job.log"
-    log.write_text(
+    data = _errors(
+        tmp_path,
         "[w:2]:ERROR: Unexpected bus error encountered in worker.\n"
         "[w:2]:Traceback (most recent call last):\n"
         '[w:2]:  File "/py/torch/utils/data/dataloader.py", line 1243, in _try_get_data\n'
@@ -258,28 +265,26 @@ def test_the_lines_between_the_parts_of_a_chain_are_not_lines_the_rank_lived_on(
         "[w:2]:\n"
         "[w:2]:Traceback (most recent call last):\n"
         '[w:2]:  File "/job/train.py", line 88, in <module>\n'
-        "[w:2]:RuntimeError: DataLoader worker (pid(s) 7) exited unexpectedly\n"
+        "[w:2]:RuntimeError: DataLoader worker (pid(s) 7) exited unexpectedly\n",
     )
-    data = run_cli("logs", "errors", str(log), "--json").json()
     assert [g["role"] for g in data["groups"]] == ["culprit"]
     assert data["verdict"]["where"] == "/job/train.py:88"
 
 
 def test_torchrun_s_summary_with_a_shell_s_exit_code_names_the_signal(tmp_path: Path) -> None:
-    log = tmp_path / "summary.log"
-    log.write_text(
+    data = _errors(
+        tmp_path,
         "train.py FAILED\nFailures:\n  <NO_OTHER_FAILURES>\nRoot Cause (first observed failure):\n[0]:\n"
         "  time      : 2024-04-02_16:20:46\n  host      : n7\n  rank      : 5 (local_rank: 1)\n"
         "  exitcode  : 137 (pid: 52216)\n  error_file: <N/A>\n"
-        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n"
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n",
     )
-    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
-    assert (verdict["who"], verdict["cause"]) == ("5", "sigkill")
+    assert _said(data, "who", "cause") == ("5", "sigkill")
 
 
 def test_mp_spawn_s_parent_quotes_the_child_s_traceback_which_is_the_root_cause(tmp_path: Path) -> None:
-    log = tmp_path / "spawn.log"
-    log.write_text(
+    data = _errors(
+        tmp_path,
         "Traceback (most recent call last):\n"
         '  File "/job/main.py", line 130, in <module>\n'
         '  File "/py/torch/multiprocessing/spawn.py", line 160, in join\n'
@@ -287,11 +292,9 @@ def test_mp_spawn_s_parent_quotes_the_child_s_traceback_which_is_the_root_cause(
         "-- Process 3 terminated with the following error:\n"
         "Traceback (most recent call last):\n"
         '  File "/job/main.py", line 97, in worker\n'
-        "IndexError: list index out of range\n"
+        "IndexError: list index out of range\n",
     )
-    data = run_cli("logs", "errors", str(log), "--json").json()
-    verdict = data["verdict"]
-    assert (verdict["who"], verdict["exception"], verdict["where"]) == ("3", "IndexError", "/job/main.py:97")
+    assert _said(data, "who", "exception", "where") == ("3", "IndexError", "/job/main.py:97")
     assert {g["exception_type"]: g["role"] for g in data["groups"] + data["unprefixed_groups"]} == {
         "torch.multiprocessing.spawn.ProcessRaisedException": "victim",
         "IndexError": "culprit",
