@@ -14,7 +14,7 @@ from tests.support.cli import run_cli
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind, decide
 from rankscope.logs.heads import sniff_head
 from rankscope.logs.line_evidence import LineEvidence
-from rankscope.logs.prefixes import PLAIN, sniff_dialect, split_line, tally_lines
+from rankscope.logs.prefixes import PLAIN, SourceLabels, sniff_dialect, split_line, tally_lines
 from rankscope.logs.roles import is_user_frame
 from rankscope.logs.tracebacks import FrameLine
 
@@ -309,3 +309,14 @@ def test_mp_spawn_s_child_death_is_a_launcher_report(tail: str, cause: str) -> N
         f"torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with {tail}\n"
     )
     assert [(f.who, f.cause) for f in findings] == [("1", cause)]
+
+
+def test_a_launcher_s_local_rank_is_qualified_by_the_node_its_line_came_from() -> None:
+    found = LineEvidence()
+    found.start_source("job.log", SourceLabels(dialect=sniff_dialect(b"worker-1: x\nworker-0: y\n")))
+    data = (
+        b"worker-1: [2024-07-30 14:02:20,077] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', "
+        b"'t.py', '--local_rank=2'] exits with return code = -11\n"
+    )
+    found.feed(data, 1)
+    assert [(f.who, f.cause) for f in found.findings(set())] == [("worker-1:2", "sigsegv")]

@@ -506,7 +506,14 @@ class LineEvidence:
         ):
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)
-                self._death(who, code, launcher, line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
+                start = chunk.rfind(b"\n", 0, match.start()) + 1
+                if who is not None and _NOUNS.get(launcher) == "local rank":
+                    # a local rank is one of many: the line's own prefix (pdsh's host, srun's
+                    # task, a pod) says which node's launcher wrote it
+                    end = chunk.find(b"\n", start)
+                    node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
+                    who = who if node is None else f"{label_text(node)}:{who}"
+                self._death(who, code, launcher, line_at(start), match)
         for match in _SRUN.finditer(chunk):
             how = match.group(3)
             codes = {b"Killed": -9, b"Terminated": -15, b"Segmentation fault": -11, b"Bus error": -7}
