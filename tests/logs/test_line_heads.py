@@ -320,3 +320,13 @@ def test_a_launcher_s_local_rank_is_qualified_by_the_node_its_line_came_from() -
     )
     found.feed(data, 1)
     assert [(f.who, f.cause) for f in found.findings(set())] == [("worker-1:2", "sigsegv")]
+
+
+def test_a_pod_kubectl_lists_as_oomkilled_is_an_oom_kill_of_that_pod() -> None:
+    findings = _evidence(
+        "NAME              READY   STATUS      RESTARTS   AGE\n"
+        "ft-master-0       0/1     Error       0          5h\n"
+        "ft-worker-1       0/1     OOMKilled   2          5h\n"
+        "the word OOMKilled in a sentence is no pod\n"
+    )
+    assert [(f.who, f.cause, f.role) for f in findings] == [("ft-worker-1", "oom_kill", CULPRIT)]

@@ -80,6 +80,9 @@ _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 _SPAWN_EXIT = re.compile(
     rb"ProcessExitedException: process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
 )
+#: ``kubectl get pods`` pasted with the logs: a pod whose container the kernel killed for memory
+#: (``NAME  READY  STATUS  RESTARTS  AGE``; the pod's limit, a node's memory).
+_POD_OOM = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+OOMKilled\s+\d+", re.M)
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
@@ -101,6 +104,13 @@ ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
     "torch.distributed.elastic.multiprocessing.errors.record so the error file holds the traceback"
+)
+
+
+POD_OOM_STEP = (
+    "host memory, not GPU memory: `kubectl describe pod POD` shows Last State: Terminated, Reason: "
+    "OOMKilled, Exit Code: 137; raise the container's resources.limits.memory, or lower the data "
+    "loader's workers and prefetch"
 )
 
 
@@ -222,6 +232,11 @@ class LineEvidence:
             or b"ProcessExitedException" in chunk
         ):
             self._launcher(chunk, line_at)
+        if unprefixed and b"OOMKilled" in chunk:
+            for match in _POD_OOM.finditer(chunk):
+                pod = match.group(1).decode()
+                what = f"kubectl: pod {pod} was OOMKilled: its container hit its memory limit"
+                self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
         self._lines_before += lines
@@ -523,26 +538,30 @@ class LineEvidence:
             who = match.group(2).decode()
             line_no = line_at(chunk.rfind(b"\n", 0, match.start()) + 1)
             if how == b"Out Of Memory":
-                self._oom_killed(who, match.group(1).decode("utf-8", "replace"), line_no)
+                host = match.group(1).decode("utf-8", "replace")
+                what = (
+                    f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the "
+                    "job's cgroup limit, --mem)"
+                )
+                self._oom_killed(who, what, line_no)
             else:
                 self._death(who, code, "srun", line_no, match)
         if b"slurmstepd" in chunk:
             self._scheduler(chunk, line_at)
 
-    def _oom_killed(self, who: str, host: str, line_no: int) -> None:
+    def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
         self.findings_.append(
             Finding(
                 Kind.LAUNCHER,
                 OOM_KILL,
                 CULPRIT,
                 who,
-                f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the job's "
-                "cgroup limit, --mem)",
+                what,
                 None,
                 self._source,
                 line_no,
                 self.order(line_no),
-                next_step=OOM_STEP,
+                next_step=step,
             )
         )
 
