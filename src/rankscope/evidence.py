@@ -19,13 +19,16 @@ The precedence between kinds of evidence (:data:`PRECEDENCE`), strongest first:
    exit code (SIGKILL: the OOM killer or the scheduler), a rank's exit status read from its
    launcher's unreaped child, or a kernel message about a rank's process or GPU (OOM-killer kill,
    segfault, NVIDIA Xid), weighed together;
-5. ``watchdog``: collectives that timed out (the ranks named are the ones that waited); a desync
+5. ``network``: the network failing under a rank (NCCL's ``NET/IB : Got completion from peer ...
+   with status=12``): weaker than any death above, which breaks the same connections, and stronger
+   than the timeouts it causes;
+6. ``watchdog``: collectives that timed out (the ranks named are the ones that waited); a desync
    (different collectives at one sequence number, in the log or the flight recorders); torch's
    pointer to the first rank that timed out;
-6. ``stacks``: live stacks of a hung job: ranks elsewhere while the others wait in a collective,
+7. ``stacks``: live stacks of a hung job: ranks elsewhere while the others wait in a collective,
    a rank blocked on its GPU, or every rank in one collective with none to blame;
-7. ``cut_traceback``: a traceback the log ends in the middle of (no exception line);
-8. ``launcher_summary``: only a launcher's failure summary (every rank exited): the tracebacks are
+8. ``cut_traceback``: a traceback the log ends in the middle of (no exception line);
+9. ``launcher_summary``: only a launcher's failure summary (every rank exited): the tracebacks are
    elsewhere.
 
 Within one kind the earliest finding wins: by timestamp when any of them carries one, else by
@@ -50,6 +53,7 @@ class Kind(Words):
     EXCEPTION_LINE = "exception_line"
     NATIVE_CRASH = "native_crash"
     LAUNCHER = "launcher"
+    NETWORK = "network"
     WATCHDOG = "watchdog"
     KERNEL = "kernel"
     STACKS = "stacks"
@@ -67,6 +71,7 @@ PRECEDENCE: tuple[tuple[Kind, ...], ...] = (
     (Kind.TRACEBACK, Kind.EXCEPTION_LINE),
     (Kind.NATIVE_CRASH,),
     (Kind.LAUNCHER, Kind.KERNEL),
+    (Kind.NETWORK,),
     (Kind.WATCHDOG,),
     (Kind.STACKS,),
     (Kind.CUT_TRACEBACK,),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from rankscope.evidence import Finding, Kind
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
-from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, signal_cause
+from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.torchrun_summary import RankExit
 
@@ -27,7 +27,7 @@ def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Fi
                 Kind.CUT_TRACEBACK if tb.truncated else Kind.TRACEBACK,
                 "python_exception",
                 str(group.role),
-                label_text(tb.label),
+                label_text(tb.label) or tb.worker,
                 tb.exception or tb.exception_type,
                 f"{frame.filename}:{frame.line}" if frame is not None else None,
                 tb.source,
@@ -47,6 +47,8 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
     out = []
     for entry in exits:
         code = entry.exitcode
+        if code is not None and shell_signal(code) is not None:
+            code = -(shell_signal(code) or 0)  # "exitcode : 137": a shell's child killed by SIGKILL
         killed = entry.signal is not None or (code is not None and code < 0)
         if killed:
             number = -code if code is not None and code < 0 else 0

@@ -10,6 +10,7 @@ is a list of :class:`rankscope.evidence.Finding`, weighed with the tracebacks by
 from __future__ import annotations
 
 import re
+import signal as signals
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -38,12 +39,23 @@ NCCL_CULPRITS = {
     "shm_segment": "nccl:shm_too_small",
 }
 NCCL_VICTIMS = {"remote_error": "nccl:remote_error"}
-_SIGNALS = tuple(s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS)
+#: InfiniBand completion errors: the network under this rank failed (kind ``network``), except a
+#: flushed work request (status 5), which follows another failure of the same connection.
+IB_COMPLETION = "ib_completion"
+_IB_FLUSHED = "5"
+_SIGNALS = tuple(
+    s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS or s.name == IB_COMPLETION
+)
 
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
 _RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
 _DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
+#: torch 2.3-2.5 after a timeout: ``[PG 2 Rank 1] Timeout at NCCL work: 30871, last enqueued ...``.
+_TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (\d+)")
+#: A CUDA error the watchdog found when it polled this rank's work (the faulting kernel ran on this
+#: rank's GPU): ``Process group watchdog thread terminated with exception: CUDA error: ...``.
+_WATCHDOG_CUDA = re.compile(r"watchdog thread terminated with exception: (CUDA error: [^\n]*)")
 #: torch's heartbeat monitor (ProcessGroupNCCL, TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, 480 s by default).
 _STUCK = re.compile(r"watchdog got stuck for (\d+) seconds")
 #: The head of torch's C++ log lines: ``E626 05:14:36.393067`` (month unpadded, day; no year).
@@ -64,10 +76,23 @@ _SRUN = re.compile(
 )
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
+#: torch.multiprocessing.spawn in the parent: ``process 1 terminated with signal SIGKILL`` (or an exit code).
+_SPAWN_EXIT = re.compile(
+    rb"ProcessExitedException: process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
+)
+#: ``kubectl get pods`` pasted with the logs: a pod whose container the kernel killed for memory
+#: (``NAME  READY  STATUS  RESTARTS  AGE``; the pod's limit, a node's memory).
+_POD_OOM = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+OOMKilled\s+\d+", re.M)
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
-_NOUNS = {"deepspeed": "local rank", "torchrun": "local rank", "srun": "task", "mpirun": "rank"}
+_NOUNS = {
+    "deepspeed": "local rank",
+    "torchrun": "local rank",
+    "srun": "task",
+    "mpirun": "rank",
+    "mp.spawn": "process",
+}
 _SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
 
 KILLED_STEP = (
@@ -79,6 +104,13 @@ ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
     "torch.distributed.elastic.multiprocessing.errors.record so the error file holds the traceback"
+)
+
+
+POD_OOM_STEP = (
+    "host memory, not GPU memory: `kubectl describe pod POD` shows Last State: Terminated, Reason: "
+    "OOMKilled, Exit Code: 137; raise the container's resources.limits.memory, or lower the data "
+    "loader's workers and prefetch"
 )
 
 
@@ -99,6 +131,23 @@ def _aborted_by_watchdog(finding: Finding) -> Finding:
 
 def signal_cause(number: int) -> str:
     return _SIGNAL_NAMES.get(number, f"signal_{number}")
+
+
+def _spawn_code(match: re.Match[bytes]) -> int:
+    """The exit of a ``torch.multiprocessing.spawn`` child: minus its signal's number, or its code."""
+    name = match.group(2)
+    if name is not None:
+        try:
+            return -int(signals.Signals[name.decode()])
+        except KeyError:
+            return -1
+    return int(match.group(3))
+
+
+def shell_signal(code: int) -> Optional[int]:
+    """The signal N of an exit code 128+N, for the signals that end jobs: how a shell (torchrun
+    --no-python, a wrapper script) or a container runtime reports a child killed by N."""
+    return code - 128 if code - 128 in _SIGNAL_NAMES else None
 
 
 @dataclass
@@ -159,7 +208,11 @@ class LineEvidence:
             return self._lines_before + cursor[1] + 1
 
         # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan
-        for needle, handler in ((b"Error", self._exception_line), (b"NCCL", self._nccl_or_torch)):
+        for needle, handler in (
+            (b"Error", self._exception_line),
+            (b"NCCL", self._nccl_or_torch),
+            (b"watchdog thread terminated", self._watchdog_cuda),
+        ):
             pos = chunk.find(needle)
             last = -1
             while pos >= 0:
@@ -172,9 +225,18 @@ class LineEvidence:
                 pos = chunk.find(needle, end)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
-            b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk or b"slurmstepd" in chunk
+            b"exit" in chunk
+            or b"died with" in chunk
+            or b"srun: error" in chunk
+            or b"slurmstepd" in chunk
+            or b"ProcessExitedException" in chunk
         ):
             self._launcher(chunk, line_at)
+        if unprefixed and b"OOMKilled" in chunk:
+            for match in _POD_OOM.finditer(chunk):
+                pod = match.group(1).decode()
+                what = f"kubectl: pod {pod} was OOMKilled: its container hit its memory limit"
+                self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
         self._lines_before += lines
@@ -188,6 +250,8 @@ class LineEvidence:
             self._dump_from(line, line_no)
         elif b"watchdog got stuck" in line:
             self._stuck(line, line_no)
+        elif b"Timeout at NCCL work" in line:
+            self._timeout_at(line, line_no)
 
     def continued_line(self) -> None:
         self._lines_before -= 1
@@ -225,14 +289,20 @@ class LineEvidence:
         for signal in _SIGNALS:
             if signal.search(msg) is None:
                 continue
-            culprit = signal.name in NCCL_CULPRITS
-            cause = NCCL_CULPRITS.get(signal.name) or NCCL_VICTIMS[signal.name]
+            kind = Kind.NCCL
+            if signal.name == IB_COMPLETION:
+                found = signal.search(msg)
+                status = found.group(2) if found is not None else "?"
+                kind, cause, culprit = Kind.NETWORK, f"nccl:ib_completion_{status}", status != _IB_FLUSHED
+            else:
+                culprit = signal.name in NCCL_CULPRITS
+                cause = NCCL_CULPRITS.get(signal.name) or NCCL_VICTIMS[signal.name]
             if (who, cause) in self._nccl_seen:
                 return  # one finding per process and cause (NCCL repeats its WARNs)
             self._nccl_seen.add((who, cause))
             self.findings_.append(
                 Finding(
-                    Kind.NCCL,
+                    kind,
                     cause,
                     CULPRIT if culprit else VICTIM,
                     who,
@@ -262,22 +332,79 @@ class LineEvidence:
         if work is None:
             return
         fields = dict(_WORK.findall(work.group(1)))
+        self._watched(
+            label,
+            text,
+            line_no,
+            fields.get("SeqNum", "?"),
+            fields.get("OpType", "?"),
+            fields.get("NumelIn", "?"),
+        )
+
+    def _timeout_at(self, line: bytes, line_no: int) -> None:
+        """torch's ``Timeout at NCCL work: N``: the sequence number only (the collective unnamed)."""
+        label, _raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace")
+        found = _TIMEOUT_AT.search(text)
+        if found is not None:
+            self._watched(label, text, line_no, found.group(1), "?", "?")
+
+    def _watched(
+        self, label: Optional[bytes], text: str, line_no: int, seq: str, op: str, numel: str
+    ) -> None:
+        """A rank's watchdog timeout: the first line of each rank; a later line that names the
+        collective fills in what an earlier one left out (``Timeout at NCCL work`` names none)."""
         pg = _RANK_IN_TEXT.search(text)
         who, rank = self._who(label, text)
         key = who if who is not None else (self._source, line_no)
-        if key in self.watch:
+        known = self.watch.get(key)
+        if known is not None:
+            if known.op == "?" and op != "?":
+                known.op, known.numel = op, numel
+                known.seq = seq if known.seq == "?" else known.seq
             return
         self.watch[key] = _Watch(
             who,
             rank,
-            fields.get("SeqNum", "?"),
-            fields.get("OpType", "?"),
-            fields.get("NumelIn", "?"),
-            pg.group(1) if pg is not None else None,
+            seq,
+            op,
+            numel,
+            pg.group(1) if pg is not None and pg.group(1) is not None else None,
             self._source,
             line_no,
             self.order(line_no),
             _glog_time(text),
+        )
+
+    def _watchdog_cuda(self, line: bytes, line_no: int) -> None:
+        """A CUDA error that torch's NCCL watchdog thread raised: this rank's own fatal error (the
+        process aborts: ``terminate called ... what(): ...`` repeats it, torchrun says exitcode -6)."""
+        label, raw, raw_text = self._split(line)
+        text = raw_text.decode("utf-8", "replace").rstrip("\r")
+        found = _WATCHDOG_CUDA.search(text)
+        if found is None:
+            return
+        who, _rank = self._who(label, text)
+        if (who or "", "cuda_error") in self._nccl_seen:
+            return
+        self._nccl_seen.add((who or "", "cuda_error"))
+        self.findings_.append(
+            Finding(
+                Kind.EXCEPTION_LINE,
+                "cuda_error",
+                CULPRIT,
+                who,
+                f"{found.group(1)} (raised in torch's NCCL watchdog thread: a kernel of this rank faulted "
+                "on its GPU; the Python stack that launched it is not in the log)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=torch_global_rank(raw),
+                time=_glog_time(text),
+                next_step="rerun with CUDA_LAUNCH_BLOCKING=1 (or under compute-sanitizer) so the failing "
+                "kernel raises where it is launched",
+            )
         )
 
     def _stuck(self, line: bytes, line_no: int) -> None:
@@ -390,10 +517,18 @@ class LineEvidence:
             (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
             (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
             (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
+            (_SPAWN_EXIT, lambda m: (m.group(1).decode(), _spawn_code(m), "mp.spawn")),
         ):
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)
-                self._death(who, code, launcher, line_at(chunk.rfind(b"\n", 0, match.start()) + 1), match)
+                start = chunk.rfind(b"\n", 0, match.start()) + 1
+                if who is not None and _NOUNS.get(launcher) == "local rank":
+                    # a local rank is one of many: the line's own prefix (pdsh's host, srun's
+                    # task, a pod) says which node's launcher wrote it
+                    end = chunk.find(b"\n", start)
+                    node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
+                    who = who if node is None else f"{label_text(node)}:{who}"
+                self._death(who, code, launcher, line_at(start), match)
         for match in _SRUN.finditer(chunk):
             how = match.group(3)
             codes = {b"Killed": -9, b"Terminated": -15, b"Segmentation fault": -11, b"Bus error": -7}
@@ -403,26 +538,30 @@ class LineEvidence:
             who = match.group(2).decode()
             line_no = line_at(chunk.rfind(b"\n", 0, match.start()) + 1)
             if how == b"Out Of Memory":
-                self._oom_killed(who, match.group(1).decode("utf-8", "replace"), line_no)
+                host = match.group(1).decode("utf-8", "replace")
+                what = (
+                    f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the "
+                    "job's cgroup limit, --mem)"
+                )
+                self._oom_killed(who, what, line_no)
             else:
                 self._death(who, code, "srun", line_no, match)
         if b"slurmstepd" in chunk:
             self._scheduler(chunk, line_at)
 
-    def _oom_killed(self, who: str, host: str, line_no: int) -> None:
+    def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
         self.findings_.append(
             Finding(
                 Kind.LAUNCHER,
                 OOM_KILL,
                 CULPRIT,
                 who,
-                f"srun: task {who} on {host} was killed by the out-of-memory handler (host memory: the job's "
-                "cgroup limit, --mem)",
+                what,
                 None,
                 self._source,
                 line_no,
                 self.order(line_no),
-                next_step=OOM_STEP,
+                next_step=step,
             )
         )
 
@@ -450,9 +589,16 @@ class LineEvidence:
         if code == 0:
             return
         kind = Kind.LAUNCHER
+        shell = ""
+        number = shell_signal(code)
+        if number is not None:  # 137: SIGKILL, 134: SIGABRT, 139: SIGSEGV
+            code, shell = -number, f" (exit code {code}: 128+{number}, a shell or container's way to say so)"
         if code < 0:
             cause = signal_cause(-code)
-            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} was killed by signal {-code}"
+            what = (
+                f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} "
+                f"was killed by signal {-code}{shell}"
+            )
             step = KILLED_STEP if cause == "sigkill" else ""
         else:
             # an exit code: the process raised, and its traceback went to its own output
@@ -555,7 +701,8 @@ class LineEvidence:
         ranks = sorted({w.rank for w in watches if w.rank is not None})
         by_seq: dict[tuple[Optional[str], str], set[tuple[str, str]]] = {}
         for w in watches:
-            by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
+            if w.op != "?":  # a line that names no collective cannot disagree with one
+                by_seq.setdefault((w.pg, w.seq), set()).add((w.op, w.numel))
         desync = next(((key, ops) for key, ops in by_seq.items() if len(ops) > 1), None)
         named = RankSet.of(ranks)
         folded = str(named) if ranks else None
@@ -588,9 +735,10 @@ class LineEvidence:
                     "watchdog_timeout",
                     CULPRIT,
                     who,
-                    f"collective {first.op} timed out on {named.phrase() if ranks else 'rank ?'}: "
+                    f"collective {first.op if first.op != '?' else 'SeqNum=' + first.seq} timed out on "
+                    f"{named.phrase() if ranks else 'rank ?'}: "
                     "they waited for a rank that never joined it",
-                    f"SeqNum={first.seq} {first.op}",
+                    " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part) or None,
                     first.source,
                     first.line,
                     first.order,

@@ -7,6 +7,7 @@ Forms understood (outermost first; one nested torch ``[rankN]:`` is stripped as 
 - torch's own exception prefix ``[rank3]:``;
 - rankscope's own ``[host:3] `` (``rankscope prefix``, :mod:`rankscope.inproc`);
 - Open MPI ``--tag-output``: ``[1,12]<stdout>:``;
+- Lightning's own ``[rank: 1] `` (its per-rank messages; the label is the global rank);
 - SLURM ``srun --label``: ``12: `` (optionally space padded), only when asked for
   (``allow_srun``): the form is too easy to confuse with ordinary text to guess it per line.
 
@@ -23,6 +24,7 @@ from typing import Optional
 
 _BRACKET = (
     rb"\[(?:\d+),(?P<mpi>\d+)\]<std(?:out|err|diag)>:"  # Open MPI --tag-output
+    rb"|\[rank: (?P<lightning>\d+)\]\x20?"  # Lightning's rank_prefixed_message
     rb"|\[(?P<name>[^\[\]\s]{0,200}?)(?P<num>\d+)\](?P<sep>:|\x20)?"  # torchrun, torch, rankscope
 )
 _SRUN = rb"|(?P<srun>\x20{0,8}\d{1,7}): "
@@ -57,6 +59,9 @@ def label_of(match: re.Match[bytes]) -> bytes:
     mpi = match.group("mpi")
     if mpi is not None:
         return mpi
+    lightning = match.group("lightning")
+    if lightning is not None:
+        return lightning
     num = match.group("num")
     if num is not None:
         name = match.group("name")
@@ -94,6 +99,8 @@ class Dialect:
     - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
     - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
       ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix;
+    - ``compose``: ``docker compose up`` / ``docker compose logs``: ``trainer-1-1  | text`` (the
+      service's container, like a host; a torchrun ``--tee`` prefix inside adds the local rank);
     - ``kubectl``: ``kubectl logs --prefix`` (Kubernetes >= 1.17, one pod per node of a PyTorchJob):
       ``[pod/NAME/CONTAINER] text``, label the pod's name, like a host; a torchrun ``--tee`` prefix
       inside it (``[pod/NAME/c] [default3]:text``) adds the local rank (``NAME:3``).
@@ -116,7 +123,7 @@ class Dialect:
             label = match.group(1)
             if label in _NOT_HOSTS:
                 return None
-        elif self.name == "kubectl":
+        elif self.name in ("kubectl", "compose"):
             label = match.group(1)
             tee = BRACKET_PREFIX.match(line, end)
             if tee is not None and tee.group("num") is not None and tee.group("name") != b"rank":
@@ -153,6 +160,7 @@ DIALECTS = (
     Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
     Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
+    Dialect("compose", re.compile(rb"([A-Za-z0-9][\w.-]{0,252}) +\| ")),
 )
 #: Tried before the bracket forms: a container whose name ends in a digit looks like ``[name3]``.
 KUBECTL = Dialect("kubectl", re.compile(rb"\[pod/([^/\[\]\s]{1,253})/[^/\[\]\s]{1,253}\] ?"))
@@ -247,7 +255,12 @@ def split_line(line: bytes, allow_srun: bool = False, dialect: Optional[Dialect]
             # MPICH's -prepend-rank, the same rank): the label is torch's global rank
             return Split(line[: inner.end()], inner.group(1), line[inner.end() :])
     label = label_of(match)
-    if match.group("num") is None and line.startswith(b"[", end) and not line.startswith(b"[rank", end):
+    if (
+        match.group("num") is None
+        and match.group("lightning") is None
+        and line.startswith(b"[", end)
+        and not line.startswith(b"[rank", end)
+    ):
         # srun --label or mpirun --tag-output around torchrun --tee: "0: [default3]:text" is
         # task 0 (one per node) and torchrun's local rank 3: label "0:3".
         inner_bracket = BRACKET_PREFIX.match(line, end)
@@ -278,7 +291,7 @@ _PREFIX_BODY = rb"[^\[\]" + _SPACE + rb"]*+(?<=\d)\]"
 #: "[3]:" alone on its line is torchrun's failure summary, not rank 3 (see :func:`split_line`).
 _SUMMARY_HEAD = rb"\d+\][:\x20]?\r?(?:\n|\Z)"
 #: A line with a rank prefix ("[W1123 socket.cpp:10] ..." has none: torch's C++ warnings).
-_RANK_LINE = rb"\[(?!" + _SUMMARY_HEAD + rb")" + _PREFIX_BODY + rb"[^\n]*+(?:\n|\Z)"
+_RANK_LINE = rb"\[(?:rank: \d+\]|(?!" + _SUMMARY_HEAD + rb")" + _PREFIX_BODY + rb")[^\n]*+(?:\n|\Z)"
 #: From a line start: the lines with a rank prefix that follow, then one line without (the group),
 #: or the end. ``findall`` runs through a block in one call and builds an object only for the
 #: lines without a prefix (the rest of the block gives ``b""``, a shared constant).

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Protocol
 
 from rankscope.errors import BadInputError, ErrorReport, NothingFoundError, RankscopeError
+from rankscope.logs.heads import Head, sniff_head
 from rankscope.logs.interleaved import InterleaveRepair
 from rankscope.logs.ompi import OmpiJoiner, looks_tagged, looks_timestamped, without_timestamps
 from rankscope.logs.prefixes import (
@@ -182,11 +183,15 @@ class Reading:
                 continue
             data, start, end = first
             head = data[start : min(end, start + _SNIFF)]
+            stream: Iterator[Window] = itertools.chain([first], windows)
+            line_head = None if source.fixed_label is not None else sniff_head(head)
+            if line_head is not None:
+                head = line_head.strip(head)
+                stream = _without_heads(stream, line_head)
             allow_srun = source.fixed_label is None and sniff_srun(head)
             dialect = None if source.fixed_label is not None or allow_srun else sniff_dialect(head)
             if allow_srun or dialect is not None:
                 shape.prefix_of = _prefix_reader(allow_srun, dialect)
-            stream: Iterator[Window] = itertools.chain([first], windows)
             if source.fixed_label is None and looks_timestamped(head):
                 head = without_timestamps(head)
                 stream = (
@@ -285,6 +290,13 @@ class Reading:
                 )
             nuls = f"only NUL bytes ({self.stats.nul_bytes:,})" if self.stats.nul_bytes else "empty"
             raise NothingFoundError(f"{names}: {nuls}, no log lines", "is this the right file?")
+
+
+def _without_heads(windows: Iterator[Window], head: Head) -> Iterator[Window]:
+    """A container's, Kubernetes' or the journal's head removed from every line (see :mod:`heads`)."""
+    for window in windows:
+        data = head.strip(window_bytes(window))
+        yield (data, 0, len(data))
 
 
 def _joined(windows: Iterator[Window]) -> Iterator[Window]:

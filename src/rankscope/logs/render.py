@@ -191,7 +191,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
     tb, group = root.traceback, root.group
     host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
-    who = label_text(tb.label) or "(no rank prefix)"
+    who = label_text(tb.label) or _worker_words(tb.worker)
     if host is None and number is not None:
         who = f"rank {who}"
     if tb.global_rank is not None and number != tb.global_rank:
@@ -210,11 +210,19 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     return out
 
 
+def _worker_words(worker: Optional[str]) -> str:
+    """A traceback without a rank prefix, named by what its text says: a Ray worker, a spawned process."""
+    if worker is None:
+        return "(no rank prefix)"
+    return f"spawned process {worker}" if worker.isdigit() else f"Ray worker {worker}"
+
+
 _KIND_WORDS = {
     Kind.NCCL: "an NCCL call of this process failed (NCCL WARN)",
     Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
     Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
     Kind.LAUNCHER: "the launcher reported this process's death",
+    Kind.NETWORK: "the network under this process failed (an NCCL NET/IB completion error)",
     Kind.WATCHDOG: "torch's NCCL watchdog",
     Kind.LAUNCHER_SUMMARY: "only the launcher's failure summary is in this log",
 }

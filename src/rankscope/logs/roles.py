@@ -49,6 +49,9 @@ VICTIM_MESSAGES = re.compile(
             r"got signal: \d+",
             r"\bSignalException\b",
             r"\bChildFailedError\b",
+            # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
+            # ("-- Process 2 terminated with the following error:"), or its death by a signal
+            r"\bProcess(?:Raised|Exited)Exception\b",
             # accelerate (and other launchers built on subprocess) reporting a child that died
             r"\bCalledProcessError\b.*(?:died with <Signals|returned non-zero exit status)",
         )
@@ -75,12 +78,19 @@ def role_of(tb: RankTraceback) -> Role:
 
 _STDLIB = re.compile(r"/lib/python\d\.\d+/")
 _NOT_USER = ("/site-packages/", "/dist-packages/", "/torch/", "<frozen ")
+#: The console scripts of launchers (``.../bin/torchrun``: ``sys.exit(main())``): installed code.
+_LAUNCHER_SCRIPT = re.compile(r"/bin/(?:torchrun|accelerate|deepspeed|ds|lightning|ray|vllm|mpirun)$")
 
 
 def is_user_frame(frame: FrameLine) -> bool:
-    """Code the job's authors wrote: not torch, not an installed package, not the standard library."""
+    """Code the job's authors wrote: not torch, not an installed package or launcher script, not the
+    standard library."""
     name = frame.filename
-    return not any(part in name for part in _NOT_USER) and not _STDLIB.search(name)
+    return (
+        not any(part in name for part in _NOT_USER)
+        and not _STDLIB.search(name)
+        and not _LAUNCHER_SCRIPT.search(name)
+    )
 
 
 def user_frame(frames: Iterable[FrameLine]) -> Optional[FrameLine]:

@@ -28,6 +28,11 @@ _CARETS = re.compile(rb"^[\s^~]+$")
 _EXCEPTION_LINE = re.compile(rb"[A-Za-z_][\w.]*(?::(?:\s|$)|$)")
 #: Stray lines (another stream of the same rank) skipped while waiting for the exception line.
 MAX_STRAY = 50
+#: Ray's wrapper of a remote task's error, in the driver's traceback: the innermost one names the
+#: worker process (``ray.exceptions.RayTaskError(ValueError): ray::W.f() (pid=48907, ip=10.2.7.32, ...)``).
+#: torch.multiprocessing.spawn's parent quoting a child's traceback: the line before its header.
+_SPAWNED = re.compile(rb"-- Process (\d+) terminated with the following error:\s*$")
+_RAY_TASK = re.compile(rb"ray\.exceptions\.\w+\([\w.]+\): ray::\S+ \(pid=(\d+), ip=([\w.:-]+)")
 MAX_FRAMES = 200
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
@@ -92,6 +97,10 @@ class RankTraceback:
     logged: bool = False
     #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
     followed: bool = False
+    #: Who raised it, where the traceback has no rank prefix of its own: the worker a Ray driver's
+    #: traceback names (``10.2.7.32,pid=48907``, the innermost ``RayTaskError``), or the index of
+    #: the ``torch.multiprocessing.spawn`` child whose traceback its parent quotes (``2``).
+    worker: Optional[str] = None
 
     @property
     def uncaught(self) -> bool:
@@ -125,6 +134,16 @@ class _Building:
     #: Spaces between the prefix and the header ("[n1:3]: Traceback"): removed from the rank's
     #: following lines too, so "  File" and the exception line read as Python wrote them.
     indent: bytes = b""
+
+
+def _spawned_before(chunk: bytes, start: int) -> Optional[str]:
+    """The index of the ``torch.multiprocessing.spawn`` child whose traceback starts at ``start``
+    (its parent writes ``-- Process 2 terminated with the following error:`` right before it)."""
+    if start == 0 or b"-- Process " not in chunk[max(0, start - 200) : start]:
+        return None
+    line_start = chunk.rfind(b"\n", 0, start - 1) + 1
+    found = _SPAWNED.search(chunk[line_start : start - 1])
+    return found.group(1).decode() if found is not None else None
 
 
 def _find_all(chunk: bytes, needle: bytes) -> list[int]:
@@ -264,6 +283,7 @@ class TracebackCollector:
                 existing.tb.exception = ""
                 existing.tb.tail = []
                 existing.state = "frames"
+                existing.after_lines = existing.after_bytes = 0
                 self._follow(chunk, existing, end + 1)
                 return
             if existing.state == "after":
@@ -289,6 +309,7 @@ class TracebackCollector:
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
         tb.logged = self._logged_before(chunk, start, raw_prefix)
+        tb.worker = _spawned_before(chunk, start)
         tb.global_rank = torch_global_rank(raw_prefix)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
@@ -493,6 +514,9 @@ class TracebackCollector:
                 tb.frames, tb.exception, tb.tail = [], "", []
                 building.state = "frames"
                 building.tail_end = 0
+                # the lines between the parts of a chain (the marker, blank lines) are the
+                # traceback's own, not lines the rank wrote on after it
+                building.after_lines = building.after_bytes = 0
                 return True
             return False  # a new traceback of the same rank; _begin opens it
         if building.state == "chain":
@@ -510,6 +534,11 @@ class TracebackCollector:
                     )
             elif tb.frames and not tb.frames[-1].code and not _CARETS.match(stripped):
                 tb.frames[-1].code = _decode(stripped)
+            return True
+        ray_task = _RAY_TASK.match(stripped)
+        if ray_task is not None:
+            # Ray's remote traceback goes on below its wrapper: the frames are the worker's
+            tb.worker = f"{_decode(ray_task.group(2))},pid={int(ray_task.group(1))}"
             return True
         if not _EXCEPTION_LINE.match(stripped) and building.waited < MAX_STRAY:
             building.waited += 1  # e.g. the rank's stdout print landing inside its stderr traceback

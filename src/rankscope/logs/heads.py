@@ -1,0 +1,104 @@
+"""Heads that the way a log was collected puts in front of every line, before any rank prefix.
+
+A log read back from a container runtime, Kubernetes or the journal carries the transport's own
+head on each line, so the launcher's prefix (``[default1]:``, ``[rank3]:``) no longer starts the
+line and nothing would be read as a rank. When most lines of a source's head have one of these
+forms, it is removed from every line of the source before anything else reads it:
+
+- ``kubectl logs --timestamps``: ``2025-03-04T07:12:01.482913201Z text`` (RFC 3339, one space);
+- the CRI log files of a node (``/var/log/pods/.../0.log``, containerd, CRI-O):
+  ``2024-08-21T13:02:47.900120003+00:00 stderr F text``; a ``P`` (partial) line is joined to
+  the line after it, as the runtime split it;
+- Docker's ``json-file`` driver (``docker inspect`` ``LogPath``):
+  ``{"log":"text\\n","stream":"stderr","time":"..."}``, the text decoded; an entry whose text
+  does not end in a newline is joined to the next one;
+- ``journalctl`` (``short`` and ``short-iso`` output, syslog files):
+  ``Nov 26 03:14:05 gpu-a3 torchrun[81700]: text``.
+
+The times of these heads are dropped with them (a line's own time after its prefix is still read).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional
+
+_RFC3339 = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)"
+_CRI = re.compile(rb"(?m)^" + _RFC3339 + rb" std(?:out|err) ([FP]) ([^\n]*)(\n?)")
+_KUBECTL = re.compile(rb"(?m)^" + _RFC3339 + rb" ")
+_JOURNAL = re.compile(
+    rb"(?m)^(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|"
+    + _RFC3339
+    + rb") [\w.-]{1,253} [^\s:\[\]]{1,100}(?:\[\d+\])?: "
+)
+_DOCKER = re.compile(rb'(?m)^\{"log":"')
+
+
+def _cri(data: bytes) -> bytes:
+    def line(match: re.Match[bytes]) -> bytes:
+        # a partial line at the end of a block keeps its newline: a block ends a line
+        partial = match.group(1) == b"P" and match.end() < len(data)
+        return match.group(2) + (b"" if partial else match.group(3))
+
+    return _CRI.sub(line, data)
+
+
+def _docker(data: bytes) -> bytes:
+    out: list[bytes] = []
+    for line in data.split(b"\n"):
+        if not line.startswith(b'{"log":'):
+            if line:
+                out.append(line + b"\n")
+            continue
+        try:
+            entry = json.loads(line)
+            text = entry["log"]
+        except (ValueError, KeyError, TypeError):
+            out.append(line + b"\n")  # not an entry after all: kept as it is
+            continue
+        out.append(str(text).encode("utf-8", "surrogateescape"))
+    joined = b"".join(out)
+    # an entry without its newline is a line the runtime split; the block still ends a line
+    return joined if not joined or joined.endswith(b"\n") else joined + b"\n"
+
+
+@dataclass(frozen=True)
+class Head:
+    """One form of per-line head: how to tell a line has it, how to remove it from a block."""
+
+    name: str
+    pattern: re.Pattern[bytes]
+    strip: Callable[[bytes], bytes]
+
+
+HEADS = (
+    Head("cri", _CRI, _cri),
+    Head("docker-json", _DOCKER, _docker),
+    Head("journal", _JOURNAL, lambda data: _JOURNAL.sub(b"", data)),
+    Head("kubectl-timestamps", _KUBECTL, lambda data: _KUBECTL.sub(b"", data)),
+)
+
+
+_NOT_BLANK = re.compile(rb"[^\s]")
+
+
+def sniff_head(sample: bytes) -> Optional[Head]:
+    """The head most (non-empty) lines of a source's first block start with, if any.
+
+    The sample is read in place, line by line (the first 2000): no copy of it is made, which a
+    block that is one 4 MiB line would make costly."""
+    counts = [0] * len(HEADS)
+    lines = pos = 0
+    while pos < len(sample) and lines < 2000:
+        end = sample.find(b"\n", pos)
+        end = len(sample) if end < 0 else end
+        if _NOT_BLANK.search(sample, pos, end) is not None:
+            lines += 1
+            for index, head in enumerate(HEADS):
+                if head.pattern.match(sample, pos):
+                    counts[index] += 1
+        pos = end + 1
+    return next((head for head, count in zip(HEADS, counts) if count > lines // 2), None) if lines else None
