@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.model import Frame
+from rankscope.why.fatal import fatal_findings
 from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_words
 from rankscope.why.signals import Gathered
 
@@ -233,12 +234,14 @@ def gpu_findings(gathered: Gathered) -> list[Finding]:
 def all_findings(gathered: Gathered) -> list[Finding]:
     if gathered.merged:
         return [*gathered.node_findings, *fr_findings(gathered), *stacks_findings(gathered)]
+    dead = dead_findings(gathered)
     return [
         *gathered.log_findings,
+        *fatal_findings(gathered.fatal_dumps, [*gathered.log_findings, *dead]),
         *file_findings(gathered),
         *kernel_findings(gathered),
         *gpu_findings(gathered),
-        *dead_findings(gathered),
+        *dead,
         *fr_findings(gathered),
         *stacks_findings(gathered),
     ]

@@ -166,6 +166,11 @@ def read_logs(
         gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
         return
     gathered.logs.extend(paths)
+    from rankscope.why.fatal import read_dumps
+
+    gathered.fatal_dumps.extend(
+        read_dumps((str(s.path), s.name, s.start) for s in sources if s.path is not None and not s.not_read)
+    )
     for group in report.groups:
         tb = group.timed or group.example
         frame = user_frame(tb.frames)

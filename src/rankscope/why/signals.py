@@ -12,6 +12,7 @@ from rankscope.why.report import CoreInfo, DeadRank, GpuFacts, KernelEvent, Rank
 if TYPE_CHECKING:
     from rankscope.fr.report import FrReport
     from rankscope.stacks.report import StacksReport
+    from rankscope.why.fatal import FatalDump
 
 
 @dataclass
@@ -25,6 +26,8 @@ class Gathered:
     #: (source, line) -> ``function (file:line)``.
     log_findings: list[Finding] = field(default_factory=list)
     log_places: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: faulthandler's dumps in the job's output (a rank that died of a fatal signal).
+    fatal_dumps: list[FatalDump] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     kernel: list[KernelEvent] = field(default_factory=list)
     dead: list[DeadRank] = field(default_factory=list)
