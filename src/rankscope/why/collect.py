@@ -39,7 +39,14 @@ from rankscope.why.files import (
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
-from rankscope.why.output import log_starts, output_files, read_logs, slurm_outputs, torchrun_log_dir
+from rankscope.why.output import (
+    log_starts,
+    output_files,
+    piped_files,
+    read_logs,
+    slurm_outputs,
+    torchrun_log_dir,
+)
 from rankscope.why.report import (
     ABSENT,
     FAILED,
@@ -345,6 +352,7 @@ def gather_local(
         )
         # the job's output, found without asking
         logs += output_files([*launchers, *sorted(job_pids)])
+        logs += piped_files([*launchers, *sorted(job_pids)])
         for launcher in launchers:
             cmd = procfs.cmdline(launcher)
             log_dir = torchrun_log_dir(cmd, procfs.cwd(launcher))
