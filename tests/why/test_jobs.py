@@ -4,6 +4,8 @@
   for ever; the traceback is only in the job's output (torchrun's stdout, a regular file here);
 - sigkill: rank 1 is SIGKILLed (as the OOM killer does) while rank 0 loops in its data loader;
   torchrun (``--monitor-interval 600``) has not reaped it yet, so its exit status is still there;
+- loader-workers: rank 1 waits for its DataLoader's two workers, stuck in the dataset's
+  ``__getitem__``; rank 0 waits in a barrier;
 - extra / skip / same-call (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the
   other never did, which already returned (no stack shows it; the recorders do); rank 1 never issued
   the last all_reduce; both ranks wait in step's all_reduce, from one line, and only the recorders
@@ -137,6 +139,31 @@ def test_a_rank_killed_by_sigkill_is_named_from_its_exit_status(killed_job: Laun
     states = {s["ranks"]: s["state"] for s in document["ranks"]}
     assert states["1"] == "ended: killed by SIGKILL"
     assert states["0"].startswith("is in load_batch")
+
+
+@pytest.fixture(scope="module")
+def loader_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    workdir = tmp_path_factory.mktemp("loader")
+    with torchrun_job(workdir, "--scenario", "loader-workers", "--culprit", "1") as job:
+        _wait(lambda: len(list(workdir.glob("loading.*"))) == 2, "the DataLoader workers are not stuck")
+        yield job
+
+
+def test_a_rank_that_waits_for_its_dataloader_workers_is_placed_where_they_are(
+    loader_job: LaunchedJob,
+) -> None:
+    result = run_cli("why", "--pid", str(loader_job.pid), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = json.loads(result.stdout)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("elsewhere", [1])
+    assert verdict["location"].startswith("read_sample (hang_job.py:"), verdict
+    first = verdict["evidence"][0]["text"]
+    assert "called from train_step (hang_job.py:" in first  # the rank's own line: its for loop
+    workers = first.split("it waits for its DataLoader workers: ", 1)[1].split(", ")
+    assert len(workers) == 2 and all(" is in read_sample (hang_job.py:" in w for w in workers), first
+    signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
+    assert signals["DataLoader workers"][0] == "read"
 
 
 def _desync(pids: list[int]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from rankscope.why.signals import Gathered
 if TYPE_CHECKING:
     from rankscope.stacks.collect import Stop
     from rankscope.stacks.local import LocalResult
+    from rankscope.stacks.report import StacksReport
 
 Progress = Callable[[str], None]
 
@@ -268,6 +269,7 @@ def gather_local(
         gathered.stacks = report
         gathered.stacks_result = result
         gathered.failures.extend(report.failures)
+        _loader_workers(report, deadline, gathered)
         dumped = sum(1 for p in report.processes if p.dumped)
         if report.processes:
             gathered.signal(
@@ -398,6 +400,21 @@ def gather_local(
     if time.monotonic() > deadline:
         gathered.notes.append(f"the pass took longer than --timeout {options.timeout:g} s")
     return gathered
+
+
+def _loader_workers(report: StacksReport, deadline: float, gathered: Gathered) -> None:
+    """Where the DataLoader workers of the ranks that wait for their batch are (py-spy)."""
+    from rankscope.why.loader import dump_workers
+
+    workers = dump_workers(report, deadline)
+    if workers:
+        placed = [w for w in workers if w.location]
+        gathered.loader_workers.extend(workers)
+        gathered.signal(
+            "DataLoader workers",
+            READ,
+            f"{len(workers)} workers of ranks that wait for their batch, {len(placed)} in the user's code",
+        )
 
 
 def _found_rings(pids: list[int], started: float, gathered: Gathered) -> None:

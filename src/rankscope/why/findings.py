@@ -57,6 +57,12 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
         if finding.kind == "elsewhere" and waiting and any(m in diagnosis.divergent for m in finding.members):
             cause = "gpu_wait" if finding.gpu_wait else "elsewhere"
             text = finding.text + _ended_main(finding.innermost)
+            workers = [w for w in gathered.loader_workers if w.rank in ranks and w.location]
+            if workers:  # what the rank waits for: its DataLoader workers' place
+                where = workers[0].location
+                text += "; it waits for its DataLoader workers: " + ", ".join(
+                    f"pid {w.pid} is in {w.location}" for w in workers
+                )
             out.append(
                 Finding(Kind.STACKS, cause, CULPRIT, str(first), text, where, "stacks", 0, 0, first,
                         ranks=str(RankSet.of(ranks)))
