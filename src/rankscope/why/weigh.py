@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
-from rankscope.evidence import PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
+from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, frame_words, rank_word, signal_name
@@ -187,6 +187,7 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
         keyed[key] = hypothesis
         out.append(hypothesis)
     if out:
+        _singled_out(out[0], verdict, findings)
         _support(out[0], findings, verdict)
         _others(out[0], gathered)
         for rank in out[0].ranks:
@@ -202,6 +203,36 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
             if h.ranks != out[0].ranks or not all((e.source, e.text) in shown for e in h.evidence)
         ]
     return out
+
+
+#: Causes of live stacks that single out ranks that still run (a rank not found is not one).
+_LIVE_CULPRITS = ("elsewhere", "other_collective", "gpu_wait")
+
+
+def _singled_out(first: Hypothesis, verdict: Optional[Finding], findings: Sequence[Finding]) -> None:
+    """An error in the job's output that names no rank (no rank prefix: ``logging.exception``, an
+    ``mp.spawn`` job, a plain ``python train.py``) while the live stacks single out one set of ranks
+    that still run: the verdict names those ranks, and says how it knows."""
+    output = (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.CUT_TRACEBACK)
+    if verdict is None or first.ranks or verdict.kind not in output:
+        return
+    sets = {
+        tuple(_ranks_of(f))
+        for f in findings
+        if f.source == "stacks" and f.cause in _LIVE_CULPRITS and f.role == CULPRIT
+    }
+    sets.discard(())
+    if len(sets) != 1:
+        return
+    ranks = list(next(iter(sets)))
+    who = rank_word(ranks)
+    first.ranks = ranks
+    said = (
+        f"raised {_short(verdict.what)}"
+        if verdict.cause == "python_exception"
+        else f"wrote {_short(verdict.what)}"
+    )
+    first.text = f"{who} {said} (the output names no rank; the live stacks single out {who})"
 
 
 def _others(first: Hypothesis, gathered: Gathered) -> None:
