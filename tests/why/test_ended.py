@@ -1,11 +1,16 @@
-"""`rankscope why --log` on the output of real torchrun jobs (``python -m torch.distributed.run``)
-that already ended, as users run them: a rank killed by SIGSEGV with faulthandler on, a rank that
-ended by ``os._exit(1)``, and a rank that returned from its main early (exit code 0) so that the other
-rank lost its gloo peer. Each job runs once per module; the first two start no torch in their
+"""`rankscope why --log` on the output of real jobs that already ended, as users run them: under
+torchrun (``python -m torch.distributed.run``), a rank killed by SIGSEGV with faulthandler on, a rank
+that ended by ``os._exit(1)``, and a rank that returned from its main early (exit code 0) so that the
+other rank lost its gloo peer; under ``torch.multiprocessing.spawn``, a rank killed by SIGSEGV. Each job runs once per module; the first two start no torch in their
 workers (only torchrun does)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,27 @@ def main():
 
 
 main()
+"""
+
+
+SPAWN = """\
+import ctypes, faulthandler, time
+import torch.multiprocessing as mp
+
+
+def save_checkpoint(rank):
+    if rank == 1:
+        ctypes.string_at(0)
+
+
+def worker(rank):
+    faulthandler.enable()
+    save_checkpoint(rank)
+    time.sleep(120)  # rank 0: until mp.spawn stops it
+
+
+if __name__ == "__main__":
+    mp.spawn(worker, nprocs=2)
 """
 
 
@@ -118,3 +144,33 @@ def test_a_rank_that_returned_early_leaves_only_victims_and_none_is_blamed(
     assert any(n.startswith(VICTIMS_ONLY + " (rank 0: RuntimeError: ") for n in document["notes"])
     assert report.splitlines()[2].startswith("No rank to blame: " + VICTIMS_ONLY)
     assert "exit code 0" in report
+
+
+def test_a_segfault_under_mp_spawn_is_its_process_index(tmp_path: Path) -> None:
+    """``mp.spawn`` says ``ProcessExitedException: process 1 terminated with signal SIGSEGV``: its
+    launcher's words (a victim's traceback, not the verdict) name rank 1, and faulthandler's dump its place."""
+    pytest.importorskip("torch.multiprocessing")
+    script = tmp_path / "train.py"
+    script.write_text(SPAWN)
+    log = tmp_path / "train.log"
+    with open(log, "wb") as out:
+        job = subprocess.Popen(
+            [sys.executable, str(script)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+            start_new_session=True,
+        )
+        try:
+            assert job.wait(120) != 0
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    code, document, _ = _why(log)
+    assert code == 15, document
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("sigsegv", [1]), verdict
+    assert verdict["location"] == "save_checkpoint (train.py:7)"
+    assert any(e["text"] == "mp.spawn: process 1 was killed by signal 11" for e in verdict["evidence"])

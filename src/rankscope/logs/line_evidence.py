@@ -64,10 +64,35 @@ _SRUN = re.compile(
 )
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
+#: torch.multiprocessing.spawn (``mp.spawn``) on a process that died without a traceback; its
+#: process index is the rank the spawned function gets (``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``).
+_SPAWN_EXITED = re.compile(
+    rb"ProcessExitedException: process (\d+) terminated with (?:signal (SIG[A-Z0-9]+)|exit code (\d+))"
+)
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
-_NOUNS = {"deepspeed": "local rank", "torchrun": "local rank", "srun": "task", "mpirun": "rank"}
+_NOUNS = {
+    "deepspeed": "local rank",
+    "torchrun": "local rank",
+    "srun": "task",
+    "mpirun": "rank",
+    "mp.spawn": "process",
+}
+
+
+def _spawn_code(match: re.Match[bytes]) -> int:
+    """mp.spawn's words as an exit code (negative: the signal)."""
+    import signal
+
+    if match.group(2) is not None:
+        try:
+            return -int(signal.Signals[match.group(2).decode()])
+        except KeyError:
+            return -1
+    return int(match.group(3))
+
+
 _SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
 
 KILLED_STEP = (
@@ -172,7 +197,11 @@ class LineEvidence:
                 pos = chunk.find(needle, end)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
-            b"exit" in chunk or b"died with" in chunk or b"srun: error" in chunk or b"slurmstepd" in chunk
+            b"exit" in chunk
+            or b"died with" in chunk
+            or b"srun: error" in chunk
+            or b"slurmstepd" in chunk
+            or b"ProcessExited" in chunk
         ):
             self._launcher(chunk, line_at)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
@@ -390,6 +419,7 @@ class LineEvidence:
             (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
             (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
             (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
+            (_SPAWN_EXITED, lambda m: (m.group(1).decode(), _spawn_code(m), "mp.spawn")),
         ):
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)
