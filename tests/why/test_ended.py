@@ -65,13 +65,15 @@ main()
 
 
 SPAWN = """\
-import ctypes, faulthandler, time
+import ctypes, faulthandler, sys, time
 import torch.multiprocessing as mp
 
 
 def save_checkpoint(rank):
-    if rank == 1:
+    if rank == 1 and sys.argv[1] == "segv":
         ctypes.string_at(0)
+    if rank == 1:
+        raise OSError("disk full while saving on rank 1")
 
 
 def worker(rank):
@@ -146,16 +148,19 @@ def test_a_rank_that_returned_early_leaves_only_victims_and_none_is_blamed(
     assert "exit code 0" in report
 
 
-def test_a_segfault_under_mp_spawn_is_its_process_index(tmp_path: Path) -> None:
-    """``mp.spawn`` says ``ProcessExitedException: process 1 terminated with signal SIGSEGV``: its
-    launcher's words (a victim's traceback, not the verdict) name rank 1, and faulthandler's dump its place."""
+@pytest.mark.parametrize("how", ["segv", "raise"])
+def test_a_rank_that_died_under_mp_spawn_is_its_process_index(tmp_path: Path, how: str) -> None:
+    """``mp.spawn`` says ``ProcessExitedException: process 1 terminated with signal SIGSEGV``, or
+    ``ProcessRaisedException`` and, after ``-- Process 1 terminated with the following error:``, the
+    process's own traceback: its launcher's words (a victim's traceback, never the verdict) name rank 1,
+    and faulthandler's dump (or the traceback) its place."""
     pytest.importorskip("torch.multiprocessing")
     script = tmp_path / "train.py"
     script.write_text(SPAWN)
     log = tmp_path / "train.log"
     with open(log, "wb") as out:
         job = subprocess.Popen(
-            [sys.executable, str(script)],
+            [sys.executable, str(script), how],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=tmp_path,
@@ -171,6 +176,10 @@ def test_a_segfault_under_mp_spawn_is_its_process_index(tmp_path: Path) -> None:
     code, document, _ = _why(log)
     assert code == 15, document
     verdict = document["verdict"]
-    assert (verdict["cause"], verdict["ranks"]) == ("sigsegv", [1]), verdict
-    assert verdict["location"] == "save_checkpoint (train.py:7)"
-    assert any(e["text"] == "mp.spawn: process 1 was killed by signal 11" for e in verdict["evidence"])
+    assert verdict["location"] == f"save_checkpoint (train.py:{7 if how == 'segv' else 9})", verdict
+    if how == "segv":
+        assert (verdict["cause"], verdict["ranks"]) == ("sigsegv", [1]), verdict
+        assert any(e["text"] == "mp.spawn: process 1 was killed by signal 11" for e in verdict["evidence"])
+    else:
+        assert (verdict["cause"], verdict["ranks"]) == ("python_exception", [1]), verdict
+        assert verdict["text"] == "rank 1 raised OSError: disk full while saving on rank 1"

@@ -127,6 +127,20 @@ class _Building:
     indent: bytes = b""
 
 
+#: torch.multiprocessing.spawn's parent, right before the traceback of the process that raised (its
+#: process index is the rank: ``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``).
+_SPAWN_ERROR = re.compile(rb"-- Process (\d+) terminated with the following error:\s*$")
+
+
+def _spawned_index(chunk: bytes, start: int) -> Optional[int]:
+    """The process index mp.spawn names on the line right before the header at ``start``, if any."""
+    if start == 0:
+        return None
+    line_start = chunk.rfind(b"\n", 0, start - 1) + 1
+    match = _SPAWN_ERROR.match(chunk[line_start : start - 1])
+    return int(match.group(1)) if match is not None else None
+
+
 def _find_all(chunk: bytes, needle: bytes) -> list[int]:
     found = []
     pos = chunk.find(needle)
@@ -290,6 +304,8 @@ class TracebackCollector:
         tb.time = self._time_before(chunk, start, raw_prefix)
         tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.global_rank = torch_global_rank(raw_prefix)
+        if tb.global_rank is None and not raw_prefix:
+            tb.global_rank = _spawned_index(chunk, start)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
         )
