@@ -1,6 +1,6 @@
 """The job's own output for `rankscope why` (I/O): found without asking (the launcher's and ranks'
-stdout/stderr when they are regular files, never a pipe or a terminal, and the files written by
-the process that reads such a pipe, as ``| tee train.log``; torchrun ``--log-dir``;
+stdout/stderr when they are regular files, never a pipe or a terminal, and the files that the
+``tee`` reading such a pipe writes, as ``| tee train.log``; torchrun ``--log-dir``;
 SLURM's StdOut/StdErr), read by `logs errors` within the pass's deadline (the scheduler's words among
 its findings: rankscope.logs.scheduler)."""
 
@@ -63,15 +63,16 @@ def _written(pid: int, fd: int) -> bool:
 
 def piped_files(pids: Iterable[int]) -> list[str]:
     """The files a job's output is copied to through a pipe (``python train.py 2>&1 | tee train.log``):
-    the regular files opened for writing by the processes that read (on their stdin) a pipe these
-    processes' stdout or stderr write to. The pipe itself is never read."""
+    the regular files opened for writing by the ``tee`` that reads (on its stdin) a pipe these
+    processes' stdout or stderr write to. The pipe itself is never read; nor are the files of another
+    reader (a supervisor or a notebook holds files of its own open)."""
     mine = set(pids)
     pipes = {pipe for pid in mine for fd in (1, 2) if (pipe := _pipe(pid, fd)) is not None}
     if not pipes:
         return []
     out = []
-    for reader in procfs.table():
-        if reader in mine or _pipe(reader, 0) not in pipes:
+    for reader, entry in procfs.table().items():
+        if reader in mine or entry.comm != "tee" or _pipe(reader, 0) not in pipes:
             continue
         try:
             links = procfs.fd_links(reader)
