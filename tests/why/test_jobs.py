@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
 import time
@@ -117,6 +118,30 @@ def test_the_bundle_read_back_gives_the_same_verdict(crash_bundle: Any) -> None:
     text = result.stdout
     assert "Verdict: rank 1 raised RuntimeError: bad batch on rank 1 at step 1" in text
     assert text.index("Verdict") < text.index("Ranks") < text.index("Signals")
+
+
+def test_without_its_output_a_rank_whose_main_thread_ended_has_no_place_in_threading(
+    crash_job: LaunchedJob, crash_bundle: Any, tmp_path: Path
+) -> None:
+    """The job's output through a terminal (kept nowhere): the stacks alone blame rank 1, whose main
+    thread ended; threading's ``_shutdown`` it waits in is no place of the user's. The bundle's
+    kernel.txt also holds a segfault from before the job of a process whose pid rank 1 has now (pids
+    are reused): not rank 1's."""
+    out, _ = crash_bundle
+    copy = tmp_path / "no-output"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("logs"))
+    stale = (
+        f"2020-01-01T00:00:00,000000+00:00 python3[{_rank_pid(crash_job, 1)}]: segfault at 0 ip "
+        "00007f2601f6a219 sp 00007f26017416f8 error 4 in libc.so.6[156219,7f2601e3a000+156000]\n"
+    )
+    kernel = copy / "kernel.txt"
+    kernel.write_text(stale + (kernel.read_text() if kernel.exists() else ""))
+    result = run_cli("why", "--from", str(copy), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("elsewhere", [1])
+    assert verdict.get("location") is None, verdict
+    assert "its main thread has ended" in verdict["evidence"][0]["text"]
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,8 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
         if finding.kind == "elsewhere" and waiting and any(m in diagnosis.divergent for m in finding.members):
             cause = "gpu_wait" if finding.gpu_wait else "elsewhere"
             text = finding.text + _ended_main(finding.innermost)
+            if ended_main(finding.innermost):
+                where = None  # threading's _shutdown is no place of the user's: its traceback is
             workers = [w for w in gathered.loader_workers if w.rank in ranks and w.location]
             if workers:  # what the rank waits for: its DataLoader workers' place
                 where = workers[0].location
@@ -92,9 +94,13 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
     return out
 
 
-def _ended_main(frame: Optional[Frame]) -> str:
+def ended_main(frame: Optional[Frame]) -> bool:
     """A main thread in threading's ``_shutdown``: it ended, and a thread it started keeps the process."""
-    if frame is not None and frame.function == "_shutdown" and frame.filename.endswith("threading.py"):
+    return frame is not None and frame.function == "_shutdown" and frame.filename.endswith("threading.py")
+
+
+def _ended_main(frame: Optional[Frame]) -> str:
+    if ended_main(frame):
         return (
             " (its main thread has ended, by an uncaught exception or a return, and a non-daemon thread "
             "keeps the process alive: look for its traceback in the job's output)"

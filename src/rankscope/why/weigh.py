@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Optional
 from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
 from rankscope.model import parse_label
-from rankscope.why.findings import all_findings, frame_words, rank_word, signal_name
+from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
 from rankscope.why.report import (
     CAUSE,
     FAILED,
@@ -158,7 +158,7 @@ def user_places(gathered: Gathered) -> dict[int, str]:
         for group in gathered.stacks.main_groups():
             place = locate(group.frames)
             words = frame_words(place.caller or place.innermost)
-            if words is None:
+            if words is None or ended_main(place.innermost):  # no place of the user's: it ended
                 continue
             for member in group.members:
                 if member.rank is not None:
