@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, Finding, Kind
+
+if TYPE_CHECKING:
+    from rankscope.model import Frame
 
 #: The end of each output file searched (the newest: a rank dies once).
 TAIL_BYTES = 16 << 20
@@ -54,8 +57,8 @@ class FatalDump:
 
 def parse_dumps(text: str, source: str) -> list[FatalDump]:
     """Every faulthandler dump in ``text`` (its lines numbered from 1)."""
+    from rankscope.stacks.frames import is_library
     from rankscope.stacks.inproc_text import parse_faulthandler
-    from rankscope.why.files import user_frame_words
 
     lines = text.splitlines()
     out = []
@@ -86,10 +89,16 @@ def parse_dumps(text: str, source: str) -> list[FatalDump]:
                 index + 1,
                 f"Fatal Python error: {what}",
                 SIGNAL_CAUSES.get(what),
-                user_frame_words(current.frames) if current is not None else None,
+                _user_place(current.frames if current is not None else (), is_library),
             )
         )
     return out
+
+
+def _user_place(frames: Sequence[Frame], is_library: Callable[[Frame], bool]) -> Optional[str]:
+    """The innermost frame of the user's code as ``function (file:line)``."""
+    user = [f for f in frames if not is_library(f) and f.line]
+    return f"{user[-1].function} ({user[-1].short_filename}:{user[-1].line})" if user else None
 
 
 def read_dumps(paths: Iterable[tuple[str, str, int]]) -> list[FatalDump]:
