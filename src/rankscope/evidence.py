@@ -118,11 +118,32 @@ def _earliest(findings: list[Finding]) -> Finding:
     return min(findings, key=lambda f: f.order)
 
 
+def _rank_key(finding: Finding) -> Optional[str]:
+    return str(finding.global_rank) if finding.global_rank is not None else finding.who
+
+
+def culprits(findings: Iterable[Finding]) -> list[Finding]:
+    """The candidate root causes: culprit findings, less a launcher's summary of a rank (``exited
+    with code 1``) whose own traceback (or exception line) is there as a victim's (``Connection
+    closed by peer``): its exit code is that error's, and the rank failed because another one did."""
+    found = list(findings)
+    lost = {
+        _rank_key(f)
+        for f in found
+        if f.role == VICTIM and f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE) and _rank_key(f) is not None
+    }
+    return [
+        f
+        for f in found
+        if f.role == CULPRIT and not (f.kind == Kind.LAUNCHER_SUMMARY and _rank_key(f) in lost)
+    ]
+
+
 def decide(findings: Iterable[Finding]) -> Optional[Finding]:
     """The root cause: the earliest culprit of the strongest kind present (see :data:`PRECEDENCE`)."""
-    culprits = [f for f in findings if f.role == CULPRIT]
+    candidates = culprits(findings)
     for kinds in PRECEDENCE:
-        tier = [f for f in culprits if f.kind in kinds]
+        tier = [f for f in candidates if f.kind in kinds]
         if tier:
             return _earliest(tier)
     return None

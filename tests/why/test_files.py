@@ -417,3 +417,53 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+
+
+PIPED = """\
+import threading, time
+
+
+def load_batch():
+    raise RuntimeError("bad batch on rank 1")
+
+
+threading.Thread(target=time.sleep, args=(600,)).start()  # keeps the rank alive after main raised
+load_batch()
+"""
+
+
+def test_the_output_through_a_pipe_is_read_from_the_file_tee_writes(tmp_path: Path) -> None:
+    """``python train.py 2>&1 | tee train.log``: the rank's stdout is a pipe (never read); tee, which
+    reads it, writes train.log, where the traceback is found without asking."""
+    script = tmp_path / "train.py"
+    script.write_text(PIPED)
+    log = tmp_path / "train.log"
+    env = dict(os.environ, RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", PYTHONUNBUFFERED="1")
+    argv = [sys.executable, str(script)]
+    rank = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    assert rank.stdout is not None
+    tee = subprocess.Popen(
+        ["tee", str(log)], stdin=rank.stdout, stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    rank.stdout.close()
+    try:
+        deadline = time.monotonic() + 60
+        while b"RuntimeError: bad batch" not in (log.read_bytes() if log.exists() else b""):
+            assert time.monotonic() < deadline and rank.poll() is None, "no traceback through the pipe"
+            time.sleep(0.1)
+        result = run_cli("why", "--pid", str(rank.pid), "--json")
+        assert result.returncode == 15, result.stderr + result.stdout
+        document = result.json()
+        verdict = document["verdict"]
+        # (no torch here: torch's excepthook would prefix the lines with [rank1]: and name the rank)
+        assert verdict["cause"] == "python_exception" and "bad batch on rank 1" in verdict["text"]
+        assert verdict["location"] == "load_batch (train.py:5)"
+        assert verdict["evidence"][0]["source"].startswith(f"{log}:")
+        assert document["logs"] == [str(log)]
+    finally:
+        for proc in (rank, tee):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

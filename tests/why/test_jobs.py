@@ -4,6 +4,12 @@
   for ever; the traceback is only in the job's output (torchrun's stdout, a regular file here);
 - sigkill: rank 1 is SIGKILLed (as the OOM killer does) while rank 0 loops in its data loader;
   torchrun (``--monitor-interval 600``) has not reaped it yet, so its exit status is still there;
+- catch-hang: rank 1 logs its exception (``logging.exception``: no rank prefix) and waits in a
+  barrier while rank 0 waits in all_reduce;
+- loader-workers: rank 1 waits for its DataLoader's two workers, stuck in the dataset's
+  ``__getitem__``; rank 0 waits in a barrier;
+- two agents: ``torchrun --nnodes 2`` started twice on this machine (one rank each, no torch in the
+  ranks): the rank of one agent raised (a thread keeps it alive), the other sleeps;
 - extra / skip / same-call (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the
   other never did, which already returned (no stack shows it; the recorders do); rank 1 never issued
   the last all_reduce; both ranks wait in step's all_reduce, from one line, and only the recorders
@@ -15,8 +21,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,8 +32,9 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
-from tests.support.jobs import torchrun_job
+from tests.support.jobs import READY_TIMEOUT, torchrun_job
 from tests.support.ranks_job import ranks_job
+from tests.support.sshd import free_port
 
 from rankscope import procfs
 from rankscope.demo.launch import LaunchedJob
@@ -115,6 +124,30 @@ def test_the_bundle_read_back_gives_the_same_verdict(crash_bundle: Any) -> None:
     assert text.index("Verdict") < text.index("Ranks") < text.index("Signals")
 
 
+def test_without_its_output_a_rank_whose_main_thread_ended_has_no_place_in_threading(
+    crash_job: LaunchedJob, crash_bundle: Any, tmp_path: Path
+) -> None:
+    """The job's output through a terminal (kept nowhere): the stacks alone blame rank 1, whose main
+    thread ended; threading's ``_shutdown`` it waits in is no place of the user's. The bundle's
+    kernel.txt also holds a segfault from before the job of a process whose pid rank 1 has now (pids
+    are reused): not rank 1's."""
+    out, _ = crash_bundle
+    copy = tmp_path / "no-output"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("logs"))
+    stale = (
+        f"2020-01-01T00:00:00,000000+00:00 python3[{_rank_pid(crash_job, 1)}]: segfault at 0 ip "
+        "00007f2601f6a219 sp 00007f26017416f8 error 4 in libc.so.6[156219,7f2601e3a000+156000]\n"
+    )
+    kernel = copy / "kernel.txt"
+    kernel.write_text(stale + (kernel.read_text() if kernel.exists() else ""))
+    result = run_cli("why", "--from", str(copy), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = result.json()["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("elsewhere", [1])
+    assert verdict.get("location") is None, verdict
+    assert "its main thread has ended" in verdict["evidence"][0]["text"]
+
+
 @pytest.fixture(scope="module")
 def killed_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     args = ("--scenario", "skip-barrier", "--culprit", "0")
@@ -137,6 +170,117 @@ def test_a_rank_killed_by_sigkill_is_named_from_its_exit_status(killed_job: Laun
     states = {s["ranks"]: s["state"] for s in document["ranks"]}
     assert states["1"] == "ended: killed by SIGKILL"
     assert states["0"].startswith("is in load_batch")
+
+
+@pytest.fixture(scope="module")
+def catch_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    workdir = tmp_path_factory.mktemp("catch")
+    with torchrun_job(workdir, "--scenario", "catch-hang", "--culprit", "1") as job:
+        _wait(lambda: b"ValueError: loss is NaN" in job.log_path.read_bytes(), "no traceback in the output")
+        yield job
+
+
+def test_an_error_logged_without_a_rank_is_the_rank_the_stacks_single_out(catch_job: LaunchedJob) -> None:
+    result = run_cli("why", "--pid", str(catch_job.pid), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    verdict = json.loads(result.stdout)["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("python_exception", [1])
+    assert verdict["text"] == (
+        "rank 1 raised ValueError: loss is NaN at step 1 "
+        "(the output names no rank; the live stacks single out rank 1)"
+    )
+    assert verdict["location"].startswith("compute_loss (hang_job.py:")
+    lines = [(e["source"], e["text"]) for e in verdict["evidence"]]
+    assert lines[0][0].startswith(f"{catch_job.log_path}:")
+    assert any(t.startswith("rank 1 waits in barrier") for s, t in lines if s == "stacks"), lines
+    assert any(t.startswith("rank 0 waits in all_reduce") for s, t in lines if s == "stacks"), lines
+
+
+@pytest.fixture(scope="module")
+def loader_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    workdir = tmp_path_factory.mktemp("loader")
+    with torchrun_job(workdir, "--scenario", "loader-workers", "--culprit", "1") as job:
+        _wait(lambda: len(list(workdir.glob("loading.*"))) == 2, "the DataLoader workers are not stuck")
+        yield job
+
+
+def test_a_rank_that_waits_for_its_dataloader_workers_is_placed_where_they_are(
+    loader_job: LaunchedJob,
+) -> None:
+    result = run_cli("why", "--pid", str(loader_job.pid), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = json.loads(result.stdout)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("elsewhere", [1])
+    assert verdict["location"].startswith("read_sample (hang_job.py:"), verdict
+    first = verdict["evidence"][0]["text"]
+    assert "called from train_step (hang_job.py:" in first  # the rank's own line: its for loop
+    workers = first.split("it waits for its DataLoader workers: ", 1)[1].split(", ")
+    assert len(workers) == 2 and all(" is in read_sample (hang_job.py:" in w for w in workers), first
+    signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
+    assert signals["DataLoader workers"][0] == "read"
+
+
+AGENT_RANK = """\
+import os, threading, time
+from pathlib import Path
+
+
+def save_checkpoint():
+    raise RuntimeError("checkpoint directory is full on rank 1")
+
+
+def wait_for_peers():
+    time.sleep(600)
+
+
+Path(os.environ["RANKSCOPE_READY_DIR"], "ready." + os.environ["RANK"]).touch()
+if os.environ["RANK"] == "1":
+    threading.Thread(target=time.sleep, args=(600,)).start()  # keeps the rank alive after it raised
+    save_checkpoint()
+wait_for_peers()
+"""
+
+
+@pytest.fixture(scope="module")
+def two_agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, LaunchedJob]]:
+    base = tmp_path_factory.mktemp("agents")
+    script = base / "train.py"
+    script.write_text(AGENT_RANK)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-agents"]  # fmt: skip
+    with (
+        torchrun_job(base / "a", script=script, nproc=1, launcher=launcher, ready=False) as first,
+        torchrun_job(base / "b", script=script, nproc=1, launcher=launcher, ready=False) as second,
+    ):
+        for job in (first, second):
+            job.wait_ready(timeout=READY_TIMEOUT)
+        _wait(
+            lambda: (
+                b"checkpoint directory is full" in first.log_path.read_bytes() + second.log_path.read_bytes()
+            ),
+            "no traceback in the agents' output",
+        )
+        yield first, second
+
+
+def test_why_pid_of_one_agent_takes_the_other_agent_of_the_job_on_this_node(
+    two_agents: tuple[LaunchedJob, LaunchedJob],
+) -> None:
+    """Named by the agent of rank 0, why finds rank 1 under the other agent (same rendezvous), and its
+    output: not a rank 1 gone."""
+    agent = next(j for j in two_agents if procfs.environ(j.worker_pids()[0]).get("RANK") == "0")
+    other = next(j for j in two_agents if j is not agent)
+    result = run_cli("why", "--pid", str(agent.pid), "--json")
+    assert result.returncode == 15, result.stderr + result.stdout
+    document = json.loads(result.stdout)
+    states = {s["ranks"]: s["state"] for s in document["ranks"]}
+    assert set(states) == {"0", "1"} and "not found" not in states["1"], states
+    verdict = document["verdict"]
+    assert verdict["cause"] == "python_exception", verdict
+    assert verdict["evidence"][0]["source"].startswith(f"{other.log_path}:")
+    assert verdict["location"] == "save_checkpoint (train.py:6)"
+    assert "rank_missing" not in {h["cause"] for h in document["hypotheses"]}
 
 
 def _desync(pids: list[int]) -> dict[str, Any]:

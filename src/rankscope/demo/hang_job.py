@@ -16,6 +16,11 @@ Scenarios (``--scenario``):
                 in a barrier for ever (no connection closes, so gloo notices nothing)
   exit          the culprit returns early (exit code 0) without joining the barrier: with
                 NCCL the others hang; gloo notices the closed connection and fails them
+  catch-hang    the culprit's forward pass raises; it logs the exception (logging.exception: no rank
+                prefix) and goes on to the barrier, while the others wait in all_reduce for ever
+  loader-workers the culprit iterates a DataLoader (2 workers) whose __getitem__ never returns (a read
+                that hangs): the rank waits for its workers, the others wait in a barrier; each worker
+                touches ``$RANKSCOPE_READY_DIR/loading.<pid>`` once it is stuck
   steps         rank r marks step r+1 with rankscope.progress(); the culprit loops in its data
                 loader, the others wait in one barrier at different steps (same line, other iterations)
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import logging
 import os
 import threading
 import time
@@ -84,6 +90,28 @@ def wait_for_peers() -> None:
     dist.barrier()
 
 
+def compute_loss(rank: int, culprit: int, step: int) -> torch.Tensor:
+    if rank == culprit:
+        raise ValueError(f"loss is NaN at step {step}")
+    return torch.ones(4)
+
+
+def read_sample(index: int) -> torch.Tensor:
+    while True:  # a read that never returns (a dead network mount)
+        time.sleep(1)
+
+
+class StuckShards(torch.utils.data.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        ready_dir = os.environ.get("RANKSCOPE_READY_DIR")
+        if ready_dir:
+            Path(ready_dir, f"loading.{os.getpid()}").touch()
+        return read_sample(index)
+
+
 def forward_pass(rank: int) -> None:
     optimizer_step(rank)
 
@@ -116,6 +144,19 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
                 target=prefetch_forever, name="prefetch"
             ).start()  # not a daemon: the process stays
             raise RuntimeError(f"bad batch on rank {rank} at step {step}")
+        wait_for_peers()
+    elif scenario == "catch-hang":
+        try:
+            loss = compute_loss(rank, culprit, step)
+        except ValueError:
+            logging.getLogger("train").exception("step %d failed, batch skipped", step)
+            wait_for_peers()  # the others are in sync_gradients: both wait for ever
+        else:
+            sync_gradients(loss)
+    elif scenario == "loader-workers":
+        if rank == culprit:
+            for _ in torch.utils.data.DataLoader(StuckShards(), batch_size=4, num_workers=2):
+                pass
         wait_for_peers()
     elif scenario == "steps":
         if rank == culprit:

@@ -54,6 +54,9 @@ VICTIM_MESSAGES = re.compile(
             r"\bProcess(?:Raised|Exited)Exception\b",
             # accelerate (and other launchers built on subprocess) reporting a child that died
             r"\bCalledProcessError\b.*(?:died with <Signals|returned non-zero exit status)",
+            # torch.multiprocessing.spawn's own: a process it started died (its error follows, or its signal)
+            r"\bProcessRaisedException\b",
+            r"\bProcessExitedException\b",
         )
     ),
     re.IGNORECASE,

@@ -311,6 +311,9 @@ class TracebackCollector:
         tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.worker = _spawned_before(chunk, start)
         tb.global_rank = torch_global_rank(raw_prefix)
+        if tb.global_rank is None and not raw_prefix and tb.worker is not None and tb.worker.isdigit():
+            # mp.spawn's process index is the rank its function gets (``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``)
+            tb.global_rank = int(tb.worker)
         building = _Building(
             tb, raw_prefix, needle=self._needle(raw_prefix, tb.global_rank is not None), indent=indent
         )

@@ -39,7 +39,14 @@ from rankscope.why.files import (
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.kernel import parse_kernel
 from rankscope.why.options import WhyOptions
-from rankscope.why.output import log_starts, output_files, read_logs, slurm_outputs, torchrun_log_dir
+from rankscope.why.output import (
+    log_starts,
+    output_files,
+    piped_files,
+    read_logs,
+    slurm_outputs,
+    torchrun_log_dir,
+)
 from rankscope.why.report import (
     ABSENT,
     FAILED,
@@ -54,6 +61,7 @@ from rankscope.why.signals import Gathered
 if TYPE_CHECKING:
     from rankscope.stacks.collect import Stop
     from rankscope.stacks.local import LocalResult
+    from rankscope.stacks.report import StacksReport
 
 Progress = Callable[[str], None]
 
@@ -261,6 +269,7 @@ def gather_local(
         gathered.stacks = report
         gathered.stacks_result = result
         gathered.failures.extend(report.failures)
+        _loader_workers(report, deadline, gathered)
         dumped = sum(1 for p in report.processes if p.dumped)
         if report.processes:
             gathered.signal(
@@ -345,6 +354,7 @@ def gather_local(
         )
         # the job's output, found without asking
         logs += output_files([*launchers, *sorted(job_pids)])
+        logs += piped_files([*launchers, *sorted(job_pids)])
         for launcher in launchers:
             cmd = procfs.cmdline(launcher)
             log_dir = torchrun_log_dir(cmd, procfs.cwd(launcher))
@@ -390,6 +400,21 @@ def gather_local(
     if time.monotonic() > deadline:
         gathered.notes.append(f"the pass took longer than --timeout {options.timeout:g} s")
     return gathered
+
+
+def _loader_workers(report: StacksReport, deadline: float, gathered: Gathered) -> None:
+    """Where the DataLoader workers of the ranks that wait for their batch are (py-spy)."""
+    from rankscope.why.loader import dump_workers
+
+    workers = dump_workers(report, deadline)
+    if workers:
+        placed = [w for w in workers if w.location]
+        gathered.loader_workers.extend(workers)
+        gathered.signal(
+            "DataLoader workers",
+            READ,
+            f"{len(workers)} workers of ranks that wait for their batch, {len(placed)} in the user's code",
+        )
 
 
 def _found_rings(pids: list[int], started: float, gathered: Gathered) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.model import Frame
+from rankscope.why.fatal import fatal_findings
 from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_words
 from rankscope.why.signals import Gathered
 
@@ -56,6 +57,14 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
         if finding.kind == "elsewhere" and waiting and any(m in diagnosis.divergent for m in finding.members):
             cause = "gpu_wait" if finding.gpu_wait else "elsewhere"
             text = finding.text + _ended_main(finding.innermost)
+            if ended_main(finding.innermost):
+                where = None  # threading's _shutdown is no place of the user's: its traceback is
+            workers = [w for w in gathered.loader_workers if w.rank in ranks and w.location]
+            if workers:  # what the rank waits for: its DataLoader workers' place
+                where = workers[0].location
+                text += "; it waits for its DataLoader workers: " + ", ".join(
+                    f"pid {w.pid} is in {w.location}" for w in workers
+                )
             out.append(
                 Finding(Kind.STACKS, cause, CULPRIT, str(first), text, where, "stacks", 0, 0, first,
                         ranks=str(RankSet.of(ranks)))
@@ -85,9 +94,13 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
     return out
 
 
-def _ended_main(frame: Optional[Frame]) -> str:
+def ended_main(frame: Optional[Frame]) -> bool:
     """A main thread in threading's ``_shutdown``: it ended, and a thread it started keeps the process."""
-    if frame is not None and frame.function == "_shutdown" and frame.filename.endswith("threading.py"):
+    return frame is not None and frame.function == "_shutdown" and frame.filename.endswith("threading.py")
+
+
+def _ended_main(frame: Optional[Frame]) -> str:
+    if ended_main(frame):
         return (
             " (its main thread has ended, by an uncaught exception or a return, and a non-daemon thread "
             "keeps the process alive: look for its traceback in the job's output)"
@@ -233,12 +246,14 @@ def gpu_findings(gathered: Gathered) -> list[Finding]:
 def all_findings(gathered: Gathered) -> list[Finding]:
     if gathered.merged:
         return [*gathered.node_findings, *fr_findings(gathered), *stacks_findings(gathered)]
+    dead = dead_findings(gathered)
     return [
         *gathered.log_findings,
+        *fatal_findings(gathered.fatal_dumps, [*gathered.log_findings, *dead]),
         *file_findings(gathered),
         *kernel_findings(gathered),
         *gpu_findings(gathered),
-        *dead_findings(gathered),
+        *dead,
         *fr_findings(gathered),
         *stacks_findings(gathered),
     ]

@@ -1,5 +1,6 @@
 """The job's own output for `rankscope why` (I/O): found without asking (the launcher's and ranks'
-stdout/stderr when they are regular files, never a pipe or a terminal; torchrun ``--log-dir``;
+stdout/stderr when they are regular files, never a pipe or a terminal, and the files that the
+``tee`` reading such a pipe writes, as ``| tee train.log``; torchrun ``--log-dir``;
 SLURM's StdOut/StdErr), read by `logs errors` within the pass's deadline (the scheduler's words among
 its findings: rankscope.logs.scheduler)."""
 
@@ -44,6 +45,49 @@ def output_files(pids: Iterable[int]) -> list[str]:
             usable = os.path.isabs(target) and not target.endswith(" (deleted)")
             out.append(target if usable else f"/proc/{pid}/fd/{fd}")
     return out
+
+
+def _pipe(pid: int, fd: int) -> Optional[str]:
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    return target if target.startswith("pipe:[") else None
+
+
+def _written(pid: int, fd: int) -> bool:
+    """Whether descriptor ``fd`` of ``pid`` was opened for writing (its ``flags:``, octal)."""
+    flags = next((line.split()[1] for line in procfs.fdinfo(pid, fd) if line.startswith("flags:")), None)
+    return flags is not None and int(flags, 8) & os.O_ACCMODE in (os.O_WRONLY, os.O_RDWR)
+
+
+def piped_files(pids: Iterable[int]) -> list[str]:
+    """The files a job's output is copied to through a pipe (``python train.py 2>&1 | tee train.log``):
+    the regular files opened for writing by the ``tee`` that reads (on its stdin) a pipe these
+    processes' stdout or stderr write to. The pipe itself is never read; nor are the files of another
+    reader (a supervisor or a notebook holds files of its own open)."""
+    mine = set(pids)
+    pipes = {pipe for pid in mine for fd in (1, 2) if (pipe := _pipe(pid, fd)) is not None}
+    if not pipes:
+        return []
+    out = []
+    for reader, entry in procfs.table().items():
+        if reader in mine or entry.comm != "tee" or _pipe(reader, 0) not in pipes:
+            continue
+        try:
+            links = procfs.fd_links(reader)
+        except OSError:
+            continue
+        for fd, target in links:
+            found = procfs.fd_file(reader, fd) if fd > 2 or fd == 1 else None
+            if (
+                found is not None
+                and os.path.isabs(target)
+                and not target.startswith("/dev/")
+                and _written(reader, fd)
+            ):
+                out.append(target)
+    return list(dict.fromkeys(out))
 
 
 def torchrun_log_dir(cmdline: list[str], cwd: Optional[str]) -> Optional[str]:
@@ -166,6 +210,11 @@ def read_logs(
         gathered.signal("job output", FAILED, f"{', '.join(paths)}: {getattr(err, 'message', err)}")
         return
     gathered.logs.extend(paths)
+    from rankscope.why.fatal import read_dumps
+
+    gathered.fatal_dumps.extend(
+        read_dumps((str(s.path), s.name, s.start) for s in sources if s.path is not None and not s.not_read)
+    )
     for group in report.groups:
         tb = group.timed or group.example
         frame = user_frame(tb.frames)

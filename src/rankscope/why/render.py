@@ -3,7 +3,7 @@ state, what each signal gave, notes and failures."""
 
 from __future__ import annotations
 
-from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING, Hypothesis, WhyReport
+from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING, PARTIAL, VICTIMS_ONLY, Hypothesis, WhyReport
 
 _OUTCOME = {
     NO_PROBLEM: "No problem seen in the signals read (listed below)",
@@ -29,6 +29,9 @@ def verdict_lines(report: WhyReport) -> list[str]:
     verdict = report.verdict
     if verdict is not None and report.outcome == CAUSE:
         return [f"Verdict: {verdict.text}", *hypothesis_lines(verdict, "  ")]
+    victims = next((n for n in report.notes if n.startswith(VICTIMS_ONLY)), None)
+    if report.outcome == PARTIAL and victims is not None:
+        return [f"No rank to blame: {victims}"]
     return [
         _OUTCOME.get(
             report.outcome,

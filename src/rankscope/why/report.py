@@ -18,6 +18,8 @@ from rankscope.stacks.report import StacksReport
 CAUSE = "cause"  # a cause is named
 NO_PROBLEM = "no problem"  # every signal read, nothing wrong seen
 PARTIAL = "partial"  # the evidence is too partial to judge
+#: The note (and the headline) of a report whose every error is a victim's: no rank to blame.
+VICTIMS_ONLY = "every error seen is a consequence of another rank's failure"
 NOTHING = "nothing"  # no job and no input: nothing to judge
 
 #: States of a signal line.

@@ -3,7 +3,8 @@ read back and weighed again (the same analysis as a live run).
 
 What is read, where present: ``stacks.json`` with ``raw/`` (at the top or under ``stacks/``, through
 `stacks --from`'s reader), ``fr.json`` (a `rankscope.fr` document) or flight-recorder dumps under
-``fr/``, the job's output under ``logs/`` (and ``*.log`` files at the top), ``kernel.txt``,
+``fr/``, the job's output under ``logs/`` (and ``*.log`` files at the top), ``kernel.txt`` (a
+bundle's: the messages its why.json kept, those since the job started),
 the ranks' ``*.crash``/``*.term`` dumps (at the top or under ``runtime/``), torchelastic error
 files (``errors/*.json``, ``*error*.json``), trace rings under ``trace/``, cores under ``cores/``,
 and the ended ranks and pid -> rank map of ``why.json``.
@@ -16,6 +17,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.errors import BadInputError
 from rankscope.why.files import error_file, rank_file, read_cores, read_fr, read_traces
@@ -23,6 +25,9 @@ from rankscope.why.kernel import parse_kernel
 from rankscope.why.output import read_logs
 from rankscope.why.report import ABSENT, READ
 from rankscope.why.signals import Gathered
+
+if TYPE_CHECKING:
+    from rankscope.why.report import WhyReport
 
 #: The most of a kept file read.
 MAX = 64 << 20
@@ -86,7 +91,9 @@ def read_from(directory: Path) -> Gathered:
     kernel = next((directory / n for n in ("kernel.txt", "dmesg.txt") if (directory / n).is_file()), None)
     if kernel is not None:
         lines = _text(kernel).splitlines()
-        gathered.kernel.extend(parse_kernel(lines))
+        # a bundle's why.json holds the messages since the job started (the live pass's): the older
+        # ones of kernel.txt may name a pid a rank has now (pids are reused)
+        gathered.kernel.extend(before.kernel if before is not None else parse_kernel(lines))
         gathered.signal("kernel messages", READ, f"{kernel}: {len(lines)} lines")
     else:
         gathered.signal("kernel messages", ABSENT, "none kept")
@@ -115,7 +122,7 @@ def read_from(directory: Path) -> Gathered:
         read_traces(str(directory / "trace"), gathered)
     if (directory / "cores").is_dir():
         read_cores(str(directory / "cores"), gathered)
-    if not any(s.state == READ for s in gathered.signals) and not before:
+    if not any(s.state == READ for s in gathered.signals) and before is None:
         raise BadInputError(
             f"{directory}: no signal kept there (no stacks.json, fr.json, logs, kernel.txt, crash dumps or cores)",
             "name a directory `rankscope why --out` or `rankscope stacks --out` wrote",
@@ -123,18 +130,19 @@ def read_from(directory: Path) -> Gathered:
     return gathered
 
 
-def _previous(directory: Path, gathered: Gathered) -> bool:
-    """The ended ranks, pid -> rank map and GPUs a `why --out` bundle's why.json kept."""
+def _previous(directory: Path, gathered: Gathered) -> Optional[WhyReport]:
+    """The ended ranks, pid -> rank map and GPUs a `why --out` bundle's why.json kept; its report
+    (None without one)."""
     path = directory / "why.json"
     if not path.is_file():
-        return False
+        return None
     from rankscope.why.report import load_report
 
     try:
         before = load_report(json.loads(_text(path)))
     except ValueError as err:
         gathered.notes.append(f"{path} not read: {err}")
-        return False
+        return None
     gathered.dead.extend(before.dead)
     gathered.gpus.extend(before.gpus)
     gathered.hosts = list(before.hosts)
@@ -143,4 +151,4 @@ def _previous(directory: Path, gathered: Gathered) -> bool:
             gathered.pid_rank.setdefault(dead.pid, dead.rank)
     if before.dead:
         gathered.signal("ended ranks", READ, f"{path}: {len(before.dead)}")
-    return True
+    return before

@@ -12,6 +12,8 @@ from rankscope.why.report import CoreInfo, DeadRank, GpuFacts, KernelEvent, Rank
 if TYPE_CHECKING:
     from rankscope.fr.report import FrReport
     from rankscope.stacks.report import StacksReport
+    from rankscope.why.fatal import FatalDump
+    from rankscope.why.loader import LoaderWorker
 
 
 @dataclass
@@ -25,6 +27,10 @@ class Gathered:
     #: (source, line) -> ``function (file:line)``.
     log_findings: list[Finding] = field(default_factory=list)
     log_places: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: faulthandler's dumps in the job's output (a rank that died of a fatal signal).
+    fatal_dumps: list[FatalDump] = field(default_factory=list)
+    #: The DataLoader workers of ranks that wait for their batch, and where each is (rankscope.why.loader).
+    loader_workers: list[LoaderWorker] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     kernel: list[KernelEvent] = field(default_factory=list)
     dead: list[DeadRank] = field(default_factory=list)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
-from rankscope.evidence import CULPRIT, PRECEDENCE, Finding, Kind, decide
+from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
 from rankscope.model import parse_label
-from rankscope.why.findings import all_findings, frame_words, rank_word, signal_name
+from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
 from rankscope.why.report import (
     CAUSE,
     FAILED,
@@ -22,6 +22,7 @@ from rankscope.why.report import (
     NOTHING,
     PARTIAL,
     READ,
+    VICTIMS_ONLY,
     Evidence,
     Hypothesis,
     RankState,
@@ -72,6 +73,15 @@ _WORDS = {
     "straggler": "is behind the other ranks (a straggler)",
     "all_waiting": "every rank waits in the same collective, none of them elsewhere",
     "fatal_signal": "died of a fatal signal",
+    "sigsegv": "was killed by SIGSEGV (a segmentation fault: a bad memory access in native code)",
+    "sigabrt": "was killed by SIGABRT (an abort: a failed check in native code, or a C++ exception not caught)",
+    "sigbus": "was killed by SIGBUS (a bad memory access: a file mapped in memory was cut, or /dev/shm is full)",
+    "sigfpe": "was killed by SIGFPE (an arithmetic error in native code)",
+    "sigill": "was killed by SIGILL (an illegal instruction: code built for another CPU)",
+    "tracebacks_elsewhere": (
+        "exited with an error code, and no traceback of it is in this output (its own output is "
+        "elsewhere, or it ended by sys.exit or os._exit without one)"
+    ),
     "native_crash": "crashed in native code",
     "segfault": "crashed (segmentation fault)",
     "gpu_xid": "its GPU reported an error (NVIDIA Xid)",
@@ -148,7 +158,7 @@ def user_places(gathered: Gathered) -> dict[int, str]:
         for group in gathered.stacks.main_groups():
             place = locate(group.frames)
             words = frame_words(place.caller or place.innermost)
-            if words is None:
+            if words is None or ended_main(place.innermost):  # no place of the user's: it ended
                 continue
             for member in group.members:
                 if member.rank is not None:
@@ -164,10 +174,8 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
     findings of one cause and ranks are one hypothesis with each finding's line as evidence."""
     places = user_places(gathered)
     verdict = decide(findings)
-    culprits = sorted(
-        (f for f in findings if f.role == CULPRIT and f is not verdict), key=lambda f: (_tier(f), f.order)
-    )
-    ordered = ([verdict] if verdict is not None else []) + culprits
+    others = sorted((f for f in culprits(findings) if f is not verdict), key=lambda f: (_tier(f), f.order))
+    ordered = ([verdict] if verdict is not None else []) + others
     out: list[Hypothesis] = []
     keyed: dict[tuple[str, tuple[int, ...]], Hypothesis] = {}
     for finding in ordered:
@@ -179,6 +187,7 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
         keyed[key] = hypothesis
         out.append(hypothesis)
     if out:
+        _singled_out(out[0], verdict, findings)
         _support(out[0], findings, verdict)
         _others(out[0], gathered)
         for rank in out[0].ranks:
@@ -194,6 +203,36 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
             if h.ranks != out[0].ranks or not all((e.source, e.text) in shown for e in h.evidence)
         ]
     return out
+
+
+#: Causes of live stacks that single out ranks that still run (a rank not found is not one).
+_LIVE_CULPRITS = ("elsewhere", "other_collective", "gpu_wait")
+
+
+def _singled_out(first: Hypothesis, verdict: Optional[Finding], findings: Sequence[Finding]) -> None:
+    """An error in the job's output that names no rank (no rank prefix: ``logging.exception``, an
+    ``mp.spawn`` job, a plain ``python train.py``) while the live stacks single out one set of ranks
+    that still run: the verdict names those ranks, and says how it knows."""
+    output = (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.CUT_TRACEBACK)
+    if verdict is None or first.ranks or verdict.kind not in output:
+        return
+    sets = {
+        tuple(_ranks_of(f))
+        for f in findings
+        if f.source == "stacks" and f.cause in _LIVE_CULPRITS and f.role == CULPRIT
+    }
+    sets.discard(())
+    if len(sets) != 1:
+        return
+    ranks = list(next(iter(sets)))
+    who = rank_word(ranks)
+    first.ranks = ranks
+    said = (
+        f"raised {_short(verdict.what)}"
+        if verdict.cause == "python_exception"
+        else f"wrote {_short(verdict.what)}"
+    )
+    first.text = f"{who} {said} (the output names no rank; the live stacks single out {who})"
 
 
 def _others(first: Hypothesis, gathered: Gathered) -> None:
@@ -279,11 +318,28 @@ def rank_states(gathered: Gathered) -> list[RankState]:
 # ------------------------------------------------------------------------ the report
 
 
-def outcome_of(verdict: Optional[Hypothesis], gathered: Gathered) -> str:
+def victims_only(findings: Sequence[Finding]) -> Optional[str]:
+    """With no culprit: the note that every error seen is a victim's (a lost peer), and what that
+    leaves (the rank that failed first said nothing here); None when no victim's error was seen."""
+    lost = [f for f in findings if f.role == VICTIM and f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE)]
+    if not lost:
+        return None
+    first = min(lost, key=lambda f: f.order)
+    who = f"rank {first.global_rank}" if first.global_rank is not None else (first.who or "a process")
+    return (
+        f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}): "
+        "the rank that ended first left no error here; it returned from its main early (exit code 0, "
+        "which no launcher reports), was killed, or wrote elsewhere (name its output with --log)"
+    )
+
+
+def outcome_of(verdict: Optional[Hypothesis], gathered: Gathered, victims: Optional[str] = None) -> str:
     # kernel messages are the node's, not the job's: alone they are nothing to judge
     read = [s for s in gathered.signals if s.state == READ and not s.name.endswith("kernel messages")]
     if verdict is not None:
         return CAUSE
+    if victims is not None:  # something failed, and what says which rank first is not here
+        return PARTIAL
     if not read:
         return PARTIAL if any(s.state == FAILED for s in gathered.signals) else NOTHING
     stacks = gathered.stacks
@@ -298,15 +354,16 @@ def weigh(gathered: Gathered, seconds: float = 0.0) -> WhyReport:
     findings = all_findings(gathered)
     found = hypotheses(findings, gathered)
     verdict = found[0] if found else None
+    victims = victims_only(findings) if verdict is None else None
     report = WhyReport(
-        outcome=outcome_of(verdict, gathered),
+        outcome=outcome_of(verdict, gathered, victims),
         verdict=verdict,
         hypotheses=found[1:],
         ranks=rank_states(gathered),
         signals=list(gathered.signals),
         hosts=list(gathered.hosts),
         seconds=seconds,
-        notes=list(gathered.notes),
+        notes=[*gathered.notes, *([victims] if victims else [])],
         findings=findings,
         kernel=list(gathered.kernel),
         dead=list(gathered.dead),
