@@ -449,7 +449,6 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
     kind = launcher_kind(info)
     if kind is not None:
         workers = _launched(pid, table, host)
-        workers += _sibling_agents(pid, kind, workers, table, host)
         return _sort_workers(
             Job(launcher=kind, launcher_pid=pid, launcher_cmdline=info.command, workers=workers)
         )
@@ -470,29 +469,6 @@ def _launched(pid: int, table: ProcessTable, host: str) -> list[Worker]:
         for child in sorted(table.descendants(pid))
         if table.is_candidate_worker(child) and not table._parent_is_worker(child)
     ]
-
-
-def _sibling_agents(
-    pid: int, kind: str, workers: list[Worker], table: ProcessTable, host: str
-) -> list[Worker]:
-    """The workers of the other agents of the same job on this node (``torchrun --nnodes 2`` started
-    twice on one machine: two launchers, one rendezvous): same launcher kind, owner, node name
-    (``SLURMD_NODENAME``, so emulated nodes stay apart) and a job key naming the same run id and master."""
-    key = common_key([w.key for w in workers])
-    if kind != "torchrun" or key.run_id is None or key.master is None or not workers:
-        return []
-    node = table.procs[workers[0].pid].variable("SLURMD_NODENAME")
-    uid = table.procs[pid].uid
-    out: list[Worker] = []
-    for other, entry in table.procs.items():
-        if other == pid or other in table.excluded or entry.uid != uid or launcher_kind(entry) != kind:
-            continue
-        theirs = [
-            w for w in _launched(other, table, host) if table.procs[w.pid].variable("SLURMD_NODENAME") == node
-        ]
-        if theirs and common_key([w.key for w in theirs]) == key:
-            out.extend(theirs)
-    return out
 
 
 def all_python(table: ProcessTable, host: Optional[str] = None) -> Job:

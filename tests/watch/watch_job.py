@@ -95,10 +95,18 @@ def main() -> None:
         else:
             evaluate()
     elif args.scenario == "quiet":
+        import torch
+
         count, begun = 0, time.monotonic()
-        while time.monotonic() - begun < args.healthy:
-            train_step(count)
+        while True:
+            # The ranks agree on the last healthy step (each one's clock started apart): otherwise a
+            # rank that stopped a step early pairs its hang's all_reduce with the other's last one
+            # and exits, and the hang is of a rank that is gone.
+            over = torch.tensor([1.0 if time.monotonic() - begun >= args.healthy else 0.0])
+            dist.all_reduce(over, op=dist.ReduceOp.MAX)
             count += 1
+            if over.item():
+                break
             time.sleep(0.05)
         Path(f"healthy.{rank}").write_text(f"{time.time()} {count} {time.monotonic() - begun}")
         if rank == 1:

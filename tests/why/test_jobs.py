@@ -8,8 +8,6 @@
   barrier while rank 0 waits in all_reduce;
 - loader-workers: rank 1 waits for its DataLoader's two workers, stuck in the dataset's
   ``__getitem__``; rank 0 waits in a barrier;
-- two agents: ``torchrun --nnodes 2`` started twice on this machine (one rank each, no torch in the
-  ranks): the rank of one agent raised (a thread keeps it alive), the other sleeps;
 - extra / skip / same-call (tests/fr/fr_job.py, RANKSCOPE_INPROC=1): rank 0 issued an all_reduce the
   other never did, which already returned (no stack shows it; the recorders do); rank 1 never issued
   the last all_reduce; both ranks wait in step's all_reduce, from one line, and only the recorders
@@ -24,7 +22,6 @@ import os
 import shutil
 import signal
 import stat
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,9 +29,8 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
-from tests.support.jobs import READY_TIMEOUT, torchrun_job
+from tests.support.jobs import torchrun_job
 from tests.support.ranks_job import ranks_job
-from tests.support.sshd import free_port
 
 from rankscope import procfs
 from rankscope.demo.launch import LaunchedJob
@@ -219,68 +215,6 @@ def test_a_rank_that_waits_for_its_dataloader_workers_is_placed_where_they_are(
     assert len(workers) == 2 and all(" is in read_sample (hang_job.py:" in w for w in workers), first
     signals = {s["name"]: (s["state"], s["detail"]) for s in document["signals"]}
     assert signals["DataLoader workers"][0] == "read"
-
-
-AGENT_RANK = """\
-import os, threading, time
-from pathlib import Path
-
-
-def save_checkpoint():
-    raise RuntimeError("checkpoint directory is full on rank 1")
-
-
-def wait_for_peers():
-    time.sleep(600)
-
-
-Path(os.environ["RANKSCOPE_READY_DIR"], "ready." + os.environ["RANK"]).touch()
-if os.environ["RANK"] == "1":
-    threading.Thread(target=time.sleep, args=(600,)).start()  # keeps the rank alive after it raised
-    save_checkpoint()
-wait_for_peers()
-"""
-
-
-@pytest.fixture(scope="module")
-def two_agents(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, LaunchedJob]]:
-    base = tmp_path_factory.mktemp("agents")
-    script = base / "train.py"
-    script.write_text(AGENT_RANK)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "two-agents"]  # fmt: skip
-    with (
-        torchrun_job(base / "a", script=script, nproc=1, launcher=launcher, ready=False) as first,
-        torchrun_job(base / "b", script=script, nproc=1, launcher=launcher, ready=False) as second,
-    ):
-        for job in (first, second):
-            job.wait_ready(timeout=READY_TIMEOUT)
-        _wait(
-            lambda: (
-                b"checkpoint directory is full" in first.log_path.read_bytes() + second.log_path.read_bytes()
-            ),
-            "no traceback in the agents' output",
-        )
-        yield first, second
-
-
-def test_why_pid_of_one_agent_takes_the_other_agent_of_the_job_on_this_node(
-    two_agents: tuple[LaunchedJob, LaunchedJob],
-) -> None:
-    """Named by the agent of rank 0, why finds rank 1 under the other agent (same rendezvous), and its
-    output: not a rank 1 gone."""
-    agent = next(j for j in two_agents if procfs.environ(j.worker_pids()[0]).get("RANK") == "0")
-    other = next(j for j in two_agents if j is not agent)
-    result = run_cli("why", "--pid", str(agent.pid), "--json")
-    assert result.returncode == 15, result.stderr + result.stdout
-    document = json.loads(result.stdout)
-    states = {s["ranks"]: s["state"] for s in document["ranks"]}
-    assert set(states) == {"0", "1"} and "not found" not in states["1"], states
-    verdict = document["verdict"]
-    assert verdict["cause"] == "python_exception", verdict
-    assert verdict["evidence"][0]["source"].startswith(f"{other.log_path}:")
-    assert verdict["location"] == "save_checkpoint (train.py:6)"
-    assert "rank_missing" not in {h["cause"] for h in document["hypotheses"]}
 
 
 def _desync(pids: list[int]) -> dict[str, Any]:
