@@ -59,6 +59,7 @@ SLOWEST_FIRST = (
     "launch/test_watch_slurm.py",
     "gputest/test_gputest_real.py",
     "why/test_jobs.py",
+    "why/test_ended.py",
     "launch/test_real_launchers.py",
     "logs/test_logs_torchrun.py",
     "core/test_grab.py",
@@ -78,6 +79,10 @@ SLOWEST_FIRST = (
     "trace/test_hostile_files.py",
     "inproc/test_churn.py",
     "debug/test_breakpoint_exit.py",
+    "numerics/test_cli.py",
+    "fr/test_fr_p2p_live.py",
+    "stacks/test_jobs_by_evidence.py",
+    "logs/test_corpus.py",
 )
 
 
