@@ -82,11 +82,13 @@ class Crashes:
         source: str = CRASH,
         expect: int = signal.SIGSEGV,
         name: str = "crash.py",
+        env_extra: Optional[dict[str, str]] = None,
     ) -> Path:
-        """Run a crashing program (with RANK set when given); the path of the core it left."""
+        """Run a crashing program (with RANK set when given, and ``env_extra``); the path of the core
+        it left."""
         script = self.directory / name
         script.write_text(source)
-        env = dict(os.environ)
+        env = dict(os.environ, **(env_extra or {}))
         if rank is not None:
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="8")
         proc = subprocess.Popen(

@@ -37,7 +37,8 @@ _AT_EXECFN = 31
 _MAX_NOTES = 256 << 20
 #: How much of the stack below AT_EXECFN is searched for environment strings.
 _ENV_WINDOW = 1 << 20
-#: Environment variables kept from the core (rank identity; nothing else leaves the core).
+#: Environment variables kept from the core (rank and job identity: the rendezvous tells one job's
+#: ranks from another's; nothing else leaves the core).
 RANK_VARIABLES = (
     "RANK",
     "LOCAL_RANK",
@@ -56,6 +57,8 @@ RANK_VARIABLES = (
     "PMI_RANK",
     "PMI_SIZE",
     "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
     "HOSTNAME",
 )
 

@@ -201,7 +201,8 @@ def recent_cores(
     if pattern is not None and pattern.startswith("|"):
         pattern = None  # piped to a program (systemd-coredump, apport): `rankscope core list` finds those
     places = default_places(pattern, cwd or "/nonexistent")
-    found = _cores_in(places, gathered, since, None if job_pids is None else set(job_pids))
+    pids = None if job_pids is None else set(job_pids)
+    found = _cores_in(places, gathered, since, pids, _job_marks(pids or set()))
     where = ", ".join(p for p in places if os.path.isdir(p))
     gathered.signal(
         "cores",
@@ -212,8 +213,30 @@ def recent_cores(
     )
 
 
+#: What tells one job's ranks from another's in their environments (rankscope.jobkey's evidence).
+JOB_MARKS = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _job_marks(job_pids: set[int]) -> dict[str, str]:
+    """The :data:`JOB_MARKS` of the job's first rank whose environment can be read ({} when none)."""
+    from rankscope import procfs
+
+    for pid in sorted(job_pids):
+        try:
+            env = procfs.environ(pid)
+        except (OSError, ValueError):
+            continue
+        if env and ("RANK" in env or "SLURM_PROCID" in env):
+            return {name: env[name] for name in JOB_MARKS if env.get(name)}
+    return {}
+
+
 def _cores_in(
-    directories: Iterable[str], gathered: Gathered, since: float, job_pids: Optional[set[int]] = None
+    directories: Iterable[str],
+    gathered: Gathered,
+    since: float,
+    job_pids: Optional[set[int]] = None,
+    marks: Optional[dict[str, str]] = None,
 ) -> int:
     from rankscope.core.listing import is_core
     from rankscope.core.notes import NotACoreError, read_notes
@@ -240,11 +263,12 @@ def _cores_in(
                 continue
             rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
             rank = int(rank_text) if rank_text and rank_text.isdigit() else None
-            if job_pids is not None and rank is None and notes.pid not in job_pids:
-                gathered.notes.append(
-                    f"core {path} (pid {notes.pid}, {notes.program}): not a process of this job, left out"
-                )
-                continue
+            if job_pids is not None and notes.pid not in job_pids:
+                other = [k for k, v in (marks or {}).items() if notes.env.get(k) not in (None, v)]
+                if rank is None or other:  # another program, or a rank of another job
+                    why = f"its {other[0]} is not this job's" if other else "not a process of this job"
+                    gathered.notes.append(f"core {path} (pid {notes.pid}, {notes.program}): {why}, left out")
+                    continue
             gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
             found += 1
             if notes.pid is not None and rank is not None:
