@@ -377,10 +377,11 @@ def _messy_peak_kib(tmp_path: Path, size: int) -> int:
 def test_memory_stays_bounded_on_messy_input(tmp_path: Path) -> None:
     """NULs, a line without a newline (longer than the 4 MiB a line is cut at), an Open MPI rank
     whose fragments never end a physical line, interleaved lines: none of it is held whole. Three
-    times the input (18 MiB of each instead of 6) takes less than 6 MiB more: holding any one of
-    the larger inputs whole would take 12 MiB more at least."""
+    times the input (18 MiB of each instead of 6) takes less than 8 MiB more (about 5-6 MiB here, the
+    interpreter's own growth): holding any one of the larger inputs whole would take 12 MiB more at
+    least."""
     ensure_commands({"time": "time"})
     small = _messy_peak_kib(tmp_path, 6 << 20)
     large = _messy_peak_kib(tmp_path, 18 << 20)
-    assert large - small < 6 * 1024, f"peak RSS {small} KiB with 6 MiB of each, {large} KiB with 18 MiB"
+    assert large - small < 8 * 1024, f"peak RSS {small} KiB with 6 MiB of each, {large} KiB with 18 MiB"
     assert large < 128 * 1024, f"peak RSS {large} KiB"

@@ -399,7 +399,8 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
     """`why --pid` looks for cores written since the job started where this node puts them: a core of
     a process that is neither one of the job's nor a rank (another program, crashing at the same time)
     is left out with a note, and so is a rank's core of another job (another master port: another
-    test's job crashing at the same time); a rank's core in the same place is still the verdict."""
+    test's job crashing at the same time, or none: a rank of no torchrun job); a rank's core in the
+    same place is still the verdict."""
     job = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
         env={
@@ -415,14 +416,16 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
         time.sleep(1.1)  # the cores below are written after the job started
         other = crashes.crash()
         elsewhere = crashes.crash(rank=2, env_extra={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29412"})
+        bare = crashes.crash(rank=4)  # a rank of no torchrun job: no rendezvous at all
         result = run_cli("why", "--pid", str(job.pid), "--json")
         document = result.json()
         assert (document["verdict"] or {}).get("cause") != "native_crash", document["verdict"]
+        assert any(str(bare) in note and "MASTER_ADDR is not the job's" in note for note in document["notes"])
         assert any(str(other) in note and "not a process of this job" in note for note in document["notes"])
         assert any(
-            str(elsewhere) in note and "MASTER_PORT is not this job's" in note for note in document["notes"]
+            str(elsewhere) in note and "MASTER_PORT is not the job's" in note for note in document["notes"]
         )
-        crashes.crash(rank=3)
+        crashes.crash(rank=3, env_extra={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29411"})
         again = run_cli("why", "--pid", str(job.pid), "--json").json()
         assert (again["verdict"]["cause"], again["verdict"]["ranks"]) == ("native_crash", [3])
     finally:

@@ -264,9 +264,9 @@ def _cores_in(
             rank_text = notes.env.get("RANK") or notes.env.get("SLURM_PROCID")
             rank = int(rank_text) if rank_text and rank_text.isdigit() else None
             if job_pids is not None and notes.pid not in job_pids:
-                other = [k for k, v in (marks or {}).items() if notes.env.get(k) not in (None, v)]
+                other = [k for k, v in (marks or {}).items() if notes.env.get(k) != v]
                 if rank is None or other:  # another program, or a rank of another job
-                    why = f"its {other[0]} is not this job's" if other else "not a process of this job"
+                    why = "not a process of this job" if rank is None else f"its {other[0]} is not the job's"
                     gathered.notes.append(f"core {path} (pid {notes.pid}, {notes.program}): {why}, left out")
                     continue
             gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
