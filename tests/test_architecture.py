@@ -19,6 +19,7 @@ SHARED = (
     "ranks.py",
     "procfs.py",
     "procs.py",
+    "proctable.py",
     "lifetime.py",
     "guardian.py",
     "passthrough.py",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+#: typing costs milliseconds to import (in a training process too); the annotations do not need it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

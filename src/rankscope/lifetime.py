@@ -57,14 +57,16 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional
-
-if TYPE_CHECKING:
-    import subprocess
 
 from rankscope import guardian as _guardian_program
 from rankscope import procfs
+
+#: typing and collections.abc cost milliseconds; a plain `stacks` imports this before its first dump.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Iterable, Iterator, Mapping
+    from typing import Any, Optional
 
 #: Set in every child's environment: ``<run id>:<serial>``; inherited by whatever the child starts.
 STARTED_BY = _guardian_program.STARTED_BY
