@@ -394,6 +394,31 @@ def test_a_dump_older_than_the_process_that_now_has_its_pid_is_not_that_rank_s(t
         worker.wait()
 
 
+def test_a_dump_of_a_rank_the_job_does_not_have_is_another_jobs(tmp_path: Path) -> None:
+    """The runtime directory is shared by every job of the user: a dump written since the job started
+    by a pid that is not the job's is of a rank of the job that ended only when the job has that rank
+    (below its world size) and none of its live ranks is it; the others are left out with a note (pids
+    above pid_max here: never a live process)."""
+    from rankscope.ranks import short_hostname
+    from rankscope.why.files import runtime_files
+
+    host = short_hostname()
+    for name in ("rank-9.pid-4000001", "rank-1.pid-4000002", "rank-0.pid-4000003"):
+        dump = tmp_path / f"{host}.{name}.crash"
+        dump.write_text('Current thread 0x00007f (most recent call first):\n  File "t.py", line 3 in step\n')
+        dump.chmod(0o600)
+    notes: list[str] = []
+    live = {0: 4000010}  # the job: rank 0 lives, rank 1 of its 2 ended
+    files, ranks = runtime_files([(str(tmp_path), os.getuid())], {4000010}, 0.0, host, live, 2, notes)
+    assert ([f.pid for f in files], ranks) == ([4000002], {4000002: 1})
+    assert notes == [
+        f"crash dump {tmp_path}/{host}.rank-0.pid-4000003.crash (pid 4000003): the job's rank 0 is pid "
+        "4000010, left out",
+        f"crash dump {tmp_path}/{host}.rank-9.pid-4000001.crash (pid 4000001): rank 9 is not one of the "
+        "job's 2 ranks, left out",
+    ]
+
+
 @pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
 def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: Path) -> None:  # noqa: F811
     """`why --pid` looks for cores written since the job started where this node puts them: a core of

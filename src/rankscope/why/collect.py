@@ -337,7 +337,9 @@ def gather_local(
         gathered.dead.extend(ended_ranks(launchers, host))
         job_pids.update(d.pid for d in gathered.dead)
         directories = _runtime_dirs([p.pid for p in report.processes], launchers)
-        files, ranks = runtime_files(directories, job_pids, started, host)
+        alive = {p.rank.rank: p.pid for p in report.processes if p.rank.rank is not None}
+        world = max((p.rank.world_size or 0 for p in report.processes), default=0) or None
+        files, ranks = runtime_files(directories, job_pids, started, host, alive, world, gathered.notes)
         gathered.rank_files.extend(files)
         for pid, rank in ranks.items():
             gathered.pid_rank.setdefault(pid, rank)

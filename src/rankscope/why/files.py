@@ -25,10 +25,21 @@ FILE_MAX = 4 << 20
 
 
 def runtime_files(
-    directories: Iterable[tuple[str, int]], pids: set[int], since: float, host: str
+    directories: Iterable[tuple[str, int]],
+    pids: set[int],
+    since: float,
+    host: str,
+    live: Optional[dict[int, int]] = None,
+    world: Optional[int] = None,
+    notes: Optional[list[str]] = None,
 ) -> tuple[list[RankFile], dict[int, int]]:
     """The ranks' ``.crash``/``.term`` dumps in their runtime directories (of the job's pids, or
-    written since the job started), and pid -> rank from every file name there."""
+    written since the job started), and pid -> rank from their names and those of the job's pids.
+
+    The directory is shared by every job of the user: a file of a pid not the job's names a rank of
+    the job only when written since the job started, by a rank the job has (below ``world``, its
+    world size) and that none of its live ranks (``live``: rank -> pid) is; any other is another
+    job's or the pid's earlier owner's, and is left out (a dump with a note in ``notes``)."""
     from rankscope.inproc import runtime
 
     files: list[RankFile] = []
@@ -44,14 +55,22 @@ def runtime_files(
                 continue
             _, rank, pid, kind = parsed
             path = os.path.join(directory, name)
-            if rank is not None and (pid in pids or kind in ("crash", "term")):
+            try:
+                written = os.lstat(path).st_mtime
+            except OSError:
+                continue
+            if written < (since if pid not in pids else _started(pid)):
+                continue  # an earlier job's, or a file of the pid's earlier owner (pids come round)
+            if rank is not None and pid in pids:
                 ranks.setdefault(pid, rank)
             if kind not in ("crash", "term"):
                 continue
+            other = None if pid in pids else _not_the_jobs(rank, pid, live or {}, world)
+            if other is not None:
+                if notes is not None:
+                    notes.append(f"{kind} dump {path} (pid {pid}): {other}, left out")
+                continue
             try:
-                written = os.lstat(path).st_mtime
-                if written < (since if pid not in pids else _started(pid)):
-                    continue  # an earlier job's, or the dump of the pid's earlier owner (pids come round)
                 text = runtime.read_owned(path, uid, FILE_MAX).decode("utf-8", "replace")
             except OSError:
                 continue
@@ -61,6 +80,18 @@ def runtime_files(
             if rank is not None:
                 ranks.setdefault(pid, rank)
     return files, ranks
+
+
+def _not_the_jobs(rank: Optional[int], pid: int, live: dict[int, int], world: Optional[int]) -> Optional[str]:
+    """Why the dump of ``rank`` by ``pid`` (not a process of the job) is another job's; None when it
+    may be a rank of the job that ended."""
+    if rank is None:
+        return None
+    if world is not None and rank >= world:
+        return f"rank {rank} is not one of the job's {world} ranks"
+    if rank in live and live[rank] != pid:
+        return f"the job's rank {rank} is pid {live[rank]}"
+    return None
 
 
 def _started(pid: int) -> float:
