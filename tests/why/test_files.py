@@ -424,14 +424,15 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
     """`why --pid` looks for cores written since the job started where this node puts them: a core of
     a process that is neither one of the job's nor a rank (another program, crashing at the same time)
     is left out with a note, and so is a rank's core of another job (another master port: another
-    test's job crashing at the same time, or none: a rank of no torchrun job); a rank's core in the
-    same place is still the verdict."""
+    test's job crashing at the same time, or none: a rank of no torchrun job; or the same rendezvous
+    but a rank the job does not have, or one of its live ranks); a rank's core in the same place is
+    still the verdict."""
     job = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
         env={
             **os.environ,
             "RANK": "0",
-            "WORLD_SIZE": "1",
+            "WORLD_SIZE": "4",
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "29411",
         },
@@ -442,9 +443,14 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
         other = crashes.crash()
         elsewhere = crashes.crash(rank=2, env_extra={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29412"})
         bare = crashes.crash(rank=4)  # a rank of no torchrun job: no rendezvous at all
+        same = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29411"}
+        beyond, twin = crashes.crash(rank=5, env_extra=same), crashes.crash(rank=0, env_extra=same)
         result = run_cli("why", "--pid", str(job.pid), "--json")
         document = result.json()
         assert (document["verdict"] or {}).get("cause") != "native_crash", document["verdict"]
+        notes = document["notes"]
+        assert any(str(beyond) in note and "rank 5 is not one of the job's 4 ranks" in note for note in notes)
+        assert any(str(twin) in note and f"the job's rank 0 is pid {job.pid}" in note for note in notes)
         assert any(str(bare) in note and "MASTER_ADDR is not the job's" in note for note in document["notes"])
         assert any(str(other) in note and "not a process of this job" in note for note in document["notes"])
         assert any(

@@ -94,6 +94,14 @@ def _not_the_jobs(rank: Optional[int], pid: int, live: dict[int, int], world: Op
     return None
 
 
+def job_ranks(stacks: Optional[StacksReport]) -> tuple[dict[int, int], Optional[int]]:
+    """The job's live ranks (rank -> pid) and its world size (None when no rank says it)."""
+    processes = stacks.processes if stacks is not None else []
+    alive = {p.rank.rank: p.pid for p in processes if p.rank.rank is not None}
+    world = max((p.rank.world_size or 0 for p in processes), default=0) or None
+    return alive, world
+
+
 def _started(pid: int) -> float:
     """When ``pid`` started, as a time.time() instant, less a second of slack (0 when /proc does not say)."""
     from rankscope import procfs
@@ -224,7 +232,8 @@ def recent_cores(
     """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
     the job's working directory, apport's and systemd's places): a rank that crashed and is gone.
     ``job_pids``: the job's processes; a core of another process with no rank variable is some other
-    program's (a note says so), not the job's."""
+    program's (a note says so), not the job's, and so is a rank's core of another job: its rendezvous
+    variables are not the job's, or its rank is not one the job has or one of its live ranks."""
     from rankscope import procfs
     from rankscope.core.listing import default_places
 
@@ -296,8 +305,14 @@ def _cores_in(
             rank = int(rank_text) if rank_text and rank_text.isdigit() else None
             if job_pids is not None and notes.pid not in job_pids:
                 other = [k for k, v in (marks or {}).items() if notes.env.get(k) != v]
-                if rank is None or other:  # another program, or a rank of another job
-                    why = "not a process of this job" if rank is None else f"its {other[0]} is not the job's"
+                why: Optional[str] = None  # another program, or a rank of another job
+                if rank is None:
+                    why = "not a process of this job"
+                elif other:
+                    why = f"its {other[0]} is not the job's"
+                else:
+                    why = _not_the_jobs(rank, notes.pid or 0, *job_ranks(gathered.stacks))
+                if why is not None:
                     gathered.notes.append(f"core {path} (pid {notes.pid}, {notes.program}): {why}, left out")
                     continue
             gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
