@@ -394,19 +394,45 @@ def test_a_dump_older_than_the_process_that_now_has_its_pid_is_not_that_rank_s(t
         worker.wait()
 
 
+def test_a_dump_of_a_rank_the_job_does_not_have_is_another_jobs(tmp_path: Path) -> None:
+    """The runtime directory is shared by every job of the user: a dump written since the job started
+    by a pid that is not the job's is of a rank of the job that ended only when the job has that rank
+    (below its world size) and none of its live ranks is it; the others are left out with a note (pids
+    above pid_max here: never a live process)."""
+    from rankscope.ranks import short_hostname
+    from rankscope.why.files import runtime_files
+
+    host = short_hostname()
+    for name in ("rank-9.pid-4000001", "rank-1.pid-4000002", "rank-0.pid-4000003"):
+        dump = tmp_path / f"{host}.{name}.crash"
+        dump.write_text('Current thread 0x00007f (most recent call first):\n  File "t.py", line 3 in step\n')
+        dump.chmod(0o600)
+    notes: list[str] = []
+    live = {0: 4000010}  # the job: rank 0 lives, rank 1 of its 2 ended
+    files, ranks = runtime_files([(str(tmp_path), os.getuid())], {4000010}, 0.0, host, live, 2, notes)
+    assert ([f.pid for f in files], ranks) == ([4000002], {4000002: 1})
+    assert notes == [
+        f"crash dump {tmp_path}/{host}.rank-0.pid-4000003.crash (pid 4000003): the job's rank 0 is pid "
+        "4000010, left out",
+        f"crash dump {tmp_path}/{host}.rank-9.pid-4000001.crash (pid 4000001): rank 9 is not one of the "
+        "job's 2 ranks, left out",
+    ]
+
+
 @pytest.mark.needs("gdb")  # the fixture's cores are those `core bt` reads
 def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: Path) -> None:  # noqa: F811
     """`why --pid` looks for cores written since the job started where this node puts them: a core of
     a process that is neither one of the job's nor a rank (another program, crashing at the same time)
     is left out with a note, and so is a rank's core of another job (another master port: another
-    test's job crashing at the same time, or none: a rank of no torchrun job); a rank's core in the
-    same place is still the verdict."""
+    test's job crashing at the same time, or none: a rank of no torchrun job; or the same rendezvous
+    but a rank the job does not have, or one of its live ranks); a rank's core in the same place is
+    still the verdict."""
     job = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(120)"],
         env={
             **os.environ,
             "RANK": "0",
-            "WORLD_SIZE": "1",
+            "WORLD_SIZE": "4",
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": "29411",
         },
@@ -417,9 +443,14 @@ def test_a_core_of_another_program_is_not_the_jobs(crashes: Crashes, tmp_path: P
         other = crashes.crash()
         elsewhere = crashes.crash(rank=2, env_extra={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29412"})
         bare = crashes.crash(rank=4)  # a rank of no torchrun job: no rendezvous at all
+        same = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29411"}
+        beyond, twin = crashes.crash(rank=5, env_extra=same), crashes.crash(rank=0, env_extra=same)
         result = run_cli("why", "--pid", str(job.pid), "--json")
         document = result.json()
         assert (document["verdict"] or {}).get("cause") != "native_crash", document["verdict"]
+        notes = document["notes"]
+        assert any(str(beyond) in note and "rank 5 is not one of the job's 4 ranks" in note for note in notes)
+        assert any(str(twin) in note and f"the job's rank 0 is pid {job.pid}" in note for note in notes)
         assert any(str(bare) in note and "MASTER_ADDR is not the job's" in note for note in document["notes"])
         assert any(str(other) in note and "not a process of this job" in note for note in document["notes"])
         assert any(

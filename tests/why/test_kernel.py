@@ -3,19 +3,24 @@
 No GPU and no OOM kill can be produced here on purpose: the lines below were written for this
 test in the kernel's formats (mm/oom_kill.c, arch/x86/mm/fault.c) and NVIDIA's documented Xid
 form (``NVRM: Xid (PCI:BUS): N, pid=PID, name=COMM, text``), as dmesg --time-format iso and
-journalctl -k -o short-iso print them.
+journalctl -k -o short-iso print them. A segfault is real: the last test crashes a process and
+reads the kernel's own line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
+from tests.support.cli import run_cli
 from tests.support.machine_lock import machine_lock
 from tests.support.users import LocalUser, job_user, local_users  # noqa: F401 - fixtures
 
@@ -186,3 +191,89 @@ def test_the_scheduler_ending_the_job_is_named(tmp_path: Path) -> None:
     report = weigh(gathered)
     assert report.verdict is not None and report.verdict.cause == "oom_kill"
     assert "cgroup out-of-memory handler" in report.verdict.evidence[0].text
+
+
+#: A rank of another job: it says it is up, waits for a line, then reads address 0 (a real SIGSEGV,
+#: which the kernel logs as ``python3[PID]: segfault at 0 ...``).
+OTHER_RANK = """\
+import ctypes, sys
+print("up", flush=True)
+sys.stdin.readline()
+ctypes.string_at(0)
+"""
+
+
+def _no_core() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _segfault_lines(pids: set[int]) -> set[int]:
+    """The pids of ``pids`` that a segfault line of the kernel names (dmesg, as `why` reads it)."""
+    from rankscope.why.collect import read_kernel
+
+    text, _, _ = read_kernel(time.monotonic() + 5)
+    return {e.pid for e in parse_kernel((text or "").splitlines()) if e.kind == "segfault" and e.pid in pids}
+
+
+def test_a_segfault_of_another_jobs_rank_is_not_a_rank_of_the_job(tmp_path: Path) -> None:
+    """The runtime directory is shared by every job of a user: there another job's rank 9 left a
+    ``.term`` dump of a pid that a process of yet another job has now (pids come round), and a rank 9
+    of another job (another master port) that crashes while the job runs writes its ``.crash`` dump
+    there. Both really crash; the kernel logs the first one's segfault (the second one's handler
+    dumps, then raises the signal again, which the kernel does not log). `why --pid` of the job names
+    neither as a rank of its own (before: "rank 9 crashed (segmentation fault)" from the kernel's line,
+    "rank 9 died of a fatal signal" from the dump); the dump is left out with a note."""
+    from rankscope.ranks import short_hostname
+
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    base = {k: v for k, v in os.environ.items() if k != "RANKSCOPE_INPROC"}
+    base.update(RANKSCOPE_RUNTIME_DIR=str(runtime), MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**base, "RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "29431"},
+        start_new_session=True,
+    )
+    script = tmp_path / "other.py"
+    script.write_text(OTHER_RANK)
+    other = {**base, "RANK": "9", "LOCAL_RANK": "1", "WORLD_SIZE": "16", "MASTER_PORT": "29432"}
+    crashers = []
+    try:
+        time.sleep(1.1)  # the crashes below come after the job started (1 s of slack is allowed)
+        for extra in ({}, {"RANKSCOPE_INPROC": "1"}):  # the second one writes its own crash dump
+            crashers.append(
+                subprocess.Popen(
+                    [sys.executable, str(script)], env={**other, **extra}, cwd=tmp_path,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=_no_core, start_new_session=True,
+                )
+            )  # fmt: skip
+        reused, crashed = (c.pid for c in crashers)
+        stale = runtime / f"{short_hostname()}.rank-9.pid-{reused}.term"  # the pid's earlier owner's
+        stale.write_text('Current thread 0x00007f (most recent call first):\n  File "t.py", line 3 in step\n')
+        stale.chmod(0o600)
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))
+        for crasher in crashers:
+            assert crasher.stdout is not None and crasher.stdout.readline() == b"up\n"
+            crasher.communicate(b"go\n", timeout=30)
+            assert crasher.returncode == -signal.SIGSEGV
+        assert [p.name for p in runtime.glob(f"*.pid-{crashed}.crash")], sorted(os.listdir(runtime))
+        for _ in range(50):  # the kernel logs the fault as the process dies
+            if _segfault_lines({reused}):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.skip("the kernel logs no segfault line here (debug.exception-trace=0, or dmesg refused)")
+        document = run_cli("why", "--pid", str(job.pid), "--json").json()
+        named = [h for h in [document["verdict"], *document["hypotheses"]] if h and 9 in h["ranks"]]
+        assert named == [], named
+        kernel = next(s for s in document["signals"] if s["name"] == "kernel messages")
+        assert "segfault" not in kernel["detail"], kernel  # nothing about the job
+        notes = document["notes"]
+        assert any(f"pid-{crashed}.crash" in n and "not one of the job's 1 ranks" in n for n in notes), notes
+    finally:
+        for process in [job, *crashers]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

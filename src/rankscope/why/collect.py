@@ -27,6 +27,7 @@ from rankscope.errors import MissingToolError, RankscopeError
 from rankscope.ranks import short_hostname
 from rankscope.why.files import (
     error_file,
+    job_ranks,
     job_rings,
     log_dir_errors,
     read_cores,
@@ -337,7 +338,8 @@ def gather_local(
         gathered.dead.extend(ended_ranks(launchers, host))
         job_pids.update(d.pid for d in gathered.dead)
         directories = _runtime_dirs([p.pid for p in report.processes], launchers)
-        files, ranks = runtime_files(directories, job_pids, started, host)
+        alive, world = job_ranks(report)
+        files, ranks = runtime_files(directories, job_pids, started, host, alive, world, gathered.notes)
         gathered.rank_files.extend(files)
         for pid, rank in ranks.items():
             gathered.pid_rank.setdefault(pid, rank)

@@ -25,10 +25,21 @@ FILE_MAX = 4 << 20
 
 
 def runtime_files(
-    directories: Iterable[tuple[str, int]], pids: set[int], since: float, host: str
+    directories: Iterable[tuple[str, int]],
+    pids: set[int],
+    since: float,
+    host: str,
+    live: Optional[dict[int, int]] = None,
+    world: Optional[int] = None,
+    notes: Optional[list[str]] = None,
 ) -> tuple[list[RankFile], dict[int, int]]:
     """The ranks' ``.crash``/``.term`` dumps in their runtime directories (of the job's pids, or
-    written since the job started), and pid -> rank from every file name there."""
+    written since the job started), and pid -> rank from their names and those of the job's pids.
+
+    The directory is shared by every job of the user: a file of a pid not the job's names a rank of
+    the job only when written since the job started, by a rank the job has (below ``world``, its
+    world size) and that none of its live ranks (``live``: rank -> pid) is; any other is another
+    job's or the pid's earlier owner's, and is left out (a dump with a note in ``notes``)."""
     from rankscope.inproc import runtime
 
     files: list[RankFile] = []
@@ -44,14 +55,22 @@ def runtime_files(
                 continue
             _, rank, pid, kind = parsed
             path = os.path.join(directory, name)
-            if rank is not None and (pid in pids or kind in ("crash", "term")):
+            try:
+                written = os.lstat(path).st_mtime
+            except OSError:
+                continue
+            if written < (since if pid not in pids else _started(pid)):
+                continue  # an earlier job's, or a file of the pid's earlier owner (pids come round)
+            if rank is not None and pid in pids:
                 ranks.setdefault(pid, rank)
             if kind not in ("crash", "term"):
                 continue
+            other = None if pid in pids else _not_the_jobs(rank, pid, live or {}, world)
+            if other is not None:
+                if notes is not None:
+                    notes.append(f"{kind} dump {path} (pid {pid}): {other}, left out")
+                continue
             try:
-                written = os.lstat(path).st_mtime
-                if written < (since if pid not in pids else _started(pid)):
-                    continue  # an earlier job's, or the dump of the pid's earlier owner (pids come round)
                 text = runtime.read_owned(path, uid, FILE_MAX).decode("utf-8", "replace")
             except OSError:
                 continue
@@ -61,6 +80,26 @@ def runtime_files(
             if rank is not None:
                 ranks.setdefault(pid, rank)
     return files, ranks
+
+
+def _not_the_jobs(rank: Optional[int], pid: int, live: dict[int, int], world: Optional[int]) -> Optional[str]:
+    """Why the dump of ``rank`` by ``pid`` (not a process of the job) is another job's; None when it
+    may be a rank of the job that ended."""
+    if rank is None:
+        return None
+    if world is not None and rank >= world:
+        return f"rank {rank} is not one of the job's {world} ranks"
+    if rank in live and live[rank] != pid:
+        return f"the job's rank {rank} is pid {live[rank]}"
+    return None
+
+
+def job_ranks(stacks: Optional[StacksReport]) -> tuple[dict[int, int], Optional[int]]:
+    """The job's live ranks (rank -> pid) and its world size (None when no rank says it)."""
+    processes = stacks.processes if stacks is not None else []
+    alive = {p.rank.rank: p.pid for p in processes if p.rank.rank is not None}
+    world = max((p.rank.world_size or 0 for p in processes), default=0) or None
+    return alive, world
 
 
 def _started(pid: int) -> float:
@@ -193,7 +232,8 @@ def recent_cores(
     """Cores written since the job started where this node puts them (kernel.core_pattern's directory,
     the job's working directory, apport's and systemd's places): a rank that crashed and is gone.
     ``job_pids``: the job's processes; a core of another process with no rank variable is some other
-    program's (a note says so), not the job's."""
+    program's (a note says so), not the job's, and so is a rank's core of another job: its rendezvous
+    variables are not the job's, or its rank is not one the job has or one of its live ranks."""
     from rankscope import procfs
     from rankscope.core.listing import default_places
 
@@ -265,8 +305,14 @@ def _cores_in(
             rank = int(rank_text) if rank_text and rank_text.isdigit() else None
             if job_pids is not None and notes.pid not in job_pids:
                 other = [k for k, v in (marks or {}).items() if notes.env.get(k) != v]
-                if rank is None or other:  # another program, or a rank of another job
-                    why = "not a process of this job" if rank is None else f"its {other[0]} is not the job's"
+                why: Optional[str] = None  # another program, or a rank of another job
+                if rank is None:
+                    why = "not a process of this job"
+                elif other:
+                    why = f"its {other[0]} is not the job's"
+                else:
+                    why = _not_the_jobs(rank, notes.pid or 0, *job_ranks(gathered.stacks))
+                if why is not None:
                     gathered.notes.append(f"core {path} (pid {notes.pid}, {notes.program}): {why}, left out")
                     continue
             gathered.cores.append(CoreInfo(path, notes.pid, rank, notes.signal, notes.program))
