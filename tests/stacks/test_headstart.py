@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from rankscope import procfs
+from rankscope.lifetime import tool_path
 from rankscope.procs import ProcessTable, discover, workers_of
 from rankscope.stacks.headstart import begin, claim, guess, plain_pids
 from rankscope.stacks.local import run_local
@@ -29,6 +30,7 @@ from rankscope.stacks.pyspy_cmd import default_parallelism
 
 FAKE_JOB = Path(__file__).resolve().parents[2] / "bench" / "fake_job.py"
 RANKSCOPE = [sys.executable, "-m", "rankscope"]
+PYSPY = tool_path("py-spy") or "py-spy"
 
 
 #: The launcher: N workers of fake_job.py, rank variables set as torchrun sets them.
@@ -64,6 +66,12 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, list[in
                 break
             time.sleep(0.05)
         assert len(workers) == nproc
+        for pid in workers:  # each in its final frame (barrier, or the culprit's load_batch)
+            for _ in range(200):
+                dump = subprocess.run([PYSPY, "dump", "--pid", str(pid)], capture_output=True, text=True)
+                if "barrier" in dump.stdout or "load_batch" in dump.stdout:
+                    break
+                time.sleep(0.05)
         yield launcher.pid, workers
     finally:
         os.killpg(launcher.pid, signal.SIGKILL)
@@ -163,3 +171,33 @@ def test_the_pipeline_takes_over_the_dumps_and_cancels_a_wrong_guess(job: tuple[
     assert claim() is None  # taken, once
     assert sorted(p.pid for p in result.report.processes if p.dumped) == workers
     assert result.report.failures == []
+
+
+#: The console entry with Runner.spawn noting, at the first dump, which of these modules were in.
+CONSOLE_FIRST_SPAWN = """
+import sys
+from rankscope.stacks import runner
+spawn = runner.Runner.spawn
+def noted(self, *args, **kwargs):
+    if not getattr(runner, "seen", False):
+        runner.seen = True
+        heavy = ("typing", "dataclasses", "rankscope.model", "rankscope.procs", "rankscope.cli.stacks_request")
+        sys.stderr.write("at first dump: " + ",".join(m for m in heavy if m in sys.modules) + "\\n")
+    return spawn(self, *args, **kwargs)
+runner.Runner.spawn = noted
+from rankscope.cli.node import main
+main(sys.argv[1:])
+"""
+
+
+def test_the_console_entry_dumps_before_it_reads_the_command_line_in_full(job: tuple[int, list[int]]) -> None:
+    launcher, workers = job
+    run = subprocess.run(
+        [sys.executable, "-c", CONSOLE_FIRST_SPAWN, "stacks", "--pid", str(launcher), "--no-color"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "at first dump: \n" in run.stderr
+    assert f"{len(workers)} of {len(workers)} processes dumped" in run.stdout
