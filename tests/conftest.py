@@ -59,7 +59,6 @@ SLOWEST_FIRST = (
     "launch/test_watch_slurm.py",
     "gputest/test_gputest_real.py",
     "why/test_jobs.py",
-    "why/test_ended.py",
     "launch/test_real_launchers.py",
     "logs/test_logs_torchrun.py",
     "core/test_grab.py",
@@ -69,6 +68,7 @@ SLOWEST_FIRST = (
     "stacks/test_from.py",
     "test_cli.py",
     "test_quality.py",
+    "why/test_ended.py",
     "cluster/test_stacks_ssh.py",
     "stacks/test_via_signal.py",
     "logs/test_streaming_memory.py",
@@ -82,7 +82,6 @@ SLOWEST_FIRST = (
     "numerics/test_cli.py",
     "fr/test_fr_p2p_live.py",
     "stacks/test_jobs_by_evidence.py",
-    "logs/test_corpus.py",
 )
 
 

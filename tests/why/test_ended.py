@@ -1,8 +1,11 @@
 """`rankscope why --log` on the output of real jobs that already ended, as users run them: under
 torchrun (``python -m torch.distributed.run``), a rank killed by SIGSEGV with faulthandler on, a rank
 that ended by ``os._exit(1)``, and a rank that returned from its main early (exit code 0) so that the
-other rank lost its gloo peer; under ``torch.multiprocessing.spawn``, a rank killed by SIGSEGV. Each job runs once per module; the first two start no torch in their
-workers (only torchrun does)."""
+other rank lost its gloo peer; under ``torch.multiprocessing``'s launcher, a rank killed by SIGSEGV
+(``mp.spawn``) and a rank that raised (``mp.start_processes`` with ``fork``: the same launcher and
+words, and workers that do not import torch again). Each job runs once; the first two start no torch
+in their workers (only torchrun does). `why` runs in this process (``run_cli_here``), but for the
+first job's, through the command line."""
 
 from __future__ import annotations
 
@@ -12,10 +15,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import CliResult, run_cli, run_cli_here
 from tests.support.jobs import run_torchrun
 
 from rankscope.why.report import VICTIMS_ONLY
@@ -83,7 +86,10 @@ def worker(rank):
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, nprocs=2)
+    if sys.argv[2] == "fork":
+        mp.start_processes(worker, nprocs=2, start_method="fork")
+    else:
+        mp.spawn(worker, nprocs=2)
 """
 
 
@@ -97,9 +103,9 @@ def _ended(tmp_path_factory: pytest.TempPathFactory, name: str, text: str, *args
     return log
 
 
-def _why(log: Path) -> tuple[int, dict[str, Any], str]:
-    result = run_cli("why", "--log", str(log), "--json")
-    text = run_cli("why", "--log", str(log))
+def _why(log: Path, run: Callable[..., CliResult] = run_cli_here) -> tuple[int, dict[str, Any], str]:
+    result = run("why", "--log", str(log), "--json")
+    text = run("why", "--log", str(log))
     return result.returncode, result.json(), text.stdout
 
 
@@ -107,7 +113,7 @@ def test_a_segfault_is_placed_by_the_faulthandler_dump_in_the_output(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     segv_log = _ended(tmp_path_factory, "segv", DIES, "segv")
-    code, document, _ = _why(segv_log)
+    code, document, _ = _why(segv_log, run_cli)
     assert code == 15, document
     verdict = document["verdict"]
     assert (verdict["cause"], verdict["ranks"]) == ("sigsegv", [1])
@@ -148,19 +154,22 @@ def test_a_rank_that_returned_early_leaves_only_victims_and_none_is_blamed(
     assert "exit code 0" in report
 
 
-@pytest.mark.parametrize("how", ["segv", "raise"])
-def test_a_rank_that_died_under_mp_spawn_is_its_process_index(tmp_path: Path, how: str) -> None:
-    """``mp.spawn`` says ``ProcessExitedException: process 1 terminated with signal SIGSEGV``, or
-    ``ProcessRaisedException`` and, after ``-- Process 1 terminated with the following error:``, the
-    process's own traceback: its launcher's words (a victim's traceback, never the verdict) name rank 1,
-    and faulthandler's dump (or the traceback) its place."""
+@pytest.mark.parametrize(
+    ("how", "start"), [pytest.param("segv", "spawn", id="segv"), pytest.param("raise", "fork", id="raise")]
+)
+def test_a_rank_that_died_under_mp_spawn_is_its_process_index(tmp_path: Path, how: str, start: str) -> None:
+    """``mp.spawn`` (``mp.start_processes`` alike) says ``ProcessExitedException: process 1
+    terminated with signal SIGSEGV``, or ``ProcessRaisedException`` and, after ``-- Process 1
+    terminated with the following error:``, the process's own traceback: its launcher's words (a
+    victim's traceback, never the verdict) name rank 1, and faulthandler's dump (or the traceback)
+    its place."""
     pytest.importorskip("torch.multiprocessing")
     script = tmp_path / "train.py"
     script.write_text(SPAWN)
     log = tmp_path / "train.log"
     with open(log, "wb") as out:
         job = subprocess.Popen(
-            [sys.executable, str(script), how],
+            [sys.executable, str(script), how, start],
             stdout=out,
             stderr=subprocess.STDOUT,
             cwd=tmp_path,

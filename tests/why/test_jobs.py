@@ -45,6 +45,21 @@ def _wait(condition: Any, what: str, timeout: float = 120.0) -> None:
         time.sleep(0.2)
 
 
+def _cpu_ticks(pids: list[int]) -> list[str]:
+    return [" ".join((procfs.stat_fields(pid) or [])[11:13]) for pid in pids]  # utime, stime
+
+
+def _wait_quiet(pids: list[int], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    before = _cpu_ticks(pids)
+    while True:
+        time.sleep(1)
+        now = _cpu_ticks(pids)
+        if now == before or time.monotonic() > deadline:  # else _desync's own deadline decides
+            return
+        before = now
+
+
 def _rank_pid(job: LaunchedJob, rank: int) -> int:
     return next(pid for pid in job.worker_pids() if procfs.environ(pid).get("RANK") == str(rank))
 
@@ -220,7 +235,10 @@ def test_a_rank_that_waits_for_its_dataloader_workers_is_placed_where_they_are(
 def _desync(pids: list[int]) -> dict[str, Any]:
     """why's document once the recorders show the divergence and the job has settled (the ranks hang
     within seconds; before that, on a loaded machine, a read can fall between two collectives of a
-    rank, and the recorders then hold one entry less than they will): the same verdict twice."""
+    rank, and the recorders then hold one entry less than they will): the same verdict twice. The
+    first run waits until no rank used CPU for a second (torch imported, every rank blocked): each
+    run before that read a job still starting, and cost as much as the one that counts."""
+    _wait_quiet(pids)
     args = [a for pid in pids for a in ("--pid", str(pid))]
     deadline = time.monotonic() + 120
     previous: Any = None
