@@ -9,7 +9,6 @@ from typing import Optional
 from rankscope.folding import RankSet, describe_members
 from rankscope.model import Frame, Member, RankId
 from rankscope.stacks.frames import Place, locate
-from rankscope.stacks.inproc_request import version_note
 from rankscope.stacks.merge import job_reports
 from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
 
@@ -102,6 +101,8 @@ def _diagnose(report: StacksReport) -> Diagnosis:
         )
     newer = [p for p in report.processes if p.handler_version is not None]
     if newer:
+        from rankscope.stacks.inproc_request import version_note  # threading and the handler: only then
+
         notes.append(
             f"{who([p.member for p in newer])}: {version_note(max(p.handler_version or 0 for p in newer))}"
         )

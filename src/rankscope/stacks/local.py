@@ -46,7 +46,6 @@ AFTER_DUMPS = (
     "rankscope.stacks.analyse",
     "rankscope.stacks.render",
     "rankscope.stacks.gpu",
-    "rankscope.inproc.handler",
 )
 AFTER_DUMPS_RAW = AFTER_DUMPS[:2]
 
