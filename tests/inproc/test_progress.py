@@ -116,6 +116,21 @@ def test_file_names_round_trip() -> None:
     assert runtime.parse_name("notes.txt") is None
 
 
+@pytest.mark.parametrize("live_rank", [1, 5])
+def test_a_reused_pids_earlier_file_gives_way_to_the_live_ones(tmp_path: Path, live_rank: int) -> None:
+    """A killed rank's marker stays; its pid, reused by a rank of another job, then has two files of
+    one kind. The one written last is the live process's, whatever order the directory lists them in."""
+    pid = 4242
+    earlier, live = (
+        tmp_path / runtime.file_name("h", pid, "progress", r) for r in (6 - live_rank, live_rank)
+    )
+    for path, written in ((earlier, 1_000_000_000), (live, 2_000_000_000)):
+        path.write_bytes(b"x")
+        os.utime(path, ns=(written, written))
+    assert runtime.files_of(str(tmp_path), pid, "h") == {"progress": str(live)}
+    assert runtime.files_of_pids(str(tmp_path), [pid], "h") == {pid: {"progress": str(live)}}
+
+
 def test_damaged_files_say_what_is_wrong(tmp_path: Path) -> None:
     short = tmp_path / "short"
     short.write_bytes(b"RSPROGR\0")

@@ -101,8 +101,21 @@ def files_of(directory: str, pid: int, host: Optional[str] = None) -> dict[str, 
         parsed = parse_name(name)
         if parsed is None or parsed[2] != pid or (host is not None and parsed[0] != host):
             continue
-        found[parsed[3]] = os.path.join(directory, name)
+        found[parsed[3]] = _newest(found.get(parsed[3]), os.path.join(directory, name))
     return found
+
+
+def _newest(known: Optional[str], path: str) -> str:
+    """Of two files of one pid and kind, the one written last. A pid is reused: a shared directory
+    can hold an earlier process's file under the same pid (another rank, even), whose marker the
+    reader then refuses as another process's, and the live one was not shown (seen in the test
+    suite, thousands of processes on one machine)."""
+    if known is None:
+        return path
+    try:
+        return path if os.lstat(path).st_mtime_ns > os.lstat(known).st_mtime_ns else known
+    except OSError:
+        return known
 
 
 def files_of_pids(
@@ -129,7 +142,8 @@ def files_of_pids(
         parsed = parse_name(name)
         if parsed is None or parsed[2] not in wanted or (host is not None and parsed[0] != host):
             continue
-        found.setdefault(parsed[2], {})[parsed[3]] = os.path.join(directory, name)
+        kinds = found.setdefault(parsed[2], {})
+        kinds[parsed[3]] = _newest(kinds.get(parsed[3]), os.path.join(directory, name))
     return found
 
 
