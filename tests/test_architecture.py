@@ -19,7 +19,6 @@ SHARED = (
     "ranks.py",
     "procfs.py",
     "procs.py",
-    "proctable.py",
     "lifetime.py",
     "guardian.py",
     "passthrough.py",

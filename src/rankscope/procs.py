@@ -34,14 +34,19 @@ from rankscope import procfs
 from rankscope.jobkey import JobKey, common_key, key_from_env
 from rankscope.model import RankId
 from rankscope.procfs import ProcfsEntry
-from rankscope.proctable import ProcessTable as Table
-from rankscope.proctable import is_rankscope as is_rankscope  # the table's rules, read from here too
-from rankscope.proctable import is_spawn_child as is_spawn_child
-from rankscope.proctable import launcher_kind as launcher_kind
-from rankscope.ranks import rank_from_env, short_hostname
+from rankscope.ranks import RANK_VARIABLES, rank_from_env, short_hostname
 
+_LAUNCHER_EXES = {"mpirun", "mpiexec", "orterun", "prterun", "prted", "orted", "slurmstepd", "mpiexec.hydra"}
+_LAUNCHER_MODULES = {
+    "torch.distributed.run": "torchrun",
+    "torch.distributed.launch": "torchrun",
+    "deepspeed.launcher.launch": "deepspeed",
+    "deepspeed.launcher.runner": "deepspeed",
+    "accelerate.commands.launch": "accelerate",
+}
 #: The launcher of a job found by evidence alone (its ranks share a rendezvous but have no launcher here).
 NO_LAUNCHER = "no launcher"
+_LAUNCHER_SCRIPTS = {"torchrun": "torchrun", "deepspeed": "deepspeed", "accelerate": "accelerate"}
 
 
 @dataclass
@@ -85,6 +90,12 @@ class Discovery:
     strays: list[Worker]
 
 
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+#: What multiprocessing's spawn start method runs in each child (torch.multiprocessing.spawn uses it).
+_SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"
 #: The launcher name of a job of torch.multiprocessing.spawn's children.
 MP_SPAWN = "mp.spawn"
 #: In /proc/PID/maps: torch's own library, loaded by ``import torch``.
@@ -96,16 +107,114 @@ def torch_loaded(pids: Iterable[int]) -> dict[int, Optional[bool]]:
     return {pid: procfs.maps_any(pid, TORCH_LIBRARIES) for pid in pids}
 
 
-class ProcessTable(Table):
-    """The process table (rankscope.proctable) with the jobs that need the job model: a
-    ``torch.multiprocessing.spawn`` parent's ranks and each worker's rank and job key."""
+def is_spawn_child(proc: ProcfsEntry) -> bool:
+    """A process multiprocessing's spawn start method started (its command line says so)."""
+    argv = proc.cmdline
+    return "--multiprocessing-fork" in argv and any(arg.startswith(_SPAWN_MAIN) for arg in argv)
 
-    @classmethod
-    def of(cls, table: Table) -> ProcessTable:
-        """The same snapshot of /proc as ``table`` (read once, e.g. by rankscope.stacks.headstart)."""
-        full = cls.__new__(cls)
-        full.procs, full.children, full.excluded = table.procs, table.children, table.excluded
-        return full
+
+def launcher_kind(proc: ProcfsEntry) -> Optional[str]:
+    """Which launcher a process is, from its command line; ``None`` for anything else."""
+    argv = proc.cmdline
+    if _basename(proc.comm) in _LAUNCHER_EXES or (argv and _basename(argv[0]) in _LAUNCHER_EXES):
+        return "slurm" if proc.comm == "slurmstepd" else "mpirun"
+    if not argv:
+        return None
+    # `python -m module ...`
+    for index, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[index + 1] in _LAUNCHER_MODULES:
+            return _LAUNCHER_MODULES[argv[index + 1]]
+    # `/venv/bin/torchrun ...` or `python /venv/bin/torchrun ...`
+    for arg in argv[:2]:
+        kind = _LAUNCHER_SCRIPTS.get(_basename(arg))
+        if kind == "accelerate" and "launch" not in argv[1:3]:
+            return None
+        if kind:
+            return kind
+    return None
+
+
+def is_rankscope(proc: ProcfsEntry) -> bool:
+    """Whether a process is a rankscope command (never a target).
+
+    `rankscope trace run -- train.py` is not one: it runs the program in its own process (the
+    worker `torchrun --no-python rankscope trace run` starts), so it is a target like `python train.py`.
+    """
+    argv = proc.cmdline
+    at: Optional[int] = None
+    if argv and _basename(argv[0]) == "rankscope":
+        at = 0
+    elif len(argv) > 1 and _basename(argv[1]) == "rankscope":
+        at = 1
+    else:
+        at = next(
+            (i + 1 for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == "rankscope"), None
+        )
+    return at is not None and argv[at + 1 : at + 3] != ["trace", "run"]
+
+
+class ProcessTable:
+    """Every process on this node (rankscope.procfs.table: one pass over /proc) with its children.
+
+    Command lines and environments are read only for the processes discovery asks about,
+    which keeps it at a few milliseconds: `rankscope stacks` is compared with a bare
+    `pgrep | xargs py-spy`.
+    """
+
+    def __init__(self) -> None:
+        self.procs: dict[int, ProcfsEntry] = procfs.table()
+        self.children: dict[int, list[int]] = {}
+        for pid, info in self.procs.items():
+            self.children.setdefault(info.ppid, []).append(pid)
+        self.excluded = procfs.self_and_ancestors(self.procs)
+
+    def has_rank(self, pid: int) -> bool:
+        info = self.procs.get(pid)
+        return info is not None and any(info.variable(name) is not None for name in RANK_VARIABLES)
+
+    def descendants(self, pid: int) -> list[int]:
+        out: list[int] = []
+        stack = list(self.children.get(pid, []))
+        while stack:
+            child = stack.pop()
+            out.append(child)
+            stack.extend(self.children.get(child, []))
+        return out
+
+    def is_candidate_worker(self, pid: int) -> bool:
+        info = self.procs.get(pid)
+        if info is None or pid in self.excluded or is_rankscope(info):
+            return False
+        if launcher_kind(info) is not None or not self.has_rank(pid):
+            return False
+        # Asked last: for the few rank carriers whose names say nothing it reads /proc/PID/maps.
+        return info.is_python is True
+
+    def nearest_launcher(self, pid: int) -> Optional[int]:
+        seen = set()
+        info = self.procs.get(pid)
+        while info is not None and info.ppid and info.ppid not in seen:
+            seen.add(info.ppid)
+            parent = self.procs.get(info.ppid)
+            if parent is None:
+                return None
+            if launcher_kind(parent):
+                return parent.pid
+            info = parent
+        return None
+
+    def _parent_is_worker(self, pid: int) -> bool:
+        """True for a data-loader or other subprocess of a worker (same job, same rank env)."""
+        info = self.procs.get(pid)
+        parent = self.procs.get(info.ppid) if info else None
+        while parent is not None and launcher_kind(parent) is None:
+            if self.is_candidate_worker(parent.pid):
+                return True
+            if is_rankscope(parent):  # `rankscope prefix -- python train.py`: the child is the worker
+                parent = self.procs.get(parent.ppid)
+                continue
+            return False
+        return False
 
     def spawned_ranks(self, pid: int) -> list[int]:
         """The ranks of a ``torch.multiprocessing.spawn`` job ``pid`` started, in rank order (their
@@ -355,7 +464,11 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
 
 def _launched(pid: int, table: ProcessTable, host: str) -> list[Worker]:
     """The workers a launcher started (its descendants that carry a rank, loader workers left out)."""
-    return [table.worker(child, host) for child in table.launched(pid)]
+    return [
+        table.worker(child, host)
+        for child in sorted(table.descendants(pid))
+        if table.is_candidate_worker(child) and not table._parent_is_worker(child)
+    ]
 
 
 def all_python(table: ProcessTable, host: Optional[str] = None) -> Job:

@@ -7,16 +7,14 @@ line every node of a multi-node run gets (``rankscope stacks --local --json ...`
 the same field metadata (rankscope.cli.stacks_request.read_plain) into the request click would
 have made, and run the same pipeline (``run_here``), so they do not pay click's import nor the
 full command's (measured in docs/benchmarks.md). Anything else (``--help``, ``--out``, nodes, a
-flag click reads differently, a bad value) takes the full path. The plainest of them (``stacks``,
-``--pid P``, ``--json``, ``--no-color``) start their first dumps before even that reading
-(rankscope.stacks.headstart).
+flag click reads differently, a bad value) takes the full path.
 """
 
 from __future__ import annotations
 
 import sys
 
-TYPE_CHECKING = False  # typing is imported after the first dumps start (rankscope.stacks.headstart)
+TYPE_CHECKING = False  # typing is not needed to read a plain command line
 if TYPE_CHECKING:
     from typing import Any, Optional
 
@@ -37,9 +35,6 @@ def node_options(argv: list[str]) -> Optional[StacksOptions]:
 def main(argv: Optional[list[str]] = None) -> Any:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["stacks"]:
-        from rankscope.stacks.headstart import begin
-
-        begin(words)  # the first dumps of a plain command line start before the imports below
         from rankscope.cli.stacks_request import read_plain, run_here
 
         request = read_plain(words)

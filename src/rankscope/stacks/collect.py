@@ -12,16 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Protocol
+from typing import Optional, Protocol
 
 from rankscope import procfs
 from rankscope.model import Failure, FailureKind, Frame, ProcessSnapshot, RankId, Stage
 from rankscope.stacks.pstate import ensure_running
 from rankscope.stacks.pyspy_cmd import DEFAULT_TIMEOUT, default_parallelism, dump_argv, pyspy_env
 from rankscope.stacks.runner import Run, Runner
-
-if TYPE_CHECKING:
-    from rankscope.stacks.headstart import HeadStart
 
 # What explains a failed dump (the duration's words, the ptrace refusal read from /proc) and the retry's
 # jitter are imported when a dump fails: a node's raw answer (rankscope.stacks.node) counts every import.
@@ -178,23 +175,6 @@ def _interpret(
     return False
 
 
-def _adopt(
-    outcomes: list[DumpOutcome], early: HeadStart, timeout: float, deadline: Optional[float]
-) -> list[tuple[DumpOutcome, Run]]:
-    """The head start's dumps of these targets, each under this collection's --timeout and deadline
-    from the moment it started; the head start's other dumps are cancelled."""
-    runs = early.hand_over([o.target.pid for o in outcomes])
-    taken: list[tuple[DumpOutcome, Run]] = []
-    for outcome in outcomes:
-        run = runs.get(outcome.target.pid)
-        if run is not None:
-            outcome.state_before = run.state_before
-            end = run.started + timeout
-            run.deadline = end if deadline is None else min(end, deadline)
-            taken.append((outcome, run))
-    return taken
-
-
 def _not_started(target: Target) -> Failure:
     return target.failure(
         Stage.DUMP,
@@ -236,31 +216,19 @@ def collect(
     parallelism: Optional[int] = None,
     progress: Optional[Callable[[int, int], None]] = None,
     stop: Optional[Stop] = None,
-    early: Optional[HeadStart] = None,
 ) -> list[DumpOutcome]:
     """Dump every target once, at most ``parallelism`` at a time. ``deadline`` is a time.monotonic() instant.
 
     After a stop signal (``stop``), dumps still running are killed, none is started, and each of
     their targets gets an ``interrupted`` failure (and is left running, as always).
-    ``early``: dumps the console entry started before the job model was built
-    (rankscope.stacks.headstart); those of ``targets`` are finished here, the others cancelled.
     """
     intern: dict[Frame, Frame] = {}
     total = len(targets)
     limit = max(1, parallelism or default_parallelism())
+    runner = Runner(pyspy_env())
     outcomes = [DumpOutcome(target=t) for t in targets]
     owner: dict[Run, DumpOutcome] = {}
-    budget_end: dict[int, float] = {}
-    if early is not None and early.fits(pyspy, native, with_locals):
-        runner = early.runner
-        for outcome, run in _adopt(outcomes, early, timeout, deadline):
-            owner[run] = outcome
-            budget_end[id(outcome)] = run.deadline
-    else:
-        if early is not None:
-            early.cancel()
-        runner = Runner(pyspy_env())
-    queue = [o for o in outcomes[::-1] if id(o) not in budget_end]  # popped from the end: in given order
+    queue = outcomes[::-1]  # popped from the end: targets in their given order
     done = 0
 
     def finished(outcome: DumpOutcome) -> None:
@@ -270,8 +238,9 @@ def collect(
         if progress is not None:
             progress(done, total)
 
-    #: (when to start, outcome) of dumps to try again; ``budget_end``: when each target's --timeout budget ends.
+    #: (when to start, outcome) of dumps to try again; and when each target's --timeout budget ends.
     later: list[tuple[float, DumpOutcome]] = []
+    budget_end: dict[int, float] = {}
 
     def retry(outcome: DumpOutcome) -> bool:
         """Queue ``outcome`` for another try after a short wait, if retries and time are left."""

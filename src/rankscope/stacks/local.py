@@ -25,7 +25,6 @@ from rankscope.procs import (
 )
 from rankscope.ranks import short_hostname
 from rankscope.stacks.collect import DumpOutcome, Stop, Target, collect
-from rankscope.stacks.headstart import HeadStart, claim
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.pyspy_cmd import find_pyspy
 from rankscope.stacks.steps import RankFiles, read_steps, runtime_files
@@ -243,27 +242,7 @@ def run_local(
     started = now if started is None else min(started, now)
     host = short_hostname()
     pyspy = "" if options.via_signal else find_pyspy()
-    head = claim()  # the dumps the console entry started first, for a plain command line
-    table = ProcessTable() if head is None else ProcessTable.of(head.table)
-    try:
-        return _run_local(options, progress, started, stop, raw, now, host, pyspy, table, head)
-    finally:
-        if head is not None:
-            head.cancel()  # what no collection took over (none, after the first)
-
-
-def _run_local(
-    options: StacksOptions,
-    progress: Optional[Progress],
-    started: float,
-    stop: Optional[Stop],
-    raw: bool,
-    now: float,
-    host: str,
-    pyspy: str,
-    table: ProcessTable,
-    head: Optional[HeadStart],
-) -> LocalResult:
+    table = ProcessTable()
     jobs, strays, failures = resolve_jobs(options, table, host)
     targets: list[Target] = []
     seen: set[int] = set()
@@ -315,8 +294,6 @@ def _run_local(
             return collect_via_signal(
                 chosen, timeout=options.timeout, deadline=deadline, progress=tick, stop=stop, host=host
             )
-        nonlocal head
-        early, head = head, None  # only the first collection takes over the head start's dumps
         outcomes = collect(
             chosen,
             pyspy,
@@ -327,7 +304,6 @@ def _run_local(
             parallelism=options.parallelism,
             progress=tick,
             stop=stop,
-            early=early,
         )
         return outcomes if native else _signal_where_refused(outcomes, deadline, stop, host, via_signal)
 
