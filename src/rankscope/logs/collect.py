@@ -10,6 +10,7 @@ from typing import Optional
 
 from rankscope.evidence import Finding, decide
 from rankscope.logs.analyse import summary_findings, traceback_findings
+from rankscope.logs.c10d_errors import specific_findings
 from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
 from rankscope.logs.line_evidence import LineEvidence
@@ -106,11 +107,10 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts.truncated = grouper.truncated
     counts.device_asserts = asserts.result()
     report = grouper.report()
-    counts.findings = [
-        *traceback_findings(report, sources),
-        *evidence.findings(traced),
-        *summary_findings(counts.exits),
-    ]
+    counts.findings = specific_findings(
+        [*traceback_findings(report, sources), *evidence.findings(traced), *summary_findings(counts.exits)],
+        evidence.c10d,
+    )
     counts.verdict = decide(counts.findings)
     return report, counts
 
