@@ -197,6 +197,20 @@ class C10dLines:
     #: rank (as torch's message names it) -> parameter indices, names.
     indices: dict[int, str] = field(default_factory=dict)
     names: dict[int, str] = field(default_factory=dict)
+    #: The user's frame of each rank's traceback of these failures: (who, global rank) -> FILE:LINE.
+    #: Identical tracebacks are grouped under one rank's, so the culprit's own frame is kept here.
+    places: dict[tuple[Optional[str], Optional[int]], str] = field(default_factory=dict)
+
+    def traceback(self, who: Optional[str], global_rank: Optional[int], where: Optional[str]) -> None:
+        """A rank's traceback of one of these failures, and its user frame."""
+        if where is not None:
+            self.places.setdefault((who, global_rank), where)
+
+    def place_of(self, finding: Finding) -> Optional[str]:
+        found = self.places.get((finding.who, finding.global_rank))
+        if found is None and finding.global_rank is not None:
+            found = next((w for (_who, rank), w in self.places.items() if rank == finding.global_rank), None)
+        return found
 
     def feed(self, seen: Seen, text: str) -> None:
         mismatch = parse_mismatch(text)
@@ -396,7 +410,19 @@ def specific_findings(findings: list[Finding], lines: C10dLines) -> list[Finding
             plain.setdefault(cause, []).append(finding)
         else:
             rest.append(finding)
-    return [*rest, *(_absorb(f, plain.get(f.cause, []), _culprit_runs(f, lines)) for f in specific)]
+    out = [_absorb(f, plain.get(f.cause, []), _culprit_runs(f, lines)) for f in specific]
+    return [*rest, *(_own_place(f, lines) for f in out)]
+
+
+def _own_place(finding: Finding, lines: C10dLines) -> Finding:
+    """The culprit's own frame, where its traceback was grouped under another rank's."""
+    if finding.cause != DESYNC or finding.who is None:
+        return finding
+    place = lines.place_of(finding)
+    if place is None or place == finding.where:
+        return finding
+    step = finding.next_step.replace(f"the call at {finding.where}", f"the call at {place}")
+    return replace(finding, where=place, next_step=step)
 
 
 def _culprit_runs(finding: Finding, lines: C10dLines) -> Optional[Fingerprint]:
