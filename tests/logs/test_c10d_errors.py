@@ -151,10 +151,12 @@ def test_a_port_in_use_in_each_wording(text: str, port: str | None) -> None:
         "[W socket.cpp:436] [c10d] The server socket cannot be initialized on [::]:29500 (errno: 98 - Address already in use).",
         "step 10: the GPU is already in use by another process group",
         "RuntimeError: Detected collectives",
+        "OSError: [Errno 98] Address already in use",
     ],
 )
 def test_lines_that_are_none_of_these_failures(text: str) -> None:
-    """NCCL's own bind warning and torch's IPv6 warning (it may bind IPv4 next) name no failed store."""
+    """NCCL's own bind warning, torch's IPv6 warning (it may bind IPv4 next) and a Python server's
+    socket error (a dashboard of the program) name no failed store."""
     assert classify(text) is None
 
 
@@ -344,3 +346,17 @@ def test_logs_errors_on_a_port_in_use_says_which_port(tmp_path: Path) -> None:
     head = result.stdout.splitlines()
     assert "port 29733 is already in use" in head[0] and head[0].endswith("[port_in_use]")
     assert head[2].startswith("  next: ") and "ss -ltnp 'sport = :29733'" in head[2]
+
+
+def test_what_is_kept_is_bounded_by_the_ranks() -> None:
+    """A message repeated (torchrun's summary quotes it again, a job restarted many times) is kept once
+    per rank that printed it."""
+    lines = C10dLines()
+    text = _mismatch(1, _print(3, "ALLREDUCE", "8"), 0, _print(3, "ALLREDUCE", "9"))
+    reduction = "RuntimeError: Expected to have finished reduction in the prior iteration"
+    for line in range(1, 5001):
+        lines.feed(_seen("1", line, 1), text)
+        lines.feed(_seen("1", line, 1), reduction)
+        lines.feed(_seen(None, line), "RuntimeError: Address already in use")
+    assert (len(lines.mismatches), len(lines.reductions), len(lines.ports)) == (1, 1, 64)
+    assert [f.line for f in lines.findings()] == [1, 1, 1]

@@ -64,13 +64,17 @@ _DTYPES = re.compile(r"TensorDtypes=(\w+)")
 _BARE_OP = re.compile(r"^([A-Z_]+)\.?$")
 
 _PORT = re.compile(r"port: (\d+)|\]:(\d+) \(errno|\b\d{1,3}(?:\.\d{1,3}){3}:(\d+) \(errno|:(\d+)\): address")
+#: torch's store: its own wording, or torch 1.x's bare ``RuntimeError: Address already in use`` (a
+#: Python ``OSError: [Errno 98]`` is some other server of the program: a dashboard, an API).
 _PORT_LINE = re.compile(
-    r"failed to listen|failed to bind|EADDRINUSE|(?:Error|Exception)(?::|\b).*ddress already in use", re.I
+    r"failed to listen|failed to bind|EADDRINUSE|(?:RuntimeError|DistNetworkError|DistStoreError): Address already in use"
 )
 
 _REDUCTION = "Expected to have finished reduction in the prior iteration"
 _UNUSED = re.compile(r"Parameter(s| indices) which did not receive grad for rank (\d+): ?(.*)")
 
+#: Lines kept that name no rank (a mismatch message cut before it, port lines).
+KEPT = 64
 #: Indices and names listed in a finding; the rest are counted.
 LISTED = 8
 
@@ -200,6 +204,9 @@ class C10dLines:
     #: The user's frame of each rank's traceback of these failures: (who, global rank) -> FILE:LINE.
     #: Identical tracebacks are grouped under one rank's, so the culprit's own frame is kept here.
     places: dict[tuple[Optional[str], Optional[int]], str] = field(default_factory=dict)
+    _reporters: set[int] = field(default_factory=set)
+    _unnamed: int = 0
+    _reducers: set[Optional[str]] = field(default_factory=set)
 
     def traceback(self, who: Optional[str], global_rank: Optional[int], where: Optional[str]) -> None:
         """A rank's traceback of one of these failures, and its user frame."""
@@ -213,9 +220,16 @@ class C10dLines:
         return found
 
     def feed(self, seen: Seen, text: str) -> None:
+        """One line; what is kept is bounded by the ranks (a rank's first message of each kind)."""
         mismatch = parse_mismatch(text)
         if mismatch is not None:
-            self.mismatches.append((seen, mismatch))
+            if mismatch.rank is None:
+                self._unnamed += 1  # cut before it names its rank
+                if self._unnamed <= KEPT:
+                    self.mismatches.append((seen, mismatch))
+            elif mismatch.rank not in self._reporters:
+                self._reporters.add(mismatch.rank)
+                self.mismatches.append((seen, mismatch))
             return
         unused = _UNUSED.search(text)
         if unused is not None:
@@ -224,9 +238,10 @@ class C10dLines:
                 (self.indices if unused.group(1) == " indices" else self.names).setdefault(rank, listed)
             return
         cause = classify(text)
-        if cause == DDP_UNUSED:
+        if cause == DDP_UNUSED and seen.who not in self._reducers:
+            self._reducers.add(seen.who)
             self.reductions.append(seen)
-        elif cause == PORT_IN_USE:
+        elif cause == PORT_IN_USE and len(self.ports) < KEPT:
             self.ports.append((seen, port_of(text)))
 
     def runs_of(self, rank: int) -> Optional[Fingerprint]:
