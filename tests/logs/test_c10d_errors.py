@@ -7,12 +7,13 @@ would, on small logs written here.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
 
-from rankscope.evidence import CULPRIT, Finding, Kind
+from rankscope.evidence import CULPRIT, HANDLED, Finding, Kind
 from rankscope.logs.c10d_errors import (
     DDP_UNUSED,
     DESYNC,
@@ -292,6 +293,15 @@ def test_the_plain_tracebacks_join_the_finding_with_the_culprit_s_frame() -> Non
     assert (found.who, found.where, found.order, found.time) == ("2", "job.py:6", 5, "10:00:00")
     assert "compare the call at job.py:6" in found.next_step
     assert found.exception == "RuntimeError"
+
+
+def test_a_failure_every_rank_caught_stays_caught() -> None:
+    lines = C10dLines()
+    text = "RuntimeError: Address already in use"
+    lines.feed(_seen("0", 9, 0), text)
+    caught = replace(_plain("0", 0, text, 5, "serve.py:3"), role=HANDLED)
+    (found,) = specific_findings([caught], lines)
+    assert (found.cause, found.role) == (PORT_IN_USE, HANDLED)
 
 
 def test_other_exceptions_are_left_alone() -> None:

@@ -466,9 +466,12 @@ def _absorb(finding: Finding, plain: list[Finding], runs: Optional[Fingerprint] 
     step = finding.next_step
     if finding.cause == DESYNC:
         step = step.format(where=f"the call at {where}" if where else "the culprit's collective call")
+    # every traceback of it caught (the ranks wrote on): it ended nothing
+    role = finding.role if any(f.role == CULPRIT for f in plain) else earliest.role
     return replace(
         finding,
         kind=kind,
+        role=role,
         where=where,
         order=min(finding.order, earliest.order),
         time=min((f.time for f in plain if f.time is not None), default=finding.time),
