@@ -370,3 +370,18 @@ def test_what_is_kept_is_bounded_by_the_ranks() -> None:
         lines.feed(_seen(None, line), "RuntimeError: Address already in use")
     assert (len(lines.mismatches), len(lines.reductions), len(lines.ports)) == (1, 1, 64)
     assert [f.line for f in lines.findings()] == [1, 1, 1]
+
+
+def test_torchruns_summary_entry_names_the_rank_of_the_message_under_it() -> None:
+    """Entries are read before the messages of a block (their needle comes first): each message
+    takes the entry above it, not the block's last one."""
+    lines = C10dLines()
+    reduction = "RuntimeError: Expected to have finished reduction in the prior iteration before"
+    lines.feed(_seen(None, 10), "rank      : 3 (local_rank: 3)")
+    lines.feed(_seen(None, 30), "rank      : 0 (local_rank: 0)")
+    lines.feed(_seen(None, 22), reduction)
+    lines.feed(_seen(None, 900), "RuntimeError: Address already in use")  # far below any entry
+    ddp, port = sorted(lines.findings(), key=lambda f: f.cause)
+    assert (ddp.who, ddp.global_rank) == ("3", 3)
+    assert "on rank 3 " in ddp.what
+    assert port.who is None

@@ -33,6 +33,7 @@ a rank's own report is always preferred to what others say it runs.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -47,12 +48,18 @@ DDP_UNUSED = "ddp_unused_parameters"
 
 #: Words every line of one of these failures holds: what :class:`C10dLines` is fed.
 NEEDLES = (
+    b"(local_rank: ",  # first: a block's summary entries are known before the messages in them
     b"between collectives",
     b"already in use",
     b"failed to listen",
     b"finished reduction",
     b"did not receive grad",
 )
+#: torchrun's failure summary names the rank of the entry whose ``traceback :`` follows.
+_SUMMARY_RANK = re.compile(r"^rank\s*: (\d+) \(local_rank: \d+\)")
+#: How far (lines) an entry's traceback runs after its ``rank :`` line.
+SUMMARY_REACH = 400
+SUMMARY_KEPT = 4096
 
 _MISMATCH = re.compile(r"Detected mismatch between collectives on ranks")
 _OWN = re.compile(r"Rank (\d+) is running (?:inconsistent )?collective: ?(.*?)(?:, but Rank |$)")
@@ -206,6 +213,8 @@ class C10dLines:
     places: dict[tuple[Optional[str], Optional[int]], str] = field(default_factory=dict)
     _reporters: set[int] = field(default_factory=set)
     _unnamed: int = 0
+    #: The last ``rank : N (local_rank: M)`` lines of torchrun's summary: where each was, and N.
+    _entries: list[tuple[int, int]] = field(default_factory=list)
     _reducers: set[Optional[str]] = field(default_factory=set)
 
     def traceback(self, who: Optional[str], global_rank: Optional[int], where: Optional[str]) -> None:
@@ -237,7 +246,17 @@ class C10dLines:
             if listed:
                 (self.indices if unused.group(1) == " indices" else self.names).setdefault(rank, listed)
             return
+        summary = _SUMMARY_RANK.match(text)
+        if summary is not None and seen.who is None:
+            self._entries.append((seen.order, int(summary.group(1))))
+            del self._entries[:-SUMMARY_KEPT]
+            return
         cause = classify(text)
+        if cause is not None and seen.who is None:
+            at = bisect.bisect_left(self._entries, (seen.order, -1)) - 1
+            if at >= 0 and seen.order - self._entries[at][0] < SUMMARY_REACH:
+                rank = self._entries[at][1]  # a line of torchrun's entry for that rank
+                seen = replace(seen, who=str(rank), global_rank=rank)
         if cause == DDP_UNUSED and seen.who not in self._reducers:
             self._reducers.add(seen.who)
             self.reductions.append(seen)
@@ -385,7 +404,12 @@ def _ddp_finding(reductions: list[Seen], indices: dict[int, str], names: dict[in
     first = _first(reductions)
     whos = sorted({s.who for s in reductions if s.who is not None})
     ranks = sorted(set(indices) | set(names))
-    about = RankSet.of(ranks).phrase() if ranks else (f"{', '.join(whos)}" if whos else "a rank")
+    if ranks:
+        about = RankSet.of(ranks).phrase()
+    elif whos and all(who.isdigit() for who in whos):
+        about = RankSet.of(int(who) for who in whos).phrase()
+    else:
+        about = ", ".join(whos) or "a rank"
     listed = []
     rank = ranks[0] if ranks else None
     if rank is not None and rank in names:
