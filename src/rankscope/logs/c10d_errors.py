@@ -6,7 +6,8 @@ Each of them is raised as a plain ``RuntimeError`` (``DistNetworkError``) on whi
 it, so the traceback alone would blame the rank that printed first. Their lines are read wherever
 they are (a rank's traceback, a bare exception line, torchrun's ``traceback :`` summary block, a
 framework's logger line) and turned into one finding per failure, which takes the place of the
-plain ``python_exception`` findings of the same messages (:func:`specific_findings`).
+plain ``python_exception`` findings of the same messages (:func:`specific_findings`). A line without
+a rank prefix inside an entry of torchrun's failure summary is that entry's ``rank :``.
 
 The messages, in the forms torch has printed them (``ProcessGroupWrapper.cpp``, ``socket.cpp``,
 ``reducer.cpp``)::
