@@ -10,11 +10,14 @@ from typing import Optional
 
 from rankscope.evidence import Finding, decide
 from rankscope.logs.analyse import summary_findings, traceback_findings
+from rankscope.logs.c10d_errors import classify, specific_findings
 from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
+from rankscope.logs.labels import label_text
 from rankscope.logs.line_evidence import LineEvidence
 from rankscope.logs.prefixes import tally_lines
 from rankscope.logs.reading import Reading
+from rankscope.logs.roles import user_frame
 from rankscope.logs.torchrun_summary import RankExit, find_summaries
 from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
 
@@ -55,6 +58,10 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     per_label: Counter[Optional[bytes]] = Counter()
 
     def sink(tb: RankTraceback) -> None:
+        if tb.exception and classify(tb.exception) is not None:
+            frame = user_frame(tb.frames)
+            where = f"{frame.filename}:{frame.line}" if frame is not None else None
+            evidence.c10d.traceback(label_text(tb.label) or tb.worker, tb.global_rank, where)
         # a rank's first exception lines are matched against its first tracebacks: bounded per rank
         if per_label[tb.label] < TRACED_PER_RANK:
             per_label[tb.label] += 1
@@ -106,11 +113,10 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts.truncated = grouper.truncated
     counts.device_asserts = asserts.result()
     report = grouper.report()
-    counts.findings = [
-        *traceback_findings(report, sources),
-        *evidence.findings(traced),
-        *summary_findings(counts.exits),
-    ]
+    counts.findings = specific_findings(
+        [*traceback_findings(report, sources), *evidence.findings(traced), *summary_findings(counts.exits)],
+        evidence.c10d,
+    )
     counts.verdict = decide(counts.findings)
     return report, counts
 

@@ -17,6 +17,8 @@ from typing import Optional
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
+from rankscope.logs.c10d_errors import NEEDLES as C10D_NEEDLES
+from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
@@ -180,6 +182,8 @@ class LineEvidence:
         default_factory=dict
     )
     first_timeout: list[Finding] = field(default_factory=list)
+    #: torch.distributed errors that name their cause (collective mismatch, port in use, DDP).
+    c10d: C10dLines = field(default_factory=C10dLines)
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     _source: str = ""
@@ -212,6 +216,7 @@ class LineEvidence:
             (b"Error", self._exception_line),
             (b"NCCL", self._nccl_or_torch),
             (b"watchdog thread terminated", self._watchdog_cuda),
+            *((needle, self._c10d) for needle in C10D_NEEDLES),
         ):
             pos = chunk.find(needle)
             last = -1
@@ -274,6 +279,11 @@ class LineEvidence:
         if len(kept) < PER_RANK:
             decoded = text[:1000].decode("utf-8", "replace")
             kept.append((decoded, self._source, line_no, self.order(line_no), torch_global_rank(raw)))
+
+    def _c10d(self, line: bytes, line_no: int) -> None:
+        label, raw, text = self._split(line)
+        seen = Seen(label_text(label), torch_global_rank(raw), self._source, line_no, self.order(line_no))
+        self.c10d.feed(seen, text.strip()[:8192].decode("utf-8", "replace"))
 
     def _nccl(self, line: bytes, line_no: int) -> None:
         label, _raw, text = self._split(line)

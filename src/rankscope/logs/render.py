@@ -219,6 +219,7 @@ def _worker_words(worker: Optional[str]) -> str:
 
 _KIND_WORDS = {
     Kind.NCCL: "an NCCL call of this process failed (NCCL WARN)",
+    Kind.TRACEBACK: "torch's message in this rank's traceback names the cause",
     Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
     Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
     Kind.LAUNCHER: "the launcher reported this process's death",
@@ -270,7 +271,10 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
     asserts = counts.device_asserts
     shown_asserts: set[int] = set()
     verdict = counts.verdict
-    other = verdict is not None and verdict.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK)
+    # a traceback whose message names its cause (a collective mismatch, ...) is told as its finding
+    other = verdict is not None and (
+        verdict.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK) or verdict.cause != "python_exception"
+    )
     if verdict is not None and other:
         out.extend(verdict_lines(verdict))
     if not groups:
