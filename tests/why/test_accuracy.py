@@ -86,3 +86,21 @@ def test_the_culprit_of_every_saved_stacks_run(saved: Path) -> None:
     assert expected == [1]
     assert (report.verdict.cause, report.verdict.ranks) == ("elsewhere", expected)
     assert report.verdict.location == "update_index (hang_job.py:48)"
+
+
+@pytest.mark.parametrize(
+    ("log", "words"),
+    [
+        ("recorded_torchrun_port_in_use.log", "port 29733 is already in use"),
+        (
+            "recorded_gloo_ddp_unused_info.log",
+            "rank 0 stopped in DDP: parameters of the model got no gradient",
+        ),
+        ("recorded_gloo_desync_detail.log", "issued collectives the other ranks did not"),
+    ],
+)
+def test_torch_distributed_errors_that_name_their_cause_read_as_such(log: str, words: str) -> None:
+    gathered = Gathered()
+    read_logs([str(CORPUS / "logs" / log)], gathered)
+    verdict = weigh(gathered).verdict
+    assert verdict is not None and words in verdict.text, verdict

@@ -88,6 +88,11 @@ _WORDS = {
     "gpu_ecc": "its GPU reported a memory (ECC) error",
     "exited_early": "exited while the other ranks still run",
     "exit_code": "exited with an error code",
+    "port_in_use": "could not listen: the rendezvous port is already in use (another job or a leftover process holds it)",
+    "ddp_unused_parameters": (
+        "stopped in DDP: parameters of the model got no gradient (not used in the loss, and "
+        "find_unused_parameters is off)"
+    ),
 }
 
 
