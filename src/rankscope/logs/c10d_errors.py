@@ -56,6 +56,8 @@ NEEDLES = (
     b"finished reduction",
     b"did not receive grad",
 )
+#: What the exception line of each of these failures holds (a block is searched for NEEDLES only after one).
+WORDS = NEEDLES[1:]
 #: torchrun's failure summary names the rank of the entry whose ``traceback :`` follows.
 _SUMMARY_RANK = re.compile(r"^rank\s*: (\d+) \(local_rank: \d+\)")
 #: How far (lines) an entry's traceback runs after its ``rank :`` line.

@@ -18,6 +18,7 @@ from typing import Optional
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.logs.c10d_errors import NEEDLES as C10D_NEEDLES
+from rankscope.logs.c10d_errors import WORDS as C10D_WORDS
 from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
@@ -187,6 +188,8 @@ class LineEvidence:
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     _source: str = ""
+    #: Whether an exception line of the block being read names one of rankscope.logs.c10d_errors' failures.
+    _c10d_here: bool = False
     _index: int = -1
     _labels: SourceLabels = PLAIN
     _lines_before: int = 0
@@ -211,23 +214,20 @@ class LineEvidence:
             cursor[0] = start
             return self._lines_before + cursor[1] + 1
 
-        # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan
+        # "NCCL" finds NCCL's WARN lines and torch's watchdog lines (WorkNCCL, ProcessGroupNCCL) in one scan.
+        # torch.distributed's errors that name their cause are searched for only in a block where an
+        # exception line names one (_exception_line): each needle is a pass over the block, and six
+        # more passes cost a 1 GiB log 19% more CPU (docs/benchmarks.md).
+        self._c10d_here = False
         for needle, handler in (
             (b"Error", self._exception_line),
             (b"NCCL", self._nccl_or_torch),
             (b"watchdog thread terminated", self._watchdog_cuda),
-            *((needle, self._c10d) for needle in C10D_NEEDLES),
         ):
-            pos = chunk.find(needle)
-            last = -1
-            while pos >= 0:
-                start = chunk.rfind(b"\n", 0, pos) + 1
-                end = chunk.find(b"\n", pos)
-                end = len(chunk) if end < 0 else end
-                if start != last:
-                    last = start
-                    handler(chunk[start:end], line_at(start))
-                pos = chunk.find(needle, end)
+            self._scan(chunk, needle, handler, line_at)
+        if self._c10d_here:
+            for needle in C10D_NEEDLES:
+                self._scan(chunk, needle, self._c10d, line_at)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
             b"exit" in chunk
@@ -245,6 +245,22 @@ class LineEvidence:
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
         self._lines_before += lines
+
+    @staticmethod
+    def _scan(
+        chunk: bytes, needle: bytes, handler: Callable[[bytes, int], None], line_at: Callable[[int], int]
+    ) -> None:
+        """Each line of ``chunk`` that holds ``needle``, once, to ``handler`` with its line number."""
+        pos = chunk.find(needle)
+        last = -1
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
+            end = len(chunk) if end < 0 else end
+            if start != last:
+                last = start
+                handler(chunk[start:end], line_at(start))
+            pos = chunk.find(needle, end)
 
     def _nccl_or_torch(self, line: bytes, line_no: int) -> None:
         if b"NCCL WARN" in line:
@@ -268,6 +284,8 @@ class LineEvidence:
         return self._labels.label(split.label), split.raw_prefix, split.text
 
     def _exception_line(self, line: bytes, line_no: int) -> None:
+        if not self._c10d_here and any(word in line for word in C10D_WORDS):
+            self._c10d_here = True
         label, raw, text = self._split(line)
         if label is None:
             return
