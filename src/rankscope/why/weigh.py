@@ -45,8 +45,9 @@ def _tier(finding: Finding) -> int:
 
 def _ranks_of(finding: Finding) -> list[int]:
     """The global ranks a finding blames: the folded ranks of stacks and recorders, else its rank."""
-    folded = (
-        finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause == "gpu_ecc"
+    folded = finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause in (
+        "gpu_ecc",
+        "ddp_unused_parameters",  # every rank whose parameters got no gradient: the model's, not one rank's
     )
     if folded and finding.ranks:
         return list(RankSet.parse(finding.ranks))
