@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +71,32 @@ _ROLE_WORDS = {
     Role.VICTIM: "victim (a consequence of another failure: lost peer, timeout, signal)",
     Role.HANDLED: f"handled (the rank wrote {HANDLED_LINES}+ more lines after it)",
 }
+
+
+#: NCCL's own error name in the lines after torch's DistBackendError (``ncclSystemError: ...``).
+_NCCL_ERROR_NAME = re.compile(r"^nccl(?:[A-Z]\w*Error|InvalidArgument|InvalidUsage): ")
+#: How much of NCCL's ``Last error:`` detail a line shows.
+LAST_ERROR_SHOWN = 300
+
+
+def nccl_details(tb: RankTraceback) -> list[str]:
+    """What NCCL says after torch's DistBackendError, from the lines the traceback kept after its
+    exception line: its error name (``ncclInternalError: Internal check failed.``) and its ``Last
+    error:`` detail (the next line when that one is empty), the actual reason (a refused socket, a
+    duplicate GPU, an IB completion error); [] when there is none."""
+    out: list[str] = []
+    for index, line in enumerate(tb.tail):
+        text = line.strip()
+        if _NCCL_ERROR_NAME.match(text) and not out:
+            out.append(text[:LAST_ERROR_SHOWN])
+        elif text.startswith("Last error:"):
+            detail = text[len("Last error:") :].strip()
+            if not detail:
+                detail = next((t.strip() for t in tb.tail[index + 1 :] if t.strip()), "")
+            if detail:
+                out.append(f"last error: {detail[:LAST_ERROR_SHOWN]}")
+            break
+    return out
 
 
 def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
@@ -155,6 +182,7 @@ def _render_group(
         out.append("    (traceback cut off: no exception line followed; the log may end early)")
     else:
         out.append(f"  {example.exception}")
+        out.extend(f"  {line}" for line in nccl_details(example))
     if group.messages_vary:
         out.append(
             "  (message differs between ranks; common form: "
@@ -201,6 +229,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
     first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
     out = [first, f"  why: {root_reason(report, root)}"]
+    out.extend(f"  NCCL's {line}" for line in nccl_details(tb) if line.startswith("last error:"))
     if is_async_cuda_error(tb):
         out.append(
             "  location unreliable: CUDA reported this kernel error asynchronously; "
