@@ -29,3 +29,52 @@ def test_a_marker_is_found_under_its_name_at_once_and_by_listing_rarely(tmp_path
     assert other.find_marker() == str(odd)
     (tmp_path / runtime.file_name("node1", 4444, "progress", 2)).touch()  # a process of another host
     assert collect.Watched(4444, 2, "node2", None, str(tmp_path), 0).find_marker() is None
+
+
+WRITER = """
+import sys, rankscope
+sys.stdin.readline()
+rankscope.progress(step=7)
+print("written", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_an_earlier_processs_marker_of_a_reused_pid_gives_way_to_the_ranks_own(tmp_path: Path) -> None:
+    """A real rank (RANK=0) whose pid an earlier process of rank 3 had, and whose marker file that
+    process left (it was killed): the listing finds that one first; once the rank writes its own, the
+    watcher reads the rank's own, not the earlier one forever."""
+    import os
+    import subprocess
+    import sys
+
+    from rankscope.inproc import progress as progress_file
+    from rankscope.ranks import short_hostname
+
+    host = short_hostname()
+    here, earlier = tmp_path / "run", tmp_path / "earlier"
+    here.mkdir(mode=0o700)
+    earlier.mkdir(mode=0o700)
+    env = {**os.environ, runtime.ENV_DIR: str(earlier), "RANK": "3"}
+    code = "import os, rankscope; rankscope.progress(step=1); os._exit(0)"  # killed: its file stays
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    (left,) = earlier.iterdir()
+    rank = subprocess.Popen(
+        [sys.executable, "-c", WRITER],
+        env={**os.environ, runtime.ENV_DIR: str(here), "RANK": "0"},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        left.rename(here / runtime.file_name(host, rank.pid, "progress", 3))  # the reused pid's old file
+        worker = collect.Watched(rank.pid, 0, host, None, str(here), progress_file.start_ticks(rank.pid))
+        assert worker.sample().step is None  # found by listing, refused: another process's
+        assert rank.stdin is not None and rank.stdout is not None
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        assert rank.stdout.readline() == "written\n"
+        assert worker.sample().step == 7
+    finally:
+        rank.kill()
+        rank.wait()

@@ -82,9 +82,13 @@ class Watched:
         try:
             record = progress_file.read(path, uid=self.uid)
         except (OSError, ValueError):
+            self.marker = None  # gone, or not a marker: looked for again
             return RankSample(self.pid, self.rank)
         if record.pid != self.pid or (self.start_ticks and record.start_ticks != self.start_ticks):
-            return RankSample(self.pid, self.rank)  # an earlier process's file with the same pid
+            # An earlier process's file with the same pid (a reused pid; another rank's name, found by
+            # listing before this rank wrote its own): forgotten, so that its own is found once written.
+            self.marker = None
+            return RankSample(self.pid, self.rank)
         return RankSample(self.pid, self.rank, record.calls, record.step)
 
     def close(self) -> None:
