@@ -60,19 +60,9 @@ class Watched:
         return self.marker
 
     def _listed_marker(self) -> Optional[str]:
-        """Its marker found by listing the directory (a name of another rank than the one it reads)."""
-        try:
-            names = os.listdir(self.directory)
-        except OSError:
-            return None
-        tail = f"pid-{self.pid}.progress"
-        for name in names:
-            if not name.endswith(tail):  # most names are other processes': no parsing for them
-                continue
-            parsed = runtime.parse_name(name)
-            if parsed is not None and parsed[0] == self.host and parsed[2] == self.pid:
-                return os.path.join(self.directory, name)
-        return None
+        """Its marker found by listing the directory (a name of another rank than the one it reads;
+        of two, the one written last: rankscope.inproc.runtime.files_of)."""
+        return runtime.files_of(self.directory, self.pid, self.host).get("progress")
 
     def sample(self) -> RankSample:
         """Its marker now (calls and step), when it records one."""
