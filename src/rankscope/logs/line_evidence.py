@@ -346,9 +346,12 @@ class LineEvidence:
 
     def _who(self, label: Optional[bytes], text: str) -> tuple[Optional[str], Optional[int]]:
         """The rank a torch line is about: its prefix, else torch's own ``[Rank N]`` in the text."""
-        if label is not None:
-            return label_text(label), host_and_rank(label)[1]
         found = _RANK_IN_TEXT.search(text)
+        if label is not None:
+            rank = host_and_rank(label)[1]
+            if rank is None and found is not None:  # a host's prefix (pdsh): torch's own [Rank N]
+                rank = int(found.group(2))
+            return label_text(label), rank
         if found is not None:
             return found.group(2), int(found.group(2))
         return None, None
