@@ -45,6 +45,8 @@ VICTIM_MESSAGES = re.compile(
             r"Watchdog caught collective operation timeout",
             r"watchdog thread terminated",
             r"ProcessGroupNCCL is (?:aborted|shut ?down)",
+            # monitored_barrier on the ranks that arrived and lost rank 0 (it names the culprits)
+            r"successfully reached monitoredBarrier",
             # the launcher or the scheduler stopped the process
             r"got signal: \d+",
             r"\bSignalException\b",
