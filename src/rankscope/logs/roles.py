@@ -38,6 +38,8 @@ VICTIM_MESSAGES = re.compile(
             r"Connection was likely closed",
             r"failed to recv, got 0 bytes",
             r"Socket Timeout",
+            # the store: a key another rank was to write never came (gloo's peer addresses, a barrier's key)
+            r"\bwait timeout after \d+ ?ms, keys:",
             # NCCL through ProcessGroupNCCL
             r"ncclRemoteError",
             r"remote process exit",
