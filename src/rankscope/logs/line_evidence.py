@@ -52,7 +52,9 @@ _SIGNALS = tuple(
 
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
-_RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
+#: torch's own rank in its NCCL lines: ``[Rank 5]``, ``[PG 2 Rank 1]``, ``[PG 0 (default_pg) Rank 1]`` (2.4),
+#: ``[PG ID 0 PG GUID 0(default_pg) Rank 7]`` (2.5 and later).
+_RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ |\([^)\s]*\) )?)?Rank (\d+)\]")
 _DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
 #: torch 2.3-2.5 after a timeout: ``[PG 2 Rank 1] Timeout at NCCL work: 30871, last enqueued ...``.
 _TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (\d+)")
