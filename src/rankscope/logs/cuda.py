@@ -36,6 +36,30 @@ def is_async_cuda_error(tb: RankTraceback) -> bool:
     return ASYNC_NOTE in tb.exception or any(ASYNC_NOTE in line for line in tb.tail)
 
 
+#: CUDA errors that are the GPU's hardware failing, not a kernel of the program (cudaErrorECCUncorrectable,
+#: cudaErrorNvlinkUncorrectable, cudaErrorHardwareStackError): no rerun finds them in the code.
+_HARDWARE = (
+    "uncorrectable ECC error encountered",
+    "uncorrectable NVLink error detected",
+    "hardware stack error",
+)
+HARDWARE_STEP = (
+    "a hardware fault of this rank's GPU, not of the code: on its node check `nvidia-smi -q` (its "
+    "ECC Errors and Remapped Rows) and the kernel log for NVIDIA Xid (48: double-bit ECC, 63/64: row remapping, "
+    "74: NVLink, 79: fell off the bus), or run `rankscope doctor` there; drain the node and resume from "
+    "the last checkpoint on others"
+)
+
+
+def gpu_hardware_error(tb: RankTraceback) -> Optional[str]:
+    """The hardware failure a CUDA error names (``uncorrectable ECC error encountered``), else None."""
+    for text in (tb.exception, *tb.tail):
+        found = next((words for words in _HARDWARE if words in text), None)
+        if found is not None:
+            return found
+    return None
+
+
 def rerun_command(tb: RankTraceback, launcher: str) -> str:
     """The command line to rerun with synchronous kernel launches (the script from the outermost frame)."""
     scripts = [f.filename for f in tb.frames if f.function == "<module>" and not f.filename.startswith("<")]

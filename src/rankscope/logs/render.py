@@ -12,7 +12,14 @@ from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.logs.analyse import launcher_of, orphan_exception_lines, root_reason
 from rankscope.logs.collect import LineCounts
-from rankscope.logs.cuda import DeviceAssert, is_async_cuda_error, out_of_memory, rerun_command
+from rankscope.logs.cuda import (
+    HARDWARE_STEP,
+    DeviceAssert,
+    gpu_hardware_error,
+    is_async_cuda_error,
+    out_of_memory,
+    rerun_command,
+)
 from rankscope.logs.demux import SplitFile
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.inventory import Inventory, RanksDocument
@@ -103,7 +110,10 @@ def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
     """CUDA facts of an error: its location's reliability, its out-of-memory numbers."""
     out = []
     example = group.example
-    if is_async_cuda_error(example):
+    hardware = gpu_hardware_error(example)
+    if hardware is not None:
+        out.append(f"  {hardware}: {HARDWARE_STEP}")
+    elif is_async_cuda_error(example):
         out.append(
             "  CUDA reports kernel errors asynchronously: the line above is where the error was noticed, "
             "not necessarily where the faulty kernel was launched"
@@ -230,7 +240,10 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
     out = [first, f"  why: {root_reason(report, root)}"]
     out.extend(f"  NCCL's {line}" for line in nccl_details(tb) if line.startswith("last error:"))
-    if is_async_cuda_error(tb):
+    hardware = gpu_hardware_error(tb)
+    if hardware is not None:
+        out.append(f"  next: {HARDWARE_STEP}")
+    elif is_async_cuda_error(tb):
         out.append(
             "  location unreliable: CUDA reported this kernel error asynchronously; "
             f"rerun synchronously: {rerun_command(tb, launcher_of(counts, report))}"
