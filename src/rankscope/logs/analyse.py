@@ -3,7 +3,7 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.logs.cuda import HARDWARE_STEP, gpu_hardware_error
@@ -11,6 +11,7 @@ from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.stopped import stopped_finding
 from rankscope.logs.torchrun_summary import RankExit
 
 if TYPE_CHECKING:
@@ -41,7 +42,15 @@ def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Fi
                 next_step=HARDWARE_STEP if gpu_hardware_error(tb) is not None else "",
             )
         )
+        if tb.exception_type == "KeyboardInterrupt" and not tb.truncated:
+            by = f"{_ranks_phrase(group.labels)} (KeyboardInterrupt)"
+            out.append(stopped_finding(2, None, tb.source, tb.line_number, out[-1].order, by))
     return out
+
+
+def _ranks_phrase(labels: list[Optional[bytes]]) -> str:
+    folded = fold_labels(labels)
+    return f"rank{'s' if len(labels) > 1 else ''} {folded}" if folded else "the program"
 
 
 def summary_findings(exits: list[RankExit]) -> list[Finding]:

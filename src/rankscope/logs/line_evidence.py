@@ -25,6 +25,8 @@ from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.roles import VICTIM_MESSAGES
 from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
+from rankscope.logs.stopped import NEEDLE as STOPPED_NEEDLE
+from rankscope.logs.stopped import signal_of, stopped_finding
 
 #: An exception line: ``ValueError: x``, ``torch.OutOfMemoryError: y``, ``pkg.SomeException``.
 EXCEPTION_LINE = re.compile(rb"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s|:?$)")
@@ -189,6 +191,8 @@ class LineEvidence:
     c10d: C10dLines = field(default_factory=C10dLines)
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
+    #: The launchers (their node's prefix) whose signal is a finding already.
+    _stopped_seen: set[Optional[str]] = field(default_factory=set)
     _source: str = ""
     #: Whether an exception line of the block being read names one of rankscope.logs.c10d_errors' failures.
     _c10d_here: bool = False
@@ -239,6 +243,8 @@ class LineEvidence:
             or b"ProcessExitedException" in chunk
         ):
             self._launcher(chunk, line_at)
+        if launchers and STOPPED_NEEDLE in chunk:
+            self._stopped(chunk, line_at)
         if unprefixed and b"OOMKilled" in chunk:
             for match in _POD_OOM.finditer(chunk):
                 pod = match.group(1).decode()
@@ -581,6 +587,24 @@ class LineEvidence:
                 self._death(who, code, "srun", line_no, match)
         if b"slurmstepd" in chunk:
             self._scheduler(chunk, line_at)
+
+    def _stopped(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """torchrun's ``Received 15 death signal``: the job stopped from outside (one per launcher)."""
+        pos = chunk.find(STOPPED_NEEDLE)
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
+            end = len(chunk) if end < 0 else end
+            number = signal_of(chunk[start:end])
+            label = self._split(chunk[start:end])[0]
+            who = label_text(label) if label is not None else None
+            if number is not None and who not in self._stopped_seen:
+                self._stopped_seen.add(who)
+                line_no = line_at(start)
+                self.findings_.append(
+                    stopped_finding(number, who, self._source, line_no, self.order(line_no), "torchrun")
+                )
+            pos = chunk.find(STOPPED_NEEDLE, end)
 
     def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
         self.findings_.append(

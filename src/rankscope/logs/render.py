@@ -271,6 +271,13 @@ _KIND_WORDS = {
 }
 
 
+#: Where a cause says more than its kind does.
+_CAUSE_WORDS = {
+    "stopped_from_outside": "the launcher's own words: it was sent a signal, and nothing stronger (a rank's "
+    "error, a death, a hang) is in this log",
+}
+
+
 def verdict_lines(verdict: Finding) -> list[str]:
     """The first lines of the report when the root cause is not a traceback."""
     who = verdict.who or ""
@@ -285,11 +292,12 @@ def verdict_lines(verdict: Finding) -> list[str]:
     # no identity to name: the finding's own words say whom it is about
     head = f"{who}: " if who else ""
     out = [f"root cause: {head}{verdict.what}{where}{ranks} [{verdict.cause}]"]
+    reason = _CAUSE_WORDS.get(verdict.cause) or _KIND_WORDS.get(verdict.kind, str(verdict.kind))
     out.append(
-        f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}; the strongest evidence in the log "
-        f"(docs/logs.md, precedence) — {verdict.source} line {verdict.line}"
+        f"  why: {reason}; the strongest evidence in the log (docs/logs.md, precedence) — "
+        f"{verdict.source} line {verdict.line}"
         if verdict.line
-        else f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}"
+        else f"  why: {reason}"
     )
     if verdict.next_step:
         out.append(f"  next: {verdict.next_step}")

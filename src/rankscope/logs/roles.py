@@ -51,6 +51,7 @@ VICTIM_MESSAGES = re.compile(
             r"successfully reached monitoredBarrier",
             # the launcher or the scheduler stopped the process
             r"got signal: \d+",
+            r"^KeyboardInterrupt\b",  # SIGINT, from Ctrl-C or from the launcher passing it on
             r"\bSignalException\b",
             r"\bChildFailedError\b",
             # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
