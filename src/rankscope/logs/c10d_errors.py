@@ -42,6 +42,8 @@ from typing import Optional
 
 from rankscope.evidence import CULPRIT, Finding, Kind
 from rankscope.folding import RankSet
+from rankscope.logs import join_errors
+from rankscope.logs.join_errors import Heard, JoinLines
 
 DESYNC = "collective_desync"
 PORT_IN_USE = "port_in_use"
@@ -55,6 +57,7 @@ NEEDLES = (
     b"failed to listen",
     b"finished reduction",
     b"did not receive grad",
+    *join_errors.WORDS,
 )
 #: What the exception line of each of these failures holds (a block is searched for NEEDLES only after one).
 WORDS = NEEDLES[1:]
@@ -187,7 +190,7 @@ def classify(text: str) -> Optional[str]:
         return DDP_UNUSED
     if "failed to listen" in text or ("already in use" in text.lower() and _PORT_LINE.search(text)):
         return PORT_IN_USE
-    return None
+    return join_errors.classify(text)
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,8 @@ class C10dLines:
     #: The last ``rank : N (local_rank: M)`` lines of torchrun's summary: where each was, and N.
     _entries: list[tuple[int, int]] = field(default_factory=list)
     _reducers: set[Optional[str]] = field(default_factory=set)
+    #: Ranks that never arrived (rankscope.logs.join_errors).
+    joins: JoinLines = field(default_factory=JoinLines)
 
     def traceback(self, who: Optional[str], global_rank: Optional[int], where: Optional[str]) -> None:
         """A rank's traceback of one of these failures, and its user frame."""
@@ -265,6 +270,10 @@ class C10dLines:
             self.reductions.append(seen)
         elif cause == PORT_IN_USE and len(self.ports) < KEPT:
             self.ports.append((seen, port_of(text)))
+        elif cause is not None:
+            join = join_errors.parse(text)
+            if join is not None:
+                self.joins.feed(Heard(seen.who, seen.global_rank, seen.source, seen.line, seen.order, join))
 
     def runs_of(self, rank: int) -> Optional[Fingerprint]:
         """The collective a rank runs: as its own message says, else as another rank's says."""
@@ -285,7 +294,7 @@ class C10dLines:
             out.append(_port_finding(self.ports))
         if self.reductions:
             out.append(_ddp_finding(self.reductions, self.indices, self.names))
-        return out
+        return out + self.joins.findings()
 
 
 def _first(seen: Iterable[Seen]) -> Seen:
@@ -452,7 +461,12 @@ def specific_findings(findings: list[Finding], lines: C10dLines) -> list[Finding
             plain.setdefault(cause, []).append(finding)
         else:
             rest.append(finding)
-    out = [_absorb(f, plain.get(f.cause, []), _culprit_runs(f, lines)) for f in specific]
+    out = [
+        join_errors.absorb(f, plain.get(f.cause, []))
+        if f.cause in join_errors.CAUSES
+        else _absorb(f, plain.get(f.cause, []), _culprit_runs(f, lines))
+        for f in specific
+    ]
     return [*rest, *(_own_place(f, lines) for f in out)]
 
 

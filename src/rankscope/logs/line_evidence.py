@@ -54,7 +54,9 @@ _SIGNALS = tuple(
 
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
-_RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ )?)?Rank (\d+)\]")
+#: torch's own rank in its NCCL lines: ``[Rank 5]``, ``[PG 2 Rank 1]``, ``[PG 0 (default_pg) Rank 1]`` (2.4),
+#: ``[PG ID 0 PG GUID 0(default_pg) Rank 7]`` (2.5 and later).
+_RANK_IN_TEXT = re.compile(r"\[(?:PG (?:ID )?(\d+) (?:PG GUID \S+ |\([^)\s]*\) )?)?Rank (\d+)\]")
 _DUMP_FROM = re.compile(rb"collective timeout from rank (\d+)")
 #: torch 2.3-2.5 after a timeout: ``[PG 2 Rank 1] Timeout at NCCL work: 30871, last enqueued ...``.
 _TIMEOUT_AT = re.compile(r"Timeout at NCCL work: (\d+)")
@@ -429,9 +431,12 @@ class LineEvidence:
 
     def _who(self, label: Optional[bytes], text: str) -> tuple[Optional[str], Optional[int]]:
         """The rank a torch line is about: its prefix, else torch's own ``[Rank N]`` in the text."""
-        if label is not None:
-            return label_text(label), host_and_rank(label)[1]
         found = _RANK_IN_TEXT.search(text)
+        if label is not None:
+            rank = host_and_rank(label)[1]
+            if rank is None and found is not None:  # a host's prefix (pdsh): torch's own [Rank N]
+                rank = int(found.group(2))
+            return label_text(label), rank
         if found is not None:
             return found.group(2), int(found.group(2))
         return None, None

@@ -228,8 +228,8 @@ _KIND_WORDS = {
     Kind.EXCEPTION_LINE: "an exception line of this rank (its traceback header is not in the log)",
     Kind.NATIVE_CRASH: "a native crash (signal backtrace)",
     Kind.LAUNCHER: "the launcher reported this process's death",
-    Kind.NETWORK: "the network under this process failed (an NCCL NET/IB completion error)",
-    Kind.WATCHDOG: "torch's NCCL watchdog",
+    Kind.NETWORK: "a connection this process needed failed (an NCCL NET/IB completion error, a store out of reach)",
+    Kind.WATCHDOG: "ranks that timed out waiting for another (torch's NCCL watchdog, a communicator's set-up)",
     Kind.LAUNCHER_SUMMARY: "only the launcher's failure summary is in this log",
 }
 
@@ -237,15 +237,18 @@ _KIND_WORDS = {
 def verdict_lines(verdict: Finding, reason: Optional[NcclReason] = None) -> list[str]:
     """The first lines of the report when the root cause is not a traceback; ``reason``: NCCL's own
     reason after it (an exception line of a DistBackendError)."""
-    who = verdict.who or "(no rank named)"
+    who = verdict.who or ""
     launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
     if verdict.who is not None and verdict.who.isdigit() and not launcher:
         who = f"rank {who}"
     if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
         who += f" (global rank {verdict.global_rank})"
     where = f" at {verdict.where}" if verdict.where else ""
-    ranks = f" (rank(s) {verdict.ranks})" if verdict.ranks and verdict.ranks != verdict.who else ""
-    out = [f"root cause: {who}: {verdict.what}{where}{ranks} [{verdict.cause}]"]
+    named = verdict.ranks and who and verdict.ranks != verdict.who  # else its words name them
+    ranks = f" (rank(s) {verdict.ranks})" if named else ""
+    # no identity to name: the finding's own words say whom it is about
+    head = f"{who}: " if who else ""
+    out = [f"root cause: {head}{verdict.what}{where}{ranks} [{verdict.cause}]"]
     out.append(
         f"  why: {_KIND_WORDS.get(verdict.kind, str(verdict.kind))}; the strongest evidence in the log "
         f"(docs/logs.md, precedence) — {verdict.source} line {verdict.line}"

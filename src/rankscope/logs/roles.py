@@ -38,6 +38,8 @@ VICTIM_MESSAGES = re.compile(
             r"Connection was likely closed",
             r"failed to recv, got 0 bytes",
             r"Socket Timeout",
+            # the store: a key another rank was to write never came (gloo's peer addresses, a barrier's key)
+            r"\bwait timeout after \d+ ?ms, keys:",
             # NCCL through ProcessGroupNCCL
             r"ncclRemoteError",
             r"remote process exit",
@@ -45,6 +47,8 @@ VICTIM_MESSAGES = re.compile(
             r"Watchdog caught collective operation timeout",
             r"watchdog thread terminated",
             r"ProcessGroupNCCL is (?:aborted|shut ?down)",
+            # monitored_barrier on the ranks that arrived and lost rank 0 (it names the culprits)
+            r"successfully reached monitoredBarrier",
             # the launcher or the scheduler stopped the process
             r"got signal: \d+",
             r"\bSignalException\b",

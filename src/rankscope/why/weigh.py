@@ -48,6 +48,11 @@ def _ranks_of(finding: Finding) -> list[int]:
     folded = finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause in (
         "gpu_ecc",
         "ddp_unused_parameters",  # every rank whose parameters got no gradient: the model's, not one rank's
+        # the ranks that never arrived (or could not reach the store), as the waiting ranks' messages name them
+        "ranks_never_joined",
+        "monitored_barrier",
+        "nccl_id_wait",
+        "store_unreachable",
     )
     if folded and finding.ranks:
         return list(RankSet.parse(finding.ranks))
@@ -90,6 +95,12 @@ _WORDS = {
     "exited_early": "exited while the other ranks still run",
     "exit_code": "exited with an error code",
     "port_in_use": "could not listen: the rendezvous port is already in use (another job or a leftover process holds it)",
+    "ranks_never_joined": "never joined the others at start-up (the rendezvous timed out waiting)",
+    "store_unreachable": "could not reach the rendezvous store (MASTER_ADDR:MASTER_PORT, or --rdzv-endpoint)",
+    "monitored_barrier": "did not reach monitored_barrier (rank 0 timed out waiting)",
+    "nccl_id_wait": (
+        "never reached the collective that sets up the NCCL communicator (the other ranks waited for its id)"
+    ),
     "ddp_unused_parameters": (
         "stopped in DDP: parameters of the model got no gradient (not used in the loss, and "
         "find_unused_parameters is off)"
