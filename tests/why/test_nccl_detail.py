@@ -75,3 +75,32 @@ def test_without_nccls_lines_the_evidence_is_the_error_alone(tmp_path: Path) -> 
     document, text = _why(log)
     assert [e["text"][:34] for e in document["verdict"]["evidence"]] == ["torch.distributed.DistBackendError"]
     assert "NCCL's" not in text
+
+
+def test_a_supporting_error_brings_nccls_reason_with_it(tmp_path: Path) -> None:
+    """NCCL's own WARN of rank 10 is the verdict (an NCCL call of that process failed); the rank's
+    DistBackendError supports it, NCCL's reason right after it."""
+    log = tmp_path / "job.log"
+    log.write_text(
+        BEFORE
+        + "[rank10]: node017:48211:48590 [2] include/alloc.h:103 NCCL WARN Cuda failure 'out of memory'\n"
+        + FRAMES
+        + ERROR.replace("unhandled system error", "unhandled cuda error")
+        .replace(
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
+            "ncclUnhandledCudaError: Call to CUDA function failed.",
+        )
+        .replace(
+            "socketStartConnect: Connect to 10.20.0.15<48113> failed : Software caused connection abort",
+            "Cuda failure 'out of memory'",
+        )
+    )
+    document, _text = _why(log)
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("nccl:cuda_oom", [10])
+    texts = [e["text"] for e in verdict["evidence"]]
+    at = next(i for i, t in enumerate(texts) if t.startswith("torch.distributed.DistBackendError"))
+    assert texts[at + 1 : at + 3] == [
+        "NCCL's error: ncclUnhandledCudaError: Call to CUDA function failed.",
+        "NCCL's last error: Cuda failure 'out of memory'",
+    ], texts

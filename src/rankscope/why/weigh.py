@@ -284,10 +284,10 @@ def _support(
         about = bool(set(ranks) & set(first.ranks)) or (finding.kind == Kind.STACKS and first.ranks)
         if not about:
             continue
-        for evidence in evidence_of(finding, gathered):
-            if (evidence.source, evidence.text) not in seen:
-                seen.add((evidence.source, evidence.text))
-                first.evidence.append(evidence)
+        lines = evidence_of(finding, gathered)  # its line, and what NCCL said after it, together
+        if (lines[0].source, lines[0].text) not in seen:
+            seen.update((e.source, e.text) for e in lines)
+            first.evidence.extend(lines)
 
 
 # ------------------------------------------------------------------------ rank states
