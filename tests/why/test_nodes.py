@@ -79,3 +79,26 @@ def test_the_flight_recorders_of_every_node_are_aligned_at_the_head() -> None:
     assert report.verdict.location is not None and report.verdict.location.startswith(
         "log_global_loss (fr_job.py:"
     )
+
+
+def test_nccls_reason_for_a_nodes_error_reaches_the_heads_verdict() -> None:
+    """A node cites NCCL's reason after its rank's DistBackendError (docs/why.md); the head, which
+    weighs the findings the node sent, cites it too."""
+    error = (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5"
+    )
+    raised = Finding(
+        Kind.TRACEBACK, "python_exception", CULPRIT, "10", error, None, "/job/train.log", 3, 3, 10
+    )
+    said = [
+        "NCCL's error: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
+        "NCCL's last error: socketStartConnect: Connect to 10.20.0.15<48113> failed : Software caused connection abort",
+    ]
+    node = Gathered(hosts=["n2"], log_findings=[raised], log_reasons={("/job/train.log", 3): said})
+    report = weigh(merge_answers([parse_answer(_answer("node02", node, 15))]))
+    assert report.verdict is not None
+    assert [(e.source, e.text) for e in report.verdict.evidence] == [
+        ("node02: /job/train.log:3", error),
+        *(("node02: /job/train.log:3", text) for text in said),
+    ]

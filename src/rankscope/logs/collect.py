@@ -15,6 +15,7 @@ from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
 from rankscope.logs.labels import label_text
 from rankscope.logs.line_evidence import LineEvidence
+from rankscope.logs.nccl_reason import NcclReason, is_nccl_name, nccl_reason
 from rankscope.logs.prefixes import tally_lines
 from rankscope.logs.reading import Reading
 from rankscope.logs.roles import user_frame
@@ -50,6 +51,9 @@ class LineCounts:
     findings: list[Finding] = field(default_factory=list)
     #: The root cause :func:`rankscope.evidence.decide` chose among them.
     verdict: Optional[Finding] = None
+    #: NCCL's own reason after a finding's error (a DistBackendError's ``ncclSystemError: ...`` and
+    #: ``Last error:``), by the finding's (source, line): a traceback's, or an exception line's.
+    nccl_reasons: dict[tuple[str, int], NcclReason] = field(default_factory=dict)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
@@ -66,6 +70,8 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         if per_label[tb.label] < TRACED_PER_RANK:
             per_label[tb.label] += 1
             traced.add((tb.label, tb.exception))
+            # NCCL's error name continues the message: the traceback holds that exception line too
+            traced.update((tb.label, line) for line in tb.tail if is_nccl_name(line))
         grouper.add(tb)
 
     collector = TracebackCollector(sink=sink)
@@ -118,6 +124,12 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         evidence.c10d,
     )
     counts.verdict = decide(counts.findings)
+    counts.nccl_reasons = dict(evidence.reasons)
+    for group in report.groups:
+        tb = group.timed or group.example  # the traceback its finding names
+        reason = nccl_reason(tb.tail)
+        if reason:
+            counts.nccl_reasons[(tb.source, tb.line_number)] = reason
     return report, counts
 
 

@@ -22,11 +22,13 @@ from rankscope.logs.c10d_errors import WORDS as C10D_WORDS
 from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
+from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.roles import VICTIM_MESSAGES
 from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
 from rankscope.logs.stopped import NEEDLE as STOPPED_NEEDLE
 from rankscope.logs.stopped import signal_of, stopped_finding
+from rankscope.logs.tracebacks import HEADER, MAX_TAIL, TAIL_REACH
 
 #: An exception line: ``ValueError: x``, ``torch.OutOfMemoryError: y``, ``pkg.SomeException``.
 EXCEPTION_LINE = re.compile(rb"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s|:?$)")
@@ -173,6 +175,22 @@ class _Watch:
     time: Optional[str] = None
 
 
+#: torch's message of an NCCL failure (``DistBackendError: NCCL error in: ...``): NCCL's reason follows it.
+_NCCL_ERROR = b"NCCL error"
+
+
+@dataclass
+class _Reading:
+    """The lines a rank wrote after its exception line ``key``, read while they come (a block may
+    end before them): its prefix, the lines so far, the bytes still searched."""
+
+    key: tuple[str, int]
+    raw: bytes
+    lines: list[str] = field(default_factory=list)
+    reach: int = TAIL_REACH
+    done: bool = False
+
+
 @dataclass
 class LineEvidence:
     """Feed it blocks of whole lines per source; read :meth:`findings` at the end."""
@@ -194,13 +212,20 @@ class LineEvidence:
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
     _source: str = ""
+    #: NCCL's reason after an exception line of an NCCL failure: (source, line) -> its error name and
+    #: ``Last error:`` detail (rankscope.logs.nccl_reason).
+    reasons: dict[tuple[str, int], NcclReason] = field(default_factory=dict)
     #: Whether an exception line of the block being read names one of rankscope.logs.c10d_errors' failures.
     _c10d_here: bool = False
+    #: Whether an exception line of the block being read is torch's message of an NCCL failure.
+    _nccl_error_here: bool = False
+    _reading: list[_Reading] = field(default_factory=list)
     _index: int = -1
     _labels: SourceLabels = PLAIN
     _lines_before: int = 0
 
     def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
+        self._end_reasons()
         self._source, self._labels, self._lines_before = name, labels, 0
         self._index += 1
 
@@ -224,7 +249,9 @@ class LineEvidence:
         # torch.distributed's errors that name their cause are searched for only in a block where an
         # exception line names one (_exception_line): each needle is a pass over the block, and six
         # more passes cost a 1 GiB log 19% more CPU (docs/benchmarks.md).
-        self._c10d_here = False
+        self._c10d_here = self._nccl_error_here = False
+        for reading in self._reading:  # NCCL's reason after an exception line of the block before
+            self._read_on(chunk, reading, -1)
         for needle, handler in (
             (b"Error", self._exception_line),
             (b"NCCL", self._nccl_or_torch),
@@ -234,6 +261,9 @@ class LineEvidence:
         if self._c10d_here:
             for needle in C10D_NEEDLES:
                 self._scan(chunk, needle, self._c10d, line_at)
+        if self._nccl_error_here:
+            self._nccl_reasons(chunk, line_at)
+        self._end_reasons(lambda r: r.done)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
             b"exit" in chunk
@@ -294,6 +324,8 @@ class LineEvidence:
     def _exception_line(self, line: bytes, line_no: int) -> None:
         if not self._c10d_here and any(word in line for word in C10D_WORDS):
             self._c10d_here = True
+        if not self._nccl_error_here and _NCCL_ERROR in line:
+            self._nccl_error_here = True
         label, raw, text = self._split(line)
         if label is None:
             return
@@ -305,6 +337,57 @@ class LineEvidence:
         if len(kept) < PER_RANK:
             decoded = text[:1000].decode("utf-8", "replace")
             kept.append((decoded, self._source, line_no, self.order(line_no), torch_global_rank(raw)))
+
+    def _nccl_reasons(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """Each exception line of an NCCL failure in the block: the lines its rank writes next
+        (NCCL's error name and ``Last error:``), read from here on (:meth:`_read_on`)."""
+        pos = chunk.find(_NCCL_ERROR)
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            end = chunk.find(b"\n", pos)
+            end = len(chunk) if end < 0 else end
+            label, raw, text = self._split(chunk[start:end])
+            if label is not None and EXCEPTION_LINE.match(text.strip()):
+                reading = _Reading((self._source, line_at(start)), raw)
+                self._reading.append(reading)
+                self._read_on(chunk, reading, end)
+            pos = chunk.find(_NCCL_ERROR, end)
+
+    @staticmethod
+    def _read_on(chunk: bytes, reading: _Reading, after: int) -> None:
+        """The rank's lines after ``after`` (the end of a line; -1: the block's start), until an empty
+        line or a traceback header, :data:`MAX_TAIL` lines, or :data:`TAIL_REACH` bytes."""
+        if reading.done:
+            return
+        stop = min(len(chunk), after + 1 + reading.reach)
+        needle = b"\n" + reading.raw
+        pos = after
+        while len(reading.lines) < MAX_TAIL:
+            if pos < 0 and chunk.startswith(reading.raw):
+                line_start = 0
+            else:
+                found = chunk.find(needle, max(pos, 0), stop)
+                if found < 0:
+                    break
+                line_start = found + 1
+            line_end = chunk.find(b"\n", line_start)
+            line_end = len(chunk) if line_end < 0 else line_end
+            text = chunk[line_start + len(reading.raw) : line_end].strip()
+            if not text or text.startswith(HEADER):
+                reading.done = True
+                return
+            reading.lines.append(text[:1000].decode("utf-8", "replace"))
+            pos = line_end
+        reading.reach -= stop - (after + 1)
+        reading.done = len(reading.lines) >= MAX_TAIL or reading.reach <= 0
+
+    def _end_reasons(self, ended: Callable[[_Reading], bool] = lambda _r: True) -> None:
+        """NCCL's reason of each exception line whose following lines are all read."""
+        for reading in [r for r in self._reading if ended(r)]:
+            reason = nccl_reason(reading.lines)
+            if reason:
+                self.reasons[reading.key] = reason
+            self._reading.remove(reading)
 
     def _c10d(self, line: bytes, line_no: int) -> None:
         label, raw, text = self._split(line)
@@ -718,6 +801,7 @@ class LineEvidence:
     def findings(self, traced: set[tuple[Optional[bytes], str]]) -> list[Finding]:
         """Every finding; exception lines that a rebuilt traceback of their rank holds (``traced``:
         label and exception line) are left out, the traceback says it better."""
+        self._end_reasons()
         out = list(self.findings_)
         if any(f.cause == OOM_KILL and f.kind == Kind.LAUNCHER for f in out):
             # srun's "task N: Out Of Memory" names the task that slurmstepd's cgroup line does not
@@ -731,7 +815,7 @@ class LineEvidence:
                     Finding(
                         Kind.EXCEPTION_LINE,
                         "python_exception",
-                        VICTIM if VICTIM_MESSAGES.search(text) else CULPRIT,
+                        VICTIM if self._lost_peer(text, source, line) else CULPRIT,
                         label_text(label),
                         text,
                         None,
@@ -748,6 +832,19 @@ class LineEvidence:
             first = min(f.order for f in watchdog)
             out = [_aborted_by_watchdog(f) if f.order > first else f for f in out]
         return [*out, *watchdog]
+
+    def _lost_peer(self, text: str, source: str, line: int) -> bool:
+        """Does the exception line say that a peer, the network or the launcher ended its rank? As
+        for a traceback (rankscope.logs.roles.is_victim): its message, or, for a DistBackendError,
+        NCCL's reason after it (``ncclRemoteError``, a connection reset by the peer)."""
+        if VICTIM_MESSAGES.search(text):
+            return True
+        reason = self.reasons.get((source, line))
+        return (
+            reason is not None
+            and text.split(":", 1)[0].endswith("DistBackendError")
+            and any(VICTIM_MESSAGES.search(said) for said in reason.lines())
+        )
 
     def _watchdog_findings(self) -> list[Finding]:
         stuck = self._stuck_finding()

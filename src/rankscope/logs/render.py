@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +23,7 @@ from rankscope.logs.demux import SplitFile
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.inventory import Inventory, RanksDocument
 from rankscope.logs.labels import fold_labels, host_and_rank, label_text
+from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.torchrun_summary import RankExit
 from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, RankTraceback
@@ -78,32 +78,6 @@ _ROLE_WORDS = {
     Role.VICTIM: "victim (a consequence of another failure: lost peer, timeout, signal)",
     Role.HANDLED: f"handled (the rank wrote {HANDLED_LINES}+ more lines after it)",
 }
-
-
-#: NCCL's own error name in the lines after torch's DistBackendError (``ncclSystemError: ...``).
-_NCCL_ERROR_NAME = re.compile(r"^nccl(?:[A-Z]\w*Error|InvalidArgument|InvalidUsage): ")
-#: How much of NCCL's ``Last error:`` detail a line shows.
-LAST_ERROR_SHOWN = 300
-
-
-def nccl_details(tb: RankTraceback) -> list[str]:
-    """What NCCL says after torch's DistBackendError, from the lines the traceback kept after its
-    exception line: its error name (``ncclInternalError: Internal check failed.``) and its ``Last
-    error:`` detail (the next line when that one is empty), the actual reason (a refused socket, a
-    duplicate GPU, an IB completion error); [] when there is none."""
-    out: list[str] = []
-    for index, line in enumerate(tb.tail):
-        text = line.strip()
-        if _NCCL_ERROR_NAME.match(text) and not out:
-            out.append(text[:LAST_ERROR_SHOWN])
-        elif text.startswith("Last error:"):
-            detail = text[len("Last error:") :].strip()
-            if not detail:
-                detail = next((t.strip() for t in tb.tail[index + 1 :] if t.strip()), "")
-            if detail:
-                out.append(f"last error: {detail[:LAST_ERROR_SHOWN]}")
-            break
-    return out
 
 
 def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
@@ -192,7 +166,7 @@ def _render_group(
         out.append("    (traceback cut off: no exception line followed; the log may end early)")
     else:
         out.append(f"  {example.exception}")
-        out.extend(f"  {line}" for line in nccl_details(example))
+        out.extend(f"  {line}" for line in nccl_reason(example.tail).lines())
     if group.messages_vary:
         out.append(
             "  (message differs between ranks; common form: "
@@ -239,7 +213,9 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
     first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
     out = [first, f"  why: {root_reason(report, root)}"]
-    out.extend(f"  NCCL's {line}" for line in nccl_details(tb) if line.startswith("last error:"))
+    last = nccl_reason(tb.tail).last_error
+    if last:  # NCCL's error name is shown under the error itself
+        out.append(f"  NCCL's last error: {last}")
     hardware = gpu_hardware_error(tb)
     if hardware is not None:
         out.append(f"  next: {HARDWARE_STEP}")
@@ -278,8 +254,9 @@ _CAUSE_WORDS = {
 }
 
 
-def verdict_lines(verdict: Finding) -> list[str]:
-    """The first lines of the report when the root cause is not a traceback."""
+def verdict_lines(verdict: Finding, reason: Optional[NcclReason] = None) -> list[str]:
+    """The first lines of the report when the root cause is not a traceback; ``reason``: NCCL's own
+    reason after it (an exception line of a DistBackendError)."""
     who = verdict.who or ""
     launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
     if verdict.who is not None and verdict.who.isdigit() and not launcher:
@@ -292,13 +269,15 @@ def verdict_lines(verdict: Finding) -> list[str]:
     # no identity to name: the finding's own words say whom it is about
     head = f"{who}: " if who else ""
     out = [f"root cause: {head}{verdict.what}{where}{ranks} [{verdict.cause}]"]
-    reason = _CAUSE_WORDS.get(verdict.cause) or _KIND_WORDS.get(verdict.kind, str(verdict.kind))
+    because = _CAUSE_WORDS.get(verdict.cause) or _KIND_WORDS.get(verdict.kind, str(verdict.kind))
     out.append(
-        f"  why: {reason}; the strongest evidence in the log (docs/logs.md, precedence) — "
+        f"  why: {because}; the strongest evidence in the log (docs/logs.md, precedence) — "
         f"{verdict.source} line {verdict.line}"
         if verdict.line
-        else f"  why: {reason}"
+        else f"  why: {because}"
     )
+    if reason is not None:
+        out.extend(f"  {line}" for line in reason.evidence())
     if verdict.next_step:
         out.append(f"  next: {verdict.next_step}")
     return out
@@ -329,7 +308,7 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         verdict.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK) or verdict.cause != "python_exception"
     )
     if verdict is not None and other:
-        out.extend(verdict_lines(verdict))
+        out.extend(verdict_lines(verdict, counts.nccl_reasons.get((verdict.source, verdict.line))))
     if not groups:
         out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
     else:

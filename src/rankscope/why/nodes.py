@@ -15,9 +15,11 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from rankscope.cluster.classify import NodeResult
+from rankscope.logs.nccl_reason import CITED
 from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.why.report import FAILED, READ, WhyReport, load_report
 from rankscope.why.signals import Gathered
+from rankscope.why.weigh import source_words
 
 #: Findings the head derives again from the merged signals (the others are the node's own).
 DERIVED = ("stacks", "flight recorders")
@@ -42,6 +44,23 @@ def parse_answer(result: NodeResult) -> tuple[NodeResult, Optional[WhyReport]]:
                    hint="run `rankscope why --local --json` there"), None  # fmt: skip
 
 
+def nccl_cited(report: WhyReport) -> dict[tuple[str, str], list[str]]:
+    """What NCCL said after an error, as the node's hypotheses cite it right after the error's own
+    line (rankscope.logs.nccl_reason): (the error's source, its text) -> those lines."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for hypothesis in [*([report.verdict] if report.verdict is not None else []), *report.hypotheses]:
+        evidence = hypothesis.evidence
+        for index, line in enumerate(evidence):
+            said = []
+            for after in evidence[index + 1 :]:
+                if after.source != line.source or not after.text.startswith(CITED):
+                    break
+                said.append(after.text)
+            if said and not line.text.startswith(CITED):
+                out.setdefault((line.source, line.text), said)
+    return out
+
+
 def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> Gathered:
     from rankscope.stacks.analyse import diagnose
     from rankscope.stacks.merge import merge_reports
@@ -62,6 +81,7 @@ def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> 
             if node_stacks.fr_records is not None:
                 records.append(node_stacks.fr_records)
             stacks.append(node_stacks)
+        cited = nccl_cited(report)
         for finding in report.findings:
             if finding.source in DERIVED:
                 continue
@@ -69,6 +89,9 @@ def merge_answers(answers: Sequence[tuple[NodeResult, Optional[WhyReport]]]) -> 
             gathered.node_findings.append(
                 replace(finding, who=who, source=f"{result.node}: {finding.source}")
             )
+            said = cited.get((source_words(finding), finding.what))
+            if said:
+                gathered.log_reasons[(f"{result.node}: {finding.source}", finding.line)] = said
         for signal in report.signals:
             gathered.signal(f"{result.node}: {signal.name}", signal.state, signal.detail)
         for dead in report.dead:

@@ -222,6 +222,8 @@ def read_logs(
             gathered.log_places[(tb.source, tb.line_number)] = (
                 f"{frame.function} ({os.path.basename(frame.filename)}:{frame.line})"
             )
+    for key, reason in counts.nccl_reasons.items():
+        gathered.log_reasons[key] = reason.evidence()
     # the user's frame as `function (file:line)`, so the finding says it wherever it is weighed (a head)
     gathered.log_findings.extend(
         replace(f, where=gathered.log_places[(f.source, f.line)])

@@ -27,6 +27,9 @@ class Gathered:
     #: (source, line) -> ``function (file:line)``.
     log_findings: list[Finding] = field(default_factory=list)
     log_places: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: What NCCL said after a finding's error (a DistBackendError's error name and ``Last error:``),
+    #: as evidence lines: (source, line) -> ``NCCL's last error: ...``.
+    log_reasons: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     #: faulthandler's dumps in the job's output (a rank that died of a fatal signal).
     fatal_dumps: list[FatalDump] = field(default_factory=list)
     #: The DataLoader workers of ranks that wait for their batch, and where each is (rankscope.why.loader).

@@ -153,12 +153,21 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
         ranks=ranks,
         location=_location(finding, gathered, places),
         kind=finding.kind.value,
-        evidence=[Evidence(_source(finding), finding.what)],
+        evidence=evidence_of(finding, gathered),
         next_step=finding.next_step,
     )
 
 
-def _source(finding: Finding) -> str:
+def evidence_of(finding: Finding, gathered: Gathered) -> list[Evidence]:
+    """A finding's line as evidence, and what NCCL said after its error (a DistBackendError's error
+    name and ``Last error:`` detail), cited from the same place."""
+    source = source_words(finding)
+    said = gathered.log_reasons.get((finding.source, finding.line), [])
+    return [Evidence(source, finding.what), *(Evidence(source, text) for text in said)]
+
+
+def source_words(finding: Finding) -> str:
+    """Where a finding's line comes from, as its evidence names it (``job.log:3``)."""
     if finding.line and not finding.source.startswith(("kernel", "crash", "core", "torchelastic")):
         return f"{finding.source}:{finding.line}"
     if finding.line and finding.source == "kernel messages":
@@ -198,14 +207,14 @@ def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothes
     for finding in ordered:
         key = (finding.cause, tuple(_ranks_of(finding)))
         if key in keyed:
-            keyed[key].evidence.append(Evidence(_source(finding), finding.what))
+            keyed[key].evidence.extend(evidence_of(finding, gathered))
             continue
         hypothesis = _hypothesis(finding, gathered, places)
         keyed[key] = hypothesis
         out.append(hypothesis)
     if out:
         _singled_out(out[0], verdict, findings)
-        _support(out[0], findings, verdict)
+        _support(out[0], findings, verdict, gathered)
         _others(out[0], gathered)
         for rank in out[0].ranks:
             if rank in gathered.traced:
@@ -263,7 +272,9 @@ def _others(first: Hypothesis, gathered: Gathered) -> None:
             first.evidence.append(Evidence("stacks", finding.text))
 
 
-def _support(first: Hypothesis, findings: Sequence[Finding], verdict: Optional[Finding]) -> None:
+def _support(
+    first: Hypothesis, findings: Sequence[Finding], verdict: Optional[Finding], gathered: Gathered
+) -> None:
     """More lines for the verdict: every other finding about its ranks (victims' included)."""
     seen = {(e.source, e.text) for e in first.evidence}
     for finding in findings:
@@ -273,10 +284,10 @@ def _support(first: Hypothesis, findings: Sequence[Finding], verdict: Optional[F
         about = bool(set(ranks) & set(first.ranks)) or (finding.kind == Kind.STACKS and first.ranks)
         if not about:
             continue
-        line = (_source(finding), finding.what)
-        if line not in seen:
-            seen.add(line)
-            first.evidence.append(Evidence(*line))
+        lines = evidence_of(finding, gathered)  # its line, and what NCCL said after it, together
+        if (lines[0].source, lines[0].text) not in seen:
+            seen.update((e.source, e.text) for e in lines)
+            first.evidence.extend(lines)
 
 
 # ------------------------------------------------------------------------ rank states
