@@ -249,6 +249,10 @@ _KIND_WORDS = {
 
 #: Where a cause says more than its kind does.
 _CAUSE_WORDS = {
+    "ranks_never_joined": "torch's message in the traceback of a rank that waited counts the ranks that never arrived",
+    "monitored_barrier": "torch's message in rank 0's traceback names the ranks that never reached the barrier",
+    "nccl_id_wait": "the waiting ranks' messages name the rank whose NCCL communicator id never came",
+    "store_unreachable": "torch's message in this rank's traceback: it could not connect to the rendezvous store",
     "stopped_from_outside": "the launcher's own words: it was sent a signal, and nothing stronger (a rank's "
     "error, a death, a hang) is in this log",
 }
