@@ -29,7 +29,8 @@ torchrun --log-dir trees (attempt_N/<local_rank>/stderr.log).
 Inputs: files, directories, .gz files (by content), or - for stdin.
 Messy files are read and the report says how: runs of NUL bytes (copytruncate)
 skipped, a truncated .gz read as far as it goes, lines over 4 MiB cut with their
-rank kept, lines holding several ranks' unlocked writes split at their markers.
+rank kept, lines holding several ranks' unlocked writes split at their markers,
+a paste cut at a terminal's width joined back into its lines.
 
 \b
 Examples:

@@ -34,6 +34,7 @@ from rankscope.logs.sources import (
     read_windows,
     window_bytes,
 )
+from rankscope.logs.wrapped import Unwrapper, sniff_width
 
 if TYPE_CHECKING:
     from rankscope.lifetime import StopSignals
@@ -188,6 +189,10 @@ class Reading:
             if line_head is not None:
                 head = line_head.strip(head)
                 stream = _without_heads(stream, line_head)
+            width = None if source.fixed_label is not None else sniff_width(head, _starts_line)
+            if width is not None:  # a paste cut at a terminal's width: its lines joined again
+                head = Unwrapper(width, _starts_line).feed(head)
+                stream = _unwrapped(stream, Unwrapper(width, _starts_line), self.stats)
             allow_srun = source.fixed_label is None and sniff_srun(head)
             dialect = None if source.fixed_label is not None or allow_srun else sniff_dialect(head)
             if allow_srun or dialect is not None:
@@ -250,6 +255,11 @@ class Reading:
                 f"{stats.cut_lines} line(s) longer than {MAX_LINE >> 20} MiB were cut into pieces "
                 f"({stats.cut_pieces} in all), each kept with its line's rank"
             )
+        if stats.wrapped_lines:
+            notes.append(
+                f"joined {stats.wrapped_lines:,} line(s) cut at {stats.wrap_width} columns (a paste from a "
+                "terminal) to the lines they continue; line numbers count the joined lines"
+            )
         if stats.interleaved_lines:
             notes.append(
                 f"repaired {stats.interleaved_lines:,} line(s) that held the text of several ranks "
@@ -297,6 +307,23 @@ def _without_heads(windows: Iterator[Window], head: Head) -> Iterator[Window]:
     for window in windows:
         data = head.strip(window_bytes(window))
         yield (data, 0, len(data))
+
+
+def _starts_line(line: bytes) -> bool:
+    """A physical line that begins a line of its own: a rank prefix or a traceback's header."""
+    return split_line(line).label is not None or line.startswith(b"Traceback (most recent call last)")
+
+
+def _unwrapped(windows: Iterator[Window], unwrapper: Unwrapper, stats: ReadStats) -> Iterator[Window]:
+    """A terminal's hard wrap undone (see :mod:`wrapped`)."""
+    stats.wrap_width = unwrapper.width
+    for window in windows:
+        data = unwrapper.feed(window_bytes(window))
+        stats.wrapped_lines = unwrapper.joined
+        yield (data, 0, len(data))
+    rest = unwrapper.flush()
+    if rest:
+        yield (rest, 0, len(rest))
 
 
 def _joined(windows: Iterator[Window]) -> Iterator[Window]:

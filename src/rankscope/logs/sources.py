@@ -155,6 +155,9 @@ class ReadStats:
     interleaved_lines: int = 0
     #: Empty lines dropped after those: the newlines the other ranks wrote after their text.
     interleaved_newlines: int = 0
+    #: Physical lines joined to the line they continue (a paste hard-wrapped at a terminal's width).
+    wrapped_lines: int = 0
+    wrap_width: int = 0
     #: One sentence per source that could not be read to its end (a truncated .gz), and why.
     notes: list[str] = field(default_factory=list)
 
