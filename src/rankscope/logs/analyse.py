@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
+from rankscope.folding import RankSet
 from rankscope.logs.cuda import HARDWARE_STEP, gpu_hardware_error
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
@@ -49,8 +50,11 @@ def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Fi
 
 
 def _ranks_phrase(labels: list[Optional[bytes]]) -> str:
-    folded = fold_labels(labels)
-    return f"rank{'s' if len(labels) > 1 else ''} {folded}" if folded else "the program"
+    """``ranks 0-1`` for plain rank labels, else the labels folded (``node1:[0-3]``)."""
+    named = [label for label in labels if label is not None]
+    if named and all(label.isdigit() for label in named):
+        return RankSet.of(int(label) for label in named).phrase()
+    return fold_labels(labels) or "the program"
 
 
 def summary_findings(exits: list[RankExit]) -> list[Finding]:
