@@ -250,12 +250,23 @@ def test_a_missing_directory_is_nothing_to_prune_unless_named(rundir: Path) -> N
     )
 
 
-def test_stacks_prunes_its_user_s_directory_after_its_report(rundir: Path) -> None:
-    """The automatic run: after the report of a command that lists the directory, once a day."""
+@pytest.mark.parametrize("verb", ["stacks", "why", "watch"])
+def test_the_commands_that_list_the_directory_prune_it_after_their_report(
+    rundir: Path, sleeper: int, verb: str
+) -> None:
+    """The automatic run: after the report of a command that lists the directory, once a day
+    (each command on a target that is cheap to judge: a dead pid, a process that is not Python, a
+    job that ends at once)."""
+    args = {
+        "stacks": ["stacks", "--pid", str(dead_pid())],
+        "why": ["why", "--pid", str(sleeper)],
+        "watch": ["watch", "--out", str(rundir.parent / "captures"), "--", "true"],
+    }[verb]
     old = plant(rundir, runtime.file_name(HOST, dead_pid(), "progress"), days_ago=10)
-    result = run_cli("stacks", "--pid", str(dead_pid()), env=env_with(rundir))
-    assert result.returncode == 8 and "no such process" in result.stdout
+    result = run_cli(*args, env=env_with(rundir))
+    assert result.returncode == {"stacks": 8, "why": 4, "watch": 0}[verb], result.stderr + result.stdout
     assert not old.exists() and (rundir / prune.STAMP).exists()
-    again = plant(rundir, runtime.file_name(HOST, dead_pid(), "progress"), days_ago=10)
-    run_cli("stacks", "--pid", str(dead_pid()), env=env_with(rundir))
-    assert again.exists()  # not twice a day
+    if verb == "stacks":
+        again = plant(rundir, runtime.file_name(HOST, dead_pid(), "progress"), days_ago=10)
+        assert run_cli(*args, env=env_with(rundir)).returncode == 8
+        assert again.exists()  # not twice a day

@@ -23,7 +23,7 @@ from typing import ClassVar, Dict, List, Optional, Tuple
 
 from rankscope import procfs
 from rankscope.inproc import runtime
-from rankscope.inproc.stale import DAY, KEEP_DAYS, Seen, verdict
+from rankscope.inproc.stale import DAY, KEEP_DAYS, Seen, old_enough, verdict
 
 #: The most files one automatic run removes (a huge directory does not stall the command).
 AUTO_LIMIT = 500
@@ -120,6 +120,7 @@ def prune_fd(
     host = host or short_hostname()
     result = Pruned(directory, keep_days, dry_run)
     now = time.time()
+    keep = keep_days * DAY
     uid = os.getuid()
     starts: Dict[int, Tuple[bool, Optional[float]]] = {}
     stale: List[Tuple[float, os.stat_result, Removed]] = []
@@ -136,11 +137,13 @@ def prune_fd(
         if st.st_uid != uid or not (stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
             result.untouched += 1
             continue
+        if not old_enough(file_host, st.st_mtime, host, now, keep):
+            result.kept += 1
+            continue
         if pid not in starts:
             starts[pid] = _process(pid)
         alive, started = starts[pid]
-        seen = Seen(name, file_host, pid, kind, st.st_mtime, alive, started)
-        reason = verdict(seen, host, now, keep_days * DAY)
+        reason = verdict(Seen(name, file_host, pid, kind, st.st_mtime, alive, started), host, now, keep)
         if reason is None:
             result.kept += 1
             continue

@@ -48,10 +48,16 @@ def verdict(seen: Seen, host: str, now: float, keep: float) -> Optional[str]:
 
     ``host``: this node's short name (files of other hosts are kept); ``keep``: seconds a file is
     kept after its last write, whatever its process."""
-    if seen.host != host or now - seen.written < keep:
+    if not old_enough(seen.host, seen.written, host, now, keep):
         return None
     if not seen.alive:
         return ENDED
     if seen.started is not None and seen.started > seen.written + SLACK:
         return REUSED
     return None
+
+
+def old_enough(file_host: str, written: float, host: str, now: float, keep: float) -> bool:
+    """Whether a file may be stale at all (this host's, older than ``keep``): the process table is
+    asked only about such files."""
+    return file_host == host and now - written >= keep
