@@ -80,6 +80,8 @@ def test_the_rule_keeps_recent_files_live_processes_and_other_hosts() -> None:
     assert stale.verdict(seen(now - 8 * DAY, True, now - 9 * DAY), "h", now, keep) is None  # its own writer
     assert stale.verdict(seen(now - 8 * DAY, True, now - DAY), "h", now, keep) == stale.REUSED
     assert stale.verdict(seen(now - 8 * DAY, True, None), "h", now, keep) is None  # start unknown: kept
+    in_a_container = stale.Seen("f", "h", 42, "req", now - 8 * DAY, False, None, elsewhere=True)
+    assert stale.verdict(in_a_container, "h", now, keep) is None
     # a start just after the write is within the clocks' slack: the writer itself
     assert stale.verdict(seen(now - 8 * DAY, True, now - 8 * DAY + 60), "h", now, keep) is None
 
@@ -129,6 +131,29 @@ def test_links_directories_other_hosts_and_foreign_names_are_never_touched(
     assert result.removed == [] and result.untouched == 3 and result.kept == 1
     assert link.is_symlink() and target.read_text() == "keep me"
     assert subdir.is_dir() and foreign.exists() and elsewhere.exists()
+
+
+@pytest.mark.parametrize("same_namespace", [True, False])
+def test_a_process_of_another_pid_namespace_is_not_judged_by_this_one(
+    rundir: Path, same_namespace: bool
+) -> None:
+    """A container sharing the directory: its pids mean nothing in this process table, so the files of
+    a process whose description names another pid namespace stay, however old."""
+    import json
+
+    from rankscope import procfs
+
+    pid = dead_pid()
+    namespace = procfs.pid_namespace() if same_namespace else 1
+    description = plant(rundir, runtime.file_name(HOST, pid, "inproc", 0), days_ago=10)
+    description.write_text(json.dumps({"pid": pid, "pid_namespace": namespace}))
+    os.utime(description, (time.time() - 10 * DAY, time.time() - 10 * DAY))
+    fifo = plant(rundir, runtime.file_name(HOST, pid, "req", 0), days_ago=10, fifo=True)
+    result = prune.prune(str(rundir))
+    if same_namespace:
+        assert len(result.removed) == 2 and not description.exists() and not fifo.exists()
+    else:
+        assert result.removed == [] and result.kept == 2 and description.exists() and fifo.exists()
 
 
 def test_the_oldest_go_first_within_the_limit(rundir: Path) -> None:

@@ -7,7 +7,8 @@ bootstrap do not import it). Only a directory of the caller's own uid that passe
 (a real directory, not a link, closed to group and others) is pruned. Names are looked at with
 ``lstat`` relative to the directory's descriptor and removed with ``unlinkat`` there: a symbolic link
 is never followed, only regular files and FIFOs of the caller go, names outside the convention are
-never touched. A file that vanished or may not be removed is counted, never raised. Work is bounded:
+never touched, nor the files of a process whose description names another pid namespace (a container
+sharing the directory). A file that vanished or may not be removed is counted, never raised. Work is bounded:
 at most ``limit`` removals a call, the oldest first.
 """
 
@@ -15,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar, Dict, List, Optional, Tuple
+from typing import ClassVar, Dict, List, Optional, Set, Tuple
 
 from rankscope import procfs
 from rankscope.inproc import runtime
@@ -30,6 +32,8 @@ AUTO_LIMIT = 500
 #: The file whose modification time says when the directory was last pruned automatically (not a
 #: name of the convention: never pruned, never read as a process's file).
 STAMP = ".pruned"
+#: The most of a process's description read (a few hundred bytes when rankscope wrote it).
+DESCRIPTION_MAX = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,9 @@ def prune_fd(
     uid = os.getuid()
     starts: Dict[int, Tuple[bool, Optional[float]]] = {}
     stale: List[Tuple[float, os.stat_result, Removed]] = []
-    for name in os.listdir(fd):
+    names = os.listdir(fd)
+    elsewhere = _elsewhere(fd, names, host, procfs.pid_namespace())
+    for name in names:
         parsed = runtime.parse_name(name)
         if parsed is None:
             result.untouched += 1
@@ -143,7 +149,8 @@ def prune_fd(
         if pid not in starts:
             starts[pid] = _process(pid)
         alive, started = starts[pid]
-        reason = verdict(Seen(name, file_host, pid, kind, st.st_mtime, alive, started), host, now, keep)
+        seen = Seen(name, file_host, pid, kind, st.st_mtime, alive, started, pid in elsewhere)
+        reason = verdict(seen, host, now, keep)
         if reason is None:
             result.kept += 1
             continue
@@ -178,6 +185,34 @@ def _unlink(fd: int, name: str, seen: os.stat_result) -> Optional[str]:
     except OSError as exc:
         return exc.strerror or str(exc)
     return None
+
+
+def _elsewhere(fd: int, names: List[str], host: str, namespace: int) -> Set[int]:
+    """The pids whose description (``<base>.inproc``, JSON) names another pid namespace than
+    ``namespace``: a process of a container that shares the directory, alive or not."""
+    found: Set[int] = set()
+    if not namespace:
+        return found
+    for name in names:
+        parsed = runtime.parse_name(name)
+        if parsed is None or parsed[0] != host or parsed[3] != "inproc":
+            continue
+        try:
+            fd_file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd_file).st_mode):
+                continue
+            info = json.loads(os.read(fd_file, DESCRIPTION_MAX))
+        except (OSError, ValueError):
+            continue
+        finally:
+            os.close(fd_file)
+        other = info.get("pid_namespace") if isinstance(info, dict) else None
+        if isinstance(other, int) and other and other != namespace:
+            found.add(parsed[2])
+    return found
 
 
 def _process(pid: int) -> Tuple[bool, Optional[float]]:

@@ -4,7 +4,8 @@ A file is stale when it was last written longer ago than the keep period AND the
 it is gone: no process has its pid any more, or the one that has it started after the file was last
 written (a later process given the same pid). The keep period lets ``rankscope why`` read the crash
 and SIGTERM dumps of a job that ended days ago. A file of another host (a runtime directory on a
-shared file system) is never judged here: this node's process table says nothing of that host's pids.
+shared file system), or of a process in another pid namespace, is never judged here: this process
+table says nothing of those pids.
 
 No I/O: rankscope.inproc.prune reads the directory and /proc and acts on the verdict. Used by the
 command line only, never inside a training process (Python 3.9 all the same, like its package).
@@ -41,6 +42,9 @@ class Seen:
     alive: bool
     #: When that process started, seconds since the epoch (None: alive but /proc does not say).
     started: Optional[float] = None
+    #: Its process described itself (``<base>.inproc``) in another pid namespace than this one's
+    #: (a container sharing /tmp): this process table says nothing of its pid.
+    elsewhere: bool = False
 
 
 def verdict(seen: Seen, host: str, now: float, keep: float) -> Optional[str]:
@@ -48,7 +52,7 @@ def verdict(seen: Seen, host: str, now: float, keep: float) -> Optional[str]:
 
     ``host``: this node's short name (files of other hosts are kept); ``keep``: seconds a file is
     kept after its last write, whatever its process."""
-    if not old_enough(seen.host, seen.written, host, now, keep):
+    if seen.elsewhere or not old_enough(seen.host, seen.written, host, now, keep):
         return None
     if not seen.alive:
         return ENDED
