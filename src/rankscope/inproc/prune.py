@@ -157,7 +157,7 @@ def prune_fd(
         stale.append((st.st_mtime, st, Removed(name, pid, kind, reason, round((now - st.st_mtime) / DAY, 2))))
     stale.sort(key=lambda item: (item[0], item[2].name))  # the oldest first
     for _, st, item in stale:
-        if limit is not None and len(result.removed) >= limit:
+        if limit is not None and len(result.removed) + len(result.failed) >= limit:  # tries, not successes
             result.left += 1
             continue
         if not dry_run:
