@@ -50,6 +50,7 @@ def test_top_level_help_lists_every_exit_code() -> None:
         ["numerics", "demo"],
         ["fr"],
         ["trace", "tail"],
+        ["runtime", "prune"],
     ],
 )
 def test_each_verb_lists_the_codes_it_uses(verb: list[str]) -> None:

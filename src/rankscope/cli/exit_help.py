@@ -51,6 +51,7 @@ VERB_CODES: dict[str, tuple[int, ...]] = {
     "fr": (0, 2, 3, 4, 8, 14),
     "trace": (0, 2, 3, 4, 8),
     "why": (0, 2, 3, 4, 8, 15, 130, 143),
+    "runtime": (0, 2, 4, 7, 8),
 }
 
 #: Verbs whose code is not one of the table's.

@@ -40,6 +40,7 @@ VERBS: dict[str, str] = {
     "fr": "rankscope.cli.fr:fr",
     "trace": "rankscope.cli.trace:trace",
     "watch": "rankscope.cli.watch:watch",
+    "runtime": "rankscope.cli.runtime:runtime_group",
 }
 
 

@@ -135,7 +135,16 @@ def run_here(request: StacksRequest) -> int:
 
         code = answer_head(options)  # None: a run only the full pipeline does (--native, live recorders)
         if code is not None:
-            return code
+            return _pruned_after(code)
     from rankscope.cli.stacks_report import report_local
 
-    return report_local(options, request)
+    return _pruned_after(report_local(options, request))
+
+
+def _pruned_after(code: int) -> int:
+    """The caller's runtime directory pruned once a day, after the report is out (never before the
+    first dump: rankscope.inproc.prune.after_listing)."""
+    from rankscope.inproc.prune import after_listing
+
+    after_listing()
+    return code

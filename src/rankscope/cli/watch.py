@@ -174,4 +174,8 @@ def watch(**params: Any) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    return Watcher(job, out, capture_verb(), options, say).run()
+    code = Watcher(job, out, capture_verb(), options, say).run()
+    from rankscope.inproc.prune import after_listing
+
+    after_listing()  # once a day, when the watching is over (docs/inproc.md, "Pruning")
+    return code
