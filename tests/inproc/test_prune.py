@@ -194,6 +194,35 @@ def test_once_a_day_at_most(rundir: Path) -> None:
     assert stamp.exists() and runtime.parse_name(stamp.name) is None  # never read as a process's file
 
 
+_GATE = """
+import sys
+from rankscope.cli.daily_prune import after_report
+after_report()
+print("rankscope.inproc.prune" in sys.modules)
+"""
+
+
+def test_a_command_imports_the_pruning_only_on_the_day_it_is_due(rundir: Path) -> None:
+    """`stacks` is timed to its exit: on a day the directory was pruned already, the command's last
+    step is a stat, not the pruning's import."""
+    env = {**os.environ, runtime.ENV_DIR: str(rundir)}
+
+    def gate() -> str:
+        done = subprocess.run(
+            [sys.executable, "-c", _GATE], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    old = plant(rundir, runtime.file_name(HOST, dead_pid(), "progress"), days_ago=10)
+    assert gate() == "True" and not old.exists()  # never pruned: due, and done
+    assert gate() == "False"  # pruned today: one stat
+    stamp = rundir / runtime.PRUNE_STAMP
+    os.utime(stamp, (time.time() - 2 * runtime.PRUNE_EVERY,) * 2)
+    assert gate() == "True"
+    assert runtime.PRUNE_STAMP == prune.STAMP and runtime.PRUNE_EVERY == stale.DAY
+
+
 def test_an_unsafe_directory_is_never_pruned(rundir: Path, tmp_path: Path) -> None:
     old = plant(rundir, runtime.file_name(HOST, dead_pid(), "progress"), days_ago=10)
     rundir.chmod(0o770)

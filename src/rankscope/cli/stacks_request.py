@@ -143,8 +143,8 @@ def run_here(request: StacksRequest) -> int:
 
 def _pruned_after(code: int) -> int:
     """The caller's runtime directory pruned once a day, after the report is out (never before the
-    first dump: rankscope.inproc.prune.after_listing)."""
-    from rankscope.inproc.prune import after_listing
+    first dump: rankscope.cli.daily_prune)."""
+    from rankscope.cli.daily_prune import after_report
 
-    after_listing()
+    after_report()
     return code

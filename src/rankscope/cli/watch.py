@@ -175,7 +175,7 @@ def watch(**params: Any) -> int:
         print(line, file=sys.stderr, flush=True)
 
     code = Watcher(job, out, capture_verb(), options, say).run()
-    from rankscope.inproc.prune import after_listing
+    from rankscope.cli.daily_prune import after_report
 
-    after_listing()  # once a day, when the watching is over (docs/inproc.md, "Pruning")
+    after_report()  # once a day, when the watching is over (docs/inproc.md, "Pruning")
     return code

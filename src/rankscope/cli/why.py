@@ -216,9 +216,9 @@ def why(**params: Any) -> int:
         raise BadInputError(f"{gone}: no such process (it exited or never existed)",
                             "a job that is gone: rankscope why --log ITS_OUTPUT (--fr DUMPS, --cores DIR)")  # fmt: skip
     code = finish(request, gathered, started)
-    from rankscope.inproc.prune import after_listing
+    from rankscope.cli.daily_prune import after_report
 
-    after_listing()  # once a day, after the report (docs/inproc.md, "Pruning")
+    after_report()  # once a day, after the report (docs/inproc.md, "Pruning")
     if stop.signum:
         sys.stderr.write(f"rankscope: interrupted by {stop.name}: the report covers what was collected\n")
         return 128 + stop.signum

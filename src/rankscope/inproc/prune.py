@@ -31,7 +31,7 @@ from rankscope.inproc.stale import DAY, KEEP_DAYS, Seen, old_enough, verdict
 AUTO_LIMIT = 500
 #: The file whose modification time says when the directory was last pruned automatically (not a
 #: name of the convention: never pruned, never read as a process's file).
-STAMP = ".pruned"
+STAMP = runtime.PRUNE_STAMP
 #: The most of a process's description read (a few hundred bytes when rankscope wrote it).
 DESCRIPTION_MAX = 64 << 10
 
@@ -235,7 +235,7 @@ def due(fd: int, now: float) -> bool:
     that cannot be written says not due (a directory rankscope cannot write is not pruned either)."""
     with contextlib.suppress(FileNotFoundError):
         st = os.stat(STAMP, dir_fd=fd, follow_symlinks=False)
-        if 0 <= now - st.st_mtime < DAY:
+        if 0 <= now - st.st_mtime < runtime.PRUNE_EVERY:
             return False
     try:
         stamp = os.open(

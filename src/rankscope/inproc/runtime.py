@@ -30,6 +30,11 @@ ENV_DIR = "RANKSCOPE_RUNTIME_DIR"
 #: The environment variables :func:`runtime_dir` reads.
 PLACE_VARIABLES = (ENV_DIR, "TMPDIR")
 
+#: The file whose modification time says when the directory was last pruned (rankscope.inproc.prune).
+PRUNE_STAMP = ".pruned"
+#: How often the commands that list the directory prune it.
+PRUNE_EVERY = 86400.0
+
 _NAME = re.compile(r"^(?P<host>.+?)\.(?:rank-(?P<rank>\d+)\.)?pid-(?P<pid>\d+)\.(?P<kind>[A-Za-z0-9_.-]+)$")
 
 
@@ -199,3 +204,16 @@ def read_owned(path: str, uid: int, limit: int) -> bytes:
         return data
     finally:
         os.close(fd)
+
+
+def prune_may_be_due(directory: str, now: float) -> bool:
+    """Whether the daily pruning of ``directory`` may be due: it exists and its stamp is missing or a
+    day old. One ``stat`` or two, so that a command that prints its report first pays no import of the
+    pruning when it is not (rankscope.inproc.prune decides for good, under its own checks)."""
+    try:
+        st = os.stat(os.path.join(directory, PRUNE_STAMP), follow_symlinks=False)
+    except FileNotFoundError:
+        return os.path.isdir(directory)
+    except OSError:
+        return False
+    return not 0 <= now - st.st_mtime < PRUNE_EVERY
