@@ -70,6 +70,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         if per_label[tb.label] < TRACED_PER_RANK:
             per_label[tb.label] += 1
             traced.add((tb.label, tb.exception))
+            traced.update((tb.label, chained) for chained in tb.chained)  # lines of the same traceback
             # NCCL's error name continues the message: the traceback holds that exception line too
             traced.update((tb.label, line) for line in tb.tail if is_nccl_name(line))
         grouper.add(tb)

@@ -26,7 +26,7 @@ from rankscope.logs.labels import fold_labels, host_and_rank, label_text
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.torchrun_summary import RankExit
-from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, RankTraceback
+from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, RankTraceback, reraised_from
 
 #: What `logs ranks` says when no line carries a rank prefix.
 NO_PREFIX = (
@@ -154,7 +154,11 @@ def _render_group(
     out = [head]
     example = group.example
     for chained in example.chained:
-        out.append(f"    (while handling: {chained})")
+        worker = reraised_from(chained)
+        if worker is not None:
+            out.append(f"    (raised {worker}; the rank re-raised it as: {chained})")
+        else:
+            out.append(f"    (while handling: {chained})")
     shown = example.frames[-frames:] if frames > 0 else []
     if len(example.frames) > len(shown):
         out.append(f"    ... {len(example.frames) - len(shown)} outer frame(s)")

@@ -34,6 +34,12 @@ MAX_STRAY = 50
 _SPAWNED = re.compile(rb"-- Process (\d+) terminated with the following error:\s*$")
 _RAY_TASK = re.compile(rb"ray\.exceptions\.\w+\([\w.]+\): ray::\S+ \(pid=(\d+), ip=([\w.:-]+)")
 MAX_FRAMES = 200
+#: torch's ExceptionWrapper re-raising a worker's error in the process that waited for it:
+#: ``KeyError: Caught KeyError in DataLoader worker process 3.`` then ``Original Traceback (most
+#: recent call last):`` and the worker's frames and error (also ``in replica 0 on device 0``,
+#: ``in pin memory thread for device 0``).
+_CAUGHT = re.compile(r": Caught \w+ (in .+?)\.?$")
+_ORIGINAL = b"Original Traceback (most recent call last)"
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
 #: A rank that writes this many more lines after a traceback (same source) caught the exception.
@@ -65,6 +71,13 @@ class FrameLine:
     line: int
     function: str
     code: str = ""
+
+
+def reraised_from(exception: str) -> Optional[str]:
+    """Where torch's ExceptionWrapper says the error was first raised (``in DataLoader worker process
+    3``), for its re-raised form; None for any other exception line."""
+    found = _CAUGHT.search(exception)
+    return found.group(1) if found is not None else None
 
 
 @dataclass
@@ -491,6 +504,14 @@ class TracebackCollector:
         tb = building.tb
         stripped = text.strip()
         if building.state == "tail":
+            if stripped.startswith(_ORIGINAL) and tb.exception and _CAUGHT.search(tb.exception):
+                # torch's ExceptionWrapper (DataLoader workers, DataParallel replicas): the error
+                # re-raised in the rank, then the worker's own traceback: its frames and its error
+                tb.chained.append(tb.exception)
+                tb.exception, tb.tail = "", []
+                building.state = "frames"
+                building.tail_end = 0
+                return True
             if not stripped or stripped.startswith(HEADER):
                 building.state = "after"
             elif stripped.startswith(_CHAIN_MARKERS):
