@@ -147,6 +147,43 @@ def test_the_ranks_that_reached_the_monitored_barrier_are_victims_of_the_ones_ra
     )
 
 
+WAIT = "torch.distributed.DistStoreError: wait timeout after 4000ms, keys: /default_pg/0//cpu//0/2"
+
+
+SUMMARY = [
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "Failures:",
+    "[1]:",
+    "  rank      : 2 (local_rank: 2)",
+    "  exitcode  : -15 (pid: 4412)",
+    "Root Cause (first observed failure):",
+    "[0]:",
+    "  rank      : 0 (local_rank: 0)",
+    "  exitcode  : 1 (pid: 4410)",
+    "[2]:",
+    "  rank      : 1 (local_rank: 1)",
+    "  exitcode  : 1 (pid: 4411)",
+]
+
+
+def test_a_store_wait_names_the_rank_that_never_wrote_its_key_only_when_the_summary_lists_it(
+    tmp_path: Path,
+) -> None:
+    waits = _traceback(0, WAIT) + _traceback(1, WAIT)
+    alone = run_cli_here("logs", "errors", str(_log(tmp_path, waits)), "--json").json()
+    assert alone["verdict"] is None  # who else the job had is not in the log: victims, no rank to blame
+    verdict = run_cli_here("logs", "errors", str(_log(tmp_path, waits + SUMMARY)), "--json").json()["verdict"]
+    assert (verdict["who"], verdict["cause"], verdict["ranks"], verdict["kind"]) == (
+        "2",
+        NEVER_JOINED,
+        "2",
+        "watchdog",
+    )
+    assert verdict["what"].startswith(
+        "ranks 0-1 timed out after 4000 ms waiting in the store for a key rank 2 never wrote"
+    )
+
+
 def test_a_store_that_cannot_be_reached_gives_way_to_the_death_of_its_host(tmp_path: Path) -> None:
     # rank 0 (the store's host) crashed first; rank 1 then could not reach its store: rank 0 is the cause
     crash = _traceback(0, "ModuleNotFoundError: No module named 'flash_attn'")

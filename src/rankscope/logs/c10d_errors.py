@@ -294,7 +294,7 @@ class C10dLines:
             out.append(_port_finding(self.ports))
         if self.reductions:
             out.append(_ddp_finding(self.reductions, self.indices, self.names))
-        return out + self.joins.findings()
+        return out + self.joins.findings(rank for _order, rank in self._entries)
 
 
 def _first(seen: Iterable[Seen]) -> Seen:

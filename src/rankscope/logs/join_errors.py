@@ -43,6 +43,10 @@ MONITORED_BARRIER = "monitored_barrier"
 NCCL_ID_WAIT = "nccl_id_wait"
 CAUSES = (NEVER_JOINED, STORE_UNREACHABLE, MONITORED_BARRIER, NCCL_ID_WAIT)
 
+#: A store wait that timed out (a key another rank was to write: a gloo peer's address when a group is
+#: created, a barrier's key): read as never-arrived ranks only when torchrun's summary lists the world.
+_STORE_WAIT = "store_wait"
+
 #: What the exception line (and every other line) of these failures holds.
 WORDS = (
     b"store based barrier",
@@ -50,6 +54,7 @@ WORDS = (
     b"client socket has",
     b"monitoredBarrier",
     b"ncclUniqueId",
+    b"wait timeout after",
 )
 
 _BARRIER = re.compile(
@@ -62,6 +67,7 @@ _CONNECT = re.compile(
     r"|failed to connect to any network address of) \(([^,()]+), (\d+)\)"
 )
 _MONITORED = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier in (\d+) ms")
+_WAIT = re.compile(r"wait timeout after (\d+) ?ms, keys: (\S+)")
 _NCCL_ID = re.compile(
     r"\[(\d+)\] is setting up NCCL communicator and retr(?:ie|ei)ving ncclUniqueId from \[(\d+)\]"
 )
@@ -84,7 +90,7 @@ STORE_STEP = (
     "node can route to, and that no firewall drops the port (`rankscope net probe {endpoint}` from here)"
 )
 MONITORED_STEP = (
-    "find where {ranks} instead of at the barrier: `rankscope stacks` while the job hangs; if they "
+    "find where {ranks} instead of at {place}: `rankscope stacks` while the job hangs; if they "
     "ended, their own output (`rankscope logs errors`)"
 )
 NCCL_ID_STEP = (
@@ -131,13 +137,18 @@ def parse(text: str) -> Optional[Join]:
     found = _NCCL_ID.search(text)
     if found is not None:
         return Join(NCCL_ID_WAIT, int(found.group(1)), missing=(int(found.group(2)),))
+    found = _WAIT.search(text)
+    if found is not None:
+        return Join(_STORE_WAIT, waited=f"{found.group(1)} ms", endpoint=found.group(2))
     return None
 
 
 def classify(text: str) -> Optional[str]:
     """The cause of an exception line that is one of these failures, else None."""
     found = parse(text)
-    return found.cause if found is not None else None
+    if found is None:
+        return None
+    return NEVER_JOINED if found.cause == _STORE_WAIT else found.cause
 
 
 @dataclass(frozen=True)
@@ -167,8 +178,14 @@ class JoinLines:
         if len(kept) < KEPT:
             kept.append(heard)
 
-    def findings(self) -> list[Finding]:
+    def findings(self, world: Iterable[int] = ()) -> list[Finding]:
+        """``world``: the ranks torchrun's failure summary lists (every rank of the job, when it is there)."""
         out = []
+        waits = self.heard.get(_STORE_WAIT)
+        if waits:
+            found = _store_wait(sorted(waits, key=lambda h: h.order), set(world))
+            if found is not None:
+                out.append(found)
         for cause, build in (
             (NEVER_JOINED, _never_joined),
             (STORE_UNREACHABLE, _unreachable),
@@ -240,6 +257,32 @@ def _never_joined(heard: list[Heard]) -> Finding:
     return _finding(Kind.EXCEPTION_LINE, first, what, JOIN_STEP, missing)
 
 
+def _store_wait(heard: list[Heard], world: set[int]) -> Optional[Finding]:
+    """Ranks whose store wait timed out, when torchrun's summary says who else the job had: the ranks
+    that never wrote the key are the rest (none known without the summary: no finding, the waits stay
+    victims' errors)."""
+    waiters = {r for r in (_rank_of(h) for h in heard) if r is not None}
+    missing = sorted(world - waiters)
+    if not waiters or not missing or not waiters <= world:
+        return None
+    first = heard[0]
+    them = RankSet.of(missing).phrase()
+    what = (
+        f"{RankSet.of(waiters).phrase()} timed out after {first.join.waited} waiting in the store for a key "
+        f"{them} never wrote ({first.join.endpoint}): {them} never reached that step (a group it did not "
+        "create, a barrier or collective it did not enter)"
+    )
+    # a pointer read from its peers' timeouts, like the NCCL id's: weaker than that rank's own error
+    finding = _finding(
+        Kind.WATCHDOG, first, what, MONITORED_STEP.format(ranks=_is_are(missing), place="that step"), missing
+    )
+    return replace(finding, cause=NEVER_JOINED)
+
+
+def _is_are(ranks: list[int]) -> str:
+    return f"{RankSet.of(ranks).phrase()} {'is' if len(ranks) == 1 else 'are'}"
+
+
 def _unreachable(heard: list[Heard]) -> Finding:
     first = heard[0]
     endpoint = first.join.endpoint or "MASTER_ADDR:MASTER_PORT"
@@ -260,8 +303,8 @@ def _monitored(heard: list[Heard]) -> Finding:
     what = f"did not reach monitored_barrier within {first.join.waited}: rank 0 waited for {them}"
     if len(missing) != 1:  # no one rank to put before it
         what = f"{RankSet.of(missing).phrase()} {what}"
-    where = f"{RankSet.of(missing).phrase()} {'is' if len(missing) == 1 else 'are'}"
-    return _finding(Kind.EXCEPTION_LINE, first, what, MONITORED_STEP.format(ranks=where), missing)
+    step = MONITORED_STEP.format(ranks=_is_are(missing), place="the barrier")
+    return _finding(Kind.EXCEPTION_LINE, first, what, step, missing)
 
 
 def _nccl_id(heard: list[Heard]) -> Finding:

@@ -253,7 +253,8 @@ _KIND_WORDS = {
 
 #: Where a cause says more than its kind does.
 _CAUSE_WORDS = {
-    "ranks_never_joined": "torch's message in the traceback of a rank that waited counts the ranks that never arrived",
+    "ranks_never_joined": "the messages of the ranks that waited (their count, or torchrun's summary of every rank) "
+    "say which never arrived",
     "monitored_barrier": "torch's message in rank 0's traceback names the ranks that never reached the barrier",
     "nccl_id_wait": "the waiting ranks' messages name the rank whose NCCL communicator id never came",
     "store_unreachable": "torch's message in this rank's traceback: it could not connect to the rendezvous store",
