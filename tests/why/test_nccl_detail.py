@@ -67,6 +67,10 @@ def test_the_verdict_carries_nccls_error_and_last_error(tmp_path: Path, form: st
     assert all(set(f) <= FINDING_FIELDS for f in document["findings"])
     verdict_text = text.split("\nSignals\n")[0]
     assert f"{log}:3  {LAST}" in verdict_text and f"{log}:3  {NAME}" in verdict_text, text
+    # the verdict's own sentence says what failed, not torch's file and line
+    assert verdict["text"] == (
+        "rank 10 raised torch.distributed.DistBackendError: NCCL error (unhandled system error); " + LAST
+    )
 
 
 def test_without_nccls_lines_the_evidence_is_the_error_alone(tmp_path: Path) -> None:
@@ -75,6 +79,7 @@ def test_without_nccls_lines_the_evidence_is_the_error_alone(tmp_path: Path) -> 
     document, text = _why(log)
     assert [e["text"][:34] for e in document["verdict"]["evidence"]] == ["torch.distributed.DistBackendError"]
     assert "NCCL's" not in text
+    assert document["verdict"]["text"].startswith("rank 10 raised torch.distributed.DistBackendError: NCCL error in: ")
 
 
 def test_a_supporting_error_brings_nccls_reason_with_it(tmp_path: Path) -> None:

@@ -8,11 +8,13 @@ merged by equal state as `stacks` merges equal stacks.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
+from rankscope.logs.nccl_reason import CITED
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
 from rankscope.why.report import (
@@ -136,11 +138,29 @@ def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> O
     return finding.where
 
 
+#: torch's message of an NCCL failure: ``NCCL error in: FILE:LINE, unhandled system error (run with
+#: NCCL_DEBUG=INFO for details), NCCL version 2.20.5``: what NCCL said went wrong is the middle.
+_NCCL_ERROR = re.compile(r"NCCL error in: [^,]+, (.+?)(?: \(run with NCCL_DEBUG=INFO for details\))?, NCCL version")
+
+
+def _nccl_words(finding: Finding, gathered: Gathered) -> Optional[str]:
+    """``torch.distributed.DistBackendError: NCCL error (unhandled system error); NCCL's last error: ...``
+    for an NCCL failure whose ``Last error:`` detail followed it (the part of the message that says
+    what failed), else None."""
+    said = gathered.log_reasons.get((finding.source, finding.line), [])
+    last = next((text for text in said if text.startswith(CITED[1])), None)
+    found = _NCCL_ERROR.search(finding.what)
+    if last is None or found is None:
+        return None
+    kind = finding.what.split(":", 1)[0]
+    return _short(f"{kind}: NCCL error ({found.group(1)}); {last}", 300)
+
+
 def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Hypothesis:
     ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
-        words = f"raised {_short(finding.what)}"
+        words = f"raised {_nccl_words(finding, gathered) or _short(finding.what)}"
     if finding.cause == "collective_desync":
         words = _desync_words(finding.what, words)
     if finding.cause == "all_waiting" or not ranks:
