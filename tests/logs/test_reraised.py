@@ -58,6 +58,37 @@ def test_a_replicas_error_is_its_own_with_where_it_was_raised(tmp_path: Path) ->
     )
 
 
+POOL = """\
+[rank0]: multiprocessing.pool.RemoteTraceback:
+[rank0]: \"\"\"
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/usr/lib/python3.10/multiprocessing/pool.py", line 125, in worker
+[rank0]:     result = (True, func(*args, **kwds))
+[rank0]:   File "/srv/prep/tokenize.py", line 41, in encode_shard
+[rank0]:     ids = tok(text)["input_ids"]
+[rank0]: TypeError: 'NoneType' object is not subscriptable
+[rank0]: \"\"\"
+[rank0]:
+[rank0]: The above exception was the direct cause of the following exception:
+[rank0]:
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/srv/prep/main.py", line 77, in <module>
+[rank0]:     shards = pool.map(encode_shard, files)
+[rank0]:   File "/usr/lib/python3.10/multiprocessing/pool.py", line 774, in get
+[rank0]:     raise self._value
+[rank0]: TypeError: 'NoneType' object is not subscriptable
+"""
+
+
+def test_an_error_raised_again_where_a_pool_awaited_it_is_placed_where_it_happened(tmp_path: Path) -> None:
+    log = tmp_path / "pool.log"
+    log.write_text(POOL)
+    verdict = run_cli_here("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["who"], verdict["where"]) == ("0", "/srv/prep/tokenize.py:41")
+    text = run_cli_here("logs", "errors", str(log)).stdout
+    assert "(raised twice: where it happened, then where its result was awaited" in text
+
+
 def test_a_chained_exception_is_still_told_as_one(tmp_path: Path) -> None:
     log = tmp_path / "chained.log"
     log.write_text(CHAINED)

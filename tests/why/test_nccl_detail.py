@@ -79,7 +79,9 @@ def test_without_nccls_lines_the_evidence_is_the_error_alone(tmp_path: Path) -> 
     document, text = _why(log)
     assert [e["text"][:34] for e in document["verdict"]["evidence"]] == ["torch.distributed.DistBackendError"]
     assert "NCCL's" not in text
-    assert document["verdict"]["text"].startswith("rank 10 raised torch.distributed.DistBackendError: NCCL error in: ")
+    assert document["verdict"]["text"].startswith(
+        "rank 10 raised torch.distributed.DistBackendError: NCCL error in: "
+    )
 
 
 def test_a_supporting_error_brings_nccls_reason_with_it(tmp_path: Path) -> None:

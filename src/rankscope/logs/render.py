@@ -157,6 +157,10 @@ def _render_group(
         worker = reraised_from(chained)
         if worker is not None:
             out.append(f"    (raised {worker}; the rank re-raised it as: {chained})")
+        elif chained == example.exception:
+            out.append(
+                "    (raised twice: where it happened, then where its result was awaited; both frames below)"
+            )
         else:
             out.append(f"    (while handling: {chained})")
     shown = example.frames[-frames:] if frames > 0 else []

@@ -147,6 +147,9 @@ class _Building:
     #: Spaces between the prefix and the header ("[n1:3]: Traceback"): removed from the rank's
     #: following lines too, so "  File" and the exception line read as Python wrote them.
     indent: bytes = b""
+    #: The frames of the exception before the last one of a chain (its cause): kept for a re-raise of
+    #: the same error in another process (multiprocessing.pool's RemoteTraceback, concurrent.futures).
+    cause_frames: list[FrameLine] = field(default_factory=list)
 
 
 def _spawned_before(chunk: bytes, start: int) -> Optional[str]:
@@ -292,6 +295,7 @@ class TracebackCollector:
                 # The header is the next part of a chain this rank is already printing.
                 if existing.tb.exception:
                     existing.tb.chained.append(existing.tb.exception)
+                existing.cause_frames = existing.tb.frames
                 existing.tb.frames = []
                 existing.tb.exception = ""
                 existing.tb.tail = []
@@ -535,6 +539,7 @@ class TracebackCollector:
             if building.state == "chain":
                 if tb.exception:
                     tb.chained.append(tb.exception)
+                building.cause_frames = tb.frames
                 tb.frames, tb.exception, tb.tail = [], "", []
                 building.state = "frames"
                 building.tail_end = 0
@@ -568,6 +573,10 @@ class TracebackCollector:
             building.waited += 1  # e.g. the rank's stdout print landing inside its stderr traceback
             return True
         tb.exception = _decode(stripped)
+        if tb.chained and tb.chained[-1] == tb.exception and building.cause_frames:
+            # the same error raised again where its result was awaited (pool.map, a future's result):
+            # the frames where it was first raised come after the ones that awaited it
+            tb.frames = (tb.frames + building.cause_frames)[-MAX_FRAMES:]
         building.state = "tail"
         building.tail_end = 0
         building.waited = 0

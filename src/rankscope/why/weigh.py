@@ -140,7 +140,9 @@ def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> O
 
 #: torch's message of an NCCL failure: ``NCCL error in: FILE:LINE, unhandled system error (run with
 #: NCCL_DEBUG=INFO for details), NCCL version 2.20.5``: what NCCL said went wrong is the middle.
-_NCCL_ERROR = re.compile(r"NCCL error in: [^,]+, (.+?)(?: \(run with NCCL_DEBUG=INFO for details\))?, NCCL version")
+_NCCL_ERROR = re.compile(
+    r"NCCL error in: [^,]+, (.+?)(?: \(run with NCCL_DEBUG=INFO for details\))?, NCCL version"
+)
 
 
 def _nccl_words(finding: Finding, gathered: Gathered) -> Optional[str]:
