@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.cuda import HARDWARE_STEP, gpu_hardware_error
+from rankscope.logs.cuda import traceback_step
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
@@ -40,7 +40,7 @@ def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Fi
                 time=tb.time,
                 exception=tb.exception_type,
                 ranks=fold_labels(group.labels),
-                next_step=HARDWARE_STEP if gpu_hardware_error(tb) is not None else "",
+                next_step=traceback_step(tb),
             )
         )
         if tb.exception_type == "KeyboardInterrupt" and not tb.truncated:

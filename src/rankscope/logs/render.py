@@ -18,6 +18,7 @@ from rankscope.logs.cuda import (
     is_async_cuda_error,
     out_of_memory,
     rerun_command,
+    traceback_step,
 )
 from rankscope.logs.demux import SplitFile
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
@@ -224,10 +225,10 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     last = nccl_reason(tb.tail).last_error
     if last:  # NCCL's error name is shown under the error itself
         out.append(f"  NCCL's last error: {last}")
-    hardware = gpu_hardware_error(tb)
-    if hardware is not None:
-        out.append(f"  next: {HARDWARE_STEP}")
-    elif is_async_cuda_error(tb):
+    step = traceback_step(tb)
+    if step:
+        out.append(f"  next: {step}")
+    if gpu_hardware_error(tb) is None and is_async_cuda_error(tb):
         out.append(
             "  location unreliable: CUDA reported this kernel error asynchronously; "
             f"rerun synchronously: {rerun_command(tb, launcher_of(counts, report))}"
