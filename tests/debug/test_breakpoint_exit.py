@@ -1,5 +1,6 @@
 """A job that used rankscope.breakpoint() ends as it would have without it, and the waiting ranks
-say nothing in its log: a real 2-rank torchrun job (gloo) without a terminal, run five times. Rank 1
+say nothing in its log: a real 2-rank torchrun job (gloo) without a terminal, run three times (five
+until 2026-11-26; no abort at exit has been seen since the job destroys its process group). Rank 1
 stops before the process group exists (torchrun's store) and after (the group's store); the test
 attaches, lets rank 0 wait a while, and continues.
 
@@ -48,7 +49,7 @@ def _read_until(job: subprocess.Popen[bytes], seen: list[str], count: int) -> st
     return str(found[-1])
 
 
-@pytest.mark.parametrize("run", range(5))
+@pytest.mark.parametrize("run", range(3))
 def test_a_job_that_stopped_at_breakpoints_exits_0_and_waits_silently(
     run: int, terminal: Callable[..., Terminal]
 ) -> None:

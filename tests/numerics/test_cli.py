@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.support.cli import run_cli
+from tests.support.cli import CliResult, run_cli, run_cli_here
 
 
 def test_demo_compares_float32_and_float64_here_and_its_json_parses() -> None:
@@ -98,6 +98,18 @@ def _compare(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _compare_here(cwd: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> CliResult:
+    """The same command in this process (torch imported once per worker, not per case): from ``cwd``,
+    with the module path and the user's module as they were before, since the command adds them."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "user_models", raising=False)
+    try:
+        return run_cli_here("numerics", "compare", *args)
+    finally:
+        sys.modules.pop("user_models", None)
+
+
 @pytest.fixture
 def user_models(tmp_path: Path) -> Path:
     pytest.importorskip("torch")
@@ -132,9 +144,15 @@ def test_compare_names_the_layer_where_bfloat16_diverges(user_models: Path) -> N
     assert "Infinity" not in doc.stdout and "NaN" not in doc.stdout
 
 
-def test_compare_agrees_on_a_plain_model(user_models: Path) -> None:
-    text = _compare(
-        user_models, "user_models:plain", "--inputs", "user_models:batch", "--dtypes", "float32,float64"
+def test_compare_agrees_on_a_plain_model(user_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _compare_here(
+        user_models,
+        monkeypatch,
+        "user_models:plain",
+        "--inputs",
+        "user_models:batch",
+        "--dtypes",
+        "float32,float64",
     )
     assert text.returncode == 0, text.stderr
     assert "every module's output is within tolerance" in text.stdout
@@ -157,9 +175,9 @@ def test_compare_agrees_on_a_plain_model(user_models: Path) -> None:
     ],
 )  # fmt: skip
 def test_compare_errors_are_one_line_with_their_exit_code(
-    user_models: Path, args: tuple[str, ...], code: int, words: str
+    user_models: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], code: int, words: str
 ) -> None:
-    out = _compare(user_models, *args)
+    out = _compare_here(user_models, monkeypatch, *args)
     assert out.returncode == code, out.stderr
     assert words in out.stderr and "Traceback" not in out.stderr
     assert "dtypes=(" not in out.stderr  # a hint in the command's options, not in Python
