@@ -70,3 +70,27 @@ def test_a_ranks_own_error_before_the_interrupt_is_the_verdict(tmp_path: Path) -
         "1",
         "FileNotFoundError",
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        ("Killed", "sigkill"),
+        ("Segmentation fault (core dumped)", "sigsegv"),
+        ("./run.sh: line 12: 48213 Killed                  torchrun --nproc-per-node 8 train.py", "sigkill"),
+        ("zsh: killed     python train.py", "sigkill"),
+        ("Killed processes: 3", None),
+        ("[rank0]: Killed", None),
+    ],
+)
+def test_a_shells_word_that_its_command_died_of_a_signal(
+    tmp_path: Path, line: str, cause: str | None
+) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(f"step 10 loss 2.01\n{line}\n")
+    verdict = run_cli_here("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"] if verdict else None) == cause
+    if cause is not None:
+        assert verdict["who"] is None and verdict["what"].startswith(
+            "shell: the command it ran was killed by signal"
+        )

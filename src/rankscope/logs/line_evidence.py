@@ -95,7 +95,27 @@ _POD_OOM = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+OOMKilled\s+\d
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
+#: A shell reporting its child's death by a signal, alone on its line: bash and sh interactively
+#: (``Killed``, ``Segmentation fault (core dumped)``), bash running a
+#: script (``./run.sh: line 12: 48213 Killed     torchrun ...``), zsh (``zsh: killed     python train.py``);
+#: the command, when named, comes after two spaces or more (a sentence that starts with the word does not);
+#: after a progress bar (``... 4.47s/it]Killed``: tqdm ends its line with a carriage return, not a newline).
+_SHELL_DEATH = re.compile(
+    rb"(?m)^(?:\S+: line \d+: +\d+ +|zsh: |[^\n]*(?:it/s|s/it)\])?"
+    rb"(Killed|killed|Segmentation fault|segmentation fault|Aborted|abort|Bus error|bus error"
+    rb"|Floating point exception|Illegal instruction)(?: +\(core dumped\))?(?: {2,}\S.*)?\r?$"
+)
+_SHELL_SIGNALS = {
+    b"killed": 9,
+    b"segmentation fault": 11,
+    b"aborted": 6,
+    b"abort": 6,
+    b"bus error": 7,
+    b"floating point exception": 8,
+    b"illegal instruction": 4,
+}
 _NOUNS = {
+    "shell": "the command it ran",
     "deepspeed": "local rank",
     "torchrun": "local rank",
     "srun": "task",
@@ -273,6 +293,8 @@ class LineEvidence:
             or b"ProcessExitedException" in chunk
         ):
             self._launcher(chunk, line_at)
+        if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
+            self._shell(chunk, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
             self._stopped(chunk, line_at)
         if unprefixed and b"OOMKilled" in chunk:
@@ -671,6 +693,15 @@ class LineEvidence:
         if b"slurmstepd" in chunk:
             self._scheduler(chunk, line_at)
 
+    def _shell(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """A shell's word that the command it ran died of a signal (a line without a rank prefix)."""
+        for match in _SHELL_DEATH.finditer(chunk):
+            if self._split(match.group(0))[0] is not None:
+                continue  # a rank's own line that happens to say so
+            number = _SHELL_SIGNALS.get(match.group(1).lower(), 0)
+            if number:
+                self._death(None, -number, "shell", line_at(match.start()), match)
+
     def _stopped(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
         """torchrun's ``Received 15 death signal``: the job stopped from outside (one per launcher)."""
         pos = chunk.find(STOPPED_NEEDLE)
@@ -728,7 +759,8 @@ class LineEvidence:
     ) -> None:
         if code == 0:
             return
-        kind = Kind.LAUNCHER
+        # a shell's word names no rank: a launcher's report of the same death says more
+        kind = Kind.LAUNCHER_SUMMARY if launcher == "shell" else Kind.LAUNCHER
         shell = ""
         number = shell_signal(code)
         if number is not None:  # 137: SIGKILL, 134: SIGABRT, 139: SIGSEGV

@@ -284,6 +284,8 @@ def verdict_lines(verdict: Finding, reason: Optional[NcclReason] = None) -> list
     head = f"{who}: " if who else ""
     out = [f"root cause: {head}{verdict.what}{where}{ranks} [{verdict.cause}]"]
     because = _CAUSE_WORDS.get(verdict.cause) or _KIND_WORDS.get(verdict.kind, str(verdict.kind))
+    if verdict.what.startswith("shell: "):
+        because = "the shell's word that the command it ran died of a signal (it names no rank)"
     out.append(
         f"  why: {because}; the strongest evidence in the log (docs/logs.md, precedence) — "
         f"{verdict.source} line {verdict.line}"
