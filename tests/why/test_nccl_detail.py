@@ -73,6 +73,16 @@ def test_the_verdict_carries_nccls_error_and_last_error(tmp_path: Path, form: st
     )
 
 
+def test_the_verdicts_sentence_reads_nccls_later_wording_too(tmp_path: Path) -> None:
+    """NCCL 2.28 under torch 2.11 asks for NCCL_DEBUG=WARN (a real H100 run's words)."""
+    log = tmp_path / "job.log"
+    log.write_text(BEFORE + ERROR.replace("NCCL_DEBUG=INFO", "NCCL_DEBUG=WARN"))
+    document, _ = _why(log)
+    assert document["verdict"]["text"] == (
+        "rank 10 raised torch.distributed.DistBackendError: NCCL error (unhandled system error); " + LAST
+    )
+
+
 def test_without_nccls_lines_the_evidence_is_the_error_alone(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text(BEFORE + ERROR.split("[rank10]: ncclSystemError")[0])

@@ -139,9 +139,10 @@ def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> O
 
 
 #: torch's message of an NCCL failure: ``NCCL error in: FILE:LINE, unhandled system error (run with
-#: NCCL_DEBUG=INFO for details), NCCL version 2.20.5``: what NCCL said went wrong is the middle.
+#: NCCL_DEBUG=INFO for details), NCCL version 2.20.5`` (``NCCL_DEBUG=WARN`` in later versions): what NCCL
+#: said went wrong is the middle.
 _NCCL_ERROR = re.compile(
-    r"NCCL error in: [^,]+, (.+?)(?: \(run with NCCL_DEBUG=INFO for details\))?, NCCL version"
+    r"NCCL error in: [^,]+, (.+?)(?: \(run with NCCL_DEBUG=\w+ for details\))?, NCCL version"
 )
 
 
