@@ -7,16 +7,26 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.cuda import traceback_step
+from rankscope.logs.cuda import HARDWARE_STEP, gpu_hardware_error
+from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.stopped import stopped_finding
 from rankscope.logs.torchrun_summary import RankExit
+from rankscope.logs.tracebacks import RankTraceback
 
 if TYPE_CHECKING:
     from rankscope.logs.collect import LineCounts
+
+
+def traceback_step(tb: RankTraceback) -> str:
+    """The next step a traceback's own words call for: a GPU's hardware fault (rankscope.logs.cuda), a
+    DataLoader worker's death (rankscope.logs.dataloader); empty for any other."""
+    if gpu_hardware_error(tb) is not None:
+        return HARDWARE_STEP
+    return worker_death_step([*tb.chained, tb.exception]) or ""
 
 
 def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Finding]:

@@ -17,7 +17,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.labels import fold_labels
 from rankscope.logs.prefixes import SourceLabels, split_line
 from rankscope.logs.tracebacks import RankTraceback
@@ -59,14 +58,6 @@ def gpu_hardware_error(tb: RankTraceback) -> Optional[str]:
         if found is not None:
             return found
     return None
-
-
-def traceback_step(tb: RankTraceback) -> str:
-    """The next step a traceback's own words call for: a GPU's hardware fault, a DataLoader worker's
-    death (rankscope.logs.dataloader); empty for any other."""
-    if gpu_hardware_error(tb) is not None:
-        return HARDWARE_STEP
-    return worker_death_step([*tb.chained, tb.exception]) or ""
 
 
 def rerun_command(tb: RankTraceback, launcher: str) -> str:

@@ -296,7 +296,7 @@ class LineEvidence:
         if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
             self._shell(chunk, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
-            self._stopped(chunk, line_at)
+            self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
         if unprefixed and b"OOMKilled" in chunk:
             for match in _POD_OOM.finditer(chunk):
                 pod = match.group(1).decode()
@@ -702,23 +702,16 @@ class LineEvidence:
             if number:
                 self._death(None, -number, "shell", line_at(match.start()), match)
 
-    def _stopped(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+    def _stopped(self, line: bytes, line_no: int) -> None:
         """torchrun's ``Received 15 death signal``: the job stopped from outside (one per launcher)."""
-        pos = chunk.find(STOPPED_NEEDLE)
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            end = chunk.find(b"\n", pos)
-            end = len(chunk) if end < 0 else end
-            number = signal_of(chunk[start:end])
-            label = self._split(chunk[start:end])[0]
-            who = label_text(label) if label is not None else None
-            if number is not None and who not in self._stopped_seen:
-                self._stopped_seen.add(who)
-                line_no = line_at(start)
-                self.findings_.append(
-                    stopped_finding(number, who, self._source, line_no, self.order(line_no), "torchrun")
-                )
-            pos = chunk.find(STOPPED_NEEDLE, end)
+        number = signal_of(line)
+        label = self._split(line)[0]
+        who = label_text(label) if label is not None else None
+        if number is not None and who not in self._stopped_seen:
+            self._stopped_seen.add(who)
+            self.findings_.append(
+                stopped_finding(number, who, self._source, line_no, self.order(line_no), "torchrun")
+            )
 
     def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
         self.findings_.append(

@@ -9,7 +9,7 @@ from typing import Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.analyse import launcher_of, orphan_exception_lines, root_reason
+from rankscope.logs.analyse import launcher_of, orphan_exception_lines, root_reason, traceback_step
 from rankscope.logs.collect import LineCounts
 from rankscope.logs.cuda import (
     HARDWARE_STEP,
@@ -18,7 +18,6 @@ from rankscope.logs.cuda import (
     is_async_cuda_error,
     out_of_memory,
     rerun_command,
-    traceback_step,
 )
 from rankscope.logs.demux import SplitFile
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
