@@ -89,6 +89,21 @@ def test_an_xid_without_a_pid_is_a_hypothesis_about_the_node_and_ecc_is_named() 
     assert "Xid 48: double-bit ECC error" in report.verdict.evidence[0].text
 
 
+def test_xid_43_recorded_on_an_h100_is_the_programs_fault_and_says_so() -> None:
+    """The driver's own lines after a device-side assert of rank 1 (pid 780), recorded on an H100
+    (tests/data/gpu-h100/xid43_dmesg.txt): the next step is the program's CUDA error, not the GPU."""
+    lines = (Path(__file__).parents[1] / "data/gpu-h100/xid43_dmesg.txt").read_text().splitlines()
+    report = weigh(Gathered(hosts=["vm"], kernel=parse_kernel(lines), pid_rank={780: 1, 779: 0}))
+    xid = next(f for f in report.findings if f.cause == "gpu_xid")
+    assert (
+        xid.role == "victim" and "Xid 43: GPU stopped processing" in xid.what
+    )  # the program's CUDA error is the cause
+    assert "the program's own fault" in xid.next_step and "rerun --sync" in xid.next_step
+    assert "GPU reset" not in xid.next_step
+    ecc = weigh(Gathered(hosts=["node7"], kernel=parse_kernel(DMESG.splitlines()[-1:]), pid_rank={4300: 0}))
+    assert ecc.verdict is not None and "nvidia-smi -q" in ecc.verdict.next_step
+
+
 def test_a_segfault_of_a_rank_is_a_crash_of_that_rank() -> None:
     gathered = Gathered(kernel=parse_kernel(JOURNAL.splitlines()), pid_rank={5002: 1})
     report = weigh(gathered)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.cuda import HARDWARE_STEP, gpu_hardware_error
+from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
 from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
@@ -22,10 +22,13 @@ if TYPE_CHECKING:
 
 
 def traceback_step(tb: RankTraceback) -> str:
-    """The next step a traceback's own words call for: a GPU's hardware fault (rankscope.logs.cuda), a
-    DataLoader worker's death (rankscope.logs.dataloader); empty for any other."""
+    """The next step a traceback's own words call for: a GPU's hardware fault, a CUDA error reported
+    asynchronously (rankscope.logs.cuda), a DataLoader worker's death (rankscope.logs.dataloader); empty
+    for any other."""
     if gpu_hardware_error(tb) is not None:
         return HARDWARE_STEP
+    if is_async_cuda_error(tb):
+        return ASYNC_STEP
     return worker_death_step([*tb.chained, tb.exception]) or ""
 
 

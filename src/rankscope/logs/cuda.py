@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -50,6 +51,14 @@ HARDWARE_STEP = (
     "the last checkpoint on others"
 )
 
+#: The next step for a CUDA error reported asynchronously (not a hardware fault): the traceback's line
+#: is where CUDA noticed it, and only synchronous launches show the kernel that caused it.
+ASYNC_STEP = (
+    "CUDA reports kernel errors asynchronously: the line named is where the error was noticed, not "
+    "necessarily the launch that caused it; rerun with synchronous launches to find that launch: "
+    "`rankscope rerun --sync -- <the job's command>` (CUDA_LAUNCH_BLOCKING=1; one rank is enough)"
+)
+
 
 def gpu_hardware_error(tb: RankTraceback) -> Optional[str]:
     """The hardware failure a CUDA error names (``uncorrectable ECC error encountered``), else None."""
@@ -82,6 +91,22 @@ class DeviceAssert:
     #: The ranks folded, and one by one.
     ranks: str
     labels: list[Optional[str]]
+
+    def text(self) -> str:
+        """The assertion in one sentence: where in the kernel, which condition, how many threads."""
+        blocks = ", ".join(f"[{b}]" for b in self.blocks)
+        named = any(label is not None for label in self.labels)
+        who = f"on {len(self.labels)} rank(s) {self.ranks}" if named else "(lines without a rank prefix)"
+        return (
+            f"device-side assertion, {self.threads} GPU thread(s) {who}: {self.file}:{self.line} in "
+            f"{self.kernel}: `{self.condition}` failed (blocks {blocks})"
+        )
+
+
+def asserts_of(labels: Iterable[Optional[str]], asserts: list[DeviceAssert]) -> list[DeviceAssert]:
+    """The assertions printed by the ranks ``labels`` (an error group's ranks)."""
+    mine = set(labels)
+    return [a for a in asserts if mine.intersection(a.labels)]
 
 
 @dataclass

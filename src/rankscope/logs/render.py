@@ -14,6 +14,7 @@ from rankscope.logs.collect import LineCounts
 from rankscope.logs.cuda import (
     HARDWARE_STEP,
     DeviceAssert,
+    asserts_of,
     gpu_hardware_error,
     is_async_cuda_error,
     out_of_memory,
@@ -103,19 +104,11 @@ def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
 
 
 def _assert_lines(asserts: list[DeviceAssert], indent: str = "  ") -> list[str]:
-    out = []
-    for item in asserts:
-        blocks = ", ".join(f"[{b}]" for b in item.blocks)
-        out.append(
-            f"{indent}device-side assertion, {item.threads} GPU thread(s) on {len(item.labels)} rank(s) "
-            f"{item.ranks}: {item.file}:{item.line} in {item.kernel}: `{item.condition}` failed (blocks {blocks})"
-        )
-    return out
+    return [indent + item.text() for item in asserts]
 
 
 def _asserts_of(group: ErrorGroup, asserts: list[DeviceAssert]) -> list[DeviceAssert]:
-    mine = {label_text(label) for label in group.labels}
-    return [a for a in asserts if mine.intersection(a.labels)]
+    return asserts_of((label_text(label) for label in group.labels), asserts)
 
 
 def _global_ranks_note(group: ErrorGroup) -> str:
@@ -224,10 +217,11 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     last = nccl_reason(tb.tail).last_error
     if last:  # NCCL's error name is shown under the error itself
         out.append(f"  NCCL's last error: {last}")
+    asynchronous = gpu_hardware_error(tb) is None and is_async_cuda_error(tb)
     step = traceback_step(tb)
-    if step:
+    if step and not asynchronous:  # an asynchronous error's step is the rerun line below, with its command
         out.append(f"  next: {step}")
-    if gpu_hardware_error(tb) is None and is_async_cuda_error(tb):
+    if asynchronous:
         out.append(
             "  location unreliable: CUDA reported this kernel error asynchronously; "
             f"rerun synchronously: {rerun_command(tb, launcher_of(counts, report))}"

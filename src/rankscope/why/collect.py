@@ -321,7 +321,9 @@ def gather_local(
         job_pids.update(launchers)
         started = max(_job_start(launchers or sorted(job_pids)), options.since or 0.0)
         gpus = report.gpus
-        if gpus is None and report.processes:  # the GPU of each rank, not only of one that waits for it
+        if gpus is None and (
+            report.processes or report.jobs
+        ):  # every rank's GPU; a job whose ranks all ended too
             from rankscope.stacks.gpu import query_gpus
 
             gpus = query_gpus(host)
@@ -329,11 +331,12 @@ def gather_local(
         if gpus is not None:  # ECC errors and the processes on each GPU too
             facts = gpu_details(facts, host, deadline)
         gathered.gpus.extend(facts)
-        gathered.signal(
-            "GPU",
-            READ if facts else ABSENT,
-            f"{len(facts)} GPUs ({facts[0].source})" if facts else "no NVML or nvidia-smi here",
-        )
+        if facts:
+            gathered.signal("GPU", READ, f"{len(facts)} GPUs ({facts[0].source})")
+        elif report.processes or report.jobs:
+            gathered.signal("GPU", ABSENT, "no NVML or nvidia-smi here")
+        else:
+            gathered.signal("GPU", ABSENT, "not read: no job on this node")
         # ranks that ended while the job runs, and what their runtime files say
         gathered.dead.extend(ended_ranks(launchers, host))
         job_pids.update(d.pid for d in gathered.dead)

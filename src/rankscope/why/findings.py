@@ -11,7 +11,7 @@ from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.model import Frame
 from rankscope.why.fatal import fatal_findings
-from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_words
+from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_step, xid_words
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
@@ -194,8 +194,7 @@ def kernel_findings(gathered: Gathered) -> list[Finding]:
             )
             out.append(Finding(Kind.KERNEL, cause, role, who, what, None, "kernel messages", event.line,
                                event.line, rank, time,
-                               next_step="nvidia-smi -q on that node; an ECC or bus error needs a GPU reset "
-                               "or the node drained"))  # fmt: skip
+                               next_step=xid_step(event.xid)))  # fmt: skip
     return out
 
 

@@ -105,3 +105,23 @@ def parse_kernel(lines: Iterable[str]) -> list[KernelEvent]:
 
 def xid_words(xid: int) -> str:
     return XID_WORDS.get(xid, "see NVIDIA's Xid catalogue")
+
+
+#: Xids a program causes on a healthy GPU: a kernel's illegal address or instruction (13, 31), the GPU
+#: stopping the faulting program's work (43), the driver's cleanup after it (45).
+XID_PROGRAM = frozenset({13, 31, 43, 45})
+_PROGRAM_STEP = (
+    "the program's own fault, not the GPU's: the rank's CUDA error in the job's output (`rankscope logs "
+    "errors`) is the cause; to find the kernel launch that caused it, rerun with synchronous launches "
+    "(`rankscope rerun --sync -- <the job's command>`)"
+)
+_HARDWARE_STEP = (
+    "on that node: `nvidia-smi -q` (ECC errors, remapped rows, retired pages) or `rankscope doctor`; an "
+    "uncorrectable ECC, NVLink or bus error needs a GPU reset or the node drained"
+)
+
+
+def xid_step(xid: int) -> str:
+    """What to do after an Xid: read the program's error for the ones a program causes, check the GPU
+    for the others."""
+    return _PROGRAM_STEP if xid in XID_PROGRAM else _HARDWARE_STEP

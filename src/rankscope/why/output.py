@@ -198,6 +198,8 @@ def read_logs(
     not written since then are left out (an earlier attempt's, such as a --log-dir's ``attempt_0``)."""
     from rankscope.errors import RankscopeError
     from rankscope.logs.collect import scan_errors
+    from rankscope.logs.cuda import asserts_of, is_async_cuda_error
+    from rankscope.logs.labels import label_text
     from rankscope.logs.reading import Reading
     from rankscope.logs.roles import user_frame
     from rankscope.logs.sources import discover
@@ -224,6 +226,15 @@ def read_logs(
             )
     for key, reason in counts.nccl_reasons.items():
         gathered.log_reasons[key] = reason.evidence()
+    # what the kernel asserted, beside the error CUDA reported later: the rank's own assertion lines, or
+    # lines without a rank prefix (torchrun without --tee) when one error alone was reported asynchronously
+    late = [g.timed or g.example for g in report.groups]
+    late = [tb for tb in late if counts.device_asserts and is_async_cuda_error(tb)]
+    for tb in late:
+        group = next(g for g in report.groups if (g.timed or g.example) is tb)
+        labels = [label_text(label) for label in group.labels] + ([None] if len(late) == 1 else [])
+        said = [a.text() for a in asserts_of(labels, counts.device_asserts)]
+        gathered.log_reasons.setdefault((tb.source, tb.line_number), []).extend(said)
     # the user's frame as `function (file:line)`, so the finding says it wherever it is weighed (a head)
     gathered.log_findings.extend(
         replace(f, where=gathered.log_places[(f.source, f.line)])
