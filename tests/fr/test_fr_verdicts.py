@@ -79,13 +79,14 @@ def test_a_group_with_no_collective_yet_says_so_in_words(tmp_path: Path) -> None
     assert "ranks 0-1: enqueued #1 all_reduce, completed none" in result.stdout
 
 
-def test_one_dump_shows_what_that_recorder_holds_and_says_a_desync_needs_every_rank() -> None:
+def test_the_dump_of_a_one_rank_job_shows_what_that_recorder_holds_and_says_it_is_the_whole_job() -> None:
     result = run_cli("fr", str(NCCL_1RANK))
     assert result.returncode == 0, result.stderr
     assert (
-        "only rank 0's dump: nothing to compare it with — a desync needs every rank's dump; "
-        "below is what rank 0's recorder shows" in result.stdout
+        "rank 0 is the whole job (its process groups have no other member): no other rank to wait for; "
+        "every collective it issued completed" in result.stdout
     )
+    assert "a desync needs every rank's dump" not in result.stdout
     assert "no desync" not in result.stdout
     assert "Rank 0's last 7 operations (oldest first)" in result.stdout
     assert (
@@ -98,6 +99,39 @@ def test_one_dump_shows_what_that_recorder_holds_and_says_a_desync_needs_every_r
         7,
         "all_reduce_barrier",
         "completed",
+    )
+
+
+def test_a_one_rank_nccl_job_timed_out_by_its_watchdog_is_held_by_the_rank_itself() -> None:
+    """Recorded on an H100: one NCCL rank, an all_reduce queued behind a kernel that never ends; the
+    watchdog timed it out after 25 s and torch dumped the recorder (TORCH_FR_DUMP_TEMP_FILE)."""
+    result = run_cli("fr", str(DATA / "gpu-h100" / "fr_nccl_timeout_rank_0"))
+    assert result.returncode == 0, result.stderr
+    assert (
+        "rank 0 is the whole job (its process groups have no other member): no other rank to wait for; its #4 "
+        "all_reduce from log_global_loss (nccl_timeout.py:9) never completed: what held it is in the rank itself"
+    ) in result.stdout
+    # NCCL's recorder saw no start: without timing, `scheduled` cannot tell running from waiting
+    assert "note: rank 0: the last NCCL collective is `scheduled`, but" in result.stdout
+    assert "TORCH_NCCL_ENABLE_TIMING=1 (not on in this job" in result.stdout
+    document = run_cli("fr", str(DATA / "gpu-h100" / "fr_nccl_timeout_rank_0"), "--json").json()
+    assert document["alone"] is True and document["desync"] is False
+    assert document["recent"][-1]["state"] == "scheduled"
+
+
+def test_one_dump_of_a_larger_world_is_not_the_whole_job(tmp_path: Path) -> None:
+    entries = [nccl_entry(0, 1, state="completed"), nccl_entry(0, 2, state="scheduled")]
+    write_dumps(tmp_path, {0: entries}, pg_config={"0": {"desc": "default_pg", "ranks": "[0]"}})
+    alone = run_cli("fr", str(tmp_path), "--json").json()
+    assert alone["alone"] is True
+    larger = run_cli("fr", str(tmp_path), "--world-size", "2", "--json").json()
+    assert larger["alone"] is False and larger["absent"] == [1]
+    assert "only rank 0's dump" in larger["headline"] and "whole job" not in larger["headline"]
+    # a timed recorder (duration_ms) shows starts: its `scheduled` means not started, no note
+    timed = [nccl_entry(0, 1, state="completed", duration_ms=0.5), nccl_entry(0, 2, state="scheduled")]
+    write_dumps(tmp_path, {0: timed}, pg_config={"0": {"desc": "default_pg", "ranks": "[0]"}})
+    assert not any(
+        "TORCH_NCCL_ENABLE_TIMING" in n for n in run_cli("fr", str(tmp_path), "--json").json()["notes"]
     )
 
 

@@ -699,6 +699,13 @@ def analyse(
     report.desync = any(d.kind != NO_DUMP for d in report.divergences)
     if len(dumps) == 1:
         report.recent = recent_entries(dumps[0])
+    untimed = [d.rank for d in dumps if _scheduled_untimed(d)]
+    if untimed:
+        report.notes.append(
+            f"{_ranks_word(untimed)}: the last NCCL collective is `scheduled`, but NCCL's recorder marks a "
+            "collective started only with TORCH_NCCL_ENABLE_TIMING=1 (not on in this job: no entry was "
+            "timed), so it may have been running on the GPU, waiting for other ranks, or not yet started"
+        )
     for dump in dumps:
         hidden = _unrecorded(dump)
         if hidden:
@@ -707,8 +714,30 @@ def analyse(
                 "(gaps in op_id: gloo records no send/recv in torch 2.13)"
             )
     report.refused = [Refused(rank, why) for rank, why in sorted((refused or {}).items())]
+    report.alone = _alone(dumps, world)
     report.headline = headline(report)
     return report
+
+
+def _alone(dumps: Sequence[RankDump], world: Sequence[int]) -> bool:
+    """One dump whose rank is the whole job: every process group its dump names (NCCL's pg_config; gloo's
+    names none) has that rank alone, and no larger world is known."""
+    if len(dumps) != 1 or not dumps[0].group_ranks:
+        return False
+    rank = dumps[0].rank
+    return list(world) == [rank] and all(list(m) == [rank] for m in dumps[0].group_ranks.values())
+
+
+def _scheduled_untimed(dump: RankDump) -> bool:
+    """The rank's last NCCL entry did not complete and says `scheduled`, and nothing in the dump was
+    timed: without TORCH_NCCL_ENABLE_TIMING the recorder never sees a start (pg_status's
+    last_started_collective stays -1), so `scheduled` does not tell running from waiting."""
+    nccl = [e for e in dump.entries if e.backend == "nccl" and not e.is_p2p]
+    if not nccl:
+        return False
+    last = max(nccl, key=lambda e: e.record_id)
+    timed = any(e.duration_ms is not None or e.state == "started" for e in nccl)
+    return not last.done and not last.timed_out and last.state == "scheduled" and not timed
 
 
 #: The state of an entry its backend's watchdog retired without seeing it complete.
@@ -751,6 +780,8 @@ def headline(report: FrReport) -> str:
     real = [d for d in report.divergences if d.kind != NO_DUMP]
     if real:
         parts.append(real[0].text)
+    elif report.alone:
+        parts.append(_alone_words(report))
     elif len(report.rank_list) == 1:
         rank = report.rank_list[0]
         parts.append(
@@ -764,3 +795,22 @@ def headline(report: FrReport) -> str:
             + (f" (last completed #{lasts[-1]})" if lasts and lasts[-1] >= 0 else " (none completed)")
         )
     return "; ".join(parts)
+
+
+def _alone_words(report: FrReport) -> str:
+    """The verdict of a one-rank job's dump: no rank to wait for, so what held its last collective is
+    in the rank itself."""
+    rank = report.rank_list[0]
+    whole = (
+        f"rank {rank} is the whole job (its process groups have no other member): no other rank to wait for"
+    )
+    pending = [p for g in report.groups for p in g.progress if p.last_enqueued > p.last_completed]
+    if not pending:
+        return whole + "; every collective it issued completed"
+    last = pending[0]
+    where = place(last.call_site)
+    return (
+        f"{whole}; its #{last.last_enqueued} {last.op or 'collective'}{' from ' + where if where else ''} never "
+        "completed: what held it is in the rank itself, its GPU busy with earlier work or its process "
+        "(`rankscope why` or `rankscope stacks --native` while it hangs)"
+    )

@@ -150,6 +150,9 @@ class FrReport:
     #: With ``empty``: the recorder was on (a dump's pg_config names process groups, which torch records
     #: only when it is), so nothing had been issued yet.
     recorder_on: bool = False
+    #: One dump whose rank is the whole job (every process group its pg_config names has it alone): no
+    #: other rank to wait for, so a collective it never completed was held in the rank itself.
+    alone: bool = False
     groups: list[GroupView] = field(default_factory=list)
     #: The first divergence of every group that has one, the first in time first.
     divergences: list[Divergence] = field(default_factory=list)

@@ -137,6 +137,20 @@ def fr_findings(gathered: Gathered) -> list[Finding]:
                     divergence.text, where, "flight recorders", 0, order,
                     suspects[0] if suspects else None, ranks=str(RankSet.of(suspects)))
         )  # fmt: skip
+    pending = [p for g in report.groups for p in g.progress if p.last_enqueued > p.last_completed]
+    if report.alone and pending:  # a one-rank job: nothing to wait for but the rank itself
+        last = pending[0]
+        what = (
+            f"{last.op or 'a collective'} #{last.last_enqueued} never completed, and rank {last.rank} is the "
+            "whole job (no other rank to wait for): the rank itself held it, its GPU busy with earlier work "
+            "or its own process"
+        )
+        out.append(
+            Finding(Kind.WATCHDOG, "collective_unfinished", CULPRIT, str(last.rank), what,
+                    frame_words(last.call_site), "flight recorders", 0, len(out), last.rank,
+                    next_step="while it hangs: `rankscope why` (its stacks and its GPU), `rankscope stacks "
+                    "--native` (a GPU wait shows as cudaDeviceSynchronize/cuCtxSynchronize)")
+        )  # fmt: skip
     return out
 
 

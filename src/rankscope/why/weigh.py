@@ -74,6 +74,7 @@ _WORDS = {
     "sigkill": "was killed by SIGKILL (the OOM killer or the scheduler)",
     "oom_kill": "was killed by the kernel's OOM killer",
     "collective_desync": "issued collectives the other ranks did not (a collective desync)",
+    "collective_unfinished": "never completed its collective, with no other rank to wait for (a one-rank job)",
     "elsewhere": "is elsewhere while the other ranks wait in a collective",
     "other_collective": "waits in another collective than the others",
     "gpu_wait": "is blocked on its GPU",
