@@ -104,6 +104,20 @@ def test_xid_43_recorded_on_an_h100_is_the_programs_fault_and_says_so() -> None:
     assert ecc.verdict is not None and "nvidia-smi -q" in ecc.verdict.next_step
 
 
+def test_the_kernel_signal_tells_the_jobs_xid_from_another_processs() -> None:
+    """`why --log` after an earlier job on the node: its Xid 43 (pid 780) is not said to be the job's."""
+    from rankscope.why.collect import kernel_signal
+
+    text = (Path(__file__).parents[1] / "data/gpu-h100/xid43_dmesg.txt").read_text()
+    for pid_rank, detail in (
+        ({}, "dmesg: 3 lines; NVIDIA Xid 43 of no process of the job"),
+        ({780: 1}, "dmesg: 3 lines; about the job: xid"),
+    ):
+        gathered = Gathered(pid_rank=pid_rank)
+        kernel_signal(text, "dmesg", "", gathered)
+        assert gathered.signals[-1].detail == detail
+
+
 def test_a_segfault_of_a_rank_is_a_crash_of_that_rank() -> None:
     gathered = Gathered(kernel=parse_kernel(JOURNAL.splitlines()), pid_rank={5002: 1})
     report = weigh(gathered)

@@ -226,8 +226,12 @@ def kernel_signal(
             continue
         gathered.kernel.append(event)
     gathered.raw["kernel.txt"] = "\n".join(lines).encode()
-    kinds = sorted({e.kind for e in gathered.kernel if e.kind == "xid" or e.pid in gathered.pid_rank})
+    kinds = sorted({e.kind for e in gathered.kernel if e.pid is not None and e.pid in gathered.pid_rank})
     about = f"; about the job: {', '.join(kinds)}" if kinds else ""
+    # an Xid of no pid of the job is the node's (its GPU), or another process's: said apart
+    others = sorted({e.xid for e in gathered.kernel if e.xid is not None and e.pid not in gathered.pid_rank})
+    if others:
+        about += f"; NVIDIA Xid {', '.join(map(str, others))} of no process of the job"
     gathered.signal("kernel messages", READ, f"{source}: {len(lines)} lines{about}")
 
 
