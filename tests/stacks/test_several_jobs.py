@@ -94,3 +94,24 @@ def test_one_job_named_twice_is_one_job(two_jobs: tuple[LaunchedJob, LaunchedJob
         (job,) = doc["jobs"]
         assert job["launcher_pid"] == a.pid and sorted(job["pids"]) == [first, second], pids
         assert "diagnosis" not in job and doc["diagnosis"]["divergent_ranks"] == [1]
+
+
+def test_why_weighs_each_job_apart(two_jobs: tuple[LaunchedJob, LaunchedJob]) -> None:
+    """`why` with no target: each job is collected and weighed alone, so neither verdict cites the
+    other job's ranks (weighed together, job B's "rank 0 is elsewhere" was cited with job A's "rank 1
+    is elsewhere"). Other tests' jobs may be on this machine too: only these two are checked."""
+    a, b = two_jobs
+    result = run_cli("why", "--json", timeout=180)
+    assert result.returncode == 15, result.stdout + result.stderr
+    first = result.json()
+    documents = {d["job"]: d for d in [first, *first["other_jobs"]]}
+    assert first["notes"][0].startswith(f"{len(documents)} jobs on this node (")
+    job_a, job_b = documents[f"torchrun pid {a.pid}"], documents[f"torchrun pid {b.pid}"]
+    assert (job_a["verdict"]["ranks"], job_a["verdict"]["location"]) == ([1], "update_index (hang_job.py:59)")
+    assert (job_b["verdict"]["ranks"], job_b["verdict"]["location"]) == ([0], "load_batch (hang_job.py:65)")
+    for document, other in ((job_a, "load_batch"), (job_b, "update_index")):
+        texts = [e["text"] for e in document["verdict"]["evidence"]]
+        assert not any(other in t for t in texts), texts
+        assert "weighed together" not in " ".join(document["notes"])
+    text = run_cli("why", timeout=180).stdout
+    assert f"\n── torchrun pid {a.pid} ──\n" in text and f"\n── torchrun pid {b.pid} ──\n" in text

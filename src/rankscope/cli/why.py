@@ -201,14 +201,27 @@ def why(**params: Any) -> int:
     from rankscope.why.collect import gather_local
 
     progress = tty_progress()
+    from rankscope.cli.why_jobs import several_jobs
+
+    several = several_jobs(request)
     try:
         with StopSignals() as stop:
-            gathered = gather_local(
-                request.options, progress, stop, for_head=request.local and request.as_json
-            )
+            if several:
+                from rankscope.why.several import gather_each
+
+                collected = gather_each(several, request.options, progress, stop)
+            else:
+                gathered = gather_local(
+                    request.options, progress, stop, for_head=request.local and request.as_json
+                )
     finally:
         if progress is not None:
             progress.clear()
+    if several:
+        from rankscope.cli.why_jobs import show_each
+
+        code = show_each(request, several, collected, started)
+        return 128 + stop.signum if stop.signum else code
     gone = bad_pids(request, gathered)
     if gone:
         from rankscope.errors import BadInputError
