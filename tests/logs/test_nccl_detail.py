@@ -61,6 +61,9 @@ def test_nccls_last_error_is_shown_with_the_root_cause(
         lines[at - 1].startswith("  torch.distributed.DistBackendError")
         and lines[at + 1] == f"  last error: {detail}"
     )
+    document = run_cli_here("logs", "errors", "--json", str(log)).json()
+    assert document["verdict_nccl"] == {"name": name, "last_error": detail}
+    assert document["groups"][0]["nccl"] == {"name": name, "last_error": detail}
 
 
 def test_without_ncclss_lines_nothing_is_added(tmp_path: Path) -> None:
@@ -68,6 +71,8 @@ def test_without_ncclss_lines_nothing_is_added(tmp_path: Path) -> None:
     log.write_text(FRAMES + ERROR.format(what="unhandled system error"))
     result = run_cli_here("logs", "errors", str(log))
     assert "last error" not in result.stdout and "DistBackendError" in result.stdout
+    document = run_cli_here("logs", "errors", "--json", str(log)).json()
+    assert "verdict_nccl" not in document and "nccl" not in document["groups"][0]
 
 
 def test_each_group_shows_its_own_example_detail() -> None:

@@ -13,6 +13,7 @@ from rankscope.logs.collect import LineCounts
 from rankscope.logs.cuda import DeviceAssert, OutOfMemory, is_async_cuda_error, out_of_memory, rerun_command
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport
 from rankscope.logs.labels import fold_label_hosts, fold_labels, label_text
+from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit
@@ -71,6 +72,8 @@ class ErrorEntry:
     #: torch's note that a CUDA error is reported asynchronously (the frames may be wrong).
     cuda_async: bool = False
     out_of_memory: Optional[OutOfMemory] = None
+    #: NCCL's own error name and ``Last error:`` detail after a DistBackendError (docs/logs.md).
+    nccl: Optional[NcclReason] = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass
@@ -128,6 +131,8 @@ class ErrorsDocument:
     device_asserts: list[DeviceAssert] = field(default_factory=list)
     #: The root cause weighed over every kind of evidence (docs/logs.md, precedence), and the evidence.
     verdict: Optional[Finding] = None
+    #: NCCL's own reason for the verdict's error, when it is a DistBackendError that NCCL explained.
+    verdict_nccl: Optional[NcclReason] = field(default=None, metadata=OMIT_NONE)
     findings: list[Finding] = field(default_factory=list)
     read: ReadSummary = field(default_factory=ReadSummary)
     #: The error the verb ends with, when it printed what it found and still failed.
@@ -154,6 +159,7 @@ def _entry(group: ErrorGroup) -> ErrorEntry:
         role=group.role,
         cuda_async=is_async_cuda_error(example),
         out_of_memory=out_of_memory(example),
+        nccl=nccl_reason(example.tail) or None,
     )
 
 
@@ -184,7 +190,7 @@ def _root_entry(report: ErrorsReport, counts: LineCounts) -> Optional[RootCauseE
 
 
 def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
-    first, by_time = report.first_failure, report.first_by_time
+    first, by_time, verdict = report.first_failure, report.first_by_time, counts.verdict
     return ErrorsDocument(
         groups=[_entry(group) for group in report.groups],
         first_failure=None
@@ -208,6 +214,9 @@ def errors_document(report: ErrorsReport, counts: LineCounts) -> ErrorsDocument:
         root_cause=_root_entry(report, counts),
         device_asserts=counts.device_asserts,
         verdict=counts.verdict,
+        verdict_nccl=None
+        if verdict is None
+        else counts.nccl_reasons.get((verdict.source, verdict.line)) or None,
         findings=counts.findings,
     )
 
