@@ -138,7 +138,9 @@ def fr_findings(gathered: Gathered) -> list[Finding]:
                     suspects[0] if suspects else None, ranks=str(RankSet.of(suspects)))
         )  # fmt: skip
     pending = [p for g in report.groups for p in g.progress if p.last_enqueued > p.last_completed]
-    if report.alone and pending:  # a one-rank job: nothing to wait for but the rank itself
+    live = {p.rank.rank for p in gathered.stacks.processes} if gathered.stacks is not None else set()
+    # a one-rank job: nothing to wait for but the rank itself (its live stacks say where, when read)
+    if report.alone and pending and pending[0].rank not in live:
         last = pending[0]
         what = (
             f"{last.op or 'a collective'} #{last.last_enqueued} never completed, and rank {last.rank} is the "
