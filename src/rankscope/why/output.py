@@ -226,6 +226,13 @@ def read_logs(
             )
     for key, reason in counts.nccl_reasons.items():
         gathered.log_reasons[key] = reason.evidence()
+    for group in report.groups:  # the exceptions it was raised while handling (`raise X from Y`: Y)
+        tb = group.timed or group.example
+        earlier = [
+            f"while handling: {text}" for text in dict.fromkeys(tb.chained) if text and text != tb.exception
+        ][-3:]
+        if earlier:
+            gathered.log_reasons.setdefault((tb.source, tb.line_number), []).extend(earlier)
     # what the kernel asserted, beside the error CUDA reported later: the rank's own assertion lines, or
     # lines without a rank prefix (torchrun without --tee) when one error alone was reported asynchronously
     late = [g.timed or g.example for g in report.groups]
