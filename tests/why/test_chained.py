@@ -17,9 +17,9 @@ CAUSE = """\
 [rank1]:   File "/usr/lib/python3/dist-packages/torch/serialization.py", line 1065, in load
 [rank1]:     with _open_file_like(f, "rb") as opened_file:
 [rank1]: FileNotFoundError: [Errno 2] No such file or directory: '/ckpt/step_4000.pt'
-[rank1]: 
+[rank1]:\x20
 [rank1]: {joint}
-[rank1]: 
+[rank1]:\x20
 """
 ERROR = """\
 [rank1]: Traceback (most recent call last):
