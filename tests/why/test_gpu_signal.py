@@ -59,3 +59,6 @@ def test_the_gpus_are_read_for_a_job_whose_workers_are_gone(
     assert signals["GPU"]["state"] == "read", signals["GPU"]
     assert signals["GPU"]["detail"] == "1 GPUs (nvidia-smi)"
     assert document["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert signals["stacks"]["detail"] == (
+        f"no worker left to dump: torchrun pid {launcher_without_python_workers} runs without any"
+    ), signals["stacks"]

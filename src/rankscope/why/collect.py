@@ -280,6 +280,9 @@ def gather_local(
             gathered.signal(
                 "stacks", READ if dumped else FAILED, f"{dumped} of {len(report.processes)} processes dumped"
             )
+        elif report.jobs:  # a launcher whose workers have all ended (a death caught as it happens)
+            names = ", ".join(j.describe() for j in report.jobs)
+            gathered.signal("stacks", ABSENT, f"no worker left to dump: {names} runs without any")
         else:
             gathered.signal("stacks", ABSENT, "no distributed job found on this node")
         if report.several_jobs():
