@@ -259,3 +259,21 @@ def test_json_that_ends_in_an_error_is_still_one_document(tmp_path: Path) -> Non
     assert document["schema"] == "rankscope.logs.nccl/1" and document["read"]["sources"] == [str(log)]
     assert document["error"]["exit_code"] == quiet.returncode == 3
     assert document["error"]["hint"].startswith("run the job with NCCL_DEBUG=INFO")
+
+
+@pytest.mark.parametrize("verb", [["logs", "grep", "--rank", "3"], ["logs", "grep", "--rank", "3", "--json"]])
+def test_a_reader_that_stops_early_ends_the_verb_quietly_with_0(tmp_path: Path, verb: list[str]) -> None:
+    """`rankscope logs grep --rank 3 big.log | head -1`: the closed pipe is no failure (exit 0, nothing on
+    stderr), as for every verb; click's own ending of a closed pipe (exit 1, "a bug") is not used."""
+    log = tmp_path / "big.log"
+    log.write_text(
+        "".join(f"[rank{i % 8}]: step {i} loss 1.0\n" for i in range(200_000))
+    )  # more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rankscope", *verb, str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline()  # `| head -1`
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 0
+    assert proc.stderr.read() == b""

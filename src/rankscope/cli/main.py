@@ -103,6 +103,11 @@ def _click_main(argv: Optional[list[str]]) -> Any:
     """The click group, with click's own endings (usage errors, --help, Ctrl-C at a prompt) as exit codes."""
     try:
         return cli.main(args=argv, prog_name="rankscope", standalone_mode=False)
+    except SystemExit:
+        # click's ending of a closed pipe (EPIPE): stdout wrapped in its PacifyFlushWrapper, then exit 1
+        if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):  # _PacifyFlushWrapper in click 8.5
+            return 0  # a reader that stopped early (`| head`) is no failure: as every verb ends then
+        raise
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:
