@@ -19,7 +19,10 @@ and never raises: every problem is returned as one line of text.
 
 from __future__ import annotations
 
+import io
+import json
 import os
+import pickle
 import sys
 from collections.abc import Mapping
 from typing import Any, Callable, Optional
@@ -35,17 +38,90 @@ def recorder_disabled(environ: Optional[Mapping[str, str]] = None) -> bool:
     return any(v == "0" for v in values) and not any(v.isdigit() and int(v) > 0 for v in values)
 
 
-def _dumpers() -> tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]:
-    """torch's pickle and JSON dump functions, under their current or older (2.2-2.4) names."""
+#: torch's dump functions, pickle then JSON, one pair per recorder. A CUDA build (torch 2.11, seen on
+#: an H100) keeps two recorders: NCCL's (``_dump_nccl_trace``, its entries ``nccl:...``) and the
+#: generic one of the other backends (``_dump_fr_trace``, gloo's ``gloo:...``); a CPU build has the
+#: second only, and torch 2.2-2.4 the first only. Each is dumped, and the dumps are joined.
+RECORDERS = (("_dump_nccl_trace", "_dump_nccl_trace_json"), ("_dump_fr_trace", "_dump_fr_trace_json"))
+
+
+def _dumpers() -> list[tuple[Optional[Callable[..., Any]], Optional[Callable[..., Any]]]]:
+    """torch's (pickle, JSON) dump functions of each of its recorders; [] before torch.distributed."""
     module = sys.modules.get("torch._C._distributed_c10d")
     if module is None:
         try:
             import torch._C._distributed_c10d as module  # torch is already imported
         except Exception:
-            return None, None
-    pickled = getattr(module, "_dump_fr_trace", None) or getattr(module, "_dump_nccl_trace", None)
-    as_json = getattr(module, "_dump_fr_trace_json", None) or getattr(module, "_dump_nccl_trace_json", None)
-    return pickled, as_json
+            return []
+    found = [(getattr(module, p, None), getattr(module, j, None)) for p, j in RECORDERS]
+    return [pair for pair in found if pair[0] is not None or pair[1] is not None]
+
+
+class _PlainData(pickle.Unpickler):
+    """torch's dump is dicts, lists, tuples, strings and numbers: no class is ever loaded."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"a flight-recorder dump holds no objects ({module}.{name})")
+
+
+def join_dumps(dumps: list[dict[str, Any]]) -> dict[str, Any]:
+    """One dump of several recorders' (NCCL's and gloo's): their entries in the order they were
+    created, numbered again (each recorder counts its own ``record_id``), their process groups'
+    configs and statuses together (NCCL's first: gloo's config names no members)."""
+    if len(dumps) == 1:
+        return dumps[0]
+    joined: dict[str, Any] = dict(dumps[0])
+    entries = [e for d in dumps for e in d.get("entries", []) if isinstance(e, dict)]
+    entries.sort(key=lambda e: e.get("time_created_ns") or 0)
+    for number, entry in enumerate(entries):
+        entry["record_id"] = number
+    joined["entries"] = entries
+    for table in ("pg_config", "pg_status"):
+        merged: dict[Any, Any] = {}
+        for dump in dumps:
+            values = dump.get(table)
+            if isinstance(values, dict):
+                for key, value in values.items():
+                    merged.setdefault(key, value)
+        joined[table] = merged
+    joined["comm_lib_version"] = next((d["comm_lib_version"] for d in dumps if d.get("comm_lib_version")), "")
+    return joined
+
+
+def _dump_all(want_json: bool, only_active: bool, with_frames: bool) -> Optional[bytes]:
+    """Every recorder's dump, joined when more than one holds entries; None without a recorder."""
+    raw: list[bytes] = []
+    for pickled, as_json in _dumpers():
+        if want_json and as_json is not None:
+            data = as_json(True, only_active)
+        elif pickled is not None:
+            try:
+                data = pickled(True, with_frames, only_active)
+            except TypeError:  # an older signature without the stack-trace flag
+                data = pickled()
+        else:
+            continue
+        raw.append(data.encode("utf-8") if isinstance(data, str) else bytes(data))
+    if not raw:
+        return None
+    if len(raw) == 1:
+        return raw[0]
+
+    def load(data: bytes) -> Any:
+        return json.loads(data) if want_json else _PlainData(io.BytesIO(data)).load()
+
+    # The largest (NCCL's, in an NCCL job: up to megabytes with frames) is read only when another
+    # recorder holds entries too; else it is written as torch wrote it.
+    order = sorted(range(len(raw)), key=lambda i: len(raw[i]))
+    smaller = [load(raw[i]) for i in order[:-1]]
+    held = [d for d in smaller if isinstance(d, dict) and d.get("entries")]
+    if not held:
+        return raw[order[-1]]
+    largest = load(raw[order[-1]])
+    if isinstance(largest, dict) and largest.get("entries"):
+        held.insert(0, largest)
+    joined = join_dumps(held)
+    return json.dumps(joined).encode("utf-8") if want_json else pickle.dumps(joined)
 
 
 #: At most this many member ranks in all are named by :func:`group_members` (its answer stays well
@@ -95,21 +171,9 @@ def dump_flight_recorder(path: str, only_active: bool = False, with_frames: bool
     try:
         if "torch" not in sys.modules:
             return "torch is not imported in this process: no flight recorder"
-        pickled, as_json = _dumpers()
-        want_json = str(path).endswith(".json")
-        if want_json and as_json is not None:
-            data = as_json(True, only_active)
-        elif pickled is not None:
-            try:
-                data = pickled(True, with_frames, only_active)
-            except TypeError:  # an older signature without the stack-trace flag
-                data = pickled()
-        else:
+        data = _dump_all(str(path).endswith(".json"), only_active, with_frames)
+        if data is None:
             return "this torch has no flight recorder (torch >= 2.2 has one)"
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        if not isinstance(data, (bytes, bytearray)):
-            return f"torch returned {type(data).__name__}, not bytes"
         tmp = f"{path}.tmp{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:

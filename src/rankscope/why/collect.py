@@ -316,6 +316,8 @@ def gather_local(
                 gathered.signal(
                     "flight recorders", READ, f"live, through the ranks' handlers: {live.headline}"
                 )
+            elif result.recorders.missing:  # why the handlers gave none (no torch, a dump torch refused ...)
+                gathered.signal("flight recorders", ABSENT, "; ".join(live.notes))
             else:
                 gathered.signal("flight recorders", ABSENT, "the ranks' recorders hold no entries")
         elif options.fr is None:
