@@ -17,7 +17,7 @@ from tests.support.cli import run_cli
 
 from rankscope.fr.align import analyse, place
 from rankscope.fr.collect import read_dumps
-from rankscope.fr.join import LiveWait, group_note, join_p2p_waits
+from rankscope.fr.join import LiveWait, group_note, join_p2p_waits, verdict_lines
 from rankscope.fr.records import dump_from_raw
 from rankscope.fr.report import load_report, report_document
 from rankscope.model import Frame, Member
@@ -117,6 +117,9 @@ def test_a_one_rank_nccl_job_timed_out_by_its_watchdog_is_held_by_the_rank_itsel
     document = run_cli("fr", str(DATA / "gpu-h100" / "fr_nccl_timeout_rank_0"), "--json").json()
     assert document["alone"] is True and document["desync"] is False
     assert document["recent"][-1]["state"] == "scheduled"
+    # above live stacks (`stacks --fr`, or a live NCCL rank's own recorder): not titled a desync
+    collected = read_dumps(DATA / "gpu-h100" / "fr_nccl_timeout_rank_0")
+    assert verdict_lines(analyse(collected.dumps))[0] == "Flight recorder"
 
 
 def test_one_dump_of_a_larger_world_is_not_the_whole_job(tmp_path: Path) -> None:

@@ -20,8 +20,10 @@ from rankscope.model import Frame, Member
 
 
 def verdict_lines(report: FrReport) -> list[str]:
-    """The desync verdict, first divergence first (the lines above the stack groups)."""
-    lines = ["Collective desync (flight recorder)", f"  {report.headline}"]
+    """The recorders' verdict, first divergence first (the lines above the stack groups); titled a
+    desync only when the ranks disagree (a one-rank job's dump, a missing dump, ... are not one)."""
+    title = "Collective desync (flight recorder)" if report.desync else "Flight recorder"
+    lines = [title, f"  {report.headline}"]
     lines.extend(f"  {d.text}" for d in report.divergences[1:])
     return lines
 
