@@ -710,8 +710,8 @@ def flight_recorder(facts: Facts) -> Check:
     return Check(
         "flight-recorder",
         Status.PASS,
-        "TORCH_FR_BUFFER_SIZE unset: torch 2.13 records by default, older releases record nothing "
-        "(export TORCH_FR_BUFFER_SIZE=2000 to be sure)",
+        "TORCH_FR_BUFFER_SIZE unset: recent torch records by default (seen: 2.11 with NCCL and gloo, 2.13 "
+        "with gloo), older releases may record nothing (export TORCH_FR_BUFFER_SIZE=2000 to be sure)",
         detail=(where,),
     )
 
