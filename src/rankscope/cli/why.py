@@ -23,7 +23,6 @@ from rankscope.cli.outfiles import FORCE_OPTION, check_out_dir
 from rankscope.cli.params import from_params
 from rankscope.cli.pictures import HTML_OPTION, WHY_FOLDED_OPTION, check_page_path
 from rankscope.cli.stacks_cluster import REMOTE_RANKSCOPE_OPTION
-from rankscope.errors import ExitCode
 from rankscope.why.options import DEFAULT_TIMEOUT, WhyOptions
 
 if TYPE_CHECKING:
@@ -252,22 +251,10 @@ def bad_pids(request: WhyRequest, gathered: Gathered) -> str:
     return ""
 
 
-def exit_code_of(report: WhyReport) -> int:
-    from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING
-
-    if report.outcome == CAUSE:
-        return int(ExitCode.CAUSE_NAMED)
-    if report.outcome == NO_PROBLEM:
-        return int(ExitCode.OK)
-    if report.outcome == NOTHING:
-        return int(ExitCode.NOTHING_FOUND)
-    return int(ExitCode.PARTIAL)
-
-
 def finish(request: WhyRequest, gathered: Gathered, started: float) -> int:
     """Weigh, print (text or JSON), keep the bundle (--out); the exit code."""
     from rankscope.why.render import render_text
-    from rankscope.why.report import report_document
+    from rankscope.why.report import exit_code, report_document
     from rankscope.why.weigh import weigh
 
     if request.out_dir is not None and gathered.environ:
@@ -298,7 +285,7 @@ def finish(request: WhyRequest, gathered: Gathered, started: float) -> int:
         from rankscope.cli.pictures import write_why_page
 
         write_why_page(request.html, report)
-    return exit_code_of(report)
+    return exit_code(report)
 
 
 def print_folded(report: WhyReport, out_dir: Optional[Path]) -> None:

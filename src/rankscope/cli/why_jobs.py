@@ -36,9 +36,8 @@ def show_each(
     """Text: a line naming the jobs, then each job's report under its name. JSON: the strongest job's
     document, with ``job`` naming it and ``other_jobs`` holding the others' documents. Exit code: the
     strongest job's."""
-    from rankscope.cli.why import exit_code_of
     from rankscope.why.render import render_text
-    from rankscope.why.report import report_document
+    from rankscope.why.report import exit_code, report_document
     from rankscope.why.several import headline, strongest_first
     from rankscope.why.weigh import weigh
 
@@ -62,4 +61,4 @@ def show_each(
         for target, report in reports:
             sys.stdout.write(f"\n── {target.name} ──\n\n{render_text(report)}")
     sys.stdout.flush()
-    return exit_code_of(reports[0][1])
+    return exit_code(reports[0][1])

@@ -178,3 +178,16 @@ def report_document(report: WhyReport) -> dict[str, Any]:
 
 def load_report(data: Any) -> WhyReport:
     return load_document(WhyReport, data)
+
+
+def exit_code(report: WhyReport) -> int:
+    """The exit code of a report: 15 a cause named, 0 nothing wrong seen, 3 nothing to judge, 4 partial."""
+    from rankscope.errors import ExitCode
+
+    if report.outcome == CAUSE:
+        return int(ExitCode.CAUSE_NAMED)
+    if report.outcome == NO_PROBLEM:
+        return int(ExitCode.OK)
+    if report.outcome == NOTHING:
+        return int(ExitCode.NOTHING_FOUND)
+    return int(ExitCode.PARTIAL)
