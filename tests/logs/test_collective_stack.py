@@ -94,6 +94,13 @@ def test_the_place_is_read_under_each_launcher_prefix(prefix: str) -> None:
     assert _verdict(_log(prefix)).where == PLACE
 
 
+def test_a_log_without_torch_s_rank_marker_gives_the_place_to_the_rank_torch_names() -> None:
+    # one process run without a launcher's help: no [rankN]: marker, torch's [Rank 0] in the text
+    text = _log().replace("[rank0]:", "")
+    verdict = _verdict(text)
+    assert (verdict.ranks, verdict.where) == ("0", PLACE)
+
+
 def test_frames_that_carry_torch_s_marker_too_are_read() -> None:
     frames = (TORCH_FRAMES + USER_FRAMES).replace("{p}", "{p}[rank{r}]:")
     assert _verdict(_log("[gpu-a1:0]:", frames=frames)).where == PLACE

@@ -899,12 +899,14 @@ class LineEvidence:
 
     def _stack_place(self, first: _Watch, watches: list[_Watch]) -> Optional[str]:
         """The user's frame of the timed-out collective, from torch's stack under it: the first
-        rank's, else the earliest one printed by another rank that timed out; None when no stack of
-        theirs holds a frame of the user's own code."""
+        rank's, else the earliest one printed by another rank that timed out (or with no rank named:
+        a process's log without torch's ``[rankN]:`` marker); None when no such stack holds a frame
+        of the user's own code."""
         places = self.stacks.places
         place = places.get(first.who)
         if place is None:
-            found = [p for p in (places.get(w.who) for w in watches) if p is not None]
+            whose = [*(w.who for w in watches), None]
+            found = [p for p in (places.get(who) for who in whose) if p is not None]
             place = min(found, key=lambda p: p.order) if found else None
         return place.words() if place is not None else None
 
