@@ -20,6 +20,8 @@ from rankscope.folding import RankSet
 from rankscope.logs.c10d_errors import NEEDLES as C10D_NEEDLES
 from rankscope.logs.c10d_errors import WORDS as C10D_WORDS
 from rankscope.logs.c10d_errors import C10dLines, Seen
+from rankscope.logs.collective_trace import HEADER as STACK_HEADER
+from rankscope.logs.collective_trace import CollectiveTraces
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -149,6 +151,14 @@ WATCHDOG_ABORT = (
 )
 
 
+def _collective(watch: _Watch) -> str:
+    """``ALLREDUCE (SeqNum=4)``, ``SeqNum=308`` (torch 2.3-2.5's line names no collective), ``BROADCAST``
+    (torch 1.x numbers none)."""
+    if watch.op == "?":
+        return f"SeqNum={watch.seq}"
+    return watch.op if watch.seq == "?" else f"{watch.op} (SeqNum={watch.seq})"
+
+
 def _aborted_by_watchdog(finding: Finding) -> Finding:
     """A launcher's report of a SIGABRT that comes after watchdog lines in the log: torch's watchdog
     aborted the rank (after a collective timeout, or its own hang), so the death is no cause of its
@@ -240,12 +250,17 @@ class LineEvidence:
     #: Whether an exception line of the block being read is torch's message of an NCCL failure.
     _nccl_error_here: bool = False
     _reading: list[_Reading] = field(default_factory=list)
+    #: The stacks torch prints under a timed-out collective (the user's frame of each rank's).
+    stacks: CollectiveTraces = field(default_factory=CollectiveTraces)
+    #: Whether a line of the block being read heads such a stack.
+    _stack_here: bool = False
     _index: int = -1
     _labels: SourceLabels = PLAIN
     _lines_before: int = 0
 
     def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
         self._end_reasons()
+        self.stacks.end()
         self._source, self._labels, self._lines_before = name, labels, 0
         self._index += 1
 
@@ -269,7 +284,7 @@ class LineEvidence:
         # torch.distributed's errors that name their cause are searched for only in a block where an
         # exception line names one (_exception_line): each needle is a pass over the block, and six
         # more passes cost a 1 GiB log 19% more CPU (docs/benchmarks.md).
-        self._c10d_here = self._nccl_error_here = False
+        self._c10d_here = self._nccl_error_here = self._stack_here = False
         for reading in self._reading:  # NCCL's reason after an exception line of the block before
             self._read_on(chunk, reading, -1)
         for needle, handler in (
@@ -283,6 +298,9 @@ class LineEvidence:
                 self._scan(chunk, needle, self._c10d, line_at)
         if self._nccl_error_here:
             self._nccl_reasons(chunk, line_at)
+        if self._stack_here or self.stacks.reading:
+            # the "#N f from file:line" lines are looked for only after their header
+            self.stacks.feed(chunk, self._stack_head, lambda start: self.order(line_at(start)))
         self._end_reasons(lambda r: r.done)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
         if launchers and (
@@ -333,6 +351,8 @@ class LineEvidence:
             self._stuck(line, line_no)
         elif b"Timeout at NCCL work" in line:
             self._timeout_at(line, line_no)
+        elif STACK_HEADER in line:
+            self._stack_here = True
 
     def continued_line(self) -> None:
         self._lines_before -= 1
@@ -468,6 +488,11 @@ class LineEvidence:
         if found is not None:
             return found.group(2), int(found.group(2))
         return None, None
+
+    def _stack_head(self, line: bytes) -> tuple[Optional[str], bytes]:
+        """The rank of a stack's header line, as :meth:`_watched` names it, and its raw prefix."""
+        label, raw, text = self._split(line)
+        return self._who(label, text.decode("utf-8", "replace"))[0], raw
 
     def _watchdog(self, line: bytes, line_no: int) -> None:
         label, _raw, raw_text = self._split(line)
@@ -827,6 +852,7 @@ class LineEvidence:
         """Every finding; exception lines that a rebuilt traceback of their rank holds (``traced``:
         label and exception line) are left out, the traceback says it better."""
         self._end_reasons()
+        self.stacks.end()
         out = list(self.findings_)
         if any(f.cause == OOM_KILL and f.kind == Kind.LAUNCHER for f in out):
             # srun's "task N: Out Of Memory" names the task that slurmstepd's cgroup line does not
@@ -871,6 +897,19 @@ class LineEvidence:
             and any(VICTIM_MESSAGES.search(said) for said in reason.lines())
         )
 
+    def _stack_place(self, first: _Watch, watches: list[_Watch]) -> Optional[str]:
+        """The user's frame of the timed-out collective, from torch's stack under it: the first
+        rank's, else the earliest one printed by another rank that timed out (or with no rank named:
+        a process's log without torch's ``[rankN]:`` marker); None when no such stack holds a frame
+        of the user's own code."""
+        places = self.stacks.places
+        place = places.get(first.who)
+        if place is None:
+            whose = [*(w.who for w in watches), None]
+            found = [p for p in (places.get(who) for who in whose) if p is not None]
+            place = min(found, key=lambda p: p.order) if found else None
+        return place.words() if place is not None else None
+
     def _watchdog_findings(self) -> list[Finding]:
         stuck = self._stuck_finding()
         if not self.watch:
@@ -914,10 +953,11 @@ class LineEvidence:
                     "watchdog_timeout",
                     CULPRIT,
                     who,
-                    f"collective {first.op if first.op != '?' else 'SeqNum=' + first.seq} timed out on "
-                    f"{named.phrase() if ranks else 'rank ?'}: "
+                    f"collective {_collective(first)} timed out on {named.phrase() if ranks else 'rank ?'}: "
                     "they waited for a rank that never joined it",
-                    " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part) or None,
+                    self._stack_place(first, watches)
+                    or " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part)
+                    or None,
                     first.source,
                     first.line,
                     first.order,
