@@ -58,6 +58,12 @@ def test_a_one_rank_jobs_timeout_is_the_rank_itself_not_a_missing_rank(tmp_path:
         == "rank 0 never completed its collective, with no other rank to wait for (a one-rank job)"
     )
     assert "stacks --native" in verdict["next_step"]
+    texts = [e["text"] for e in verdict["evidence"]]
+    assert (
+        "collective ALLREDUCE (SeqNum=4) timed out on rank 0: no other rank to wait for (a one-rank job)"
+        in texts
+    )
+    assert not any("never joined" in t for t in texts), texts
     # a kept bundle weighs the same
     bundle = tmp_path / "bundle"
     assert run_cli_here(*args, "--out", str(bundle)).returncode == 15

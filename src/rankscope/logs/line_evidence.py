@@ -56,6 +56,9 @@ _SIGNALS = tuple(
     s for s in SIGNALS if s.name in NCCL_CULPRITS or s.name in NCCL_VICTIMS or s.name == IB_COMPLETION
 )
 
+#: What a watchdog timeout usually means, said after it: true of most multi-rank jobs, not of a job
+#: whose recorder shows one rank alone (rankscope.why.findings says less then).
+NEVER_JOINED = "they waited for a rank that never joined it"
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
 #: torch's own rank in its NCCL lines: ``[Rank 5]``, ``[PG 2 Rank 1]``, ``[PG 0 (default_pg) Rank 1]`` (2.4),
@@ -954,7 +957,7 @@ class LineEvidence:
                     CULPRIT,
                     who,
                     f"collective {_collective(first)} timed out on {named.phrase() if ranks else 'rank ?'}: "
-                    "they waited for a rank that never joined it",
+                    + NEVER_JOINED,
                     self._stack_place(first, watches)
                     or " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part)
                     or None,

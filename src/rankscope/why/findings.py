@@ -262,9 +262,21 @@ def all_findings(gathered: Gathered) -> list[Finding]:
     if gathered.merged:
         return [*gathered.node_findings, *fr_findings(gathered), *stacks_findings(gathered)]
     dead = dead_findings(gathered)
+    logs = gathered.log_findings
+    if gathered.fr is not None and gathered.fr.alone:  # a one-rank job: no rank to wait for
+        from dataclasses import replace
+
+        from rankscope.logs.line_evidence import NEVER_JOINED
+
+        logs = [
+            replace(f, what=f.what.replace(NEVER_JOINED, "no other rank to wait for (a one-rank job)"))
+            if f.cause == "watchdog_timeout"
+            else f
+            for f in logs
+        ]
     return [
-        *gathered.log_findings,
-        *fatal_findings(gathered.fatal_dumps, [*gathered.log_findings, *dead]),
+        *logs,
+        *fatal_findings(gathered.fatal_dumps, [*logs, *dead]),
         *file_findings(gathered),
         *kernel_findings(gathered),
         *gpu_findings(gathered),
