@@ -235,10 +235,9 @@ def read_logs(
             gathered.log_reasons.setdefault((tb.source, tb.line_number), []).extend(earlier)
     # what the kernel asserted, beside the error CUDA reported later: the rank's own assertion lines, or
     # lines without a rank prefix (torchrun without --tee) when one error alone was reported asynchronously
-    late = [g.timed or g.example for g in report.groups]
-    late = [tb for tb in late if counts.device_asserts and is_async_cuda_error(tb)]
-    for tb in late:
-        group = next(g for g in report.groups if (g.timed or g.example) is tb)
+    late = [g for g in report.groups if counts.device_asserts and is_async_cuda_error(g.timed or g.example)]
+    for group in late:
+        tb = group.timed or group.example
         labels = [label_text(label) for label in group.labels] + ([None] if len(late) == 1 else [])
         said = [a.text() for a in asserts_of(labels, counts.device_asserts)]
         gathered.log_reasons.setdefault((tb.source, tb.line_number), []).extend(said)
