@@ -132,7 +132,7 @@ class Runner:
 
         ``target``: the process it looks at, and ``state_before`` its state letter now.
         """
-        self._lifetime.guardian()
+        self._lifetime.guardian(leaf=True)
         if target:
             self._lifetime.note_target(target, state_before)
         out_file = _memory_file()
@@ -173,6 +173,7 @@ class Runner:
         for fd in list(run._open):
             self._close(run, fd)
         _, status = os.waitpid(run.child, 0)
+        self._lifetime.leaf_reaped()
         run.returncode = os.waitstatus_to_exitcode(status)
         run._take_output()
         self.running.remove(run)
