@@ -162,6 +162,20 @@ def _collective(watch: _Watch) -> str:
     return watch.op if watch.seq == "?" else f"{watch.op} (SeqNum={watch.seq})"
 
 
+def _behind(watches: list[_Watch], first: _Watch) -> tuple[_Watch, list[_Watch]]:
+    """Where the ranks' timed-out collectives are of one process group and numbered, the one with
+    the lowest sequence number is the collective some rank never joined: the ranks at a higher one
+    had completed it (torch's watchdog reports each rank's oldest unfinished work). Its first line,
+    and the watches past it (none: one number, several groups, or a line without a number)."""
+    if len({w.pg for w in watches}) != 1 or not all(w.seq.isdigit() for w in watches):
+        return first, []
+    lowest = min(int(w.seq) for w in watches)
+    later = [w for w in watches if int(w.seq) > lowest]
+    if not later:
+        return first, []
+    return min((w for w in watches if int(w.seq) == lowest), key=lambda w: w.order), later
+
+
 def _aborted_by_watchdog(finding: Finding) -> Finding:
     """A launcher's report of a SIGABRT that comes after watchdog lines in the log: torch's watchdog
     aborted the rank (after a collective timeout, or its own hang), so the death is no cause of its
@@ -950,14 +964,25 @@ class LineEvidence:
                 )
             ]
         else:
+            first, later = _behind(watches, first)
+            text = f"collective {_collective(first)} timed out on {named.phrase() if ranks else 'rank ?'}: "
+            if later:
+                lowest = sorted({w.rank for w in watches if w.rank is not None} - {w.rank for w in later})
+                passed = sorted({w.rank for w in later if w.rank is not None})
+                text = f"collective {_collective(first)} timed out on {RankSet.of(lowest).phrase()}: "
+                ahead = RankSet.of(passed).phrase() if passed else "other ranks"
+                seqs = sorted({int(w.seq) for w in later})
+                at = f"SeqNum={seqs[0]}" if len(seqs) == 1 else f"SeqNum={seqs[0]}-{seqs[-1]}"
+                text += f"{NEVER_JOINED} ({ahead} had passed it and timed out later, at {at})"
+            else:
+                text += NEVER_JOINED
             out = [
                 Finding(
                     Kind.WATCHDOG,
                     "watchdog_timeout",
                     CULPRIT,
                     who,
-                    f"collective {_collective(first)} timed out on {named.phrase() if ranks else 'rank ?'}: "
-                    + NEVER_JOINED,
+                    text,
                     self._stack_place(first, watches)
                     or " ".join(part for part in (f"SeqNum={first.seq}", first.op) if "?" not in part)
                     or None,
