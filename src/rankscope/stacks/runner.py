@@ -14,7 +14,9 @@ Where memfd_create is missing, standard output is a pipe as well.
 
 Every command dies with rankscope (rankscope.lifetime): it carries this run's token in its
 environment, the guardian is started before the first one, and the process it looks at is noted
-so that the guardian continues it if rankscope is killed while a dump holds it stopped.
+so that the guardian continues it if rankscope is killed while a dump holds it stopped. Each is a
+leaf (py-spy starts no process): once all are reaped and rankscope ends normally, the guardian's
+shell front exits without the Python guardian's scan (rankscope.lifetime).
 """
 
 from __future__ import annotations
