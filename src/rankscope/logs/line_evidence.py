@@ -134,6 +134,19 @@ KILLED_STEP = (
     "(time or memory limit); confirm on that node with `dmesg -T | grep -i -e oom -e killed` or "
     "`journalctl -k`, and with `sacct -j JOB --format=JobID,State,ExitCode,MaxRSS` under SLURM"
 )
+#: What to do next about a death by a signal the process raised itself (native code crashed).
+CRASH_STEPS = {
+    "sigsegv": "a crash in native code: the rank's core file names the frame (`rankscope core bt`; "
+    "`ulimit -c unlimited` before the launcher if none was written), or rerun with PYTHONFAULTHANDLER=1 "
+    "to print every thread's Python stack when it crashes",
+    "sigabrt": "abort() in native code (a failed C++ check of torch or NCCL, or a double free): the rank's "
+    "lines just before it say why; its core file names the frame (`rankscope core bt`)",
+    "sigbus": "a bus error: in a container most often a /dev/shm too small for the DataLoader's workers or "
+    "NCCL's buffers (`docker run --shm-size`, a memory-backed emptyDir on Kubernetes), else a mapped file "
+    "that shrank; the rank's core file names the frame (`rankscope core bt`)",
+    "sigill": "an illegal instruction: a binary or extension built for another CPU (or GPU architecture) "
+    "than this node's; the rank's core file names the frame (`rankscope core bt`)",
+}
 ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
@@ -806,7 +819,7 @@ class LineEvidence:
                 f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} "
                 f"was killed by signal {-code}{shell}"
             )
-            step = KILLED_STEP if cause == "sigkill" else ""
+            step = KILLED_STEP if cause == "sigkill" else CRASH_STEPS.get(cause, "")
         else:
             # an exit code: the process raised, and its traceback went to its own output
             kind, cause, step = Kind.LAUNCHER_SUMMARY, "tracebacks_elsewhere", ELSEWHERE_STEP
