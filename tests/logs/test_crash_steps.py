@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.line_findings import line_findings
 
 from rankscope.evidence import decide
-from rankscope.logs.line_evidence import CRASH_STEPS, KILLED_STEP, LineEvidence
+from rankscope.logs.line_evidence import CRASH_STEPS, KILLED_STEP
 
 TORCHRUN = (
     "E1203 04:11:20.101000 140213 torch/distributed/elastic/multiprocessing/api.py:869] failed "
@@ -25,11 +26,7 @@ WATCHDOG = (
 
 
 def _verdict(text: str) -> tuple[str, str, str]:
-    found = LineEvidence()
-    found.start_source("job.log")
-    data = text.encode()
-    found.feed(data, data.count(b"\n"))
-    verdict = decide(found.findings(set()))
+    verdict = decide(line_findings(text))
     assert verdict is not None
     return verdict.cause, verdict.role, verdict.next_step
 
@@ -45,13 +42,9 @@ def test_sigkill_keeps_its_own_step_and_a_bus_error_points_at_shared_memory() ->
 
 
 def test_an_abort_after_the_watchdog_is_its_victim_with_no_step_of_its_own() -> None:
-    cause, role, step = _verdict(WATCHDOG + TORCHRUN.format(number=6))
+    cause, role, _ = _verdict(WATCHDOG + TORCHRUN.format(number=6))
     assert (cause, role) == ("watchdog_timeout", "culprit")
-    found = LineEvidence()
-    found.start_source("job.log")
-    data = (WATCHDOG + TORCHRUN.format(number=6)).encode()
-    found.feed(data, data.count(b"\n"))
-    (abort,) = [f for f in found.findings(set()) if f.cause == "sigabrt"]
+    (abort,) = [f for f in line_findings(WATCHDOG + TORCHRUN.format(number=6)) if f.cause == "sigabrt"]
     assert (abort.role, abort.next_step) == ("victim", "")
 
 

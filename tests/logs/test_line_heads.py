@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.line_findings import line_findings
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind, decide
 from rankscope.logs.heads import sniff_head
@@ -106,11 +107,7 @@ def _said(data: dict[str, Any], *keys: str) -> tuple[Any, ...]:
 
 
 def _evidence(text: str) -> list[Finding]:
-    found = LineEvidence()
-    found.start_source("job.log")
-    data = text.encode()
-    found.feed(data, data.count(b"\n"))
-    return found.findings(set())
+    return line_findings(text)
 
 
 def test_timeout_at_nccl_work_is_a_watchdog_timeout_with_its_sequence_number() -> None:

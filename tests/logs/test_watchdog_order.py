@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 from tests.support.cli import run_cli
+from tests.support.line_findings import line_findings
 
 from rankscope.evidence import decide
-from rankscope.logs.line_evidence import LineEvidence
 
 WATCH = (
     "{head}[rank{rank}]:[E1118 20:22:2{rank}.95 ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught "
@@ -26,11 +26,7 @@ def _log(rows: list[tuple[int, int, str]], head: str = "") -> str:
 
 
 def _verdict(text: str) -> tuple[str, str, str]:
-    found = LineEvidence()
-    found.start_source("job.log")
-    data = text.encode()
-    found.feed(data, data.count(b"\n"))
-    verdict = decide(found.findings(set()))
+    verdict = decide(line_findings(text))
     assert verdict is not None
     return verdict.cause, verdict.where or "", verdict.what
 
