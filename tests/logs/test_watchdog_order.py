@@ -1,6 +1,7 @@
 """Watchdog timeouts at different sequence numbers: the lowest is the collective some rank never
-joined; the ranks past it are named as such, whichever printed first. Pure functions and one run of
-the command line on a log written here (a Ray actor prefix before torch's own)."""
+joined; the ranks past it are named as such, whichever printed first. A desync names each
+collective's ranks and the user's frame it was called from. Pure functions and one run of the
+command line on a log written here (a Ray actor prefix before torch's own)."""
 
 from __future__ import annotations
 
@@ -60,3 +61,33 @@ def test_ray_actor_prefixes_and_the_json_document(tmp_path: Path) -> None:
     assert finding["where"] == "SeqNum=2635 ALLGATHER"
     assert "(rank 1 had passed it and timed out later, at SeqNum=2636)" in finding["what"]
     assert finding["line"] == 2
+
+
+STACK = (
+    "[rank{rank}]:[E1126 18:14:34.07 ProcessGroupNCCL.cpp:733] Stack trace of the failed collective: \n"
+    "#0 {call} from /venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:3068\n"
+    "#1 wrapper from /venv/lib/python3.12/site-packages/torch/distributed/c10d_logger.py:83\n"
+    "#2 {function} from /job/train.py:{line}\n"
+    "#3 main from /job/train.py:40\n\n"
+)
+
+
+def test_a_desync_names_each_collective_s_ranks_and_the_user_frame_it_was_called_from() -> None:
+    text = (
+        _log([(0, 12, "ALLREDUCE")])
+        + STACK.format(rank=0, call="all_reduce", function="log_loss", line=9)
+        + _log([(2, 12, "ALLREDUCE"), (1, 12, "BROADCAST")])
+        + STACK.format(rank=1, call="broadcast", function="should_stop", line=31)
+    )
+    cause, where, message = _verdict(text)
+    assert (cause, where) == ("collective_desync", "SeqNum=12")
+    assert message == (
+        "ranks called different collectives at one sequence number: ALLREDUCE (8 elements) on ranks 0,2 "
+        "from log_loss (train.py:9), BROADCAST (8 elements) on rank 1 from should_stop (train.py:31)"
+    )
+
+
+def test_a_desync_without_stacks_names_the_ranks_only() -> None:
+    cause, _, message = _verdict(_log([(0, 12, "ALLREDUCE"), (1, 12, "BROADCAST")]))
+    assert cause == "collective_desync"
+    assert message.endswith("ALLREDUCE (8 elements) on rank 0, BROADCAST (8 elements) on rank 1")

@@ -940,6 +940,28 @@ class LineEvidence:
             place = min(found, key=lambda p: p.order) if found else None
         return place.words() if place is not None else None
 
+    def _desync_calls(self, seq: str, pg: Optional[str], watches: list[_Watch]) -> dict[tuple[str, str], str]:
+        """`` on rank 1 from should_stop (train.py:31)`` for each collective of a desync: the ranks
+        that called it and, where one printed the stack it was called from (torch's ``Stack trace of
+        the failed collective``), the earliest such stack's frame of the user's code."""
+        places = self.stacks.places
+        ranks: dict[tuple[str, str], list[int]] = {}
+        frames: dict[tuple[str, str], str] = {}
+        for w in sorted(watches, key=lambda w: w.order):
+            if w.seq != seq or w.pg != pg:
+                continue
+            key = (w.op, w.numel)
+            if w.rank is not None:
+                ranks.setdefault(key, []).append(w.rank)
+            place = places.get(w.who)
+            if place is not None and key not in frames:
+                frames[key] = f" from {place.words()}"
+        keys = set(ranks) | set(frames)
+        return {
+            k: (f" on {RankSet.of(ranks[k]).phrase()}" if k in ranks else "") + frames.get(k, "")
+            for k in keys
+        }
+
     def _watchdog_findings(self) -> list[Finding]:
         stuck = self._stuck_finding()
         if not self.watch:
@@ -958,7 +980,10 @@ class LineEvidence:
         who = str(ranks[0]) if len(ranks) == 1 else None
         if desync is not None:
             (_pg, seq), ops = desync
-            names = ", ".join(sorted(f"{op} ({numel} elements)" for op, numel in ops))
+            calls = self._desync_calls(seq, _pg, watches)
+            names = ", ".join(
+                sorted(f"{op} ({numel} elements){calls.get((op, numel), '')}" for op, numel in ops)
+            )
             out = [
                 Finding(
                     Kind.WATCHDOG,
