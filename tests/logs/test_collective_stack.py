@@ -163,3 +163,34 @@ def test_several_ranks_stacks_the_first_rank_s_frame_is_the_place() -> None:
 def test_without_a_stack_of_the_first_rank_another_rank_s_frame_is_the_place() -> None:
     verdict = _verdict(_two_ranks(None))
     assert (verdict.ranks, verdict.where) == ("0-1", "reduce_metrics (eval.py:57)")
+
+
+# -- `logs nccl`: its watchdog finding says where the collectives were called from -----------------
+
+
+def test_logs_nccl_names_the_user_frame_of_the_recorded_timeout() -> None:
+    data = run_cli("logs", "nccl", str(RECORDED), "--json").json()
+    (found,) = [f for f in data["findings"] if f["kind"] == "watchdog_timeout"]
+    assert found["message"].endswith(f"ALLREDUCE SeqNum=4 (called from {PLACE})")
+
+
+@pytest.mark.parametrize("prefix", ["", "[default1]:", "1: "])
+def test_logs_nccl_names_each_distinct_frame_of_ranks_behind_a_prefix(tmp_path: Path, prefix: str) -> None:
+    other = USER_FRAMES.replace("log_global_loss", "should_stop").replace(":9", ":31")
+    log = tmp_path / "job.log"
+    log.write_text(
+        _log(prefix.replace("1", "0"), 0)
+        + _log(prefix, 1, TORCH_FRAMES + other)
+        + _log(prefix.replace("1", "2"), 2)
+    )
+    data = run_cli("logs", "nccl", str(log), "--json").json()
+    (found,) = [f for f in data["findings"] if f["kind"] == "watchdog_timeout"]
+    assert found["message"].endswith(f"(called from {PLACE}; should_stop (nccl_timeout.py:31))"), found
+
+
+def test_logs_nccl_without_a_stack_says_nothing_of_a_place(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(WATCH.format(p="", r=0) + AFTER.format(p="", r=0))
+    data = run_cli("logs", "nccl", str(log), "--json").json()
+    (found,) = [f for f in data["findings"] if f["kind"] == "watchdog_timeout"]
+    assert "called from" not in found["message"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Optional
 
 from rankscope.errors import ErrorReport
+from rankscope.logs.collective_trace import HEADER as STACK_HEADER
+from rankscope.logs.collective_trace import CollectiveTraces, Place
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_host import HostFacts
 from rankscope.logs.nccl_lines import INFO_SIGNALS, LINE, SIGNALS, NcclEvidence, NcclProcess, Signal
@@ -71,10 +73,23 @@ class NcclScan:
         self.nccl_lines = 0
         self._source = ""
         self._line_no = 0  # lines of the current source before the current chunk
+        #: The user's frame of each rank's timed-out collective (torch's stack of it), by label.
+        self.traces = CollectiveTraces()
+        self._offset = 0  # bytes fed before the current chunk, every source: the stacks' order
 
     def feed(self, chunk: bytes, labels: SourceLabels = PLAIN, source: str = "") -> None:
         if source != self._source:
+            self.traces.end()
             self._source, self._line_no = source, 0
+        if self.traces.reading or STACK_HEADER in chunk:
+            base = self._offset
+
+            def head(line: bytes) -> tuple[Optional[str], bytes]:
+                split = split_line(line, labels.allow_srun, labels.dialect)
+                return label_text(labels.label(split.label)), split.raw_prefix
+
+            self.traces.feed(chunk, head, lambda start: base + start)
+        self._offset += len(chunk)
         counted = 0  # newlines before this chunk offset are counted in line_no
         line_no = self._line_no
         pos = chunk.find(b"NCCL")
@@ -184,7 +199,26 @@ class NcclScan:
         ]
         for text, entry in sorted(self.warns.items(), key=lambda item: -item[1].count):
             findings.append(finding("warn", f"NCCL WARN ({entry.count}x): {text}", entry.hits))
+        self._called_from(findings)
         return NcclDocument(self.nccl_lines, procs, findings)
+
+    def _called_from(self, findings: list[NcclFinding]) -> None:
+        """A watchdog timeout's message ends with the user's frames its collectives were called
+        from, where torch printed their stacks (each distinct frame once, in the log's order)."""
+        self.traces.end()
+        places = self.traces.places
+        if not places:
+            return
+        for found in findings:
+            if found.kind != "watchdog_timeout":
+                continue
+            whos = [None if who == "-" else who for who in found.who] or [None]
+            known = sorted(
+                (p for p in (places.get(who) for who in {*whos, None}) if p is not None), key=_order
+            )
+            words = list(dict.fromkeys(p.words() for p in known))
+            if words:
+                found.message += f" (called from {'; '.join(words)})"
 
     def _late_ranks(self) -> None:
         """A hit read before its process's rank was known gets the rank and name known now."""
@@ -192,6 +226,10 @@ class NcclScan:
             for hit in hits:
                 if hit.proc is not None:
                     hit.who, hit.rank = hit.proc.who, hit.proc.rank
+
+
+def _order(place: Place) -> int:
+    return place.order
 
 
 def render_nccl(result: NcclDocument, notes: list[str]) -> str:
