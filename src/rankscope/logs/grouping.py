@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from rankscope.folding import RankSet
 from rankscope.logs.labels import host_and_rank, label_order
-from rankscope.logs.roles import Role, role_of
+from rankscope.logs.roles import Role, maybe_victim, role_of
 from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
@@ -184,6 +184,7 @@ class Grouper:
         """The groups in report order and the root cause."""
         side = 0 if self._groups[0] else 1
         _caught_without_marker(list(self._groups[0].values()))
+        _peer_gone(list(self._groups[side].values()))
         root = root_cause(list(self._groups[side].values()))
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
         if side == 0:
@@ -195,6 +196,15 @@ class Grouper:
         """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
         return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def _peer_gone(groups: list[ErrorGroup]) -> None:
+    """NCCL errors that may be a peer's death (rankscope.logs.roles.maybe_victim) are victims when
+    another culprit is in the log: the rank that died first is the likelier story."""
+    maybe = [g for g in groups if g.role is Role.CULPRIT and maybe_victim(g.example)]
+    if maybe and any(g.role is Role.CULPRIT and g not in maybe for g in groups):
+        for group in maybe:
+            group.role = Role.VICTIM
 
 
 def _caught_without_marker(groups: list[ErrorGroup]) -> None:

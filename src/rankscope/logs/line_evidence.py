@@ -26,7 +26,7 @@ from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
-from rankscope.logs.roles import VICTIM_MESSAGES
+from rankscope.logs.roles import VICTIM_MESSAGES, nccl_error_line
 from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
 from rankscope.logs.stopped import NEEDLE as STOPPED_NEEDLE
 from rankscope.logs.stopped import signal_of, stopped_finding
@@ -923,7 +923,7 @@ class LineEvidence:
         reason = self.reasons.get((source, line))
         return (
             reason is not None
-            and text.split(":", 1)[0].endswith("DistBackendError")
+            and nccl_error_line(text)
             and any(VICTIM_MESSAGES.search(said) for said in reason.lines())
         )
 

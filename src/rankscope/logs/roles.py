@@ -68,14 +68,35 @@ VICTIM_MESSAGES = re.compile(
 )
 
 
+#: torch's words for NCCL's ``ncclSystemError`` (torch 1.x to 2.x): a local system error or, as
+#: often, a peer that died; a victim where another rank's error explains it (:func:`maybe_victim`).
+PEER_MAYBE_GONE = re.compile(r"unexpected exit of a remote peer")
+
+
+def nccl_error_line(text: str) -> bool:
+    """torch >= 2.0's ``DistBackendError: ...``, or torch < 2.0's ``RuntimeError: NCCL error in: ...``:
+    their reason is on the lines after the exception line (NCCL's ``Last error:``, torch's words)."""
+    kind, _, message = text.partition(":")
+    return kind.endswith("DistBackendError") or (
+        kind.endswith("RuntimeError") and message.lstrip().startswith("NCCL error")
+    )
+
+
+def _nccl_error(tb: RankTraceback) -> bool:
+    return nccl_error_line(tb.exception)
+
+
 def is_victim(tb: RankTraceback) -> bool:
     """Does the error say that a peer, the network or the launcher ended this rank?"""
     if VICTIM_MESSAGES.search(tb.exception):
         return True
-    # NCCL's "Last error:" and torch's continuation lines hold the reason of a DistBackendError
-    return tb.exception_type.endswith("DistBackendError") and any(
-        VICTIM_MESSAGES.search(line) for line in tb.tail
-    )
+    return _nccl_error(tb) and any(VICTIM_MESSAGES.search(line) for line in tb.tail)
+
+
+def maybe_victim(tb: RankTraceback) -> bool:
+    """An NCCL error that may be a peer's death (torch's ``ncclSystemError`` words): a victim when
+    another rank's error in the same log is a culprit, else the culprit itself."""
+    return _nccl_error(tb) and any(PEER_MAYBE_GONE.search(line) for line in [tb.exception, *tb.tail])
 
 
 def role_of(tb: RankTraceback) -> Role:
