@@ -233,11 +233,25 @@ def size_bytes(size: Optional[str]) -> Optional[float]:
 
 def out_of_memory(tb: RankTraceback) -> Optional[OutOfMemory]:
     """The numbers of a CUDA out-of-memory error, or None for any other error."""
-    if "CUDA out of memory" not in tb.exception:
+    return oom_numbers(tb.exception)
+
+
+def short_oom(exception: str) -> Optional[str]:
+    """``torch.OutOfMemoryError: CUDA out of memory (asked 4.00 GiB on GPU 1, ...)``: the numbers in
+    place of torch's long text, for an out-of-memory exception line; None for any other."""
+    oom = oom_numbers(exception)
+    if oom is None:
+        return None
+    return f"{exception.split(':', 1)[0]}: CUDA out of memory ({oom.summary()})"
+
+
+def oom_numbers(exception: str) -> Optional[OutOfMemory]:
+    """The numbers of a CUDA out-of-memory exception line, or None for any other."""
+    if "CUDA out of memory" not in exception:
         return None
     found: dict[str, str] = {}
     for name, pattern in _OOM_FIELDS.items():
-        match = pattern.search(tb.exception)
+        match = pattern.search(exception)
         if match is not None:
             found[name] = next(group for group in match.groups() if group)
     gpu = found.pop("gpu", None)

@@ -19,6 +19,7 @@ from rankscope.logs.cuda import (
     is_async_cuda_error,
     out_of_memory,
     rerun_command,
+    short_oom,
 )
 from rankscope.logs.demux import SplitFile
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
@@ -298,9 +299,9 @@ SHORT_EXCEPTION = 200
 
 def _short_exception(tb: RankTraceback) -> str:
     """The exception for the root cause line: out-of-memory numbers in place of torch's long text."""
-    oom = out_of_memory(tb)
+    oom = short_oom(tb.exception)
     if oom is not None:
-        return f"{tb.exception_type}: CUDA out of memory ({oom.summary()})"
+        return oom
     text = tb.exception or tb.exception_type
     return text if len(text) <= SHORT_EXCEPTION else text[: SHORT_EXCEPTION - 3] + "..."
 

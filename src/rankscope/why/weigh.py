@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
+from rankscope.logs.cuda import short_oom
 from rankscope.logs.nccl_reason import CITED
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
@@ -164,7 +165,7 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
     ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
-        words = f"raised {_nccl_words(finding, gathered) or _short(finding.what)}"
+        words = f"raised {_nccl_words(finding, gathered) or short_oom(finding.what) or _short(finding.what)}"
     if finding.cause == "collective_desync":
         words = _desync_words(finding.what, words)
     if finding.cause == "all_waiting" or not ranks:
@@ -278,7 +279,7 @@ def _singled_out(first: Hypothesis, verdict: Optional[Finding], findings: Sequen
     who = rank_word(ranks)
     first.ranks = ranks
     said = (
-        f"raised {_short(verdict.what)}"
+        f"raised {short_oom(verdict.what) or _short(verdict.what)}"
         if verdict.cause == "python_exception"
         else f"wrote {_short(verdict.what)}"
     )
