@@ -143,11 +143,18 @@ def parse(text: str) -> Optional[Join]:
     return None
 
 
+#: torchrun's agent when it could not reach the rendezvous store: its inner exception (a chained
+#: ``DistNetworkError``, or the ``[c10d]`` socket warnings before it) names the endpoint.
+_WRAPPED_CONNECT = re.compile(r"RendezvousConnectionError: The connection to the C10d store has failed")
+
+
 def classify(text: str) -> Optional[str]:
-    """The cause of an exception line that is one of these failures, else None."""
+    """The cause of an exception line that is one of these failures, else None. torchrun's
+    ``RendezvousConnectionError`` is ``store_unreachable`` too, though it names no endpoint: it is
+    folded into the finding of the line that does, where there is one."""
     found = parse(text)
     if found is None:
-        return None
+        return STORE_UNREACHABLE if _WRAPPED_CONNECT.search(text) else None
     return NEVER_JOINED if found.cause == _STORE_WAIT else found.cause
 
 

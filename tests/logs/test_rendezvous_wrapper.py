@@ -1,0 +1,47 @@
+"""torchrun's agent failing to reach the rendezvous store: its ``RendezvousConnectionError`` ("See
+inner exception for details") is folded into the store-unreachable finding of its chained
+``DistNetworkError``, which names the endpoint; cut from its inner exception it stays a plain
+error. Logs written here in the form torch 2.x prints; through the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli, run_cli_here
+
+INNER = """\
+[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-0]:29400 (errno: 111 - Connection refused).
+Traceback (most recent call last):
+  File "/usr/lib/python3/dist-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 156, in _create_tcp_store
+    store = TCPStore(
+torch.distributed.DistNetworkError: The client socket has timed out after 60s while trying to connect to (node-0, 29400).
+
+The above exception was the direct cause of the following exception:
+
+"""
+OUTER = """\
+Traceback (most recent call last):
+  File "/usr/local/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/usr/lib/python3/dist-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 176, in _create_tcp_store
+    raise RendezvousConnectionError(
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+"""
+
+
+def test_the_wrapper_is_the_store_its_inner_exception_names(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text(INNER + OUTER)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["cause"] == "store_unreachable"
+    assert "node-0:29400" in verdict["what"]
+    why = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
+    assert why["text"] == "could not connect to the rendezvous store at node-0:29400 (timed out after 60s)"
+
+
+def test_the_wrapper_cut_from_its_inner_exception_stays_a_plain_error(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text(OUTER)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["cause"] == "python_exception"
+    assert verdict["what"].startswith("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
