@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import signal as signals
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -22,6 +22,7 @@ from rankscope.logs.c10d_errors import WORDS as C10D_WORDS
 from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.collective_trace import HEADER as STACK_HEADER
 from rankscope.logs.collective_trace import CollectiveTraces
+from rankscope.logs.cuda import ASYNC_STEP
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -134,6 +135,17 @@ KILLED_STEP = (
     "(time or memory limit); confirm on that node with `dmesg -T | grep -i -e oom -e killed` or "
     "`journalctl -k`, and with `sacct -j JOB --format=JobID,State,ExitCode,MaxRSS` under SLURM"
 )
+#: A C++ exception nobody caught (libstdc++'s words), and its message on one of the next lines.
+_TERMINATE_NEEDLE = b"terminate called after throwing"
+_TERMINATE = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
+_WHAT = re.compile(rb"\s*what\(\):\s+(.*)")
+_WHAT_REACH = 3
+#: What a ``cpp_exception`` finding adds to the exception's type and message.
+CPP_UNCAUGHT = " (a C++ exception that nothing caught: the process aborted)"
+_CPP_STEP = (
+    "the message says what failed; torch's `Exception raised from FUNCTION at FILE:LINE` lines after it "
+    "name the C++ check, and the rank's core file the whole native stack (`rankscope core bt`)"
+)
 #: What to do next about a death by a signal the process raised itself (native code crashed).
 CRASH_STEPS = {
     "sigsegv": "a crash in native code: the rank's core file names the frame (`rankscope core bt`; "
@@ -173,6 +185,29 @@ def _collective(watch: _Watch) -> str:
     if watch.op == "?":
         return f"SeqNum={watch.seq}"
     return watch.op if watch.seq == "?" else f"{watch.op} (SeqNum={watch.seq})"
+
+
+def _lines_with(chunk: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of each line of ``chunk`` that holds ``needle`` (a line once per needle in it)."""
+    pos = chunk.find(needle)
+    while pos >= 0:
+        start = chunk.rfind(b"\n", 0, pos) + 1
+        end = chunk.find(b"\n", pos)
+        end = len(chunk) if end < 0 else end
+        yield start, end
+        pos = chunk.find(needle, end)
+
+
+def _aborted_rank(findings: list[Finding]) -> list[Finding]:
+    """A C++ exception's lines carry no rank prefix where the launcher prints its workers' output
+    as it is (torchrun without --tee): when one process of the log aborted by its launcher's report
+    (SIGABRT, one rank named), the exception is that rank's."""
+    nameless = [f for f in findings if f.cause == "cpp_exception" and f.who is None and f.role == CULPRIT]
+    aborted = {f.who for f in findings if f.cause == "sigabrt" and f.kind == Kind.LAUNCHER and f.who}
+    if len(nameless) != 1 or len(aborted) != 1:
+        return findings
+    (who,) = aborted
+    return [replace(f, who=who) if f is nameless[0] else f for f in findings]
 
 
 def _behind(watches: list[_Watch], first: _Watch) -> tuple[_Watch, list[_Watch]]:
@@ -277,6 +312,7 @@ class LineEvidence:
     reasons: dict[tuple[str, int], NcclReason] = field(default_factory=dict)
     #: Whether an exception line of the block being read names one of rankscope.logs.c10d_errors' failures.
     _c10d_here: bool = False
+    _terminate_here: bool = False
     #: Whether an exception line of the block being read is torch's message of an NCCL failure.
     _nccl_error_here: bool = False
     _reading: list[_Reading] = field(default_factory=list)
@@ -314,7 +350,7 @@ class LineEvidence:
         # torch.distributed's errors that name their cause are searched for only in a block where an
         # exception line names one (_exception_line): each needle is a pass over the block, and six
         # more passes cost a 1 GiB log 19% more CPU (docs/benchmarks.md).
-        self._c10d_here = self._nccl_error_here = self._stack_here = False
+        self._c10d_here = self._nccl_error_here = self._stack_here = self._terminate_here = False
         for reading in self._reading:  # NCCL's reason after an exception line of the block before
             self._read_on(chunk, reading, -1)
         for needle, handler in (
@@ -328,6 +364,8 @@ class LineEvidence:
                 self._scan(chunk, needle, self._c10d, line_at)
         if self._nccl_error_here:
             self._nccl_reasons(chunk, line_at)
+        if self._terminate_here:
+            self._terminate(chunk, line_at)
         if self._stack_here or self.stacks.reading:
             # the "#N f from file:line" lines are looked for only after their header
             self.stacks.feed(chunk, self._stack_head, lambda start: self.order(line_at(start)))
@@ -394,6 +432,9 @@ class LineEvidence:
         return self._labels.label(split.label), split.raw_prefix, split.text
 
     def _exception_line(self, line: bytes, line_no: int) -> None:
+        if _TERMINATE_NEEDLE in line:  # a C++ exception's type (c10::Error, c10::DistBackendError, ...)
+            self._terminate_here = True
+            return
         if not self._c10d_here and any(word in line for word in C10D_WORDS):
             self._c10d_here = True
         if not self._nccl_error_here and _NCCL_ERROR in line:
@@ -413,17 +454,12 @@ class LineEvidence:
     def _nccl_reasons(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
         """Each exception line of an NCCL failure in the block: the lines its rank writes next
         (NCCL's error name and ``Last error:``), read from here on (:meth:`_read_on`)."""
-        pos = chunk.find(_NCCL_ERROR)
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            end = chunk.find(b"\n", pos)
-            end = len(chunk) if end < 0 else end
+        for start, end in _lines_with(chunk, _NCCL_ERROR):
             label, raw, text = self._split(chunk[start:end])
             if label is not None and EXCEPTION_LINE.match(text.strip()):
                 reading = _Reading((self._source, line_at(start)), raw)
                 self._reading.append(reading)
                 self._read_on(chunk, reading, end)
-            pos = chunk.find(_NCCL_ERROR, end)
 
     @staticmethod
     def _read_on(chunk: bytes, reading: _Reading, after: int) -> None:
@@ -573,6 +609,58 @@ class LineEvidence:
             line_no,
             self.order(line_no),
             _glog_time(text),
+        )
+
+    def _terminate(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """``terminate called after throwing an instance of 'T'`` and its ``what():`` line: a C++
+        exception nobody caught, the reason of the SIGABRT the launcher reports next."""
+        for start, end in _lines_with(chunk, _TERMINATE_NEEDLE):
+            label, _raw, text = self._split(chunk[start:end])
+            kind = _TERMINATE.search(text)
+            said = self._what_after(chunk, end, label)
+            if kind is not None and said is not None:
+                self._cpp_exception(label, kind.group(1).decode("utf-8", "replace"), said, line_at(start))
+
+    def _what_after(self, chunk: bytes, pos: int, label: Optional[bytes]) -> Optional[str]:
+        """The ``what():`` text on one of the few lines after ``pos`` that carry ``label``."""
+        for _ in range(_WHAT_REACH):
+            if pos >= len(chunk):
+                return None
+            end = chunk.find(b"\n", pos + 1)
+            end = len(chunk) if end < 0 else end
+            line_label, _raw, text = self._split(chunk[pos + 1 : end])
+            found = _WHAT.match(text)
+            if found is not None and line_label == label:
+                return found.group(1).decode("utf-8", "replace").strip()
+            pos = end
+        return None
+
+    def _cpp_exception(self, label: Optional[bytes], kind: str, said: str, line_no: int) -> None:
+        if _WATCHDOG_CUDA.search(said):
+            return  # the watchdog thread's CUDA error: its own reader (_watchdog_cuda) says it
+        who, rank = self._who(label, said)
+        if (who or "", "cpp_exception") in self._nccl_seen:
+            return
+        self._nccl_seen.add((who or "", "cpp_exception"))
+        victim = VICTIM_MESSAGES.search(said) is not None
+        step = "" if victim else _CPP_STEP
+        if not victim and "CUDA error" in said:
+            step = ASYNC_STEP
+        self.findings_.append(
+            Finding(
+                Kind.EXCEPTION_LINE,
+                "cpp_exception",
+                VICTIM if victim else CULPRIT,
+                who,
+                f"{kind}: {said[:300]}{CPP_UNCAUGHT}",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=rank,
+                exception=kind,
+                next_step=step,
+            )
         )
 
     def _watchdog_cuda(self, line: bytes, line_no: int) -> None:
@@ -908,6 +996,7 @@ class LineEvidence:
                     )
                 )
                 break
+        out = _aborted_rank(out)
         watchdog = self._watchdog_findings()
         if watchdog:
             first = min(f.order for f in watchdog)

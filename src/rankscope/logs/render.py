@@ -259,6 +259,8 @@ _CAUSE_WORDS = {
     "store_unreachable": "torch's message in this rank's traceback: it could not connect to the rendezvous store",
     "stopped_from_outside": "the launcher's own words: it was sent a signal, and nothing stronger (a rank's "
     "error, a death, a hang) is in this log",
+    "cpp_exception": "a C++ exception that nothing caught (`terminate called after throwing ...` and its "
+    "`what():`): the process aborted with it, the reason of a SIGABRT its launcher reports",
 }
 
 

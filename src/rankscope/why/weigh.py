@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import short_oom
+from rankscope.logs.line_evidence import CPP_UNCAUGHT
 from rankscope.logs.nccl_reason import CITED
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
@@ -166,6 +167,8 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
         words = f"raised {_nccl_words(finding, gathered) or short_oom(finding.what) or _short(finding.what)}"
+    if finding.cause == "cpp_exception":
+        words = f"aborted on an uncaught C++ exception: {_short(finding.what.removesuffix(CPP_UNCAUGHT))}"
     if finding.cause == "collective_desync":
         words = _desync_words(finding.what, words)
     if finding.cause == "all_waiting" or not ranks:
