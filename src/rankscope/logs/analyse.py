@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
+from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error, setup_step
 from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
@@ -22,11 +22,15 @@ if TYPE_CHECKING:
 
 
 def traceback_step(tb: RankTraceback) -> str:
-    """The next step a traceback's own words call for: a GPU's hardware fault, a CUDA error reported
-    asynchronously (rankscope.logs.cuda), a DataLoader worker's death (rankscope.logs.dataloader); empty
-    for any other."""
+    """The next step a traceback's own words call for: a GPU's hardware fault, a CUDA error whose words
+    name its cause (cuBLAS's handle, a device ordinal, an architecture, the driver), a CUDA error
+    reported asynchronously (rankscope.logs.cuda), a DataLoader worker's death
+    (rankscope.logs.dataloader); empty for any other."""
     if gpu_hardware_error(tb) is not None:
         return HARDWARE_STEP
+    step = setup_step(tb)
+    if step:
+        return step
     if is_async_cuda_error(tb):
         return ASYNC_STEP
     return worker_death_step([*tb.chained, tb.exception]) or ""

@@ -1,0 +1,53 @@
+"""CUDA errors whose words name their cause (cuBLAS's handle, a device ordinal, an architecture, the
+driver, a GPU that refuses contexts) come with what to look at; others keep none. Tracebacks
+written here in the form torch prints them; through `logs errors --json` and `why`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.support.cli import run_cli, run_cli_here
+
+TRACEBACK = """\
+[rank{rank}]: Traceback (most recent call last):
+[rank{rank}]:   File "/job/train.py", line 33, in <module>
+[rank{rank}]:     y = model(x)
+[rank{rank}]: {line}
+"""
+CASES = [
+    (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED when calling `cublasCreate(handle)`",
+        "set_device",
+    ),
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "set_device"),
+    ("torch.AcceleratorError: CUDA error: invalid device ordinal", "--nproc-per-node"),
+    (
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "TORCH_CUDA_ARCH_LIST",
+    ),
+    (
+        "RuntimeError: The NVIDIA driver on your system is too old. CUDA driver version is insufficient for CUDA "
+        "runtime version",
+        "update the driver",
+    ),
+    ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "exclusive-process"),
+]
+
+
+@pytest.mark.parametrize(("line", "word"), CASES)
+def test_the_error_s_words_give_its_next_step(tmp_path: Path, line: str, word: str) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(TRACEBACK.format(rank=1, line=line))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["what"] == line
+    assert word in verdict["next_step"]
+
+
+def test_another_error_has_none_and_why_repeats_the_step(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(TRACEBACK.format(rank=0, line="ValueError: bad shape"))
+    assert run_cli("logs", "errors", str(log), "--json").json()["verdict"]["next_step"] == ""
+    log.write_text(TRACEBACK.format(rank=0, line=CASES[0][0]))
+    verdict = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
+    assert "set_device" in verdict["next_step"]
