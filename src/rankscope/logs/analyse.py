@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error, setup_step
+from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
 from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.grouping import ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.setup_steps import setup_step
 from rankscope.logs.stopped import stopped_finding
 from rankscope.logs.torchrun_summary import RankExit
 from rankscope.logs.tracebacks import RankTraceback
@@ -22,10 +23,9 @@ if TYPE_CHECKING:
 
 
 def traceback_step(tb: RankTraceback) -> str:
-    """The next step a traceback's own words call for: a GPU's hardware fault, a CUDA error whose words
-    name its cause (cuBLAS's handle, a device ordinal, an architecture, the driver), a CUDA error
-    reported asynchronously (rankscope.logs.cuda), a DataLoader worker's death
-    (rankscope.logs.dataloader); empty for any other."""
+    """The next step a traceback's own words call for: a GPU's hardware fault, an error whose words
+    name a set-up cause (rankscope.logs.setup_steps), a CUDA error reported asynchronously
+    (rankscope.logs.cuda), a DataLoader worker's death (rankscope.logs.dataloader); empty for any other."""
     if gpu_hardware_error(tb) is not None:
         return HARDWARE_STEP
     step = setup_step(tb)

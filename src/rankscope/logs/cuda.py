@@ -60,50 +60,6 @@ ASYNC_STEP = (
 )
 
 
-#: CUDA errors whose words say what to look at (CUDA's and its libraries' status names, as torch
-#: prints them): the words, then the next step. Facts of the CUDA runtime, cuBLAS and cuDNN.
-_SETUP_STEPS = (
-    (
-        ("CUBLAS_STATUS_NOT_INITIALIZED", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_INITIALIZED"),
-        "cuBLAS/cuDNN could not create its handle, almost always because the GPU's memory was full at "
-        "that moment: another process on the same GPU (ranks that never called "
-        "`torch.cuda.set_device(LOCAL_RANK)` all share GPU 0), or this process's own cache; check the "
-        "GPU's processes with `nvidia-smi` while the job starts",
-    ),
-    (
-        ("invalid device ordinal",),
-        "the process asked for a GPU that it cannot see: LOCAL_RANK (or the device index) is not below "
-        "the number of visible GPUs; compare --nproc-per-node with the GPUs of the node and "
-        "CUDA_VISIBLE_DEVICES",
-    ),
-    (
-        ("no kernel image is available for execution on the device",),
-        "this build of torch or of an extension has no code for this GPU's architecture: install a "
-        "build for it (`torch.cuda.get_arch_list()` against `torch.cuda.get_device_capability()`), or "
-        "rebuild the extension with TORCH_CUDA_ARCH_LIST set to it",
-    ),
-    (
-        ("CUDA driver version is insufficient for CUDA runtime version",),
-        "the node's NVIDIA driver is older than the CUDA that this torch was built with: update the "
-        "driver, or install a torch built for an older CUDA (`nvidia-smi` shows the driver's CUDA version)",
-    ),
-    (
-        ("CUDA-capable devices are busy or unavailable",),
-        "the GPU refused a new context: it is in exclusive-process compute mode with another process on "
-        "it (two ranks on one GPU, or a leftover process), or it is unhealthy: `nvidia-smi -q -d COMPUTE` "
-        "and the GPU's processes",
-    ),
-)
-
-
-def setup_step(tb: RankTraceback) -> str:
-    """The next step for a CUDA error whose words name a known cause (:data:`_SETUP_STEPS`), else ''."""
-    for words, step in _SETUP_STEPS:
-        if any(word in text for word in words for text in (tb.exception, *tb.tail)):
-            return step
-    return ""
-
-
 def gpu_hardware_error(tb: RankTraceback) -> Optional[str]:
     """The hardware failure a CUDA error names (``uncorrectable ECC error encountered``), else None."""
     for text in (tb.exception, *tb.tail):

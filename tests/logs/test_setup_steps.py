@@ -1,5 +1,5 @@
-"""CUDA errors whose words name their cause (cuBLAS's handle, a device ordinal, an architecture, the
-driver, a GPU that refuses contexts) come with what to look at; others keep none. Tracebacks
+"""Errors whose words name a set-up cause (cuBLAS's handle, a device ordinal, an architecture, the
+driver, a GPU that refuses contexts, gloo's mesh) come with what to look at; others keep none. Tracebacks
 written here in the form torch prints them; through `logs errors --json` and `why`."""
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ CASES = [
         "update the driver",
     ),
     ("RuntimeError: CUDA error: all CUDA-capable devices are busy or unavailable", "exclusive-process"),
+    (
+        "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
+        "GLOO_SOCKET_IFNAME",
+    ),
 ]
 
 
