@@ -39,6 +39,25 @@ CASES = [
 ]
 
 
+def test_a_duplicate_gpu_in_nccl_s_last_error_says_set_device(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    tail = [
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+        "Last error:",
+        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1d000",
+    ]
+    line = (
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, invalid usage (run with "
+        "NCCL_DEBUG=WARN for details), NCCL version 2.21.5"
+    )
+    log.write_text(TRACEBACK.format(rank=1, line=line) + "".join(f"[rank1]: {t}\n" for t in tail))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["next_step"].startswith("two ranks use one GPU")
+    log.write_text(TRACEBACK.format(rank=1, line=line) + "[rank1]: " + tail[0] + "\n")
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["next_step"].startswith("NCCL refused how it was called")
+
+
 @pytest.mark.parametrize(("line", "word"), CASES)
 def test_the_error_s_words_give_its_next_step(tmp_path: Path, line: str, word: str) -> None:
     log = tmp_path / "job.log"

@@ -9,6 +9,18 @@ from rankscope.logs.tracebacks import RankTraceback
 #: Errors whose words say what to look at, as torch prints them: the words, then the next step.
 _SETUP_STEPS = (
     (
+        ("Duplicate GPU detected",),
+        "two ranks use one GPU: each rank must call `torch.cuda.set_device(LOCAL_RANK)` (or pass "
+        "`device_id` to `init_process_group`) before its first collective; where CUDA_VISIBLE_DEVICES "
+        "is set per rank, check that the ranks' values differ",
+    ),
+    (
+        ("ncclInvalidUsage",),
+        "NCCL refused how it was called: its `Last error:` says why, rerun with NCCL_DEBUG=WARN if none "
+        "is printed; most often two ranks on one GPU (no `torch.cuda.set_device(LOCAL_RANK)`), or ranks "
+        "that disagree on the group's size or members",
+    ),
+    (
         ("CUBLAS_STATUS_NOT_INITIALIZED", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_INITIALIZED"),
         "cuBLAS/cuDNN could not create its handle, almost always because the GPU's memory was full at "
         "that moment: another process on the same GPU (ranks that never called "
