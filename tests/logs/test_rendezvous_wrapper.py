@@ -1,7 +1,7 @@
 """torchrun's agent failing to reach the rendezvous store: its ``RendezvousConnectionError`` ("See
 inner exception for details") is folded into the store-unreachable finding of its chained
 ``DistNetworkError``, which names the endpoint; cut from its inner exception it stays a plain
-error. Logs written here in the form torch 2.x prints; through the command line."""
+error. torch's warning at each failed try gives the errno: refused (nothing listens) or no route. Logs written here in the form torch 2.x prints; through the command line."""
 
 from __future__ import annotations
 
@@ -36,7 +36,24 @@ def test_the_wrapper_is_the_store_its_inner_exception_names(tmp_path: Path) -> N
     assert verdict["cause"] == "store_unreachable"
     assert "node-0:29400" in verdict["what"]
     why = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
-    assert why["text"] == "could not connect to the rendezvous store at node-0:29400 (timed out after 60s)"
+    assert why["text"] == (
+        "could not connect to the rendezvous store at node-0:29400 (timed out after 60s; its last try: errno 111, "
+        "Connection refused)"
+    )
+
+
+def test_the_last_try_s_errno_says_which_side_failed(tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    log.write_text(INNER + OUTER)
+    step = run_cli("logs", "errors", str(log), "--json").json()["verdict"]["next_step"]
+    assert step.startswith("node-0 answered, but nothing listened on port 29400 (connection refused)")
+    log.write_text(INNER.replace("errno: 111 - Connection refused", "errno: 113 - No route to host") + OUTER)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["what"].endswith("(timed out after 60s; its last try: errno 113, No route to host)")
+    assert verdict["next_step"].startswith("there is no route from here to node-0")
+    log.write_text(INNER.split("\n", 1)[1] + OUTER)  # no warning: torch < 2.0, or a cut paste
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["next_step"].startswith("nothing answered at node-0:29400 in time")
 
 
 def test_the_wrapper_cut_from_its_inner_exception_stays_a_plain_error(tmp_path: Path) -> None:

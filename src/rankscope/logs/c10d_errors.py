@@ -259,6 +259,11 @@ class C10dLines:
             self._entries.append((seen.order, int(summary.group(1))))
             del self._entries[:-SUMMARY_KEPT]
             return
+        attempt = join_errors.tried(text)
+        if attempt is not None:
+            endpoint, errno, words = attempt
+            self.joins.tries[endpoint] = (errno, words)
+            return
         cause = classify(text)
         if cause is not None and seen.who is None:
             at = bisect.bisect_left(self._entries, (seen.order, -1)) - 1

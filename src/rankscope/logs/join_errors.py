@@ -66,6 +66,10 @@ _CONNECT = re.compile(
     r"The client socket has (?:timed out after (\S+) while trying to connect to"
     r"|failed to connect to any network address of) \(([^,()]+), (\d+)\)"
 )
+#: torch's warning at each failed try to reach the store (torch >= 2.0): the endpoint and the errno.
+_TRIED = re.compile(
+    r"The client socket has failed to connect to \[([^\]]+)\]:(\d+) \(errno: (\d+) - ([^)]+)\)"
+)
 _MONITORED = re.compile(r"Ranks? ([\d, ]+?) failed to pass monitoredBarrier in (\d+) ms")
 _WAIT = re.compile(r"wait timeout after (\d+) ?ms, keys: (\S+)")
 _NCCL_ID = re.compile(
@@ -89,6 +93,17 @@ STORE_STEP = (
     "MASTER_ADDR and MASTER_PORT (or --rdzv-endpoint) are the same on every node and name an address this "
     "node can route to, and that no firewall drops the port (`rankscope net probe {endpoint}` from here)"
 )
+#: What the last failed try's errno says, in place of :data:`STORE_STEP`'s guess between them.
+_TRIED_STEPS = {
+    111: "{host} answered, but nothing listened on port {port} (connection refused): the store's process "
+    "(rank 0, or the launcher's agent on the --rdzv-endpoint node) had not started yet, had died, or listens "
+    "on another port; check that MASTER_PORT (or --rdzv-endpoint's port) is the same on every node",
+    113: "there is no route from here to {host} (no route to host: a firewall that rejects, or an address "
+    "of a network this node does not reach): check that MASTER_ADDR (or --rdzv-endpoint) names an address "
+    "this node can route to (`ip route get ADDRESS`) and the firewall on both sides (`rankscope net probe "
+    "{endpoint}` from here)",
+}
+_TRIED_STEPS[101] = _TRIED_STEPS[113]  # network unreachable
 MONITORED_STEP = (
     "find where {ranks} instead of at {place}: `rankscope stacks` while the job hangs; if they "
     "ended, their own output (`rankscope logs errors`)"
@@ -148,6 +163,15 @@ def parse(text: str) -> Optional[Join]:
 _WRAPPED_CONNECT = re.compile(r"RendezvousConnectionError: The connection to the C10d store has failed")
 
 
+def tried(text: str) -> Optional[tuple[str, int, str]]:
+    """A failed try to reach the store (``host:port``, errno, its words); None for any other line."""
+    found = _TRIED.search(text)
+    if found is None:
+        return None
+    host, port, errno, words = found.groups()
+    return f"{host.strip()}:{port}", int(errno), words.strip()
+
+
 def classify(text: str) -> Optional[str]:
     """The cause of an exception line that is one of these failures, else None. torchrun's
     ``RendezvousConnectionError`` is ``store_unreachable`` too, though it names no endpoint: it is
@@ -179,6 +203,8 @@ class JoinLines:
 
     def __init__(self) -> None:
         self.heard: dict[str, list[Heard]] = {}
+        #: The last failed try to reach each store endpoint: (errno, its words).
+        self.tries: dict[str, tuple[int, str]] = {}
 
     def feed(self, heard: Heard) -> None:
         kept = self.heard.setdefault(heard.join.cause, [])
@@ -195,7 +221,7 @@ class JoinLines:
                 out.append(found)
         for cause, build in (
             (NEVER_JOINED, _never_joined),
-            (STORE_UNREACHABLE, _unreachable),
+            (STORE_UNREACHABLE, lambda heard: _unreachable(heard, self.tries)),
             (MONITORED_BARRIER, _monitored),
             (NCCL_ID_WAIT, _nccl_id),
         ):
@@ -290,17 +316,24 @@ def _is_are(ranks: list[int]) -> str:
     return f"{RankSet.of(ranks).phrase()} {'is' if len(ranks) == 1 else 'are'}"
 
 
-def _unreachable(heard: list[Heard]) -> Finding:
+def _unreachable(heard: list[Heard], tries: Optional[dict[str, tuple[int, str]]] = None) -> Finding:
     first = heard[0]
     endpoint = first.join.endpoint or "MASTER_ADDR:MASTER_PORT"
     ranks = sorted({r for r in (_rank_of(h) for h in heard) if r is not None})
     whos = sorted({h.who for h in heard if h.who is not None})
     waited = next((h.join.waited for h in heard if h.join.waited), None)
     how = f"timed out after {waited}" if waited else "no address of it answered"
+    step = STORE_STEP.format(endpoint=endpoint)
+    last = (tries or {}).get(endpoint)
+    if last is not None:  # torch's warnings said how each try failed
+        errno, words = last
+        how += f"; its last try: errno {errno}, {words}"
+        host, _, port = endpoint.rpartition(":")
+        step = _TRIED_STEPS.get(errno, step).format(host=host, port=port, endpoint=endpoint)
     what = f"could not connect to the rendezvous store at {endpoint} ({how})"
     who = first.who if len(whos) == 1 else None
     # the network under a rank: weaker than any rank's death (a dead store host is the cause then)
-    return _finding(Kind.NETWORK, first, what, STORE_STEP.format(endpoint=endpoint), ranks, who)
+    return _finding(Kind.NETWORK, first, what, step, ranks, who)
 
 
 def _monitored(heard: list[Heard]) -> Finding:
