@@ -23,6 +23,8 @@ from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.collective_trace import HEADER as STACK_HEADER
 from rankscope.logs.collective_trace import CollectiveTraces
 from rankscope.logs.cuda import ASYNC_STEP
+from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
+from rankscope.logs.fatal import FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -135,6 +137,8 @@ KILLED_STEP = (
     "(time or memory limit); confirm on that node with `dmesg -T | grep -i -e oom -e killed` or "
     "`journalctl -k`, and with `sacct -j JOB --format=JobID,State,ExitCode,MaxRSS` under SLURM"
 )
+#: faulthandler's dumps kept per log (a rank dies once; a restarted job a few times).
+KEPT_DUMPS = 64
 #: A C++ exception nobody caught (libstdc++'s words), and its message on one of the next lines.
 _TERMINATE_NEEDLE = b"terminate called after throwing"
 _TERMINATE = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
@@ -318,6 +322,8 @@ class LineEvidence:
     _reading: list[_Reading] = field(default_factory=list)
     #: The stacks torch prints under a timed-out collective (the user's frame of each rank's).
     stacks: CollectiveTraces = field(default_factory=CollectiveTraces)
+    #: faulthandler's dumps (rankscope.logs.fatal): a rank's place when it died of a fatal signal.
+    fatal_dumps: list[FatalDump] = field(default_factory=list)
     #: Whether a line of the block being read heads such a stack.
     _stack_here: bool = False
     _index: int = -1
@@ -390,6 +396,9 @@ class LineEvidence:
                 self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
+        if FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
+            text = chunk.decode("utf-8", "replace")
+            self.fatal_dumps.extend(parse_dumps(text, self._source, self._lines_before + 1)[:KEPT_DUMPS])
         self._lines_before += lines
 
     @staticmethod
@@ -997,6 +1006,7 @@ class LineEvidence:
                 )
                 break
         out = _aborted_rank(out)
+        out += fatal_findings(self.fatal_dumps, out)
         watchdog = self._watchdog_findings()
         if watchdog:
             first = min(f.order for f in watchdog)

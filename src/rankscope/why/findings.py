@@ -274,9 +274,13 @@ def all_findings(gathered: Gathered) -> list[Finding]:
             else f
             for f in logs
         ]
+    read = {(f.source, f.line) for f in logs if f.kind == Kind.NATIVE_CRASH}  # the log's reader found it too
+    fatal = [
+        f for f in fatal_findings(gathered.fatal_dumps, [*logs, *dead]) if (f.source, f.line) not in read
+    ]
     return [
         *logs,
-        *fatal_findings(gathered.fatal_dumps, [*logs, *dead]),
+        *fatal,
         *file_findings(gathered),
         *kernel_findings(gathered),
         *gpu_findings(gathered),

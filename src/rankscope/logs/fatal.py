@@ -1,0 +1,129 @@
+"""faulthandler's dumps in a job's output (pure): a rank that died of a fatal signal with
+``faulthandler.enable()`` (``PYTHONFAULTHANDLER=1``, ``python -X faulthandler``) wrote::
+
+    Fatal Python error: Segmentation fault
+
+    Current thread 0x00007f98f0e4bb80 (most recent call first):
+      File "/job/train.py", line 9 in save_checkpoint
+      ...
+
+faulthandler writes to the file descriptor, past any Python wrapper, so the lines carry a
+launcher's prefix at most (``torchrun --tee``), never torch's ``[rankN]:`` marker: a dump is the
+rank's whose death its launcher reports with the same signal, when exactly one rank died of it
+(:func:`fatal_findings`); the innermost user frame of the thread that got the signal is the place.
+Read by ``logs errors`` as it scans and by ``why`` in the job's output files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+from rankscope.evidence import CULPRIT, Finding, Kind
+from rankscope.logs.roles import user_frame
+from rankscope.logs.tracebacks import FrameLine
+
+NEEDLE = b"Fatal Python error: "
+#: The lines of one dump read at most after its first line.
+DUMP_LINES = 400
+_HEADER = re.compile(r"^(?P<prefix>.*?)Fatal Python error: (?P<what>.+)$")
+_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
+_FRAME = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.*)$')
+#: faulthandler's words for each fatal signal, as the cause ids of the launchers' findings.
+SIGNAL_CAUSES = {
+    "Segmentation fault": "sigsegv",
+    "Aborted": "sigabrt",
+    "Bus error": "sigbus",
+    "Floating point exception": "sigfpe",
+    "Illegal instruction": "sigill",
+}
+_DUMP_LINE = re.compile(r'^(?:$|(?:Current thread|Thread) 0x|  File "|  \.\.\.|  <no Python frame>|\.\.\.$)')
+FATAL_STEP = (
+    "the rank's faulthandler dump places the crash at {where}: native code called from there faulted "
+    "(an extension, a custom kernel, a library torch calls); the rank's core file names the native "
+    "frame (`rankscope core bt`)"
+)
+
+
+@dataclass(frozen=True)
+class FatalDump:
+    """One faulthandler dump found in an output."""
+
+    source: str
+    line: int
+    #: ``Fatal Python error: Segmentation fault``.
+    what: str
+    #: The launchers' cause id of its signal (``sigsegv``), or None for another fatal error.
+    cause: Optional[str]
+    #: The innermost user frame of the thread that got the signal, ``function (file:line)``.
+    location: Optional[str]
+
+
+def parse_dumps(text: str, source: str, first_line: int = 1) -> list[FatalDump]:
+    """Every faulthandler dump in ``text``, its lines numbered from ``first_line``."""
+    lines = text.splitlines()
+    out = []
+    for index, line in enumerate(lines):
+        header = _HEADER.match(line)
+        if header is None:
+            continue
+        prefix = header.group("prefix")
+        frames: list[FrameLine] = []
+        current: Optional[list[FrameLine]] = None
+        for following in lines[index + 1 : index + 1 + DUMP_LINES]:
+            if prefix and following.startswith(prefix):
+                following = following[len(prefix) :]
+            if not _DUMP_LINE.match(following):
+                break
+            thread = _THREAD.match(following)
+            if thread is not None:
+                frames = []
+                if thread.group("current") == "Current thread" or current is None:
+                    current = frames  # the thread that got the signal; else the first one
+                continue
+            frame = _FRAME.match(following)
+            if frame is not None:
+                frames.append(
+                    FrameLine(frame.group("file"), int(frame.group("line")), frame.group("function"))
+                )
+        what = header.group("what").strip()
+        # most recent call first: the user's innermost frame is the first of them
+        found = user_frame(reversed(current or []))
+        place = f"{found.function} ({os.path.basename(found.filename)}:{found.line})" if found else None
+        out.append(
+            FatalDump(
+                source, first_line + index, f"Fatal Python error: {what}", SIGNAL_CAUSES.get(what), place
+            )
+        )
+    return out
+
+
+def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> list[Finding]:
+    """A dump as its rank's native crash: the rank whose death by that signal a launcher (or its
+    exit status) reports, when exactly one rank died of it; a dump of no such rank gives nothing."""
+    out = []
+    for dump in dumps:
+        if dump.cause is None:
+            continue
+        ranks = {
+            f.global_rank
+            if f.global_rank is not None
+            else (int(f.who) if f.who and f.who.isdigit() else None)
+            for f in findings
+            if f.cause == dump.cause and f.kind in (Kind.LAUNCHER, Kind.KERNEL) and f.role == CULPRIT
+        }
+        ranks.discard(None)
+        if len(ranks) != 1:
+            continue
+        (rank,) = ranks
+        assert rank is not None
+        step = FATAL_STEP.format(where=dump.location) if dump.location else ""
+        out.append(
+            Finding(Kind.NATIVE_CRASH, dump.cause, CULPRIT, str(rank),
+                    f"its faulthandler dump: {dump.what}", dump.location, dump.source, dump.line, dump.line, rank,
+                    next_step=step)
+        )  # fmt: skip
+    return out

@@ -1,0 +1,54 @@
+"""`logs errors` reads faulthandler's dump (``Fatal Python error: Segmentation fault`` and the
+threads' stacks) as the native crash of the one rank its launcher reports dead of that signal:
+the place is the crashed thread's innermost user frame, and the next step no longer asks for
+PYTHONFAULTHANDLER. Logs written here in the form faulthandler and torchrun print; through the
+command line, and `why` on the same file cites the dump once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli, run_cli_here
+
+DUMP = """\
+{p}Fatal Python error: Segmentation fault
+{p}
+{p}Thread 0x00007f3b1e7fc640 (most recent call first):
+{p}  File "/usr/lib/python3.11/threading.py", line 324 in wait
+{p}
+{p}Current thread 0x00007f3b3c2a8740 (most recent call first):
+{p}  File "/usr/lib/python3/dist-packages/torch/nn/modules/module.py", line 1736 in _call_impl
+{p}  File "/job/ops.py", line 12 in fused_gelu
+{p}  File "/job/train.py", line 90 in step
+{p}
+{p}Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
+"""
+DIED = (
+    "E1204 10:12:13.401000 4411 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -{n}) "
+    "local_rank: {rank} (pid: 4423) of binary: /usr/bin/python\n"
+)
+
+
+def test_the_dump_places_the_rank_s_crash(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("[default1]:step 7\n" + DUMP.format(p="[default1]:") + DIED.format(n=11, rank=1))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["where"], verdict["line"]) == (
+        "sigsegv",
+        "1",
+        "fused_gelu (ops.py:12)",
+        2,
+    )
+    assert "PYTHONFAULTHANDLER" not in verdict["next_step"]
+    assert "fused_gelu (ops.py:12)" in verdict["next_step"]
+    why = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
+    assert why["location"] == "fused_gelu (ops.py:12)"
+    cited = [e["text"] for e in why["evidence"] if "faulthandler" in e["text"]]
+    assert cited == ["its faulthandler dump: Fatal Python error: Segmentation fault"]
+
+
+def test_a_dump_no_death_matches_names_no_rank(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(DUMP.format(p="") + DIED.format(n=11, rank=1) + DIED.format(n=11, rank=3))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["cause"] == "sigsegv" and verdict["where"] is None  # two ranks died of it: whose dump?
