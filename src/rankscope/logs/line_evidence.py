@@ -24,7 +24,7 @@ from rankscope.logs.collective_trace import HEADER as STACK_HEADER
 from rankscope.logs.collective_trace import CollectiveTraces
 from rankscope.logs.cuda import ASYNC_STEP
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
-from rankscope.logs.fatal import FatalDump, fatal_findings, parse_dumps
+from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -137,6 +137,8 @@ KILLED_STEP = (
     "(time or memory limit); confirm on that node with `dmesg -T | grep -i -e oom -e killed` or "
     "`journalctl -k`, and with `sacct -j JOB --format=JobID,State,ExitCode,MaxRSS` under SLURM"
 )
+#: The deaths faulthandler writes a dump for (rankscope.logs.fatal.SIGNAL_CAUSES).
+CRASH_CAUSES = frozenset(SIGNAL_CAUSES.values())
 #: faulthandler's dumps kept per log (a rank dies once; a restarted job a few times).
 KEPT_DUMPS = 64
 #: A C++ exception nobody caught (libstdc++'s words), and its message on one of the next lines.
@@ -317,6 +319,7 @@ class LineEvidence:
     #: Whether an exception line of the block being read names one of rankscope.logs.c10d_errors' failures.
     _c10d_here: bool = False
     _terminate_here: bool = False
+    _crash_here: bool = False
     #: Whether an exception line of the block being read is torch's message of an NCCL failure.
     _nccl_error_here: bool = False
     _reading: list[_Reading] = field(default_factory=list)
@@ -357,6 +360,7 @@ class LineEvidence:
         # exception line names one (_exception_line): each needle is a pass over the block, and six
         # more passes cost a 1 GiB log 19% more CPU (docs/benchmarks.md).
         self._c10d_here = self._nccl_error_here = self._stack_here = self._terminate_here = False
+        self._crash_here = False
         for reading in self._reading:  # NCCL's reason after an exception line of the block before
             self._read_on(chunk, reading, -1)
         for needle, handler in (
@@ -396,7 +400,8 @@ class LineEvidence:
                 self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
-        if FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
+        # a launcher's report of a crash in this block: faulthandler's dump of it (no pass over other blocks)
+        if self._crash_here and FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
             text = chunk.decode("utf-8", "replace")
             self.fatal_dumps.extend(parse_dumps(text, self._source, self._lines_before + 1)[:KEPT_DUMPS])
         self._lines_before += lines
@@ -912,6 +917,7 @@ class LineEvidence:
             code, shell = -number, f" (exit code {code}: 128+{number}, a shell or container's way to say so)"
         if code < 0:
             cause = signal_cause(-code)
+            self._crash_here = self._crash_here or cause in CRASH_CAUSES
             what = (
                 f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} "
                 f"was killed by signal {-code}{shell}"
