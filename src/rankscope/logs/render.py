@@ -208,7 +208,9 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     who = label_text(tb.label) or _worker_words(tb.worker)
     if host is None and number is not None:
         who = f"rank {who}"
-    if tb.global_rank is not None and number != tb.global_rank:
+    if tb.label is None and tb.worker is None and tb.global_rank is not None:
+        who = f"rank {tb.global_rank} (torchrun's summary quotes its error file)"
+    elif tb.global_rank is not None and number != tb.global_rank:
         who += f" (global rank {tb.global_rank})"
     if len(group.labels) > 1:
         who += f" (and {len(group.labels) - 1} more rank(s) with this error: {fold_labels(group.labels)})"

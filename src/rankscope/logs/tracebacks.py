@@ -21,6 +21,12 @@ from rankscope.logs.prefixes import PLAIN, Dialect, SourceLabels, split_line, to
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
+#: torchrun's failure summary: an entry's ``traceback :`` field holding the error file's traceback
+#: (the rank's main wrapped in ``@record``), its continuation lines indented as deep as the field.
+_SUMMARY_FIELD = re.compile(rb"^( +)traceback\s*: Traceback \(most recent call last\)")
+_SUMMARY_ENTRY_RANK = re.compile(rb"\n +rank\s*: (\d+) \(local_rank: \d+\)[^\n]*\n(?:[^\n]*\n){0,6}$")
+#: How far back an entry's ``rank :`` field is looked for.
+SUMMARY_ENTRY_BYTES = 1024
 _CHAIN_MARKERS = (b"During handling of the above exception", b"The above exception was the direct cause")
 _FRAME = re.compile(rb'File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?')
 _CARETS = re.compile(rb"^[\s^~]+$")
@@ -248,6 +254,14 @@ class TracebackCollector:
             elif start not in self._consumed and split.text.lstrip(b" ").startswith(HEADER):
                 indent = split.text[: len(split.text) - len(split.text.lstrip(b" "))]
                 self._begin(chunk, start, end, split.raw_prefix, split.label, indent)
+            elif start not in self._consumed and (field := _SUMMARY_FIELD.match(split.text)) is not None:
+                # torchrun's failure summary quoting a rank's error file (``@record``): its lines are
+                # the field's indentation deeper than the traceback's own
+                self._begin(chunk, start, end, split.raw_prefix, split.label, field.group(1))
+                building = self._active[split.raw_prefix]
+                rank = _SUMMARY_ENTRY_RANK.search(chunk, max(0, start - SUMMARY_ENTRY_BYTES), start)
+                if rank is not None and building.tb.global_rank is None:
+                    building.tb.global_rank = int(rank.group(1))
             elif (
                 self._unprefixed_frames
                 and start not in self._consumed
