@@ -52,3 +52,20 @@ def test_a_dump_no_death_matches_names_no_rank(tmp_path: Path) -> None:
     log.write_text(DUMP.format(p="") + DIED.format(n=11, rank=1) + DIED.format(n=11, rank=3))
     verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
     assert verdict["cause"] == "sigsegv" and verdict["where"] is None  # two ranks died of it: whose dump?
+
+
+def test_a_rank_s_own_file_names_its_dump_without_a_launcher(tmp_path: Path) -> None:
+    """torchrun --log-dir: each rank's stderr.log; a dump at the end of rank 1's is rank 1's."""
+    attempt = tmp_path / "none_x" / "attempt_0"
+    for rank in (0, 1):
+        (attempt / str(rank)).mkdir(parents=True)
+        (attempt / str(rank) / "stdout.log").write_text("")
+    (attempt / "0" / "stderr.log").write_text("step 7\n")
+    (attempt / "1" / "stderr.log").write_text("step 7\n" + DUMP.format(p=""))
+    verdict = run_cli("logs", "errors", str(tmp_path), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["where"], verdict["line"]) == (
+        "sigsegv",
+        "1",
+        "fused_gelu (ops.py:12)",
+        2,
+    )

@@ -60,10 +60,13 @@ class FatalDump:
     cause: Optional[str]
     #: The innermost user frame of the thread that got the signal, ``function (file:line)``.
     location: Optional[str]
+    #: The rank's label where the output names it (a torchrun --log-dir file), else None.
+    who: Optional[str] = None
 
 
-def parse_dumps(text: str, source: str, first_line: int = 1) -> list[FatalDump]:
-    """Every faulthandler dump in ``text``, its lines numbered from ``first_line``."""
+def parse_dumps(text: str, source: str, first_line: int = 1, who: Optional[str] = None) -> list[FatalDump]:
+    """Every faulthandler dump in ``text``, its lines numbered from ``first_line``; ``who``: the rank
+    the whole text is from, where its source says so."""
     lines = text.splitlines()
     out = []
     for index, line in enumerate(lines):
@@ -93,11 +96,8 @@ def parse_dumps(text: str, source: str, first_line: int = 1) -> list[FatalDump]:
         # most recent call first: the user's innermost frame is the first of them
         found = user_frame(reversed(current or []))
         place = f"{found.function} ({os.path.basename(found.filename)}:{found.line})" if found else None
-        out.append(
-            FatalDump(
-                source, first_line + index, f"Fatal Python error: {what}", SIGNAL_CAUSES.get(what), place
-            )
-        )
+        cause = SIGNAL_CAUSES.get(what)
+        out.append(FatalDump(source, first_line + index, f"Fatal Python error: {what}", cause, place, who))
     return out
 
 
@@ -107,6 +107,9 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
     out = []
     for dump in dumps:
         if dump.cause is None:
+            continue
+        if dump.who is not None:  # its own file names the rank
+            out.append(_finding(dump, dump.who, int(dump.who) if dump.who.isdigit() else None))
             continue
         ranks = {
             f.global_rank
@@ -120,10 +123,13 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
             continue
         (rank,) = ranks
         assert rank is not None
-        step = FATAL_STEP.format(where=dump.location) if dump.location else ""
-        out.append(
-            Finding(Kind.NATIVE_CRASH, dump.cause, CULPRIT, str(rank),
-                    f"its faulthandler dump: {dump.what}", dump.location, dump.source, dump.line, dump.line, rank,
-                    next_step=step)
-        )  # fmt: skip
+        out.append(_finding(dump, str(rank), rank))
     return out
+
+
+def _finding(dump: FatalDump, who: str, rank: Optional[int]) -> Finding:
+    assert dump.cause is not None
+    step = FATAL_STEP.format(where=dump.location) if dump.location else ""
+    return Finding(Kind.NATIVE_CRASH, dump.cause, CULPRIT, who,
+                   f"its faulthandler dump: {dump.what}", dump.location, dump.source, dump.line, dump.line, rank,
+                   next_step=step)  # fmt: skip

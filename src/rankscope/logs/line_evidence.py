@@ -327,6 +327,8 @@ class LineEvidence:
     stacks: CollectiveTraces = field(default_factory=CollectiveTraces)
     #: faulthandler's dumps (rankscope.logs.fatal): a rank's place when it died of a fatal signal.
     fatal_dumps: list[FatalDump] = field(default_factory=list)
+    #: The last block of a rank's own file and its first line number (:meth:`_own_dump`).
+    _last_block: Optional[tuple[bytes, int]] = None
     #: Whether a line of the block being read heads such a stack.
     _stack_here: bool = False
     _index: int = -1
@@ -336,8 +338,27 @@ class LineEvidence:
     def start_source(self, name: str, labels: SourceLabels = PLAIN) -> None:
         self._end_reasons()
         self.stacks.end()
+        self._own_dump()
         self._source, self._labels, self._lines_before = name, labels, 0
         self._index += 1
+
+    def _own_dump(self) -> None:
+        """A rank's own file (torchrun --log-dir: its label from the path) ends with its faulthandler
+        dump when it died of a fatal signal: the last block of such a file is searched, once."""
+        last, self._last_block = self._last_block, None
+        label = self._labels.label(None)
+        if (
+            last is None
+            or label is None
+            or FATAL_NEEDLE not in last[0]
+            or len(self.fatal_dumps) >= KEPT_DUMPS
+        ):
+            return
+        chunk, first_line = last
+        who = label_text(label)
+        found = parse_dumps(chunk.decode("utf-8", "replace"), self._source, first_line, who)
+        known = {(d.source, d.line) for d in self.fatal_dumps}
+        self.fatal_dumps.extend(d for d in found if (d.source, d.line) not in known)
 
     def order(self, line: int) -> int:
         """A position comparable across sources: input order, then line."""
@@ -404,6 +425,8 @@ class LineEvidence:
         if self._crash_here and FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
             text = chunk.decode("utf-8", "replace")
             self.fatal_dumps.extend(parse_dumps(text, self._source, self._lines_before + 1)[:KEPT_DUMPS])
+        if self._labels.fixed_label is not None:  # a rank's own file: its last block is searched at its end
+            self._last_block = (chunk, self._lines_before + 1)
         self._lines_before += lines
 
     @staticmethod
@@ -986,6 +1009,7 @@ class LineEvidence:
         label and exception line) are left out, the traceback says it better."""
         self._end_reasons()
         self.stacks.end()
+        self._own_dump()
         out = list(self.findings_)
         if any(f.cause == OOM_KILL and f.kind == Kind.LAUNCHER for f in out):
             # srun's "task N: Out Of Memory" names the task that slurmstepd's cgroup line does not
