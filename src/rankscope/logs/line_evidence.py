@@ -434,16 +434,8 @@ class LineEvidence:
         chunk: bytes, needle: bytes, handler: Callable[[bytes, int], None], line_at: Callable[[int], int]
     ) -> None:
         """Each line of ``chunk`` that holds ``needle``, once, to ``handler`` with its line number."""
-        pos = chunk.find(needle)
-        last = -1
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            end = chunk.find(b"\n", pos)
-            end = len(chunk) if end < 0 else end
-            if start != last:
-                last = start
-                handler(chunk[start:end], line_at(start))
-            pos = chunk.find(needle, end)
+        for start, end in _lines_with(chunk, needle):
+            handler(chunk[start:end], line_at(start))
 
     def _nccl_or_torch(self, line: bytes, line_no: int) -> None:
         if b"NCCL WARN" in line:
@@ -911,11 +903,7 @@ class LineEvidence:
 
     def _scheduler(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
         """slurmstepd's lines: a job or step cancelled (and why), cgroup OOM kills."""
-        pos = chunk.find(b"slurmstepd")
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            end = chunk.find(b"\n", pos)
-            end = len(chunk) if end < 0 else end
+        for start, end in _lines_with(chunk, b"slurmstepd"):
             line_no = line_at(start)
             found = scheduler_finding(
                 chunk[start:end].decode("utf-8", "replace"), self._source, line_no, self.order(line_no)
@@ -925,7 +913,6 @@ class LineEvidence:
                 if key not in self._cancelled_seen:
                     self._cancelled_seen.add(key)
                     self.findings_.append(found)
-            pos = chunk.find(b"slurmstepd", end)
 
     def _death(
         self, who: Optional[str], code: int, launcher: str, line_no: int, match: re.Match[bytes]
