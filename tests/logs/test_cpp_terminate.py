@@ -68,3 +68,9 @@ def test_why_says_the_rank_aborted_on_it(tmp_path: Path) -> None:
     log.write_text("step 10\n" + _terminate(IMA) + ABORTED.format(rank=2))
     verdict = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
     assert verdict["text"] == f"rank 2 aborted on an uncaught C++ exception: c10::Error: {IMA}"
+
+
+def test_a_paste_cut_before_what_leaves_the_launcher_s_report() -> None:
+    text = "step 10\nterminate called after throwing an instance of 'c10::Error'\n" + ABORTED.format(rank=2)
+    verdict = decide(line_findings(text))
+    assert verdict is not None and (verdict.cause, verdict.who) == ("sigabrt", "2")

@@ -63,3 +63,10 @@ def test_the_rank_s_own_traceback_stays_the_root_cause(tmp_path: Path) -> None:
     log.write_text(own + SUMMARY)
     data = run_cli("logs", "errors", str(log), "--json").json()
     assert (data["root_cause"]["label"], data["root_cause"]["line"]) == ("3", 1)
+
+
+def test_a_summary_cut_inside_the_traceback_still_names_the_rank(tmp_path: Path) -> None:
+    log = tmp_path / "launcher.log"
+    log.write_text(SUMMARY.split("      shard = shards[rank]")[0])  # the paste ends in the frames
+    root = run_cli("logs", "errors", str(log), "--json").json()["root_cause"]
+    assert (root["global_rank"], root["where"]) == (3, "/job/train.py:70")
