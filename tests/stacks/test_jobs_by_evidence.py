@@ -48,7 +48,10 @@ def _wait_for_env(pid: int, name: str) -> None:
     for _ in range(1200):
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
-            if f"{name}=".encode() in environ and b"python" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            program = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+            # argv[0]: unshare's forked child carries the environment and python's path among its
+            # arguments before it execs python itself
+            if f"{name}=".encode() in environ and b"python" in program.rsplit(b"/", 1)[-1]:
                 return
         except OSError:
             pass
