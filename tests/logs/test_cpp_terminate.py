@@ -74,3 +74,22 @@ def test_a_paste_cut_before_what_leaves_the_launcher_s_report() -> None:
     text = "step 10\nterminate called after throwing an instance of 'c10::Error'\n" + ABORTED.format(rank=2)
     verdict = decide(line_findings(text))
     assert verdict is not None and (verdict.cause, verdict.who) == ("sigabrt", "2")
+
+
+def test_an_exception_type_without_error_in_its_name_is_read_beside_the_launcher_s_report() -> None:
+    """std::bad_alloc's lines hold no "Error": they are looked for where a launcher reports the crash."""
+    text = "step 10\n" + _terminate("std::bad_alloc", kind="std::bad_alloc") + ABORTED.format(rank=1)
+    verdict = decide(line_findings(text))
+    assert verdict is not None
+    assert (verdict.cause, verdict.who, verdict.what) == (
+        "cpp_exception",
+        "1",
+        "std::bad_alloc: std::bad_alloc (a C++ exception that nothing caught: the process aborted)",
+    )
+    assert "host memory" in verdict.next_step
+
+
+def test_without_a_crash_report_an_exception_type_without_error_is_not_looked_for() -> None:
+    """No launcher line: the block is not searched (nothing says a process died of it)."""
+    text = "step 10\n" + _terminate("std::out_of_range", kind="std::out_of_range")
+    assert [f for f in line_findings(text) if f.cause == "cpp_exception"] == []

@@ -152,6 +152,12 @@ _CPP_STEP = (
     "the message says what failed; torch's `Exception raised from FUNCTION at FILE:LINE` lines after it "
     "name the C++ check, and the rank's core file the whole native stack (`rankscope core bt`)"
 )
+#: std::bad_alloc: operator new found no host memory (or a size computed wrong asked for too much).
+_BAD_ALLOC_STEP = (
+    "C++ could not allocate host memory: check the node's memory when it died (the kernel log for the "
+    "OOM killer, `free -g`), DataLoader workers and pinned-memory buffers, and a size computed from "
+    "bad input (a negative or huge shape)"
+)
 #: What to do next about a death by a signal the process raised itself (native code crashed).
 CRASH_STEPS = {
     "sigsegv": "a crash in native code: the rank's core file names the frame (`rankscope core bt`; "
@@ -421,6 +427,10 @@ class LineEvidence:
                 self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
+        if self._crash_here and not self._terminate_here and _TERMINATE_NEEDLE in chunk:
+            # a C++ exception whose type has no "Error" in its name (std::bad_alloc, std::out_of_range):
+            # looked for only where a launcher reports a crash, as faulthandler's dump below
+            self._terminate(chunk, line_at)
         # a launcher's report of a crash in this block: faulthandler's dump of it (no pass over other blocks)
         if self._crash_here and FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
             text = chunk.decode("utf-8", "replace")
@@ -672,7 +682,7 @@ class LineEvidence:
             return
         self._nccl_seen.add((who or "", "cpp_exception"))
         victim = VICTIM_MESSAGES.search(said) is not None
-        step = "" if victim else _CPP_STEP
+        step = "" if victim else _BAD_ALLOC_STEP if kind == "std::bad_alloc" else _CPP_STEP
         if not victim and "CUDA error" in said:
             step = ASYNC_STEP
         self.findings_.append(
