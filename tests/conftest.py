@@ -46,9 +46,11 @@ def _no_leftover_processes() -> Iterator[None]:
     for proc in me.children(recursive=True):
         if proc.pid in before:
             continue
-        for kill in (os.killpg, os.kill):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                kill(proc.pid, signal.SIGKILL)
+        # psutil's is_running compares the start time: a pid reaped and reused since is left alone
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.is_running() and os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
 
 
 #: The costliest files (docs/testing.md, "Time": CPU-seconds of each file alone), handed to the pytest-xdist

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from tests.support.leftovers import kill_recorded
 
 from rankscope.cluster.classify import classify
 from rankscope.cluster.fanout import run_on_nodes, run_srun_step
@@ -141,9 +141,7 @@ def test_a_daemonised_grandchild_holding_the_pipes_does_not_hold_the_node(
         [result] = run_on_nodes(LocalShell(), ["n1"], script, node_timeout=20)
         assert (result.stage, result.stdout) == ("ok", "done\n")
     finally:
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        kill_recorded(pid_file)
 
 
 def _gone(pid: int) -> bool:

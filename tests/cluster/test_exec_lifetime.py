@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.cluster_fixtures import client_env, run_via, via_args
-from tests.support.leftovers import alive, gone_within
+from tests.support.leftovers import alive, gone_within, kill_recorded
 from tests.support.sshd import Sshd
 
 VIAS = ["ssh", "pdsh"]
@@ -115,8 +115,7 @@ def cleanup() -> Iterator[list[Path]]:
     pid_files: list[Path] = []
     yield pid_files
     for pid_file in pid_files:
-        with contextlib.suppress(ValueError, OSError):
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        kill_recorded(pid_file)
 
 
 @pytest.mark.timeout(60)

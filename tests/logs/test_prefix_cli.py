@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from tests.support.cli import run_cli
 from tests.support.jobs import run_torchrun
-from tests.support.leftovers import gone_within
+from tests.support.leftovers import gone_within, kill_recorded
 from tests.support.system import ensure_commands
 
 from rankscope.ranks import short_hostname
@@ -178,8 +178,7 @@ def test_sigterm_to_prefix_reaches_the_grandchild(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            kill_recorded(pid_file)
 
 
 @pytest.mark.timeout(60)
@@ -202,8 +201,7 @@ def test_a_leftover_holding_the_output_does_not_hold_prefix(tmp_path: Path) -> N
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            kill_recorded(pid_file)
 
 
 def test_the_piece_size_is_the_logs_readers_cut() -> None:

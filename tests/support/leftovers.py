@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 MARK = "RANKSCOPE_TEST_LEFTOVER_MARK"
 
@@ -63,6 +64,38 @@ def wait_gone(mark: str, timeout: float = 15.0, skip: tuple[int, ...] = ()) -> l
         time.sleep(0.1)
 
 
+def started_before(pid: int, moment: float) -> bool:
+    """Whether ``pid`` is a live process started no later than ``moment`` (time.time()): still the
+    process a test learned of then, not a later one the kernel gave the same pid (pids wrap at
+    /proc/sys/kernel/pid_max, 32768 here, and the suite starts tens of thousands of processes)."""
+    fields = _stat(pid)
+    if fields is None or fields[1] in ("Z", "X"):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            ticks = int(handle.read().rsplit(b")", 1)[1].split()[19])
+        with open("/proc/uptime", "rb") as handle:
+            uptime = float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False
+    started = time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    return started <= moment + 0.05  # the clock ticks of /proc/PID/stat are 10 ms
+
+
+def kill_recorded(pid_file: Path, sig: int = signal.SIGKILL) -> None:
+    """Teardown: ``sig`` to the process whose pid ``pid_file`` holds, if it is still that process
+    (started before the file was written). A pid file outlives its process: killing its number
+    blindly once hit an unrelated test's freshly started job."""
+    try:
+        pid = int(pid_file.read_text())
+        written = pid_file.stat().st_mtime
+    except (OSError, ValueError):
+        return
+    if started_before(pid, written):
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
 def kill_marked(mark: str) -> None:
     """Teardown: SIGKILL every process carrying ``mark``, and its process group."""
     for pid, _ in carrying(mark):
@@ -105,12 +138,19 @@ def tracer(pid: int) -> int:
     return 0
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 60.0, what: str = "") -> None:
-    """Poll ``condition()`` until true; AssertionError naming ``what`` after ``timeout`` seconds."""
+def wait_for(
+    condition: Callable[[], object],
+    timeout: float = 60.0,
+    what: str = "",
+    shown: Callable[[], object] | None = None,
+) -> None:
+    """Poll ``condition()`` until true; AssertionError naming ``what`` after ``timeout`` seconds,
+    with ``shown()`` (what the test was looking at: a log) in the message."""
     until = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > until:
-            raise AssertionError(f"timed out waiting for {what}")
+            detail = f"\n{shown()}" if shown is not None else ""
+            raise AssertionError(f"timed out waiting for {what}{detail}")
         time.sleep(0.02)
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.support.cli import CliResult, run_cli
-from tests.support.leftovers import kill_marked, marked_env, wait_for
+from tests.support.leftovers import carrying, kill_marked, marked_env, wait_for
 
 #: A one-rank job's variables (no launcher): the watcher takes the process itself for its worker.
 RANK_ZERO = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
@@ -195,10 +195,20 @@ def test_a_death_during_a_capture_is_seen_at_once_queued_captured_and_then_kill_
             argv, cwd=tmp_path, env=env, stdout=handle, stderr=handle, start_new_session=True
         )
     try:
-        wait_for(lambda: "up 0" in log.read_text() and "up 1" in log.read_text(), 60, "the ranks")
+        wait_for(
+            lambda: "up 0" in log.read_text() and "up 1" in log.read_text(),
+            60,
+            "the ranks",
+            shown=lambda: f"{log.read_text()}\nprocesses of the test: {carrying(mark)}",
+        )
         time.sleep(0.6)  # three looks of the watcher (--interval 0.2): it has found both ranks
         watcher.send_signal(signal.SIGUSR1)
-        wait_for(lambda: any(p.name.endswith("-request") for p in out.iterdir()), 60, "the capture")
+        wait_for(
+            lambda: any(p.name.endswith("-request") for p in out.iterdir()),
+            60,
+            "the capture",
+            shown=log.read_text,
+        )
         (tmp_path / "die").touch()  # rank 1 ends while the capture runs
         assert watcher.wait(120) == 42, log.read_text()
         entries = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
