@@ -30,3 +30,21 @@ def test_the_verdict_of_an_out_of_memory_error_gives_its_numbers(tmp_path: Path)
         "77.03 GiB)"
     )
     assert verdict["location"] == "forward (modeling.py:210)"
+
+
+LONG = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/job/train.py", line 41, in main
+[rank0]:     loss = criterion(outputs, labels)
+[rank0]: ValueError: Expected input batch_size (32) to match target batch_size (64). Check that the collate \
+function of the data loader and the sampler that gives every rank its share agree on the batch size per rank.
+"""
+
+
+def test_a_long_message_is_cut_at_its_sentence_end_not_mid_word(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(LONG)
+    verdict = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
+    assert verdict["text"] == (
+        "rank 0 raised ValueError: Expected input batch_size (32) to match target batch_size (64). …"
+    )

@@ -124,9 +124,23 @@ def _desync_words(what: str, issued: str) -> str:
     return issued
 
 
+#: Where a long message is cut, best first, and how far into it at least (a share of the limit):
+#: the end of a sentence, of a clause, else a word.
+_CUTS = ((". ", 0.4), ("; ", 0.5), (", ", 0.6), (" ", 0.6))
+
+
 def _short(text: str, limit: int = 160) -> str:
+    """The message's first line, at most ``limit`` characters: cut at the last end of a sentence or
+    clause well into it (else at a word), so a verdict never ends mid-word."""
     line = text.strip().splitlines()[0] if text.strip() else text
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    head = line[: limit - 1]
+    for mark, share in _CUTS:
+        at = head.rfind(mark)
+        if at >= limit * share:
+            return head[: at + (1 if mark != " " else 0)].rstrip(" ,;") + " …"
+    return head + "…"
 
 
 def _location(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Optional[str]:
