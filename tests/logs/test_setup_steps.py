@@ -36,6 +36,7 @@ CASES = [
         "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
         "GLOO_SOCKET_IFNAME",
     ),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "--rdzv-id"),
 ]
 
 
@@ -74,3 +75,24 @@ def test_another_error_has_none_and_why_repeats_the_step(tmp_path: Path) -> None
     log.write_text(TRACEBACK.format(rank=0, line=CASES[0][0]))
     verdict = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
     assert "set_device" in verdict["next_step"]
+
+
+CLOSED = """\
+[node2] Traceback (most recent call last):
+[node2]   File "/usr/bin/torchrun", line 8, in <module>
+[node2]     sys.exit(main())
+[node2]   File "/usr/lib/python3/dist-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", line 1127, in next_rendezvous
+[node2]     self._op_executor.run(exit_op, deadline)
+[node2] torch.distributed.elastic.rendezvous.api.RendezvousClosedError
+"""
+
+
+def test_a_rendezvous_another_node_closed_is_a_victim_of_that_node_s_error(tmp_path: Path) -> None:
+    """Node 2's torchrun finds the rendezvous closed by node 1's, whose rank failed: rank 0's error
+    is the root cause, and the closed rendezvous a consequence of it."""
+    log = tmp_path / "job.log"
+    log.write_text(TRACEBACK.format(rank=0, line="IndexError: index 8 is out of bounds") + CLOSED)
+    document = run_cli("logs", "errors", str(log), "--json").json()
+    assert document["verdict"]["what"] == "IndexError: index 8 is out of bounds"
+    roles = {g["exception_type"].rsplit(".", 1)[-1]: g["role"] for g in document["groups"]}
+    assert roles["RendezvousClosedError"] == "victim", roles

@@ -54,6 +54,9 @@ VICTIM_MESSAGES = re.compile(
             r"^KeyboardInterrupt\b",  # SIGINT, from Ctrl-C or from the launcher passing it on
             r"\bSignalException\b",
             r"\bChildFailedError\b",
+            # torchrun's agent on a node whose rendezvous another node's agent closed (that node's
+            # job failed, or it used up its restarts): the cause is in the other node's log
+            r"\bRendezvousClosedError\b",
             # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
             # ("-- Process 2 terminated with the following error:"), or its death by a signal
             r"\bProcess(?:Raised|Exited)Exception\b",

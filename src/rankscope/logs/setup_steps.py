@@ -1,6 +1,6 @@
 """Errors whose words name a set-up cause, and what to look at: CUDA's and its libraries' status
-names (the runtime, cuBLAS, cuDNN) and gloo's failed mesh, as torch prints them in a traceback.
-Facts of those libraries; pure (no I/O)."""
+names (the runtime, cuBLAS, cuDNN), gloo's failed mesh and torchrun's rendezvous timeout, as torch
+prints them in a traceback. Facts of those libraries; pure (no I/O)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,13 @@ _SETUP_STEPS = (
         "the GPU refused a new context: it is in exclusive-process compute mode with another process on "
         "it (two ranks on one GPU, or a leftover process), or it is unhealthy: `nvidia-smi -q -d COMPUTE` "
         "and the GPU's processes",
+    ),
+    (
+        ("RendezvousTimeoutError",),
+        "torchrun's rendezvous timed out: fewer nodes than `--nnodes` (its minimum) joined before the "
+        "join timeout (600 s unless `--rdzv-conf join_timeout=` says otherwise); check that every node "
+        "started torchrun with the same `--rdzv-id`, `--rdzv-endpoint` and `--nnodes`, that each reaches "
+        "the endpoint (`rankscope net check`), and the log of the node that never joined",
     ),
     (
         ("Gloo connectFullMesh failed",),
