@@ -3,6 +3,7 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
@@ -107,6 +108,31 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
             )
         )
     return out
+
+
+_OWN_OUTPUT = (Kind.TRACEBACK, Kind.CUT_TRACEBACK, Kind.EXCEPTION_LINE)
+
+
+def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
+    """A worker's traceback carries no rank prefix where the launcher prints its workers' output as
+    it is (torchrun without --tee, DeepSpeed's launcher): when the log holds one such culprit, no
+    culprit of a named rank, and its launcher reports exactly one process that exited with an error
+    code, the traceback is that rank's: the summary's global rank where torchrun prints one, else the
+    local rank its line names (``who``, as that line's own finding has it)."""
+    nameless = [
+        f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == "python_exception"
+    ]
+    if len(nameless) != 1 or nameless[0].who is not None:
+        return findings
+    failed = [f for f in findings if f.cause == "tracebacks_elsewhere" and f.who]
+    summary = [f for f in failed if f.source == "(torchrun summary)"]
+    named = {f.who for f in (summary or failed)}
+    if len(named) != 1:
+        return findings
+    (who,) = named
+    # the summary's rank is global; a launcher's line names a local rank (who alone, as its own finding)
+    rank = int(who) if summary and who.isdigit() else None
+    return [replace(f, who=who, global_rank=rank) if f is nameless[0] else f for f in findings]
 
 
 def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:

@@ -210,6 +210,10 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         who = f"rank {who}"
     if tb.label is None and tb.worker is None and tb.global_rank is not None:
         who = f"rank {tb.global_rank} (torchrun's summary quotes its error file)"
+    elif tb.label is None and tb.worker is None:
+        named = _named_by_launcher(tb, counts)
+        if named is not None:
+            who = named
     elif tb.global_rank is not None and number != tb.global_rank:
         who += f" (global rank {tb.global_rank})"
     if len(group.labels) > 1:
@@ -231,6 +235,20 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         )
         out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
     return out
+
+
+def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
+    """Who rankscope.logs.analyse.name_the_lone_failure made a traceback without a prefix: the
+    summary's rank, or the local rank of the launcher's line; None where it named none."""
+    for finding in counts.findings:
+        if (finding.source, finding.line) != (tb.source, tb.line_number) or not finding.who:
+            continue
+        if finding.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK):
+            continue
+        if finding.global_rank is not None:
+            return f"rank {finding.global_rank} (torchrun's summary names it the one failed process)"
+        return f"local rank {finding.who} (the one process its launcher reports failed)"
+    return None
 
 
 def _worker_words(worker: Optional[str]) -> str:

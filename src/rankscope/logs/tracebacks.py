@@ -65,6 +65,17 @@ TAIL_REACH = 256 << 10
 RESTART_MARKER = b"will restart worker group"
 #: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
 _LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
+#: Words of a launcher's own log lines (torchrun's and torch.distributed's loggers, DeepSpeed's
+#: launcher): a timestamp on one of them is the launcher's, not that of a worker's traceback after it.
+_LAUNCHER_WORDS = (b"torch/distributed/", b"torch.distributed.", b"[launch.py:", b"[launcher_helper.py:")
+
+
+def _launcher_line(chunk: bytes, start: int) -> bool:
+    end = chunk.find(b"\n", start)
+    line = chunk[start : end if end >= 0 else len(chunk)][:300]
+    return any(word in line for word in _LAUNCHER_WORDS)
+
+
 #: A logger's ERROR line: ``ERROR:name:msg`` (logging's default), ``... ERROR name: msg``, ``[ERROR]``.
 _LOGGED = re.compile(rb"^\s*(?:ERROR:|\[ERROR\]|\S.{0,60}?\b(?:ERROR|CRITICAL)\b)")
 #: More undecided tracebacks than this in a block: count all line prefixes in one pass.
@@ -421,7 +432,8 @@ class TracebackCollector:
         for _ in range(4):
             stamp = stamp_at(chunk, pos + len(outer)) if chunk.startswith(outer, pos) else None
             if stamp is not None:
-                return stamp
+                # without a prefix, a launcher's own line is not the rank's: its time is not the error's
+                return None if not outer and _launcher_line(chunk, pos) else stamp
             if pos == 0:
                 return None
             if outer:

@@ -1,0 +1,90 @@
+"""A worker's traceback without a rank prefix (torchrun without --tee, DeepSpeed's launcher) is the
+rank its launcher reports as the one process that failed: the summary's global rank where torchrun
+prints one, else the local rank of the launcher's line. Two failed processes, or a prefixed culprit,
+leave it unnamed. A launcher's timestamp before it is not taken for the error's time. Logs written
+here in the forms torchrun (2.x glog lines and its summary) and DeepSpeed's launcher print."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli, run_cli_here
+
+TRACEBACK = """\
+Traceback (most recent call last):
+  File "/job/train.py", line 90, in <module>
+    loss = step(batch)
+  File "/job/train.py", line 61, in step
+    return model(batch).sum()
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x512 and 1024x256)
+"""
+FAILED = (
+    "E1120 10:05:00.300000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
+    "local_rank: {local} (pid: 500{local}) of binary: /usr/bin/python3\n"
+)
+SUMMARY = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-20_10:05:00
+  host      : node3
+  rank      : {rank} (local_rank: {local})
+  exitcode  : 1 (pid: 500{local})
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+DEEPSPEED = """\
+[2026-11-20 10:00:00,100] [INFO] [launch.py:256:main] process 5001 spawned with command: ['python3', '-u', 'train.py', '--local_rank=1']
+{traceback}[2026-11-20 10:05:00,200] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 5001
+[2026-11-20 10:05:00,300] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', 'train.py', '--local_rank=1'] exits with return code = 1
+"""
+
+
+def _errors(tmp_path: Path, text: str) -> tuple[str, dict[str, object]]:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
+    return first, run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+
+
+def test_torchrun_s_one_failed_local_rank_names_the_traceback(tmp_path: Path) -> None:
+    first, verdict = _errors(tmp_path, "step 10\n" + TRACEBACK + FAILED.format(local=1))
+    assert first.startswith(
+        "root cause: local rank 1 (the one process its launcher reports failed): RuntimeError: mat1 and mat2"
+    ), first
+    assert (verdict["cause"], verdict["who"]) == ("python_exception", "1")
+
+
+def test_the_summary_s_global_rank_is_preferred_and_why_names_it(tmp_path: Path) -> None:
+    text = TRACEBACK + FAILED.format(local=1) + SUMMARY.format(rank=5, local=1)
+    first, verdict = _errors(tmp_path, text)
+    assert first.startswith("root cause: rank 5 (torchrun's summary names it the one failed process):"), first
+    assert verdict["who"] == "5"
+    why = run_cli_here("why", "--log", str(tmp_path / "job.log"), "--json").json()["verdict"]
+    assert why["text"].startswith("rank 5 raised RuntimeError: mat1 and mat2 shapes"), why
+
+
+def test_two_failed_processes_leave_it_unnamed(tmp_path: Path) -> None:
+    first, verdict = _errors(tmp_path, TRACEBACK + FAILED.format(local=1) + FAILED.format(local=2))
+    assert first.startswith("root cause: (no rank prefix): RuntimeError"), first
+    assert verdict["who"] is None
+
+
+def test_a_prefixed_culprit_leaves_the_unprefixed_traceback_alone(tmp_path: Path) -> None:
+    prefixed = "".join(f"[rank0]: {line}\n" for line in TRACEBACK.replace("mat1", "matA").splitlines())
+    first, _verdict = _errors(tmp_path, prefixed + TRACEBACK + FAILED.format(local=1))
+    assert "the one process" not in first, first
+
+
+def test_deepspeed_s_launcher_names_the_local_rank_and_lends_no_timestamp(tmp_path: Path) -> None:
+    first, verdict = _errors(tmp_path, DEEPSPEED.format(traceback=TRACEBACK))
+    assert first.startswith("root cause: local rank 1 (the one process its launcher reports failed):"), first
+    assert first.endswith("the first fatal error in log order"), first
+    assert verdict["who"] == "1"
