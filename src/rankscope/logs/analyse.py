@@ -126,7 +126,7 @@ def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
         return findings
     failed = [f for f in findings if f.cause == "tracebacks_elsewhere" and f.who]
     summary = [f for f in failed if f.source == "(torchrun summary)"]
-    named = {f.who for f in (summary or failed)}
+    named = {f.who or "" for f in (summary or failed)}
     if len(named) != 1:
         return findings
     (who,) = named
