@@ -65,7 +65,7 @@ def test_torchrun_s_one_failed_local_rank_names_the_traceback(tmp_path: Path) ->
 def test_the_summary_s_global_rank_is_preferred_and_why_names_it(tmp_path: Path) -> None:
     text = TRACEBACK + FAILED.format(local=1) + SUMMARY.format(rank=5, local=1)
     first, verdict = _errors(tmp_path, text)
-    assert first.startswith("root cause: rank 5 (torchrun's summary names it the one failed process):"), first
+    assert first.startswith("root cause: rank 5 (the one process its launcher reports failed):"), first
     assert verdict["who"] == "5"
     why = run_cli_here("why", "--log", str(tmp_path / "job.log"), "--json").json()["verdict"]
     assert why["text"].startswith("rank 5 raised RuntimeError: mat1 and mat2 shapes"), why
@@ -88,3 +88,33 @@ def test_deepspeed_s_launcher_names_the_local_rank_and_lends_no_timestamp(tmp_pa
     assert first.startswith("root cause: local rank 1 (the one process its launcher reports failed):"), first
     assert first.endswith("the first fatal error in log order"), first
     assert verdict["who"] == "1"
+
+
+MPIRUN = """\
+--------------------------------------------------------------------------
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: {name}
+  Exit code:    1
+--------------------------------------------------------------------------
+"""
+
+
+def test_open_mpi_s_first_failed_process_is_a_global_rank(tmp_path: Path) -> None:
+    """Open MPI 4.x's process name, then 5.x's (PRRTE): the last number is MPI_COMM_WORLD's rank."""
+    for name in ("[[51234,1],3]", "[prterun-node07-4411@1,3]"):
+        first, verdict = _errors(tmp_path, "step 10\n" + TRACEBACK + MPIRUN.format(name=name))
+        assert first.startswith("root cause: rank 3 (the one process its launcher reports failed):"), first
+        assert (verdict["who"], verdict["global_rank"]) == ("3", 3)
+
+
+def test_mpirun_s_report_alone_is_the_rank_s_exit(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text("step 10\n" + MPIRUN.format(name="[[51234,1],6]"))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["what"]) == (
+        "tracebacks_elsewhere",
+        "6",
+        "mpirun: rank 6 exited with code 1",
+    )

@@ -117,8 +117,8 @@ def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
     """A worker's traceback carries no rank prefix where the launcher prints its workers' output as
     it is (torchrun without --tee, DeepSpeed's launcher): when the log holds one such culprit, no
     culprit of a named rank, and its launcher reports exactly one process that exited with an error
-    code, the traceback is that rank's: the summary's global rank where torchrun prints one, else the
-    local rank its line names (``who``, as that line's own finding has it)."""
+    code, the traceback is that rank's: the global rank where the launcher names it (torchrun's
+    summary, mpirun), else the local rank its line names (``who``, as that line's own finding has it)."""
     nameless = [
         f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == "python_exception"
     ]
@@ -126,12 +126,14 @@ def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
         return findings
     failed = [f for f in findings if f.cause == "tracebacks_elsewhere" and f.who]
     summary = [f for f in failed if f.source == "(torchrun summary)"]
-    named = {f.who or "" for f in (summary or failed)}
+    chosen = summary or failed
+    named = {f.who or "" for f in chosen}
     if len(named) != 1:
         return findings
     (who,) = named
-    # the summary's rank is global; a launcher's line names a local rank (who alone, as its own finding)
-    rank = int(who) if summary and who.isdigit() else None
+    # torchrun's summary and mpirun name the global rank; torchrun's and DeepSpeed's lines a local one
+    ranks = {f.global_rank for f in chosen}
+    rank = ranks.pop() if len(ranks) == 1 else None
     return [replace(f, who=who, global_rank=rank) if f is nameless[0] else f for f in findings]
 
 

@@ -92,6 +92,11 @@ _SRUN = re.compile(
     rb"|Exited with exit code (\d+))"
 )
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
+#: Open MPI's first process that exited with an error code: ``Process name: [[JOB,1],RANK]`` (4.x;
+#: 5.x's PRRTE: ``[prterun-HOST-PID@1,RANK]``) and ``Exit code: N`` on the next line.
+_MPIRUN_EXIT = re.compile(
+    rb"Process name:\s*\[(?:\[\d+,\d+\],|[^\[\]\s]*@\d+,)(\d+)\][ \t]*\r?\n[ \t]*Exit code:[ \t]*(-?\d+)"
+)
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 #: torch.multiprocessing.spawn in the parent: ``process 1 terminated with signal SIGKILL`` (or an exit code).
 _SPAWN_EXIT = re.compile(
@@ -842,6 +847,7 @@ class LineEvidence:
             (_DEEPSPEED_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "deepspeed")),
             (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
             (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
+            (_MPIRUN_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "mpirun")),
             (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
             (_SPAWN_EXIT, lambda m: (m.group(1).decode(), _spawn_code(m), "mp.spawn")),
         ):
@@ -959,6 +965,8 @@ class LineEvidence:
                 self._source,
                 line_no,
                 self.order(line_no),
+                # mpirun names MPI_COMM_WORLD's rank: the global one
+                global_rank=int(who) if launcher == "mpirun" and who is not None and who.isdigit() else None,
                 next_step=step,
             )
         )

@@ -246,7 +246,7 @@ def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
         if finding.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK):
             continue
         if finding.global_rank is not None:
-            return f"rank {finding.global_rank} (torchrun's summary names it the one failed process)"
+            return f"rank {finding.global_rank} (the one process its launcher reports failed)"
         return f"local rank {finding.who} (the one process its launcher reports failed)"
     return None
 
