@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -18,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+
+from tests.support.leftovers import started_before
 
 #: Two lines of every sshd's configuration that make a connection cost a sixth of the CPU, and nothing
 #: the tests read. bash, the login shell, reads ~/.bashrc for a command sshd runs unless it is a nested
@@ -73,17 +76,25 @@ class Sshd:
     alias_blocks: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.kill(self.pid, sig)
-            except ProcessLookupError:
-                return
-            for _ in range(30):
+        """SIGTERM, then SIGKILL after 3 s, through a pidfd: once sshd is gone (its parent is pid 1,
+        which reaps it at once) its pid may be a new process's, which a plain kill would hit."""
+        pid_file = self.workdir / "sshd.pid"
+        if pid_file.exists() and not started_before(self.pid, pid_file.stat().st_mtime):
+            return  # gone already, and its pid taken by a later process
+        try:
+            handle = os.pidfd_open(self.pid)
+        except OSError:  # gone already
+            return
+        try:
+            for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:
-                    os.kill(self.pid, 0)
+                    signal.pidfd_send_signal(handle, sig)
                 except ProcessLookupError:
                     return
-                time.sleep(0.1)
+                if select.select([handle], [], [], 3.0)[0]:  # readable: it exited
+                    return
+        finally:
+            os.close(handle)
 
     def add_alias(self, alias: str, **options: str) -> None:
         """Another name for this sshd (``options`` override the defaults, e.g. IdentityFile)."""
