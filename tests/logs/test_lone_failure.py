@@ -118,3 +118,21 @@ def test_mpirun_s_report_alone_is_the_rank_s_exit(tmp_path: Path) -> None:
         "6",
         "mpirun: rank 6 exited with code 1",
     )
+
+
+def test_deepspeed_over_pdsh_names_the_failed_local_rank_of_the_traceback_s_node(tmp_path: Path) -> None:
+    """pdsh prefixes each line with its node: the traceback is worker-1's, whose launcher reports one
+    failed local rank (worker-0's launcher reports one too, with no traceback: another node's); the
+    launcher's time is not the traceback's."""
+
+    def node(name: str, text: str) -> str:
+        return "".join(f"{name}: {line}\n" for line in text.splitlines())
+
+    text = node("worker-1", DEEPSPEED.format(traceback=TRACEBACK).replace("--local_rank=1", "--local_rank=3"))
+    text += node("worker-0", DEEPSPEED.format(traceback=""))
+    first, verdict = _errors(tmp_path, text)
+    assert first.startswith(
+        "root cause: local rank worker-1:3 (the one process its launcher reports failed): RuntimeError:"
+    ), first
+    assert first.endswith("the first fatal error in log order"), first
+    assert verdict["who"] == "worker-1:3"

@@ -210,8 +210,8 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         who = f"rank {who}"
     if tb.label is None and tb.worker is None and tb.global_rank is not None:
         who = f"rank {tb.global_rank} (torchrun's summary quotes its error file)"
-    elif tb.label is None and tb.worker is None:
-        named = _named_by_launcher(tb, counts)
+    elif tb.worker is None and (tb.label is None or number is None):
+        named = _named_by_launcher(tb, counts)  # no rank in its prefix: its launcher's report may name it
         if named is not None:
             who = named
     elif tb.global_rank is not None and number != tb.global_rank:
@@ -243,6 +243,8 @@ def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
     for finding in counts.findings:
         if (finding.source, finding.line) != (tb.source, tb.line_number) or not finding.who:
             continue
+        if finding.who == label_text(tb.label):
+            return None  # its own prefix, unchanged
         if finding.kind not in (Kind.TRACEBACK, Kind.CUT_TRACEBACK):
             continue
         if finding.global_rank is not None:

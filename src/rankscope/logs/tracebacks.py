@@ -432,8 +432,10 @@ class TracebackCollector:
         for _ in range(4):
             stamp = stamp_at(chunk, pos + len(outer)) if chunk.startswith(outer, pos) else None
             if stamp is not None:
-                # without a prefix, a launcher's own line is not the rank's: its time is not the error's
-                return None if not outer and _launcher_line(chunk, pos) else stamp
+                # without a rank in the prefix (none, or a node's), a launcher's own line is not the
+                # rank's: its time is not the error's
+                launcher = b"rank" not in outer and _launcher_line(chunk, pos + len(outer))
+                return None if launcher else stamp
             if pos == 0:
                 return None
             if outer:
