@@ -128,7 +128,9 @@ def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
     culprits = [
         f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == "python_exception"
     ]
-    if len(culprits) != 1 or (culprits[0].who is not None and not _node_label(culprits[0].who)):
+    if len(culprits) != 1 or culprits[0].global_rank is not None:
+        return findings  # several, or its own words name its rank ([Rank N], a quoted error file)
+    if culprits[0].who is not None and not _node_label(culprits[0].who):
         return findings
     node = culprits[0].who
     failed = [f for f in findings if f.cause == "tracebacks_elsewhere" and f.who]

@@ -208,12 +208,13 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     who = label_text(tb.label) or _worker_words(tb.worker)
     if host is None and number is not None:
         who = f"rank {who}"
-    if tb.label is None and tb.worker is None and tb.global_rank is not None:
-        who = f"rank {tb.global_rank} (torchrun's summary quotes its error file)"
-    elif tb.worker is None and (tb.label is None or number is None):
+    named = None
+    if tb.worker is None and tb.global_rank is None and number is None:
         named = _named_by_launcher(tb, counts)  # no rank in its prefix: its launcher's report may name it
-        if named is not None:
-            who = named
+    if named is not None:
+        who = named
+    elif tb.label is None and tb.worker is None and tb.global_rank is not None:
+        who = f"rank {tb.global_rank} (torchrun's summary quotes its error file)"
     elif tb.global_rank is not None and number != tb.global_rank:
         who += f" (global rank {tb.global_rank})"
     if len(group.labels) > 1:
