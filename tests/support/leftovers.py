@@ -84,8 +84,8 @@ def started_before(pid: int, moment: float) -> bool:
 
 def kill_recorded(pid_file: Path, sig: int = signal.SIGKILL) -> None:
     """Teardown: ``sig`` to the process whose pid ``pid_file`` holds, if it is still that process
-    (started before the file was written). A pid file outlives its process: killing its number
-    blindly could hit an unrelated test's freshly started job."""
+    (started before the file was written). A pid file outlives its process: once pids wrap, its
+    number may belong to an unrelated process."""
     try:
         pid = int(pid_file.read_text())
         written = pid_file.stat().st_mtime
