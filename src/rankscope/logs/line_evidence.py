@@ -25,6 +25,7 @@ from rankscope.logs.collective_trace import CollectiveTraces
 from rankscope.logs.cuda import ASYNC_STEP
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
+from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -127,6 +128,8 @@ _SHELL_SIGNALS = {
     b"floating point exception": 8,
     b"illegal instruction": 4,
 }
+#: Which group of a launcher's death pattern holds the dead process's pid.
+_PID_GROUP = {_TORCHRUN_FAILED: 3, _MPIRUN: 2}
 _NOUNS = {
     "shell": "the command it ran",
     "deepspeed": "local rank",
@@ -183,6 +186,12 @@ ELSEWHERE_STEP = (
 )
 
 
+#: The kernel's OOM killer on the node (not SLURM's cgroup, not a pod's limit).
+KERNEL_OOM_STEP = (
+    "host memory, not GPU memory: the node's RAM ran out (the kernel's `Out of memory` lines list the "
+    "largest processes); lower the DataLoader's workers and prefetch, pinned-memory buffers or the ranks "
+    "per node, or move to nodes with more memory"
+)
 POD_OOM_STEP = (
     "host memory, not GPU memory: `kubectl describe pod POD` shows Last State: Terminated, Reason: "
     "OOMKilled, Exit Code: 137; raise the container's resources.limits.memory, or lower the data "
@@ -342,6 +351,10 @@ class LineEvidence:
     _last_block: Optional[tuple[bytes, int]] = None
     #: Whether a line of the block being read heads such a stack.
     _stack_here: bool = False
+    #: The kernel's OOM kills in the log (pasted dmesg), by pid: the kill, source, line, order.
+    _oom_kills: dict[int, tuple[OomKill, str, int, int]] = field(default_factory=dict)
+    #: The pid a launcher's line names for a death it reports: (source, line) -> pid.
+    _death_pids: dict[tuple[str, int], int] = field(default_factory=dict)
     _index: int = -1
     _labels: SourceLabels = PLAIN
     _lines_before: int = 0
@@ -423,6 +436,8 @@ class LineEvidence:
             self._launcher(chunk, line_at)
         if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
             self._shell(chunk, line_at)
+            if b"Killed process" in chunk:  # the kernel's OOM killer, its lines pasted beside the job's
+                self._scan(chunk, b"Killed process", self._kernel_oom, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
         if unprefixed and b"OOMKilled" in chunk:
@@ -854,6 +869,9 @@ class LineEvidence:
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)
                 start = chunk.rfind(b"\n", 0, match.start()) + 1
+                pid = _PID_GROUP.get(pattern)
+                if pid is not None:  # the dead process's pid: the kernel's OOM lines name it too
+                    self._death_pids[(self._source, line_at(start))] = int(match.group(pid))
                 if who is not None and _NOUNS.get(launcher) == "local rank":
                     # a local rank is one of many: the line's own prefix (pdsh's host, srun's
                     # task, a pod) says which node's launcher wrote it
@@ -916,6 +934,50 @@ class LineEvidence:
                 next_step=step,
             )
         )
+
+    def _kernel_oom(self, line: bytes, line_no: int) -> None:
+        kill = oom_kill(line.decode("utf-8", "replace"))
+        if kill is not None and kill.pid not in self._oom_kills:
+            self._oom_kills[kill.pid] = (kill, self._source, line_no, self.order(line_no))
+
+    def _oom_findings(self, out: list[Finding]) -> list[Finding]:
+        """A launcher's SIGKILL of a pid the kernel's OOM killer names in the log is that kill (host
+        memory); a Python process killed that no launcher line names is a finding of its own."""
+        if not self._oom_kills:
+            return out
+        named: set[int] = set()
+        result = []
+        for finding in out:
+            pid = self._death_pids.get((finding.source, finding.line))
+            if finding.cause == "sigkill" and pid in self._oom_kills:
+                kill = self._oom_kills[pid][0]
+                named.add(pid)
+                used = f", {kill.anon_rss} of host memory in use (anon-rss)" if kill.anon_rss else ""
+                what = finding.what.replace(
+                    " was killed by signal 9", f" (pid {pid}) was killed by the kernel's OOM killer"
+                )
+                finding = replace(finding, cause=OOM_KILL, what=what + used, next_step=KERNEL_OOM_STEP)
+            result.append(finding)
+        for pid, (kill, source, line_no, order) in self._oom_kills.items():
+            if pid in named or not kill.comm.startswith(("python", "pt_", "torchrun")):
+                continue
+            used = f", {kill.anon_rss} of host memory in use (anon-rss)" if kill.anon_rss else ""
+            what = f"the kernel's OOM killer killed {kill.comm} (pid {pid}){used}"
+            result.append(
+                Finding(
+                    Kind.KERNEL,
+                    OOM_KILL,
+                    CULPRIT,
+                    None,
+                    what,
+                    None,
+                    source,
+                    line_no,
+                    order,
+                    next_step=KERNEL_OOM_STEP,
+                )
+            )
+        return result
 
     def _scheduler(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
         """slurmstepd's lines: a job or step cancelled (and why), cgroup OOM kills."""
@@ -1041,6 +1103,7 @@ class LineEvidence:
                 )
                 break
         out = _aborted_rank(out)
+        out = self._oom_findings(out)
         out += fatal_findings(self.fatal_dumps, out)
         watchdog = self._watchdog_findings()
         if watchdog:

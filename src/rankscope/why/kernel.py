@@ -14,16 +14,14 @@ import re
 from collections.abc import Iterable
 from typing import Optional
 
+from rankscope.logs.kernel_oom import OOM as _OOM
+from rankscope.logs.kernel_oom import OOM_SUMMARY as _OOM_SUMMARY
 from rankscope.why.report import KernelEvent
 
 _PREFIX = re.compile(
     r"^(?:\[\s*(?P<mono>\d+\.\d+)\]\s*"
     r"|(?P<iso>\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?:\S+\s+kernel:\s*)?)"
 )
-_OOM = re.compile(
-    r"(?:Out of memory|Memory cgroup out of memory): Killed process (?P<pid>\d+) \((?P<comm>[^)]*)\)"
-)
-_OOM_SUMMARY = re.compile(r"oom-kill:.*?\btask=(?P<comm>[^,]*),pid=(?P<pid>\d+)")
 _SEGV = re.compile(r"(?P<comm>[^\s\[]+)\[(?P<pid>\d+)\]: segfault at (?P<addr>\S+)(?:.*? in (?P<lib>\S+))?")
 _TRAP = re.compile(r"traps: (?P<comm>[^\s\[]+)\[(?P<pid>\d+)\] (?P<what>general protection fault|trap [^ ]+)")
 _XID = re.compile(
