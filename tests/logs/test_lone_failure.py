@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.cli import run_cli, run_cli_here
+from tests.support.torchrun_text import failure_summary
 
 TRACEBACK = """\
 Traceback (most recent call last):
@@ -22,24 +23,6 @@ FAILED = (
     "E1120 10:05:00.300000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
     "local_rank: {local} (pid: 500{local}) of binary: /usr/bin/python3\n"
 )
-SUMMARY = """\
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-train.py FAILED
-------------------------------------------------------------
-Failures:
-  <NO_OTHER_FAILURES>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-20_10:05:00
-  host      : node3
-  rank      : {rank} (local_rank: {local})
-  exitcode  : 1 (pid: 500{local})
-  error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-============================================================
-"""
 DEEPSPEED = """\
 [2026-11-20 10:00:00,100] [INFO] [launch.py:256:main] process 5001 spawned with command: ['python3', '-u', 'train.py', '--local_rank=1']
 {traceback}[2026-11-20 10:05:00,200] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 5001
@@ -63,7 +46,7 @@ def test_torchrun_s_one_failed_local_rank_names_the_traceback(tmp_path: Path) ->
 
 
 def test_the_summary_s_global_rank_is_preferred_and_why_names_it(tmp_path: Path) -> None:
-    text = TRACEBACK + FAILED.format(local=1) + SUMMARY.format(rank=5, local=1)
+    text = TRACEBACK + FAILED.format(local=1) + failure_summary(5, 1, "node3", 5001, "2026-11-20_10:05:00")
     first, verdict = _errors(tmp_path, text)
     assert first.startswith("root cause: rank 5 (the one process its launcher reports failed):"), first
     assert verdict["who"] == "5"

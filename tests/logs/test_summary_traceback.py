@@ -8,31 +8,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.cli import run_cli, run_cli_here
+from tests.support.torchrun_text import failure_summary
 
-SUMMARY = """\
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-train.py FAILED
-------------------------------------------------------------
-Failures:
-  <NO_OTHER_FAILURES>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2025-12-04_10:02:13
-  host      : node-a
-  rank      : 3 (local_rank: 3)
-  exitcode  : 1 (pid: 4421)
-  error_file: /tmp/torchelastic_x/none_y/attempt_0/3/error.json
-  traceback : Traceback (most recent call last):
+SUMMARY = failure_summary(
+    3,
+    3,
+    "node-a",
+    4421,
+    "2025-12-04_10:02:13",
+    error_file="/tmp/torchelastic_x/none_y/attempt_0/3/error.json",
+    traceback="""Traceback (most recent call last):
     File "/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/errors/__init__.py", line 355, in wrapper
       return f(*args, **kwargs)
     File "/job/train.py", line 70, in main
       shard = shards[rank]
   IndexError: list index out of range
 
-============================================================
-"""
+""",
+)
 
 
 def test_the_summary_s_traceback_is_the_rank_s_error(tmp_path: Path) -> None:
