@@ -3,7 +3,6 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
@@ -108,44 +107,6 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
             )
         )
     return out
-
-
-_OWN_OUTPUT = (Kind.TRACEBACK, Kind.CUT_TRACEBACK, Kind.EXCEPTION_LINE)
-
-
-def _node_label(who: str) -> bool:
-    """A prefix that names a node, not a rank (pdsh's ``worker-1: ``): neither a number nor HOST:RANK."""
-    return not who.isdigit() and ":" not in who and not who.startswith("rank")
-
-
-def name_the_lone_failure(findings: list[Finding]) -> list[Finding]:
-    """A worker's traceback carries no rank prefix where the launcher prints its workers' output as
-    it is (torchrun without --tee, DeepSpeed's launcher; over pdsh only the node's name): when the
-    log holds one culprit traceback, without a rank, and its launcher (on that node) reports exactly
-    one process that exited with an error code, the traceback is that rank's: the global rank where
-    the launcher names it (torchrun's summary, mpirun), else the local rank its line names (``who``,
-    as that line's own finding has it: ``3``, or ``worker-1:3`` under a node's prefix)."""
-    culprits = [
-        f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == "python_exception"
-    ]
-    if len(culprits) != 1 or culprits[0].global_rank is not None:
-        return findings  # several, or its own words name its rank ([Rank N], a quoted error file)
-    if culprits[0].who is not None and not _node_label(culprits[0].who):
-        return findings
-    node = culprits[0].who
-    failed = [f for f in findings if f.cause == "tracebacks_elsewhere" and f.who]
-    if node is not None:
-        failed = [f for f in failed if (f.who or "").startswith(f"{node}:")]
-    summary = [f for f in failed if f.source == "(torchrun summary)"]
-    chosen = summary or failed
-    named = {f.who or "" for f in chosen}
-    if len(named) != 1:
-        return findings
-    (who,) = named
-    # torchrun's summary and mpirun name the global rank; torchrun's and DeepSpeed's lines a local one
-    ranks = {f.global_rank for f in chosen}
-    rank = ranks.pop() if len(ranks) == 1 else None
-    return [replace(f, who=who, global_rank=rank) if f is culprits[0] else f for f in findings]
 
 
 def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.evidence import Finding, decide
-from rankscope.logs.analyse import name_the_lone_failure, summary_findings, traceback_findings
+from rankscope.logs.analyse import summary_findings, traceback_findings
 from rankscope.logs.c10d_errors import classify, specific_findings
 from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
 from rankscope.logs.labels import label_text
 from rankscope.logs.line_evidence import LineEvidence
+from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_reason import NcclReason, is_nccl_name, nccl_reason
 from rankscope.logs.prefixes import tally_lines
 from rankscope.logs.reading import Reading
@@ -126,7 +127,8 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                 *traceback_findings(report, sources),
                 *evidence.findings(traced),
                 *summary_findings(counts.exits),
-            ]
+            ],
+            "python_exception",
         ),
         evidence.c10d,
     )

@@ -27,6 +27,7 @@ from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.labels import host_and_rank, label_text
+from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
 from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
@@ -222,18 +223,6 @@ def _lines_with(chunk: bytes, needle: bytes) -> Iterator[tuple[int, int]]:
         end = len(chunk) if end < 0 else end
         yield start, end
         pos = chunk.find(needle, end)
-
-
-def _aborted_rank(findings: list[Finding]) -> list[Finding]:
-    """A C++ exception's lines carry no rank prefix where the launcher prints its workers' output
-    as it is (torchrun without --tee): when one process of the log aborted by its launcher's report
-    (SIGABRT, one rank named), the exception is that rank's."""
-    nameless = [f for f in findings if f.cause == "cpp_exception" and f.who is None and f.role == CULPRIT]
-    aborted = {f.who for f in findings if f.cause == "sigabrt" and f.kind == Kind.LAUNCHER and f.who}
-    if len(nameless) != 1 or len(aborted) != 1:
-        return findings
-    (who,) = aborted
-    return [replace(f, who=who) if f is nameless[0] else f for f in findings]
 
 
 def _behind(watches: list[_Watch], first: _Watch) -> tuple[_Watch, list[_Watch]]:
@@ -1102,7 +1091,7 @@ class LineEvidence:
                     )
                 )
                 break
-        out = _aborted_rank(out)
+        out = name_the_lone_failure(out, "cpp_exception")
         out = self._oom_findings(out)
         out += fatal_findings(self.fatal_dumps, out)
         watchdog = self._watchdog_findings()

@@ -239,7 +239,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
 
 
 def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
-    """Who rankscope.logs.analyse.name_the_lone_failure made a traceback without a prefix: the
+    """Who rankscope.logs.lone_failure.name_the_lone_failure made a traceback without a prefix: the
     summary's rank, or the local rank of the launcher's line; None where it named none."""
     for finding in counts.findings:
         if (finding.source, finding.line) != (tb.source, tb.line_number) or not finding.who:
