@@ -46,6 +46,8 @@ MAX_FRAMES = 200
 #: ``in pin memory thread for device 0``).
 _CAUGHT = re.compile(r": Caught \w+ (in .+?)\.?$")
 _ORIGINAL = b"Original Traceback (most recent call last)"
+#: The first frame line of a traceback, right after its header.
+_FIRST_FRAME = b'  File "'
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
 _LOOKAHEAD = 3
 #: A rank that writes this many more lines after a traceback (same source) caught the exception.
@@ -282,6 +284,16 @@ class TracebackCollector:
                 # exception: Traceback (most recent call last):"): its frames follow without the
                 # prefix, so they are read as the lines without one, for this rank's label
                 self._begin(chunk, start, end, b"", split.label)
+            elif (
+                not split.raw_prefix
+                and start not in self._consumed
+                and split.text.rstrip().endswith(HEADER + b":")
+                and chunk.startswith(_FIRST_FRAME, end + 1)
+            ):
+                # a header written after another process's unfinished line in a shared, unprefixed
+                # console ("step 10Traceback (most recent call last):": print writes its text and
+                # its newline apart under PYTHONUNBUFFERED=1); its frames follow on lines of their own
+                self._begin(chunk, start, end, b"", None)
         self._settle(chunk, restarted=restart >= 0)
         self._lines_before += chunk.count(b"\n") if lines is None else lines
 
