@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.cli import run_cli, run_cli_here
+from tests.support.deepspeed_text import deepspeed_node
 from tests.support.line_findings import line_findings
 
 from rankscope.logs.kernel_oom import oom_kill
@@ -70,3 +71,21 @@ def test_the_line_reader_takes_the_kernel_s_words_only() -> None:
     )
     assert oom_kill("Killed process 12 (python3)") is None  # not the kernel's sentence
     assert oom_kill("Memory cgroup out of memory: Killed process 5 (python)") == (5, "python", None)
+
+
+def test_deepspeed_s_worker_killed_by_the_kernel_is_named_by_its_spawn_line(tmp_path: Path) -> None:
+    """DeepSpeed's report names the last worker it started (local rank 3), not the one that died; the
+    kernel's line names the pid, and the launcher's spawn line of that pid its local rank."""
+    log = tmp_path / "job.log"
+    log.write_text(deepspeed_node(4, "", code=-9) + DMESG.format(pid=5001, comm="python3"))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"]) == ("oom_kill", "1")
+    assert verdict["what"] == (
+        "deepspeed: local rank 1 (pid 5001) was killed by the kernel's OOM killer, "
+        "58.4 GiB of host memory in use (anon-rss)"
+    )
+    # without the kernel's line: a local rank, which one unknown
+    log.write_text(deepspeed_node(4, "", code=-9))
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"]) == ("sigkill", None)
+    assert verdict["what"].startswith("deepspeed: a local rank was killed by signal 9 (its launcher's line")

@@ -308,15 +308,27 @@ def test_mp_spawn_s_child_death_is_a_launcher_report(tail: str, cause: str) -> N
     assert [(f.who, f.cause) for f in findings] == [("1", cause)]
 
 
-def test_a_launcher_s_local_rank_is_qualified_by_the_node_its_line_came_from() -> None:
+@pytest.mark.parametrize(
+    ("line", "who"),
+    [
+        (
+            b"E0730 14:02:20.077000 412 torch/distributed/elastic/multiprocessing/api.py:869] failed "
+            b"(exitcode: -11) local_rank: 2 (pid: 8841) of binary: /usr/bin/python3",
+            "worker-1:2",
+        ),
+        # DeepSpeed's launcher names the last worker it built: local rank 0 only when it runs one
+        (
+            b"[2024-07-30 14:02:20,077] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', "
+            b"'t.py', '--local_rank=0'] exits with return code = -11",
+            "worker-1:0",
+        ),
+    ],
+)
+def test_a_launcher_s_local_rank_is_qualified_by_the_node_its_line_came_from(line: bytes, who: str) -> None:
     found = LineEvidence()
     found.start_source("job.log", SourceLabels(dialect=sniff_dialect(b"worker-1: x\nworker-0: y\n")))
-    data = (
-        b"worker-1: [2024-07-30 14:02:20,077] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', "
-        b"'t.py', '--local_rank=2'] exits with return code = -11\n"
-    )
-    found.feed(data, 1)
-    assert [(f.who, f.cause) for f in found.findings(set())] == [("worker-1:2", "sigsegv")]
+    found.feed(b"worker-1: " + line + b"\n", 1)
+    assert [(f.who, f.cause) for f in found.findings(set())] == [(who, "sigsegv")]
 
 
 def test_a_pod_kubectl_lists_as_oomkilled_is_an_oom_kill_of_that_pod() -> None:

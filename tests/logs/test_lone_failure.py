@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.cli import run_cli, run_cli_here
+from tests.support.deepspeed_text import deepspeed_node
 from tests.support.torchrun_text import failure_summary
 
 TRACEBACK = """\
@@ -23,10 +24,11 @@ FAILED = (
     "E1120 10:05:00.300000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) "
     "local_rank: {local} (pid: 500{local}) of binary: /usr/bin/python3\n"
 )
+#: DeepSpeed's launcher with one worker: its report names the worker that failed.
 DEEPSPEED = """\
-[2026-11-20 10:00:00,100] [INFO] [launch.py:256:main] process 5001 spawned with command: ['python3', '-u', 'train.py', '--local_rank=1']
+[2026-11-20 10:00:00,100] [INFO] [launch.py:256:main] process 5001 spawned with command: ['python3', '-u', 'train.py', '--local_rank=0']
 {traceback}[2026-11-20 10:05:00,200] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 5001
-[2026-11-20 10:05:00,300] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', 'train.py', '--local_rank=1'] exits with return code = 1
+[2026-11-20 10:05:00,300] [ERROR] [launch.py:325:sigkill_handler] ['python3', '-u', 'train.py', '--local_rank=0'] exits with return code = 1
 """
 
 
@@ -66,11 +68,25 @@ def test_a_prefixed_culprit_leaves_the_unprefixed_traceback_alone(tmp_path: Path
     assert "the one process" not in first, first
 
 
-def test_deepspeed_s_launcher_names_the_local_rank_and_lends_no_timestamp(tmp_path: Path) -> None:
+def test_deepspeed_s_launcher_of_one_worker_names_it_and_lends_no_timestamp(tmp_path: Path) -> None:
     first, verdict = _errors(tmp_path, DEEPSPEED.format(traceback=TRACEBACK))
-    assert first.startswith("root cause: local rank 1 (the one process its launcher reports failed):"), first
+    assert first.startswith("root cause: local rank 0 (the one process its launcher reports failed):"), first
     assert first.endswith("the first fatal error in log order"), first
-    assert verdict["who"] == "1"
+    assert verdict["who"] == "0"
+
+
+def test_deepspeed_s_report_of_several_workers_names_none_of_them(tmp_path: Path) -> None:
+    """Its report's ``--local_rank=3`` is the last worker it started: the traceback stays unnamed, and
+    the report alone says a local rank failed, not which."""
+    first, verdict = _errors(tmp_path, deepspeed_node(4, TRACEBACK))
+    assert first.startswith("root cause: (no rank prefix): RuntimeError: mat1 and mat2"), first
+    assert verdict["who"] is None
+    first, verdict = _errors(tmp_path, deepspeed_node(4, ""))
+    assert first.startswith(
+        "root cause: deepspeed: a local rank exited with code 1 (its launcher's line names the last "
+        "worker it started, local rank 3, whichever failed)"
+    ), first
+    assert (verdict["who"], verdict["cause"]) == (None, "tracebacks_elsewhere")
 
 
 MPIRUN = """\
@@ -111,11 +127,30 @@ def test_deepspeed_over_pdsh_names_the_failed_local_rank_of_the_traceback_s_node
     def node(name: str, text: str) -> str:
         return "".join(f"{name}: {line}\n" for line in text.splitlines())
 
-    text = node("worker-1", DEEPSPEED.format(traceback=TRACEBACK).replace("--local_rank=1", "--local_rank=3"))
+    text = node("worker-1", DEEPSPEED.format(traceback=TRACEBACK))
     text += node("worker-0", DEEPSPEED.format(traceback=""))
     first, verdict = _errors(tmp_path, text)
     assert first.startswith(
-        "root cause: local rank worker-1:3 (the one process its launcher reports failed): RuntimeError:"
+        "root cause: local rank worker-1:0 (the one process its launcher reports failed): RuntimeError:"
     ), first
     assert first.endswith("the first fatal error in log order"), first
-    assert verdict["who"] == "worker-1:3"
+    assert verdict["who"] == "worker-1:0"
+
+
+def test_deepspeed_s_report_without_local_ranks_or_spawn_lines(tmp_path: Path) -> None:
+    """``--no_local_rank``: no local rank in its report. A cut paste with one ``Killing subprocess``
+    line: the node ran one worker, the one the report names."""
+    no_local = (
+        deepspeed_node(2, "").replace("--local_rank=1", "--seed=1").replace("--local_rank=0", "--seed=1")
+    )
+    first, verdict = _errors(tmp_path, no_local)
+    assert first.startswith(
+        "root cause: deepspeed: a local rank exited with code 1 [tracebacks_elsewhere]"
+    ), first
+    assert verdict["who"] is None
+    cut = "".join(
+        line + "\n" for line in deepspeed_node(1, "", last="5").splitlines() if "spawned" not in line
+    )
+    first, verdict = _errors(tmp_path, cut)
+    assert first.startswith("root cause: 5: deepspeed: local rank 5 exited with code 1"), first
+    assert verdict["who"] == "5"

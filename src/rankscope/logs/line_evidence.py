@@ -23,6 +23,9 @@ from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.collective_trace import HEADER as STACK_HEADER
 from rankscope.logs.collective_trace import CollectiveTraces
 from rankscope.logs.cuda import ASYNC_STEP
+from rankscope.logs.deepspeed import EXIT as DEEPSPEED_EXIT
+from rankscope.logs.deepspeed import NEEDLES as DEEPSPEED_NEEDLES
+from rankscope.logs.deepspeed import DeepSpeedLaunchers
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.kernel_oom import OomKill, oom_kill
@@ -87,7 +90,6 @@ def _glog_time(text: str) -> Optional[str]:
     return f"{found.group(1).zfill(4)} {found.group(2)}" if found is not None else None
 
 
-_DEEPSPEED_EXIT = re.compile(rb"--local_rank=(\d+).*exits with return code = (-?\d+)")
 _TORCHRUN_FAILED = re.compile(rb"failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 _SRUN = re.compile(
     rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
@@ -344,6 +346,12 @@ class LineEvidence:
     _oom_kills: dict[int, tuple[OomKill, str, int, int]] = field(default_factory=dict)
     #: The pid a launcher's line names for a death it reports: (source, line) -> pid.
     _death_pids: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: DeepSpeed's launchers: their spawn lines, and the workers of the node a failure report is of
+    #: ((source, line) -> pid -> local rank): the pid the kernel's OOM killer names says which one.
+    _deepspeed: DeepSpeedLaunchers = field(default_factory=DeepSpeedLaunchers)
+    _death_workers: dict[tuple[str, int], tuple[Optional[bytes], dict[int, Optional[str]]]] = field(
+        default_factory=dict
+    )
     _index: int = -1
     _labels: SourceLabels = PLAIN
     _lines_before: int = 0
@@ -415,6 +423,9 @@ class LineEvidence:
             self.stacks.feed(chunk, self._stack_head, lambda start: self.order(line_at(start)))
         self._end_reasons(lambda r: r.done)
         launchers = unprefixed or self._labels.dialect is not None or self._labels.allow_srun
+        for needle in DEEPSPEED_NEEDLES if launchers else ():
+            if needle in chunk:
+                self._scan(chunk, needle, self._deepspeed_worker, line_at)
         if launchers and (
             b"exit" in chunk
             or b"died with" in chunk
@@ -847,8 +858,17 @@ class LineEvidence:
 
     def _launcher(self, chunk: bytes, line_at: object) -> None:
         assert callable(line_at)
+        for match in DEEPSPEED_EXIT.finditer(chunk):
+            start = chunk.rfind(b"\n", 0, match.start()) + 1
+            end = chunk.find(b"\n", start)
+            node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
+            last = match.group(1).decode() if match.group(1) is not None else None
+            said = self._deepspeed.exit(last, label_text(node))
+            who = said.who if said.who is None or node is None else f"{label_text(node)}:{said.who}"
+            if said.who is None:
+                self._death_workers[(self._source, line_at(start))] = (node, said.workers)
+            self._death(who, int(match.group(2)), "deepspeed", line_at(start), match, said.named, said.note)
         for pattern, read in (
-            (_DEEPSPEED_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "deepspeed")),
             (_TORCHRUN_FAILED, lambda m: (m.group(2).decode(), int(m.group(1)), "torchrun")),
             (_MPIRUN, lambda m: (m.group(1).decode(), -int(m.group(4)), "mpirun")),
             (_MPIRUN_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "mpirun")),
@@ -938,6 +958,16 @@ class LineEvidence:
         result = []
         for finding in out:
             pid = self._death_pids.get((finding.source, finding.line))
+            node, workers = self._death_workers.get((finding.source, finding.line), (None, {}))
+            killed = [p for p in workers if p in self._oom_kills]
+            if finding.cause == "sigkill" and pid is None and len(killed) == 1:
+                # a launcher that does not say which worker died (DeepSpeed's): the one the kernel killed
+                pid, local = killed[0], workers[killed[0]]
+                who = local if local is None or node is None else f"{label_text(node)}:{local}"
+                noun = "the worker" if who is None else f"local rank {who}"
+                finding = replace(
+                    finding, who=who, what=f"{finding.what.split(':', 1)[0]}: {noun} was killed by signal 9"
+                )
             if finding.cause == "sigkill" and pid in self._oom_kills:
                 kill = self._oom_kills[pid][0]
                 named.add(pid)
@@ -981,11 +1011,25 @@ class LineEvidence:
                     self._cancelled_seen.add(key)
                     self.findings_.append(found)
 
+    def _deepspeed_worker(self, line: bytes, _line_no: int) -> None:
+        self._deepspeed.worker(line, label_text(self._split(line)[0]))
+
     def _death(
-        self, who: Optional[str], code: int, launcher: str, line_no: int, match: re.Match[bytes]
+        self,
+        who: Optional[str],
+        code: int,
+        launcher: str,
+        line_no: int,
+        match: re.Match[bytes],
+        unnamed: str = "",
+        note: str = "",
     ) -> None:
+        """A launcher's report of a worker's death; ``unnamed`` the worker in words where the report
+        does not say which it was (``who`` None), ``note`` what else its line's words are."""
         if code == 0:
             return
+        noun = _NOUNS.get(launcher, "the process")
+        named = f"{noun} {who}" if who is not None else (unnamed or noun)
         # a shell's word names no rank: a launcher's report of the same death says more
         kind = Kind.LAUNCHER_SUMMARY if launcher == "shell" else Kind.LAUNCHER
         shell = ""
@@ -995,15 +1039,12 @@ class LineEvidence:
         if code < 0:
             cause = signal_cause(-code)
             self._crash_here = self._crash_here or cause in CRASH_CAUSES
-            what = (
-                f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} "
-                f"was killed by signal {-code}{shell}"
-            )
+            what = f"{launcher}: {named} was killed by signal {-code}{shell}{note}"
             step = KILLED_STEP if cause == "sigkill" else CRASH_STEPS.get(cause, "")
         else:
             # an exit code: the process raised, and its traceback went to its own output
             kind, cause, step = Kind.LAUNCHER_SUMMARY, "tracebacks_elsewhere", ELSEWHERE_STEP
-            what = f"{launcher}: {_NOUNS.get(launcher, 'the process')}{'' if who is None else ' ' + who} exited with code {code}"
+            what = f"{launcher}: {named} exited with code {code}{note}"
         role = VICTIM if cause == "sigterm" else CULPRIT
         self.findings_.append(
             Finding(
