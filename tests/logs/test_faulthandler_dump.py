@@ -69,3 +69,26 @@ def test_a_rank_s_own_file_names_its_dump_without_a_launcher(tmp_path: Path) -> 
         "fused_gelu (ops.py:12)",
         2,
     )
+
+
+def test_a_dump_megabytes_before_its_launcher_s_report_is_paired_with_it(tmp_path: Path) -> None:
+    """The report comes blocks after the dump (a log that goes on after the crash): still that
+    rank's dump. torchrun's line names a local rank, and the root cause says so."""
+    log = tmp_path / "job.log"
+    noise = "".join(
+        f"W1204 10:11:{i % 60:02d}.000000 4411 torch/utils/data/loader.py:12] a warning of another kind {i}\n"
+        for i in range(40_000)
+    )
+    log.write_text("step 7\n" + DUMP.format(p="") + noise + DIED.format(n=11, rank=1))
+    assert log.stat().st_size > 3 << 20
+    result = run_cli("logs", "errors", str(log), "--json").json()
+    verdict = result["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["global_rank"], verdict["where"], verdict["line"]) == (
+        "sigsegv",
+        "1",
+        None,
+        "fused_gelu (ops.py:12)",
+        2,
+    )
+    first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
+    assert first.startswith("root cause: local rank 1: its faulthandler dump: Fatal Python error:"), first

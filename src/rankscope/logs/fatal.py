@@ -111,19 +111,25 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
         if dump.who is not None:  # its own file names the rank
             out.append(_finding(dump, dump.who, int(dump.who) if dump.who.isdigit() else None))
             continue
-        ranks = {
-            f.global_rank
-            if f.global_rank is not None
-            else (int(f.who) if f.who and f.who.isdigit() else None)
+        # the one process a launcher reports dead of that signal: its global rank where the launcher
+        # names one (torchrun's summary, mpirun), else the local rank its line names
+        reports = [
+            f
             for f in findings
-            if f.cause == dump.cause and f.kind in (Kind.LAUNCHER, Kind.KERNEL) and f.role == CULPRIT
-        }
-        ranks.discard(None)
-        if len(ranks) != 1:
+            if f.cause == dump.cause
+            and f.kind in (Kind.LAUNCHER, Kind.KERNEL)
+            and f.role == CULPRIT
+            and f.who
+        ]
+        named = {(f.global_rank, f.who if f.global_rank is None else None) for f in reports}
+        if len(named) != 1:
             continue
-        (rank,) = ranks
-        assert rank is not None
-        out.append(_finding(dump, str(rank), rank))
+        ((rank, local),) = named
+        if rank is not None:
+            out.append(_finding(dump, str(rank), rank))
+            continue
+        assert local is not None
+        out.append(_finding(dump, local, None))  # a local rank: no global rank to give
     return out
 
 

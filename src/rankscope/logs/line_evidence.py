@@ -451,10 +451,17 @@ class LineEvidence:
             # a C++ exception whose type has no "Error" in its name (std::bad_alloc, std::out_of_range):
             # looked for only where a launcher reports a crash, as faulthandler's dump below
             self._terminate(chunk, line_at)
-        # a launcher's report of a crash in this block: faulthandler's dump of it (no pass over other blocks)
-        if self._crash_here and FATAL_NEEDLE in chunk and len(self.fatal_dumps) < KEPT_DUMPS:
-            text = chunk.decode("utf-8", "replace")
-            self.fatal_dumps.extend(parse_dumps(text, self._source, self._lines_before + 1)[:KEPT_DUMPS])
+        # faulthandler's dumps, kept until the end: the launcher's report of the crash that pairs with
+        # one may come blocks later (a log that goes on for megabytes after the crash). The block is
+        # read from the first dump's line on; a block without one costs one search.
+        if len(self.fatal_dumps) < KEPT_DUMPS and (first := chunk.find(FATAL_NEEDLE)) >= 0:
+            start = chunk.rfind(b"\n", 0, first) + 1
+            text = chunk[start:].decode("utf-8", "replace")
+            line = self._lines_before + 1 + chunk.count(b"\n", 0, start)
+            # a rank's own file (torchrun --log-dir): the dump is that rank's, as _own_dump names it
+            own = label_text(self._labels.label(None)) if self._labels.fixed_label is not None else None
+            found = parse_dumps(text, self._source, line, own)[: KEPT_DUMPS - len(self.fatal_dumps)]
+            self.fatal_dumps.extend(found)
         if self._labels.fixed_label is not None:  # a rank's own file: its last block is searched at its end
             self._last_block = (chunk, self._lines_before + 1)
         self._lines_before += lines

@@ -293,7 +293,9 @@ def verdict_lines(verdict: Finding, reason: Optional[NcclReason] = None) -> list
     who = verdict.who or ""
     launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
     if verdict.who is not None and verdict.who.isdigit() and not launcher:
-        who = f"rank {who}"
+        # a crash dump named only by a launcher's line (rankscope.logs.fatal) has that line's local rank
+        local = verdict.kind == Kind.NATIVE_CRASH and verdict.global_rank is None
+        who = f"{'local rank' if local else 'rank'} {who}"
     if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
         who += f" (global rank {verdict.global_rank})"
     where = f" at {verdict.where}" if verdict.where else ""
