@@ -47,6 +47,64 @@ def _tier(finding: Finding) -> int:
     return len(PRECEDENCE)
 
 
+#: A launcher's report of a local rank, as rankscope.logs.line_evidence words it: torchrun's ``failed
+#: (exitcode: 1) local_rank: 1`` and DeepSpeed's ``exits with return code = 1`` become ``torchrun: local
+#: rank 1 exited with code 1`` (``deepspeed: local rank worker-1:3 was killed by signal 9`` under a node's
+#: prefix, pdsh's). The number is one of each node's; the finding carries no global rank.
+_LOCAL_REPORT = re.compile(r"^[\w.-]+: local rank (\S+) (?:exited with code|was killed by signal) ")
+_LAUNCHERS = (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)
+_OWN_OUTPUT = (Kind.TRACEBACK, Kind.CUT_TRACEBACK, Kind.EXCEPTION_LINE)
+
+
+def _reports_local(finding: Finding) -> bool:
+    """A launcher's line that names a local rank, its ``who`` (``node7:1`` once a multi-node run has
+    put the node's name before a node's ``1``)."""
+    if finding.kind not in _LAUNCHERS or finding.global_rank is not None or not finding.who:
+        return False
+    said = _LOCAL_REPORT.match(finding.what)
+    return said is not None and (finding.who == said.group(1) or finding.who.endswith(f":{said.group(1)}"))
+
+
+def _named_by_its_prefix(finding: Finding) -> bool:
+    """A traceback whose ``who`` is its own prefix's rank (``[default1]:``, a group of ranks ``0-3``),
+    not one lent by a launcher's report: a lent one's group names no rank (``-``) or only its node."""
+    ranks, who = finding.ranks, finding.who or ""
+    if finding.kind == Kind.EXCEPTION_LINE or ranks is None or ranks == "-":
+        return False
+    return not who.startswith(f"{ranks}:")
+
+
+def local_ranks(findings: Sequence[Finding]) -> frozenset[Finding]:
+    """The findings whose ``who`` is a launcher's local rank, not a global one: the launcher's line
+    itself, and what `logs errors` named after it with the same ``who``: a culprit's traceback or C++
+    exception without a rank prefix (rankscope.logs.lone_failure), a faulthandler dump whose death by
+    its signal only that line reports (rankscope.logs.fatal, which writes the number as its rank)."""
+    reports = [f for f in findings if _reports_local(f)]
+    if not reports:
+        return frozenset()
+    whos = {f.who for f in reports}
+    deaths = {(f.who, f.cause) for f in reports}
+    # a death that a global rank is reported for as well (torchrun's summary, the exit status): not lent
+    named = {f.cause for f in findings if f.kind in (*_LAUNCHERS, Kind.KERNEL) and f.global_rank is not None}
+    lent = [
+        f
+        for f in findings
+        if f.role == CULPRIT
+        and f.who in whos
+        and (
+            (f.kind in _OWN_OUTPUT and f.global_rank is None and not _named_by_its_prefix(f))
+            or (f.kind == Kind.NATIVE_CRASH and (f.who, f.cause) in deaths and f.cause not in named)
+        )
+    ]
+    return frozenset([*reports, *lent])
+
+
+def local_words(who: str) -> str:
+    """``local rank 1``, ``local rank 3 on worker-1`` (the node its line names)."""
+    node, _, number = who.rpartition(":")
+    return f"local rank {number} on {node}" if node else f"local rank {number}"
+
+
 def _ranks_of(finding: Finding) -> list[int]:
     """The global ranks a finding blames: the folded ranks of stacks and recorders, else its rank."""
     folded = finding.source in ("stacks", "flight recorders", "progress markers") or finding.cause in (
@@ -176,7 +234,10 @@ def _nccl_words(finding: Finding, gathered: Gathered) -> Optional[str]:
     return _short(f"{kind}: NCCL error ({found.group(1)}); {last}", 300)
 
 
-def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) -> Hypothesis:
+def _hypothesis(
+    finding: Finding, gathered: Gathered, places: dict[int, str], lent: Optional[str] = None
+) -> Hypothesis:
+    """``lent``: the launcher's local rank (its ``who``) the finding is about, to be named so."""
     ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
@@ -185,7 +246,9 @@ def _hypothesis(finding: Finding, gathered: Gathered, places: dict[int, str]) ->
         words = f"aborted on an uncaught C++ exception: {_short(finding.what.removesuffix(CPP_UNCAUGHT))}"
     if finding.cause == "collective_desync":
         words = _desync_words(finding.what, words)
-    if finding.cause == "all_waiting" or not ranks:
+    if lent is not None:
+        text = f"{local_words(lent)} {words}"
+    elif finding.cause == "all_waiting" or not ranks:
         text = _short(finding.what, 300)  # no rank to name: what the evidence says
     else:
         text = f"{rank_word(ranks)} {words}"
@@ -239,20 +302,25 @@ def user_places(gathered: Gathered) -> dict[int, str]:
 
 def hypotheses(findings: Sequence[Finding], gathered: Gathered) -> list[Hypothesis]:
     """The verdict first (rankscope.evidence.decide), then every other cause, strongest kind first;
-    findings of one cause and ranks are one hypothesis with each finding's line as evidence."""
+    findings of one cause and ranks are one hypothesis with each finding's line as evidence (a local
+    rank's of one node: a launcher's local rank 1 on worker-0 is not worker-1's)."""
     places = user_places(gathered)
+    local = local_ranks(findings)
     verdict = decide(findings)
     others = sorted((f for f in culprits(findings) if f is not verdict), key=lambda f: (_tier(f), f.order))
     ordered = ([verdict] if verdict is not None else []) + others
-    out: list[Hypothesis] = []
-    keyed: dict[tuple[str, tuple[int, ...]], Hypothesis] = {}
+    keyed: dict[tuple[str, tuple[int, ...], Optional[str]], list[Finding]] = {}
     for finding in ordered:
-        key = (finding.cause, tuple(_ranks_of(finding)))
-        if key in keyed:
-            keyed[key].evidence.extend(evidence_of(finding, gathered))
-            continue
-        hypothesis = _hypothesis(finding, gathered, places)
-        keyed[key] = hypothesis
+        node = ((finding.who or "").rpartition(":")[0] or None) if local and finding in local else None
+        keyed.setdefault((finding.cause, tuple(_ranks_of(finding)), node), []).append(finding)
+    out: list[Hypothesis] = []
+    for members in keyed.values():
+        # named as its launcher's local rank, unless another line names that number as a rank of the
+        # job (torchrun's summary of the same death)
+        lent = members[0].who if all(f in local for f in members) else None
+        hypothesis = _hypothesis(members[0], gathered, places, lent)
+        for finding in members[1:]:
+            hypothesis.evidence.extend(evidence_of(finding, gathered))
         out.append(hypothesis)
     if out:
         _singled_out(out[0], verdict, findings)
