@@ -64,10 +64,11 @@ def test_the_watchdog_s_abort_after_a_timeout_is_a_victim() -> None:
 
 
 def test_why_says_the_rank_aborted_on_it(tmp_path: Path) -> None:
+    """torchrun's line names a local rank: `why` says so."""
     log = tmp_path / "job.log"
     log.write_text("step 10\n" + _terminate(IMA) + ABORTED.format(rank=2))
     verdict = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
-    assert verdict["text"] == f"rank 2 aborted on an uncaught C++ exception: c10::Error: {IMA}"
+    assert verdict["text"] == f"local rank 2 aborted on an uncaught C++ exception: c10::Error: {IMA}"
 
 
 def test_a_paste_cut_before_what_leaves_the_launcher_s_report() -> None:
