@@ -104,6 +104,9 @@ class Finding:
     #: The ranks the finding is about, folded (the ranks whose watchdog timed out, say).
     ranks: Optional[str] = None
     next_step: str = ""
+    #: Whether ``who``'s number is a launcher's local rank (one of each node's: torchrun's and
+    #: DeepSpeed's lines, and what was named after them), not a rank of the job.
+    local: bool = False
 
 
 def _sortable(time: str) -> str:

@@ -40,7 +40,7 @@ def test_the_launcher_s_sigkill_of_the_killed_pid_is_the_oom_killer_s(tmp_path: 
     )
     assert verdict["next_step"].startswith("host memory, not GPU memory")
     why = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]
-    assert why["text"].startswith("rank 2 was killed by the kernel's OOM killer"), why
+    assert why["text"].startswith("local rank 2 was killed by the kernel's OOM killer"), why
 
 
 def test_journalctl_s_form_and_its_summary_line_give_one_kill() -> None:

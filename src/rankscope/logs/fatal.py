@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from rankscope.evidence import CULPRIT, Finding, Kind
@@ -129,7 +129,8 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
             out.append(_finding(dump, str(rank), rank))
             continue
         assert local is not None
-        out.append(_finding(dump, local, None))  # a local rank: no global rank to give
+        lines = [f for f in reports if f.who == local]
+        out.append(replace(_finding(dump, local, None), local=all(f.local for f in lines)))
     return out
 
 

@@ -972,9 +972,9 @@ class LineEvidence:
                 pid, local = killed[0], workers[killed[0]]
                 who = local if local is None or node is None else f"{label_text(node)}:{local}"
                 noun = "the worker" if who is None else f"local rank {who}"
-                finding = replace(
-                    finding, who=who, what=f"{finding.what.split(':', 1)[0]}: {noun} was killed by signal 9"
-                )
+                launcher = finding.what.split(":", 1)[0]
+                what = f"{launcher}: {noun} was killed by signal 9"
+                finding = replace(finding, who=who, what=what, local=who is not None)
             if finding.cause == "sigkill" and pid in self._oom_kills:
                 kill = self._oom_kills[pid][0]
                 named.add(pid)
@@ -1067,6 +1067,7 @@ class LineEvidence:
                 # mpirun names MPI_COMM_WORLD's rank: the global one
                 global_rank=int(who) if launcher == "mpirun" and who is not None and who.isdigit() else None,
                 next_step=step,
+                local=who is not None and noun == "local rank",
             )
         )
 

@@ -48,4 +48,5 @@ def name_the_lone_failure(findings: list[Finding], cause: str) -> list[Finding]:
     # torchrun's summary and mpirun name the global rank; torchrun's and DeepSpeed's lines a local one
     ranks = {f.global_rank for f in chosen}
     rank = ranks.pop() if len(ranks) == 1 else None
-    return [replace(f, who=who, global_rank=rank) if f is culprits[0] else f for f in findings]
+    local = rank is None and all(f.local for f in chosen)
+    return [replace(f, who=who, global_rank=rank, local=local) if f is culprits[0] else f for f in findings]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -250,8 +251,21 @@ def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
             continue
         if finding.global_rank is not None:
             return f"rank {finding.global_rank} (the one process its launcher reports failed)"
-        return f"local rank {finding.who} (the one process its launcher reports failed)"
+        if finding.local:
+            return f"local rank {finding.who} (the one process its launcher reports failed)"
+        return f"{_launcher_noun(finding.who, counts)} {finding.who} (the one process its launcher reports failed)"
     return None
+
+
+def _launcher_noun(who: str, counts: LineCounts) -> str:
+    """What the launcher's line that named ``who`` calls its processes (srun's ``task``,
+    torch.multiprocessing.spawn's ``process``)."""
+    for finding in counts.findings:
+        if finding.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY) and finding.who == who:
+            said = re.match(rf"[^:]+: (.+?) {re.escape(who)}\b", finding.what)
+            if said is not None:
+                return said.group(1)
+    return "process"
 
 
 def _worker_words(worker: Optional[str]) -> str:
@@ -293,9 +307,7 @@ def verdict_lines(verdict: Finding, reason: Optional[NcclReason] = None) -> list
     who = verdict.who or ""
     launcher = verdict.kind in (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)  # its number may be a local rank
     if verdict.who is not None and verdict.who.isdigit() and not launcher:
-        # a crash dump named only by a launcher's line (rankscope.logs.fatal) has that line's local rank
-        local = verdict.kind == Kind.NATIVE_CRASH and verdict.global_rank is None
-        who = f"{'local rank' if local else 'rank'} {who}"
+        who = f"{'local rank' if verdict.local else 'rank'} {who}"
     if verdict.global_rank is not None and verdict.who != str(verdict.global_rank):
         who += f" (global rank {verdict.global_rank})"
     where = f" at {verdict.where}" if verdict.where else ""

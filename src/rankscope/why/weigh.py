@@ -47,56 +47,11 @@ def _tier(finding: Finding) -> int:
     return len(PRECEDENCE)
 
 
-#: A launcher's report of a local rank, as rankscope.logs.line_evidence words it: torchrun's ``failed
-#: (exitcode: 1) local_rank: 1`` and DeepSpeed's ``exits with return code = 1`` become ``torchrun: local
-#: rank 1 exited with code 1`` (``deepspeed: local rank worker-1:3 was killed by signal 9`` under a node's
-#: prefix, pdsh's). The number is one of each node's; the finding carries no global rank.
-_LOCAL_REPORT = re.compile(r"^[\w.-]+: local rank (\S+) (?:exited with code|was killed by signal) ")
-_LAUNCHERS = (Kind.LAUNCHER, Kind.LAUNCHER_SUMMARY)
-_OWN_OUTPUT = (Kind.TRACEBACK, Kind.CUT_TRACEBACK, Kind.EXCEPTION_LINE)
-
-
-def _reports_local(finding: Finding) -> bool:
-    """A launcher's line that names a local rank, its ``who`` (``node7:1`` once a multi-node run has
-    put the node's name before a node's ``1``)."""
-    if finding.kind not in _LAUNCHERS or finding.global_rank is not None or not finding.who:
-        return False
-    said = _LOCAL_REPORT.match(finding.what)
-    return said is not None and (finding.who == said.group(1) or finding.who.endswith(f":{said.group(1)}"))
-
-
-def _named_by_its_prefix(finding: Finding) -> bool:
-    """A traceback whose ``who`` is its own prefix's rank (``[default1]:``, a group of ranks ``0-3``),
-    not one lent by a launcher's report: a lent one's group names no rank (``-``) or only its node."""
-    ranks, who = finding.ranks, finding.who or ""
-    if finding.kind == Kind.EXCEPTION_LINE or ranks is None or ranks == "-":
-        return False
-    return not who.startswith(f"{ranks}:")
-
-
 def local_ranks(findings: Sequence[Finding]) -> frozenset[Finding]:
-    """The findings whose ``who`` is a launcher's local rank, not a global one: the launcher's line
-    itself, and what `logs errors` named after it with the same ``who``: a culprit's traceback or C++
-    exception without a rank prefix (rankscope.logs.lone_failure), a faulthandler dump whose death by
-    its signal only that line reports (rankscope.logs.fatal, which writes the number as its rank)."""
-    reports = [f for f in findings if _reports_local(f)]
-    if not reports:
-        return frozenset()
-    whos = {f.who for f in reports}
-    deaths = {(f.who, f.cause) for f in reports}
-    # a death that a global rank is reported for as well (torchrun's summary, the exit status): not lent
-    named = {f.cause for f in findings if f.kind in (*_LAUNCHERS, Kind.KERNEL) and f.global_rank is not None}
-    lent = [
-        f
-        for f in findings
-        if f.role == CULPRIT
-        and f.who in whos
-        and (
-            (f.kind in _OWN_OUTPUT and f.global_rank is None and not _named_by_its_prefix(f))
-            or (f.kind == Kind.NATIVE_CRASH and (f.who, f.cause) in deaths and f.cause not in named)
-        )
-    ]
-    return frozenset([*reports, *lent])
+    """The findings whose ``who`` is a launcher's local rank, not a global one (``Finding.local``:
+    torchrun's and DeepSpeed's lines, and what `logs errors` named after them: a traceback or C++
+    exception without a rank prefix, a faulthandler dump whose death only such a line reports)."""
+    return frozenset(f for f in findings if f.local)
 
 
 def local_words(who: str) -> str:
