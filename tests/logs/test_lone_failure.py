@@ -154,3 +154,15 @@ def test_deepspeed_s_report_without_local_ranks_or_spawn_lines(tmp_path: Path) -
     first, verdict = _errors(tmp_path, cut)
     assert first.startswith("root cause: 5: deepspeed: local rank 5 exited with code 1"), first
     assert verdict["who"] == "5"
+
+
+def test_srun_s_task_is_named_as_srun_names_it(tmp_path: Path) -> None:
+    """srun without --label prints a task's traceback as it is; its report names the task (not a
+    local rank: srun numbers the tasks of the whole step)."""
+    first, verdict = _errors(
+        tmp_path, "step 10\n" + TRACEBACK + "srun: error: gpu-n03: task 5: Exited with exit code 1\n"
+    )
+    assert first.startswith(
+        "root cause: task 5 (the one process its launcher reports failed): RuntimeError:"
+    ), first
+    assert (verdict["who"], verdict["local"]) == ("5", False)
