@@ -30,7 +30,10 @@ NEEDLE = b"Fatal Python error: "
 #: The lines of one dump read at most after its first line.
 DUMP_LINES = 400
 _HEADER = re.compile(r"^(?P<prefix>.*?)Fatal Python error: (?P<what>.+)$")
-_THREAD = re.compile(r"^(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+")
+#: A thread's stack; ``Stack (most recent call first):`` where faulthandler dumps only the current one.
+_THREAD = re.compile(
+    r"^(?P<which>Current thread|Thread) 0x[0-9a-fA-F]+|^(?P<which_only>Stack) \(most recent call first\)"
+)
 _FRAME = re.compile(r'^  File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<function>.*)$')
 #: faulthandler's words for each fatal signal, as the cause ids of the launchers' findings.
 SIGNAL_CAUSES = {
@@ -40,7 +43,9 @@ SIGNAL_CAUSES = {
     "Floating point exception": "sigfpe",
     "Illegal instruction": "sigill",
 }
-_DUMP_LINE = re.compile(r'^(?:$|(?:Current thread|Thread) 0x|  File "|  \.\.\.|  <no Python frame>|\.\.\.$)')
+_DUMP_LINE = re.compile(
+    r'^(?:$|(?:Current thread|Thread) 0x|Stack \(most recent call first\):|  File "|  \.\.\.|  <no Python frame>|\.\.\.$)'
+)
 FATAL_STEP = (
     "the rank's faulthandler dump places the crash at {where}: native code called from there faulted "
     "(an extension, a custom kernel, a library torch calls); the rank's core file names the native "
@@ -60,8 +65,11 @@ class FatalDump:
     cause: Optional[str]
     #: The innermost user frame of the thread that got the signal, ``function (file:line)``.
     location: Optional[str]
-    #: The rank's label where the output names it (a torchrun --log-dir file), else None.
+    #: The rank's label where the output names it (a torchrun --log-dir file, the header line's
+    #: prefix), else None.
     who: Optional[str] = None
+    #: What stands before ``Fatal Python error:`` on its line: a rank's prefix, or nothing.
+    prefix: str = ""
 
 
 def parse_dumps(text: str, source: str, first_line: int = 1, who: Optional[str] = None) -> list[FatalDump]:
@@ -79,12 +87,14 @@ def parse_dumps(text: str, source: str, first_line: int = 1, who: Optional[str] 
         for following in lines[index + 1 : index + 1 + DUMP_LINES]:
             if prefix and following.startswith(prefix):
                 following = following[len(prefix) :]
+            elif prefix and following == prefix.rstrip():  # a blank line under the prefix
+                following = ""
             if not _DUMP_LINE.match(following):
                 break
             thread = _THREAD.match(following)
             if thread is not None:
                 frames = []
-                if thread.group("current") == "Current thread" or current is None:
+                if thread.group("which") != "Thread" or current is None:
                     current = frames  # the thread that got the signal; else the first one
                 continue
             frame = _FRAME.match(following)
@@ -94,16 +104,21 @@ def parse_dumps(text: str, source: str, first_line: int = 1, who: Optional[str] 
                 )
         what = header.group("what").strip()
         # most recent call first: the user's innermost frame is the first of them
-        found = user_frame(reversed(current or []))
+        # no frame of the user's own (every one in a library: vLLM's, sglang's): the innermost one
+        found = user_frame(reversed(current or [])) or (current[0] if current else None)
         place = f"{found.function} ({os.path.basename(found.filename)}:{found.line})" if found else None
         cause = SIGNAL_CAUSES.get(what)
-        out.append(FatalDump(source, first_line + index, f"Fatal Python error: {what}", cause, place, who))
+        out.append(
+            FatalDump(source, first_line + index, f"Fatal Python error: {what}", cause, place, who, prefix)
+        )
     return out
 
 
 def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> list[Finding]:
-    """A dump as its rank's native crash: the rank whose death by that signal a launcher (or its
-    exit status) reports, when exactly one rank died of it; a dump of no such rank gives nothing."""
+    """A dump as its process's native crash: the rank its prefix or file names; else the rank whose
+    death by that signal a launcher (or its exit status) reports, when exactly one rank died of it;
+    else, where no line reports a death by that signal at all (Ray, sglang, a bare script), the
+    crash of a process the log does not name. Two or more reported deaths leave it unplaced."""
     out = []
     for dump in dumps:
         if dump.cause is None:
@@ -122,6 +137,9 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
             and f.who
         ]
         named = {(f.global_rank, f.who if f.global_rank is None else None) for f in reports}
+        if not named:
+            out.append(_finding(dump, None, None))  # nothing else reports it: the dump is the evidence
+            continue
         if len(named) != 1:
             continue
         ((rank, local),) = named
@@ -134,7 +152,7 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
     return out
 
 
-def _finding(dump: FatalDump, who: str, rank: Optional[int]) -> Finding:
+def _finding(dump: FatalDump, who: Optional[str], rank: Optional[int]) -> Finding:
     assert dump.cause is not None
     step = FATAL_STEP.format(where=dump.location) if dump.location else ""
     return Finding(Kind.NATIVE_CRASH, dump.cause, CULPRIT, who,

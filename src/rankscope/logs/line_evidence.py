@@ -33,7 +33,7 @@ from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
-from rankscope.logs.prefixes import PLAIN, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.prefixes import PAREN, PLAIN, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.roles import VICTIM_MESSAGES, nccl_error_line
 from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
 from rankscope.logs.stopped import NEEDLE as STOPPED_NEEDLE
@@ -95,6 +95,10 @@ _SRUN = re.compile(
     rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
     rb"|Exited with exit code (\d+))"
 )
+#: srun ending a step: after a task failed (``_step_signal: Terminating StepId=J.S``), or when the step
+#: or job was cancelled (slurmstepd's ``*** STEP J.S ON host CANCELLED AT ...``): the tasks it kills
+#: after that are stopped by it.
+_STEP_ENDING = re.compile(rb"_step_signal: Terminating StepId=|\*\*\* (?:STEP|JOB) \S+ ON \S+ CANCELLED AT")
 _MPIRUN = re.compile(rb"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
 #: Open MPI's first process that exited with an error code: ``Process name: [[JOB,1],RANK]`` (4.x;
 #: 5.x's PRRTE: ``[prterun-HOST-PID@1,RANK]``) and ``Exit code: N`` on the next line.
@@ -104,7 +108,8 @@ _MPIRUN_EXIT = re.compile(
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
 #: torch.multiprocessing.spawn in the parent: ``process 1 terminated with signal SIGKILL`` (or an exit code).
 _SPAWN_EXIT = re.compile(
-    rb"ProcessExitedException: process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
+    # torch < 1.8 raised a plain ``Exception`` with the same words
+    rb"(?:ProcessExitedException|\bException): process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
 )
 #: ``kubectl get pods`` pasted with the logs: a pod whose container the kernel killed for memory
 #: (``NAME  READY  STATUS  RESTARTS  AGE``; the pod's limit, a node's memory).
@@ -349,6 +354,8 @@ class LineEvidence:
     #: DeepSpeed's launchers: their spawn lines, and the workers of the node a failure report is of
     #: ((source, line) -> pid -> local rank): the pid the kernel's OOM killer names says which one.
     _deepspeed: DeepSpeedLaunchers = field(default_factory=DeepSpeedLaunchers)
+    #: Where srun began ending the step (source, line): the tasks it reports killed after it are victims.
+    _step_ending: Optional[tuple[str, int]] = None
     _death_workers: dict[tuple[str, int], tuple[Optional[bytes], dict[int, Optional[str]]]] = field(
         default_factory=dict
     )
@@ -431,7 +438,7 @@ class LineEvidence:
             or b"died with" in chunk
             or b"srun: error" in chunk
             or b"slurmstepd" in chunk
-            or b"ProcessExitedException" in chunk
+            or b"terminated with" in chunk
         ):
             self._launcher(chunk, line_at)
         if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
@@ -461,7 +468,11 @@ class LineEvidence:
             # a rank's own file (torchrun --log-dir): the dump is that rank's, as _own_dump names it
             own = label_text(self._labels.label(None)) if self._labels.fixed_label is not None else None
             found = parse_dumps(text, self._source, line, own)[: KEPT_DUMPS - len(self.fatal_dumps)]
-            self.fatal_dumps.extend(found)
+            # a dump under a rank's prefix ("(RayWorkerWrapper pid=51878) Fatal Python error: ...") is that rank's
+            self.fatal_dumps.extend(
+                replace(d, who=self._prefix_label(d.prefix.encode())) if d.who is None and d.prefix else d
+                for d in found
+            )
         if self._labels.fixed_label is not None:  # a rank's own file: its last block is searched at its end
             self._last_block = (chunk, self._lines_before + 1)
         self._lines_before += lines
@@ -492,6 +503,14 @@ class LineEvidence:
         self._lines_before -= 1
 
     # -- per kind --------------------------------------------------------------------------
+
+    def _prefix_label(self, prefix: bytes) -> Optional[str]:
+        """The rank a line's prefix names: the source's own forms, else Ray's ``(Actor pid=N, ip=A) ``
+        (a dump or an abort a Ray worker printed, in a log whose other lines have no such prefix)."""
+        label = self._split(prefix + b"x")[0]
+        if label is None:
+            label = split_line(prefix + b"x", dialect=PAREN).label
+        return label_text(label)
 
     def _split(self, line: bytes) -> tuple[Optional[bytes], bytes, bytes]:
         split = split_line(line, self._labels.allow_srun, self._labels.dialect)
@@ -895,6 +914,9 @@ class LineEvidence:
                     node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
                     who = who if node is None else f"{label_text(node)}:{who}"
                 self._death(who, code, launcher, line_at(start), match)
+        ending = _STEP_ENDING.search(chunk)
+        if ending is not None and self._step_ending is None:
+            self._step_ending = (self._source, line_at(chunk.rfind(b"\n", 0, ending.start()) + 1))
         for match in _SRUN.finditer(chunk):
             how = match.group(3)
             codes = {b"Killed": -9, b"Terminated": -15, b"Segmentation fault": -11, b"Bus error": -7}
@@ -911,7 +933,12 @@ class LineEvidence:
                 )
                 self._oom_killed(who, what, line_no)
             else:
-                self._death(who, code, "srun", line_no, match)
+                # srun killing the step's other tasks after one failed (or the step was cancelled):
+                # their "Killed" says how they were stopped, not what went wrong
+                ended = self._step_ending
+                after = ended is not None and ended[0] == self._source and line_no > ended[1]
+                teardown = after and how in (b"Killed", b"Terminated")
+                self._death(who, code, "srun", line_no, match, victim=teardown)
         if b"slurmstepd" in chunk:
             self._scheduler(chunk, line_at)
 
@@ -1030,6 +1057,7 @@ class LineEvidence:
         match: re.Match[bytes],
         unnamed: str = "",
         note: str = "",
+        victim: bool = False,
     ) -> None:
         """A launcher's report of a worker's death; ``unnamed`` the worker in words where the report
         does not say which it was (``who`` None), ``note`` what else its line's words are."""
@@ -1052,7 +1080,7 @@ class LineEvidence:
             # an exit code: the process raised, and its traceback went to its own output
             kind, cause, step = Kind.LAUNCHER_SUMMARY, "tracebacks_elsewhere", ELSEWHERE_STEP
             what = f"{launcher}: {named} exited with code {code}{note}"
-        role = VICTIM if cause == "sigterm" else CULPRIT
+        role = VICTIM if cause == "sigterm" or victim else CULPRIT
         self.findings_.append(
             Finding(
                 kind,

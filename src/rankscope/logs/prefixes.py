@@ -81,9 +81,12 @@ _LOGGER_HEAD = re.compile(
     rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+:\d+\] ?"
 )
 _PAREN_FIELD = re.compile(rb"\b(rank|pid|ip)=([\w.:]+)")
+#: Ray's deduplication suffix: ``Traceback (most recent call last): [repeated 6x across cluster]``.
+_RAY_REPEATED = re.compile(rb" \[repeated \d+x across cluster\]$")
 #: Words that head ordinary lines ("INFO: ...") and are no pdsh host.
 _NOT_HOSTS = frozenset(
     {b"INFO", b"WARNING", b"WARN", b"ERROR", b"DEBUG", b"CRITICAL", b"NOTE", b"Note", b"note", b"Traceback"}
+    | {b"stdout", b"stderr"}  # a stream's name (rankscope.logs.prefixes: the ``mark`` dialect)
 )
 
 
@@ -97,6 +100,10 @@ class Dialect:
       ``(VllmWorker rank=R pid=N) text`` (label ``R``, a global rank); a logger head after it
       (``ERROR 04-25 10:31:09 [file.py:N] ``) is removed from the text;
     - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
+    - ``mark``: a mark before every line that names no rank: a log pasted as a Markdown quote
+      (``> [rank7]: ...``, ``> Traceback ...``), the stream accelerate's test runner names
+      (``stderr: Traceback ...``, ``stdout: ...``); it is removed, and the standard prefixes behind it
+      are read;
     - ``sglang``: ``[2025-01-30 18:11:27 TP1] text`` (label ``TP1``, ``DP0,TP1``; the server's own
       ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix;
     - ``compose``: ``docker compose up`` / ``docker compose logs``: ``trainer-1-1  | text`` (the
@@ -118,6 +125,9 @@ class Dialect:
             inner = split_line(line[end:])
             if inner.label is None:
                 return None
+            return Split(line[:end] + inner.raw_prefix, inner.label, inner.text)
+        if self.name == "mark":  # the mark goes, whatever is behind it
+            inner = split_line(line[end:])
             return Split(line[:end] + inner.raw_prefix, inner.label, inner.text)
         if self.name == "pdsh":
             label = match.group(1)
@@ -152,6 +162,11 @@ class Dialect:
             head = _LOGGER_HEAD.match(text)
             if head is not None:
                 text = text[head.end() :]
+            if text.endswith(b" across cluster]"):
+                # Ray's log deduplication: the line as other workers printed it too, said once
+                repeated = _RAY_REPEATED.search(text)
+                if repeated is not None:
+                    text = text[: repeated.start()]
         return Split(line[:raw_end], label, text)
 
 
@@ -159,9 +174,14 @@ DIALECTS = (
     Dialect("pdsh", re.compile(rb"([A-Za-z0-9][\w.-]{0,62}): ")),
     Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
+    Dialect("mark", re.compile(rb">(?: |$)|std(?:out|err): ")),
     Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
     Dialect("compose", re.compile(rb"([A-Za-z0-9][\w.-]{0,252}) +\| ")),
 )
+#: Ray's and vLLM's ``(Actor pid=N, ip=A) `` on its own (a line of a source whose dialect is another).
+PAREN = next(d for d in DIALECTS if d.name == "paren")
+#: Lines of that form (and one in 20 of the head) that make a source Ray's when most lines are the driver's.
+RAY_LINES_MIN = 3
 #: Tried before the bracket forms: a container whose name ends in a digit looks like ``[name3]``.
 KUBECTL = Dialect("kubectl", re.compile(rb"\[pod/([^/\[\]\s]{1,253})/[^/\[\]\s]{1,253}\] ?"))
 
@@ -176,6 +196,11 @@ def sniff_dialect(sample: bytes) -> Optional[Dialect]:
     for dialect in DIALECTS:
         if sum(1 for line in lines if dialect.split(line) is not None) > len(lines) // 2:
             return dialect
+    # Ray's workers' lines beside its driver's own (no prefix): a form no ordinary line has, so a
+    # few of them are enough (a driver that logs more than its workers is the common case)
+    paren = sum(1 for line in lines if PAREN.split(line) is not None)
+    if paren >= RAY_LINES_MIN and paren * 20 >= len(lines):
+        return PAREN
     return None
 
 

@@ -60,11 +60,18 @@ VICTIM_MESSAGES = re.compile(
             # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
             # ("-- Process 2 terminated with the following error:"), or its death by a signal
             r"\bProcess(?:Raised|Exited)Exception\b",
+            # Ray's driver (or another actor) calling an actor whose worker process died: the cause is
+            # that worker's own output (a crash, an abort), not this call
+            r"\bActorDiedError\b",
+            # accelerate's test runner (execute_subprocess_async) reporting the launch it ran failed
+            r"' failed with returncode -?\d+$",
             # accelerate (and other launchers built on subprocess) reporting a child that died
             r"\bCalledProcessError\b.*(?:died with <Signals|returned non-zero exit status)",
             # torch.multiprocessing.spawn's own: a process it started died (its error follows, or its signal)
             r"\bProcessRaisedException\b",
             r"\bProcessExitedException\b",
+            # torch < 1.8 raised a plain Exception for it: "Exception: process 2 terminated with signal SIGKILL"
+            r"^Exception: process \d+ terminated with (?:signal SIG[A-Z]+|exit code \d+)",
         )
     ),
     re.IGNORECASE,

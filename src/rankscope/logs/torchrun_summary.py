@@ -49,8 +49,9 @@ class RankExit:
         return f"exit {self.exitcode}"
 
 
-def parse_summary_block(lines: list[bytes], root_cause: bool) -> list[RankExit]:
-    """Parse the entries that follow a ``Failures:`` or ``Root Cause`` marker line."""
+def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"") -> list[RankExit]:
+    """Parse the entries that follow a ``Failures:`` or ``Root Cause`` marker line; ``prefix``: what
+    stands before the marker on its line (pdsh's ``node1: ``, ``stderr: ``), removed from each line."""
     exits: list[RankExit] = []
     fields: dict[bytes, bytes] = {}
 
@@ -73,6 +74,8 @@ def parse_summary_block(lines: list[bytes], root_cause: bool) -> list[RankExit]:
 
     for line in lines:
         line = line.rstrip(b"\r")
+        if prefix and line.startswith(prefix):
+            line = line[len(prefix) :]
         if line.startswith((b"---", b"===")) or line in MARKERS:
             break
         if re.match(rb"^\[\d+\]:$", line):
@@ -95,6 +98,7 @@ def find_summaries(chunk: bytes) -> list[RankExit]:
             if start < 0:
                 break
             block = chunk[start + 1 : start + 1 + 64 * 1024].split(b"\n")
-            exits.extend(parse_summary_block(block, root_cause=marker != MARKERS[0]))
+            prefix = chunk[chunk.rfind(b"\n", 0, pos) + 1 : pos]
+            exits.extend(parse_summary_block(block, marker != MARKERS[0], prefix if prefix.strip() else b""))
             pos = chunk.find(marker, start)
     return exits
