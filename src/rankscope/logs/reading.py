@@ -21,6 +21,7 @@ from rankscope.logs.prefixes import (
     split_line,
     tally_lines,
 )
+from rankscope.logs.redraws import split_redraws, split_window
 from rankscope.logs.sources import (
     CHUNK,
     MAX_LINE,
@@ -183,8 +184,8 @@ class Reading:
                 yield OpenedSource(source, SourceLabels(source.fixed_label, False, host), iter(()))
                 continue
             data, start, end = first
-            head = data[start : min(end, start + _SNIFF)]
-            stream: Iterator[Window] = itertools.chain([first], windows)
+            head = split_redraws(data[start : min(end, start + _SNIFF)])
+            stream: Iterator[Window] = (split_window(w) for w in itertools.chain([first], windows))
             line_head = None if source.fixed_label is not None else sniff_head(head)
             if line_head is not None:
                 head = line_head.strip(head)

@@ -34,6 +34,7 @@ from rankscope.evidence import Kind
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.line_evidence import LineEvidence
 from rankscope.logs.prefixes import PLAIN, SourceLabels, sniff_dialect, sniff_srun, tally_lines
+from rankscope.logs.redraws import split_redraws
 from rankscope.logs.torchrun_summary import find_summaries
 from rankscope.logs.tracebacks import RankTraceback, TracebackCollector
 from rankscope.watch.model import Reason, Snapshot, Trigger
@@ -134,6 +135,7 @@ class _File:
     def _feed(self, chunk: bytes) -> list[ReportedDeath]:
         if not chunk:
             return []
+        chunk = split_redraws(chunk)  # a progress bar's redraws: a rank's traceback may follow one
         if OWN_LINE in chunk:
             chunk = b"".join(
                 line for line in chunk.splitlines(keepends=True) if not line.startswith(OWN_LINE)

@@ -1,0 +1,52 @@
+"""Progress bars that redraw their line: each redraw, and what follows the last one, a line of its own.
+
+tqdm (and every bar built like it) rewinds its line with a carriage return before each draw of the
+bar, and writes no newline after it. In a log file the redraws and whatever the next writer prints
+(another rank's ``[rank3]: Traceback (most recent call last):``, bash's ``line 9: 918442 Killed``)
+share one physical line, the text right after the last bar's bracket: ``\\r  1%|▏  | 23/1752
+[01:05<1:23:14,  2.89s/it]\\r  1%|▏  | 24/1752 [01:08<1:22:56,  2.88s/it][rank3]: Traceback ...``
+(measured with a process drawing such a bar beside one that raises: tests/logs/test_redraws.py).
+A line reader sees one line that starts with a bar and never reads the traceback's header; a paste
+that lost the carriage returns is the same.
+
+So a carriage return that is not part of a CRLF ends a line, and a bar's rate bracket
+(``2.88s/it]``, ``13.81it/s]``, ``?it/s]``, ``1.20MB/s]``) followed at once by more text ends one
+too. The lines after them are numbered one more each: a log's line numbers then count the redraws.
+Cost: one count of ``\\r`` per window, and one search for ``/s]`` and ``/it]``; a window without
+either is passed on as it is.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rankscope.logs.sources import Window
+
+#: A carriage return that does not end a CRLF line.
+_LONE_CR = re.compile(rb"\r(?!\n)")
+#: A bar's rate bracket with text right after it (the carriage return lost in a paste).
+_GLUED = re.compile(rb"(?:\d+(?:\.\d+)?|\?)(?:it|s|[kMGT]?B)?/(?:s|it)\](?=[^\s|])")
+
+
+def _needs_split(data: bytes, lo: int, hi: int) -> bool:
+    crs = data.count(b"\r", lo, hi)
+    if crs and crs != data.count(b"\r\n", lo, hi):
+        return True
+    return data.find(b"/s]", lo, hi) >= 0 or data.find(b"/it]", lo, hi) >= 0
+
+
+def split_redraws(data: bytes) -> bytes:
+    """``data`` (whole lines) with every redraw and glued bar ending its line."""
+    if not _needs_split(data, 0, len(data)):
+        return data
+    data = _LONE_CR.sub(b"\n", data)
+    return _GLUED.sub(lambda m: m.group(0) + b"\n", data)
+
+
+def split_window(window: Window) -> Window:
+    """The window, or a new one when it holds a redraw or a bar that text follows."""
+    data, lo, hi = window
+    if not _needs_split(data, lo, hi):
+        return window
+    split = split_redraws(data[lo:hi])
+    return (split, 0, len(split))
