@@ -11,9 +11,9 @@ that lost the carriage returns is the same.
 
 So a carriage return that is not part of a CRLF ends a line, and a bar's rate bracket
 (``2.88s/it]``, ``13.81it/s]``, ``?it/s]``, ``1.20MB/s]``) followed at once by more text ends one
-too. The lines after them are numbered one more each: a log's line numbers then count the redraws.
-Cost: one count of ``\\r`` per window, and one search for ``/s]`` and ``/it]``; a window without
-either is passed on as it is.
+too, in a window that holds a redraw or a bar with a known total (``%|``). The lines after them
+are numbered one more each: a log's line numbers then count the redraws. Cost: a search for
+``\\r`` and one for ``|`` per window; a window without either is passed on as it is.
 """
 
 from __future__ import annotations
@@ -24,15 +24,20 @@ from rankscope.logs.sources import Window
 
 #: A carriage return that does not end a CRLF line.
 _LONE_CR = re.compile(rb"\r(?!\n)")
-#: A bar's rate bracket with text right after it (the carriage return lost in a paste).
+#: A bar's rate bracket with text right after it (the next writer's, on the bar's line).
 _GLUED = re.compile(rb"(?:\d+(?:\.\d+)?|\?)(?:it|s|[kMGT]?B)?/(?:s|it)\](?=[^\s|])")
 
 
 def _needs_split(data: bytes, lo: int, hi: int) -> bool:
-    crs = data.count(b"\r", lo, hi)
-    if crs and crs != data.count(b"\r\n", lo, hi):
-        return True
-    return data.find(b"/s]", lo, hi) >= 0 or data.find(b"/it]", lo, hi) >= 0
+    """Whether ``data[lo:hi]`` holds a redraw or a bar (``%|``: a bar whose total is known). The
+    first searches are for one byte (``\\r``, ``|``: memchr's speed), before the counts and the pair:
+    a search for the rate's ``/s]`` visited every ``]`` of every rank's prefix (14% of ``logs
+    errors``' CPU on 512 ranks), a count of ``\\r`` cost eight times a search."""
+    if data.find(b"\r", lo, hi) >= 0:  # then the counts (slower than a find, for one byte)
+        crs = data.count(b"\r", lo, hi)
+        if crs != data.count(b"\r\n", lo, hi):
+            return True
+    return data.find(b"|", lo, hi) >= 0 and data.find(b"%|", lo, hi) >= 0
 
 
 def split_redraws(data: bytes) -> bytes:
