@@ -13,7 +13,13 @@ forms, it is removed from every line of the source before anything else reads it
   ``{"log":"text\\n","stream":"stderr","time":"..."}``, the text decoded; an entry whose text
   does not end in a newline is joined to the next one;
 - ``journalctl`` (``short`` and ``short-iso`` output, syslog files):
-  ``Nov 26 03:14:05 gpu-a3 torchrun[81700]: text``.
+  ``Nov 26 03:14:05 gpu-a3 torchrun[81700]: text``;
+- a time stamped on every line by the tool that saved the output (moreutils' ``ts``, a CI runner,
+  ``awk '{print strftime(), $0}'``): ``2024-06-14 10:20:03 text``, ``Jun 14 10:20:03 text``,
+  ``[2024-06-14 10:20:03] text``. A logger's own time looks the same at the start of its lines, so
+  this one is taken only where a stamped line goes on with a rank's prefix or a traceback's line
+  (``2024-06-14 10:20:03 [rank2]: ...``, ``... Traceback (most recent call last):``, ``...   File
+  "``): a logger stamps its records, never a traceback's lines.
 
 The times of these heads are dropped with them (a line's own time after its prefix is still read).
 """
@@ -35,6 +41,13 @@ _JOURNAL = re.compile(
     + rb") [\w.-]{1,253} [^\s:\[\]]{1,100}(?:\[\d+\])?: "
 )
 _DOCKER = re.compile(rb'(?m)^\{"log":"')
+_STAMP = (
+    rb"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?"
+    rb"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?) "
+)
+_STAMPED = re.compile(rb"(?m)^" + _STAMP)
+#: What tells a stamping tool's lines from a logger's: a stamped rank prefix or traceback line.
+_STAMPED_TELL = re.compile(rb"(?m)^" + _STAMP + rb'(?:\[[^\]\n]{1,64}\]:|Traceback \(most recent|  File ")')
 
 
 def _cri(data: bytes) -> bytes:
@@ -79,6 +92,7 @@ HEADS = (
     Head("docker-json", _DOCKER, _docker),
     Head("journal", _JOURNAL, lambda data: _JOURNAL.sub(b"", data)),
     Head("kubectl-timestamps", _KUBECTL, lambda data: _KUBECTL.sub(b"", data)),
+    Head("stamped", _STAMPED, lambda data: _STAMPED.sub(b"", data)),
 )
 
 
@@ -101,4 +115,9 @@ def sniff_head(sample: bytes) -> Optional[Head]:
                 if head.pattern.match(sample, pos):
                     counts[index] += 1
         pos = end + 1
-    return next((head for head, count in zip(HEADS, counts) if count > lines // 2), None) if lines else None
+    if not lines:
+        return None
+    for head, count in zip(HEADS, counts):
+        if count > lines // 2 and (head.name != "stamped" or _STAMPED_TELL.search(sample) is not None):
+            return head
+    return None

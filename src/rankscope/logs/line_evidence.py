@@ -95,6 +95,11 @@ _SRUN = re.compile(
     rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
     rb"|Exited with exit code (\d+))"
 )
+#: Open MPI's report of a rank's MPI_Abort (4.x and 5.x): ``MPI_ABORT was invoked on rank 1 in
+#: communicator MPI_COMM_WORLD`` and, on the next line, ``with errorcode 3.``
+_MPI_ABORT = re.compile(
+    rb"MPI_ABORT was invoked on rank (\d+) in communicator (\S+)\s+with errorcode (-?\d+)"
+)
 #: srun ending a step: after a task failed (``_step_signal: Terminating StepId=J.S``), or when the step
 #: or job was cancelled (slurmstepd's ``*** STEP J.S ON host CANCELLED AT ...``): the tasks it kills
 #: after that are stopped by it.
@@ -187,6 +192,11 @@ CRASH_STEPS = {
     "sigill": "an illegal instruction: a binary or extension built for another CPU (or GPU architecture) "
     "than this node's; the rank's core file names the frame (`rankscope core bt`)",
 }
+MPI_ABORT_STEP = (
+    "the rank chose to abort: its own lines before the abort say why (an uncaught exception under "
+    "mpi4py's excepthook, a failed check); with several ranks' output in one file, tag them "
+    "(mpirun --tag-output) to tell that rank's lines apart"
+)
 ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
@@ -211,6 +221,8 @@ WATCHDOG_ABORT = (
     " after torch's NCCL watchdog fired (it aborts the process after a collective timeout or a hang: "
     "a consequence)"
 )
+#: The same after an NCCL error: torch's error handling tears the process down with abort().
+NCCL_ABORT = " after an NCCL error (torch's watchdog aborts the process on it: a consequence)"
 
 
 def _collective(watch: _Watch) -> str:
@@ -246,13 +258,14 @@ def _behind(watches: list[_Watch], first: _Watch) -> tuple[_Watch, list[_Watch]]
     return min((w for w in watches if int(w.seq) == lowest), key=lambda w: w.order), later
 
 
-def _aborted_by_watchdog(finding: Finding) -> Finding:
-    """A launcher's report of a SIGABRT that comes after watchdog lines in the log: torch's watchdog
-    aborted the rank (after a collective timeout, or its own hang), so the death is no cause of its
-    own. A SIGABRT reported before any watchdog line (a rank that aborted first) stays a culprit."""
+def _aborted_by_watchdog(finding: Finding, why: str = WATCHDOG_ABORT) -> Finding:
+    """A launcher's report of a SIGABRT that comes after watchdog lines (or an NCCL error) in the log:
+    torch's watchdog aborted the rank (after a collective timeout, its own hang, or a communicator's
+    error), so the death is no cause of its own. A SIGABRT reported before any such line (a rank that
+    aborted first) stays a culprit."""
     if finding.kind != Kind.LAUNCHER or finding.cause != "sigabrt" or finding.role != CULPRIT:
         return finding
-    return replace(finding, role=VICTIM, what=finding.what + WATCHDOG_ABORT, next_step="")
+    return replace(finding, role=VICTIM, what=finding.what + why, next_step="")
 
 
 def signal_cause(number: int) -> str:
@@ -439,6 +452,7 @@ class LineEvidence:
             or b"srun: error" in chunk
             or b"slurmstepd" in chunk
             or b"terminated with" in chunk
+            or b"MPI_ABORT was invoked" in chunk
         ):
             self._launcher(chunk, line_at)
         if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
@@ -914,6 +928,8 @@ class LineEvidence:
                     node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
                     who = who if node is None else f"{label_text(node)}:{who}"
                 self._death(who, code, launcher, line_at(start), match)
+        for match in _MPI_ABORT.finditer(chunk):
+            self._mpi_abort(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
         ending = _STEP_ENDING.search(chunk)
         if ending is not None and self._step_ending is None:
             self._step_ending = (self._source, line_at(chunk.rfind(b"\n", 0, ending.start()) + 1))
@@ -1045,6 +1061,26 @@ class LineEvidence:
                     self._cancelled_seen.add(key)
                     self.findings_.append(found)
 
+    def _mpi_abort(self, match: re.Match[bytes], line_no: int) -> None:
+        """Open MPI's report that a rank called MPI_Abort (mpi4py's ``comm.Abort()``, its excepthook,
+        Horovod): MPI_COMM_WORLD's rank; the reason is in that rank's own lines before it."""
+        rank, code = match.group(1).decode(), int(match.group(3))
+        self.findings_.append(
+            Finding(
+                Kind.LAUNCHER_SUMMARY,
+                "mpi_abort",
+                CULPRIT,
+                rank,
+                f"mpirun: rank {rank} called MPI_ABORT (errorcode {code}; Open MPI then killed every process)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=int(rank),
+                next_step=MPI_ABORT_STEP,
+            )
+        )
+
     def _deepspeed_worker(self, line: bytes, _line_no: int) -> None:
         self._deepspeed.worker(line, label_text(self._split(line)[0]))
 
@@ -1175,6 +1211,9 @@ class LineEvidence:
         if watchdog:
             first = min(f.order for f in watchdog)
             out = [_aborted_by_watchdog(f) if f.order > first else f for f in out]
+        nccl = [f.order for f in out if f.kind in (Kind.NCCL, Kind.NETWORK) and f.role == CULPRIT]
+        if nccl:  # an NCCL error (a NET/IB completion error, a CUDA failure in NCCL): the abort is torch's answer to it
+            out = [_aborted_by_watchdog(f, NCCL_ABORT) if f.order > min(nccl) else f for f in out]
         return [*out, *watchdog]
 
     def _lost_peer(self, text: str, source: str, line: int) -> bool:

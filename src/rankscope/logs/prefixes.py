@@ -108,6 +108,8 @@ class Dialect:
       ``[2025-01-30 18:11:27] `` lines have none). Its tracebacks go on without the prefix;
     - ``compose``: ``docker compose up`` / ``docker compose logs``: ``trainer-1-1  | text`` (the
       service's container, like a host; a torchrun ``--tee`` prefix inside adds the local rank);
+    - ``nemo-run``: NeMo-Run's executors' ``TASK/NODE `` before torchrun's ``--tee`` prefix
+      (``i.pretrain/0 [default2]:text``): the task's node, like a host, and the local rank inside it;
     - ``kubectl``: ``kubectl logs --prefix`` (Kubernetes >= 1.17, one pod per node of a PyTorchJob):
       ``[pod/NAME/CONTAINER] text``, label the pod's name, like a host; a torchrun ``--tee`` prefix
       inside it (``[pod/NAME/c] [default3]:text``) adds the local rank (``NAME:3``).
@@ -133,7 +135,7 @@ class Dialect:
             label = match.group(1)
             if label in _NOT_HOSTS:
                 return None
-        elif self.name in ("kubectl", "compose"):
+        elif self.name in ("kubectl", "compose", "nemo-run"):
             label = match.group(1)
             tee = BRACKET_PREFIX.match(line, end)
             if tee is not None and tee.group("num") is not None and tee.group("name") != b"rank":
@@ -177,6 +179,7 @@ DIALECTS = (
     Dialect("mark", re.compile(rb">(?: |$)|std(?:out|err): ")),
     Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
     Dialect("compose", re.compile(rb"([A-Za-z0-9][\w.-]{0,252}) +\| ")),
+    Dialect("nemo-run", re.compile(rb"([A-Za-z][\w.-]{0,63}/\d{1,6}) (?=\[)")),
 )
 #: Ray's and vLLM's ``(Actor pid=N, ip=A) `` on its own (a line of a source whose dialect is another).
 PAREN = next(d for d in DIALECTS if d.name == "paren")

@@ -86,6 +86,7 @@ def _ranks_of(finding: Finding) -> list[int]:
 
 _WORDS = {
     "python_exception": "raised an exception",
+    "mpi_abort": "called MPI_ABORT (Open MPI then killed every process)",
     "sigkill": "was killed by SIGKILL (the OOM killer or the scheduler)",
     "oom_kill": "was killed by the kernel's OOM killer",
     "collective_desync": "issued collectives the other ranks did not (a collective desync)",
