@@ -55,6 +55,8 @@ class LineCounts:
     #: NCCL's own reason after a finding's error (a DistBackendError's ``ncclSystemError: ...`` and
     #: ``Last error:``), by the finding's (source, line): a traceback's, or an exception line's.
     nccl_reasons: dict[tuple[str, int], NcclReason] = field(default_factory=dict)
+    #: NCCL WARN lines that are no finding of their own: (who, message, source, line), the first few.
+    nccl_warnings: list[tuple[str, str, str, int]] = field(default_factory=list)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
@@ -134,6 +136,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     )
     counts.verdict = decide(counts.findings)
     counts.nccl_reasons = dict(evidence.reasons)
+    counts.nccl_warnings = list(evidence.nccl_warnings)
     for group in report.groups:
         tb = group.timed or group.example  # the traceback its finding names
         reason = nccl_reason(tb.tail)

@@ -44,6 +44,8 @@ from rankscope.logs.tracebacks import HEADER, MAX_TAIL, TAIL_REACH
 EXCEPTION_LINE = re.compile(rb"((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception))(?::\s|:?$)")
 #: Exception lines kept per rank (the first ones: a rank's first error is the one that matters).
 PER_RANK = 4
+#: NCCL WARN lines kept that are no finding (:attr:`LineEvidence.nccl_warnings`).
+KEPT_WARNINGS = 4
 #: NCCL signals whose rank is the one whose own call failed (the rest are victims or set-up facts).
 NCCL_CULPRITS = {
     "cuda_oom": "nccl:cuda_oom",
@@ -52,6 +54,7 @@ NCCL_CULPRITS = {
     "cuda_failure": "nccl:cuda_failure",
     "no_algorithm": "nccl:no_algorithm",
     "net_ofi_error": "nccl:net_ofi_error",
+    "ib_verbs_failed": "nccl:ib_verbs_failed",
     "p2p_unsupported": "nccl:p2p_unsupported",
     "shm_segment": "nccl:shm_too_small",
 }
@@ -338,6 +341,10 @@ class LineEvidence:
     #: torch.distributed errors that name their cause (collective mismatch, port in use, DDP).
     c10d: C10dLines = field(default_factory=C10dLines)
     _nccl_seen: set[tuple[str, str]] = field(default_factory=set)
+    #: NCCL WARN lines that are no finding of their own (a refused connection, a failed verbs call:
+    #: set-up facts), the first :data:`KEPT_WARNINGS`: (who, message, source, line). A traceback of
+    #: NCCL's "unhandled system error" shows them as its reason.
+    nccl_warnings: list[tuple[str, str, str, int]] = field(default_factory=list)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
@@ -641,6 +648,8 @@ class LineEvidence:
                 )
             )
             return
+        if len(self.nccl_warnings) < KEPT_WARNINGS and b" NCCL WARN " in text:
+            self.nccl_warnings.append((who, msg, self._source, line_no))
 
     def _who(self, label: Optional[bytes], text: str) -> tuple[Optional[str], Optional[int]]:
         """The rank a torch line is about: its prefix, else torch's own ``[Rank N]`` in the text."""

@@ -271,6 +271,13 @@ SIGNALS = (
     Signal("no_algorithm", re.compile(r"no algorithm/protocol available"), ("no algorithm",)),
     Signal("net_ofi_error", re.compile(r"NET/OFI .*(?:[Ee]rror|failed)"), ("NET/OFI",)),
     Signal(
+        "ib_verbs_failed",
+        re.compile(
+            r"\b(ibv_(?:create_qp|modify_qp|reg_mr|reg_dmabuf_mr|create_cq|alloc_pd|open_device)\w*)\b.*?failed"
+        ),
+        ("ibv_",),
+    ),
+    Signal(
         "watchdog_timeout",
         re.compile(
             r"Watchdog caught collective operation timeout: WorkNCCL\((.*?)\)"

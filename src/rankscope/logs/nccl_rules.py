@@ -181,6 +181,20 @@ RULES = {
             "only with the values `NCCL_DEBUG=INFO` shows as possible",
         ),
         Rule(
+            "ib_verbs_failed",
+            "`Call to ibv_create_qp failed`, `ibv_reg_mr ... failed`, `ibv_modify_qp failed` (NET/IB, "
+            "while NCCL connects the ranks over InfiniBand or RoCE)",
+            "an InfiniBand verbs call of this rank failed: most often the locked-memory limit (`ulimit -l`) "
+            "is too low for the queue pairs and registered buffers (a container's default), the process "
+            "cannot open the HCA (`/dev/infiniband` not given to the container), or, for ibv_reg_mr of "
+            "GPU memory, GPUDirect RDMA is not available (the nvidia-peermem module not loaded)",
+            "raise the locked-memory limit in the job's environment (`ulimit -l unlimited`; docker "
+            "`--ulimit memlock=-1 --cap-add IPC_LOCK --device /dev/infiniband`) and check `ibv_devinfo` "
+            "there; for a failed ibv_reg_mr of GPU buffers load nvidia-peermem, or set "
+            "NCCL_NET_GDR_LEVEL=LOC to keep GPU memory off the NIC; NCCL_IB_DISABLE=1 falls back to "
+            "sockets, slower",
+        ),
+        Rule(
             "net_ofi_error",
             "a `NET/OFI` error in an NCCL WARN (the aws-ofi-nccl plugin, EFA and other libfabric networks)",
             "the libfabric network under NCCL failed a request: an EFA/libfabric problem on this node, "
@@ -572,6 +586,11 @@ _ONE_SIGNAL: tuple[tuple[str, str, Callable[[list[Hit]], str]], ...] = (
         lambda h: f"no NCCL algorithm/protocol available for a collective ({len(h)}x, {_ranks_text(h)})",
     ),
     ("net_ofi_error", "net_ofi_error", lambda h: f"NET/OFI errors ({len(h)}x, {_ranks_text(h)})"),
+    (
+        "ib_verbs_failed",
+        "ib_verbs_failed",
+        lambda h: f"an InfiniBand verbs call failed: {h[0].groups[0]} ({len(h)}x, {_ranks_text(h)})",
+    ),
     (
         "system_error",
         "unhandled_system_error",

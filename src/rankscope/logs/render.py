@@ -226,6 +226,12 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     last = nccl_reason(tb.tail).last_error
     if last:  # NCCL's error name is shown under the error itself
         out.append(f"  NCCL's last error: {last}")
+    elif counts.nccl_warnings and "NCCL" in tb.exception:
+        # torch says only "unhandled system error": NCCL's own warning before it says what failed
+        who, said, source, line = counts.nccl_warnings[0]
+        out.append(
+            f"  NCCL's warning: {who}: {said} ({source} line {line}; `rankscope logs nccl` explains it)"
+        )
     asynchronous = gpu_hardware_error(tb) is None and is_async_cuda_error(tb)
     step = traceback_step(tb)
     if step and not asynchronous:  # an asynchronous error's step is the rerun line below, with its command
