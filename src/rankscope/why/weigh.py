@@ -205,7 +205,10 @@ def _hypothesis(
     if lent is not None:
         text = f"{local_words(lent)} {words}"
     elif finding.cause == "all_waiting" or not ranks:
-        text = _short(finding.what, 300)  # no rank to name: what the evidence says
+        # no rank to name: what the evidence says, after the process it names where it names one
+        # that is no rank (a Ray worker's pid=N, NCCL's host,pid=N)
+        named = finding.who if finding.who and not finding.what.startswith(finding.who) else None
+        text = _short(f"{named}: {finding.what}" if named else finding.what, 300)
     else:
         text = f"{rank_word(ranks)} {words}"
     return Hypothesis(
