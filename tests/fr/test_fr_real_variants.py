@@ -15,6 +15,7 @@ import pickle
 from pathlib import Path
 from typing import Any, Optional
 
+import pytest
 from tests.support.cli import run_cli
 
 from rankscope.fr.align import analyse
@@ -339,6 +340,31 @@ def test_an_empty_file_named_like_the_dumps_is_a_rank_that_died_before_writing(t
     # The prefix reads it alike.
     prefix = read_dumps(tmp_path / "nccl_trace_rank_")
     assert list(prefix.refused) == [2]
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (bytes(4096), "only NUL bytes: the dump's data was never written"),
+        (bytes(range(7, 200)), "neither a pickle nor JSON (it starts with 07 08 09 0a 0b 0c 0d 0e)"),
+    ],
+)
+def test_a_zeroed_or_garbled_file_named_like_the_dumps_is_named_with_why(
+    tmp_path: Path, content: bytes, reason: str
+) -> None:
+    """What a rank killed while writing (or its node's crash) can leave: never taken for a rank that
+    wrote nothing, never silently skipped."""
+    for rank in (0, 1):
+        write(
+            tmp_path, rank, document([entry(1)], {"0": status(1, 1)}, config(("0", "default_pg", [0, 1, 2])))
+        )
+    (tmp_path / "nccl_trace_rank_2").write_bytes(content)
+    (tmp_path / "notes_7").write_bytes(content)  # not named like the dumps: not a rank of the job
+    report = judge(tmp_path)
+    assert [r.rank for r in report.refused] == [2]
+    assert report.refused[0].reason.startswith(f"nccl_trace_rank_2: {reason}"), report.refused[0].reason
+    out = run_cli("fr", str(tmp_path)).stdout
+    assert f"rank 2's dump was refused (nccl_trace_rank_2: {reason}" in out, out
 
 
 def test_sends_and_receives_are_not_paired_by_count_once_a_ring_buffer_wrapped(tmp_path: Path) -> None:

@@ -47,6 +47,10 @@ class _NoClasses(pickle.Unpickler):
 #: Said of a dump whose end is missing: torch writes the file in place, so a rank killed (or out of
 #: disk) while writing leaves a prefix of it.
 TRUNCATED = "cut short (truncated): the rank may have died while writing it"
+#: A file of NUL bytes only: its size was set, its data never written (the node or the rank died
+#: before the file system wrote it out).
+ZEROED = "only NUL bytes: the dump's data was never written (the rank or its node died while writing it)"
+NEITHER = "neither a pickle nor JSON"
 
 
 def is_json(data: bytes) -> bool:
@@ -56,7 +60,12 @@ def is_json(data: bytes) -> bool:
 
 def load_bytes(data: bytes) -> Any:
     """A dump's bytes decoded: JSON (:func:`is_json`) or a restricted pickle; ValueError
-    (:data:`TRUNCATED`) for a dump that lacks its end."""
+    (:data:`TRUNCATED`) for a dump that lacks its end, (:data:`ZEROED`, :data:`NEITHER`) for bytes
+    that are no dump's at all."""
+    if not data.strip(b"\0"):
+        raise ValueError(ZEROED)
+    if not is_json(data) and data[:1] != b"\x80":
+        raise ValueError(f"{NEITHER} (it starts with {data[:8].hex(' ')})")
     if is_json(data):
         try:
             return json.loads(data.decode("utf-8"))
@@ -120,6 +129,7 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
         stem_filter = path.name
         files = [p for p in sorted(parent.iterdir()) if p.name.startswith(path.name) and _not_a_directory(p)]
     found = []
+    # empty, or neither a pickle nor JSON: a dump only beside dumps named like it (else a log, ...)
     empty: list[tuple[int, Path, str]] = []
     for file in files:
         match = _NAME.match(file.name)
@@ -130,12 +140,12 @@ def _candidates(path: Path) -> list[tuple[int, Path]]:
             continue
         if stem_filter is None:
             head = _head(file)
-            if head == b"":
-                empty.append((rank, file, match["stem"]))
             if head is not None and head[:1] not in (b"\x80", b"{"):
-                continue  # a log or anything else beside the dumps
+                # empty, zeroed or garbled: a dump its rank did not finish when it is named like the
+                # dumps (refused with its reason); else a log or anything else beside them
+                empty.append((rank, file, match["stem"]))
+                continue
         found.append((rank, file))
-    # An empty file is a dump whose rank died before writing a byte when it is named like the dumps.
     stems = {m["stem"] for _, f in found if (m := _NAME.match(f.name))}
     found.extend((rank, file) for rank, file, stem in empty if stem in stems)
     return found
