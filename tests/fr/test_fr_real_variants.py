@@ -247,6 +247,22 @@ def test_p2p_peers_in_a_subgroup_are_group_ranks_and_named_as_global_ranks(tmp_p
     )
 
 
+def test_the_pipeline_stage_that_stopped_heads_the_verdict_not_the_lowest_pair(tmp_path: Path) -> None:
+    """Four stages; stage 2 took two microbatches of three and passed them on, then stopped: rank 1's
+    third send is never received (so rank 1 never posts the receive of rank 0's fourth), and rank 3's
+    third receive is never sent. Rank 2 is in two of the three divergences and heads the verdict,
+    though rank 0's pair is the lowest and the first in time."""
+    world4 = config(("0", "default_pg", [0, 1, 2, 3]))
+    write(tmp_path, 0, _p2p(0, [("send 0->1", 64)] * 4, pg_config=world4))
+    write(tmp_path, 1, _p2p(1, [("recv 1<-0", 64), ("send 1->2", 64)] * 3, pg_config=world4))
+    write(tmp_path, 2, _p2p(2, [("recv 2<-1", 64), ("send 2->3", 64)] * 2, pg_config=world4))
+    write(tmp_path, 3, _p2p(3, [("recv 3<-2", 64)] * 3, pg_config=world4))
+    report = judge(tmp_path)
+    assert sorted(tuple(d.suspects) for d in report.divergences) == [(1,), (2,), (2,)], report.divergences
+    assert report.divergences[0].suspects == [2], report.divergences[0].text
+    assert report.divergences[-1].text.startswith("rank 0 sent to rank 1"), report.divergences[-1].text
+
+
 def test_groups_of_split_group_that_share_a_name_are_judged_apart(tmp_path: Path) -> None:
     # split_group gives ranks 0-1 and ranks 2-3 one group each, both named "1". Rank 3 never issued its
     # group's #2: that must not vanish behind ranks 0-1's group of the same name.

@@ -672,7 +672,11 @@ def analyse(
                 return False
         return True
 
-    def first_time(d: Divergence) -> tuple[int, int, int, int]:
+    # A pipeline stage that stopped is in two of its pairs' divergences (what it never received, what
+    # it never sent): the pair it is in most comes first, whatever the lowest rank's pair is.
+    implicated = Counter(r for d in divergences if d.kind == P2P for r in d.suspects)
+
+    def first_time(d: Divergence) -> tuple[int, int, int, int, int]:
         times = [
             e.time_ns
             for dump in by_rank.values()
@@ -684,6 +688,7 @@ def analyse(
             1 if d.kind == NO_DUMP else 0,
             1 if consequence(d) else 0,
             1 if d.pg_desc == DEFAULT_PG else 0,
+            -max((implicated[r] for r in d.suspects), default=0) if d.kind == P2P else 0,
             min(times) if times else 1 << 62,
         )
 
