@@ -20,7 +20,7 @@ from tests.support.cli import run_cli
 
 from rankscope.fr.align import analyse
 from rankscope.fr.collect import read_dumps
-from rankscope.fr.report import MISSING, NO_DUMP, P2P, FrReport
+from rankscope.fr.report import MISSING, NO_DUMP, NOT_STARTED, P2P, FrReport
 
 FRAMES = [
     {"name": "all_reduce", "filename": "/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",
@@ -261,6 +261,31 @@ def test_the_pipeline_stage_that_stopped_heads_the_verdict_not_the_lowest_pair(t
     assert sorted(tuple(d.suspects) for d in report.divergences) == [(1,), (2,), (2,)], report.divergences
     assert report.divergences[0].suspects == [2], report.divergences[0].text
     assert report.divergences[-1].text.startswith("rank 0 sent to rank 1"), report.divergences[-1].text
+
+
+def test_a_rank_whose_gpu_never_started_the_collective_the_others_started_is_named(tmp_path: Path) -> None:
+    """With TORCH_NCCL_ENABLE_TIMING=1 NCCL marks a collective `started` when its kernel begins: ranks
+    0, 1 and 3 started #21, rank 2 never did (its stream was still on earlier work). Without a start
+    anywhere (no timing), or with one rank done (each dump is taken at its own moment), nothing is said."""
+    world4 = config(("0", "default_pg", [0, 1, 2, 3]))
+
+    def dumps(states: dict[int, str]) -> None:
+        for rank, state in states.items():
+            entries = [entry(20, record=20), entry(21, state=state, record=21)]
+            write(tmp_path, rank, document(entries, {"0": status(21, 20)}, world4))
+
+    dumps({0: "started", 1: "started", 2: "scheduled", 3: "started"})
+    report = judge(tmp_path)
+    assert [(d.kind, d.seq, d.suspects) for d in report.divergences] == [(NOT_STARTED, 21, [2])]
+    assert report.divergences[0].text.startswith(
+        "rank 2 never started all_reduce #21 from train_step (train.py:40) in the default group on the GPU, "
+        "which ranks 0-1,3 started (waiting for it)"
+    ), report.divergences[0].text
+    assert report.desync
+    dumps({0: "scheduled", 1: "scheduled", 2: "scheduled", 3: "scheduled"})
+    assert not judge(tmp_path).desync
+    dumps({0: "completed", 1: "started", 2: "scheduled", 3: "started"})
+    assert not judge(tmp_path).desync
 
 
 def test_groups_of_split_group_that_share_a_name_are_judged_apart(tmp_path: Path) -> None:

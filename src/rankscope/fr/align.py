@@ -23,6 +23,7 @@ from rankscope.fr.report import (
     EXTRA,
     MISSING,
     NO_DUMP,
+    NOT_STARTED,
     OP,
     P2P,
     SIZE,
@@ -512,6 +513,8 @@ def judge_group(
             if found is not None:
                 view.divergence = found
                 break
+    if view.divergence is None and not absent:
+        view.divergence = _not_started(pg, desc, by_rank, where)
     if view.divergence is None and absent and dumped:
         last = max((p.last_enqueued for p in view.progress), default=-1)
         view.divergence = Divergence(
@@ -525,6 +528,41 @@ def judge_group(
             [_side(absent, None)],
         )
     return view
+
+
+def _not_started(pg: str, desc: str, by_rank: dict[int, dict[int, Ops]], where: str) -> Optional[Divergence]:
+    """Every rank issued the group's last collective and none completed it, but some started it on the
+    GPU and the others did not: NCCL marks a collective ``started`` (with TORCH_NCCL_ENABLE_TIMING=1)
+    when its kernel begins, so a rank still ``scheduled`` there never reached it on its stream (a long
+    or hung kernel before it) while the others wait in it for that rank. Without timing nothing is
+    ``started`` and no rank is told apart (:func:`_scheduled_untimed`); gloo never says ``started``."""
+    if not by_rank or not all(by_rank.values()):
+        return None
+    last = min(max(numbered) for numbered in by_rank.values())
+    if any(max(numbered) != last for numbered in by_rank.values()):
+        return None  # not every rank's last collective: the ranks disagree elsewhere, or some went on
+    states = {rank: numbered[last][-1] for rank, numbered in by_rank.items()}
+    if any(e.done or e.timed_out for e in states.values()):
+        return None  # completed somewhere: each dump is taken at its own moment (docs/fr.md)
+    started = sorted(r for r, e in states.items() if e.state == "started")
+    waiting = sorted(r for r, e in states.items() if e.state == "scheduled")
+    if not started or not waiting:
+        return None
+    entry = states[started[0]]
+    text = (
+        f"{_ranks_word(waiting)} never started {_describe(entry)} in {where} on the GPU, which "
+        f"{_ranks_word(started)} started (waiting for {'it' if len(waiting) == 1 else 'them'}): the GPU work "
+        "before it had not finished there (a long or hung kernel, a blocked stream)"
+    )
+    return Divergence(
+        pg,
+        desc,
+        NOT_STARTED,
+        last,
+        waiting,
+        text,
+        [_side(started, entry), _side(waiting, states[waiting[0]])],
+    )
 
 
 def wrapped(dump: RankDump) -> bool:

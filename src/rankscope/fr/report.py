@@ -22,6 +22,9 @@ UNMATCHED = (
 )
 P2P = "p2p"  # sends and receives between two ranks that do not pair up
 NO_DUMP = "no dump"  # a member rank left no records at all
+NOT_STARTED = (
+    "not started"  # every rank issued the last collective; some started it on the GPU, the others never did
+)
 
 
 @dataclass
