@@ -51,7 +51,9 @@ def render_text(report: FrReport, source: str = "") -> str:
     lines.append(f"  {report.headline}")
     if len(report.divergences) > 1:
         lines.append("")
-        lines.append("Every group's first divergence (the first in time first)")
+        lines.append(
+            "The first divergence of every group and of every pair's sends and receives (the verdict's first)"
+        )
         lines.extend(f"  {d.text}" for d in report.divergences)
     if report.groups:
         lines.append("")

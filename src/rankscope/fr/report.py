@@ -157,7 +157,8 @@ class FrReport:
     #: other rank to wait for, so a collective it never completed was held in the rank itself.
     alone: bool = False
     groups: list[GroupView] = field(default_factory=list)
-    #: The first divergence of every group that has one, the first in time first.
+    #: The first divergence of every group that has one and of every pair of ranks whose sends and
+    #: receives do not pair up: the verdict's first (rankscope.fr.align.analyse orders them).
     divergences: list[Divergence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
