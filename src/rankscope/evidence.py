@@ -115,10 +115,17 @@ def _sortable(time: str) -> str:
 
 
 def _earliest(findings: list[Finding]) -> Finding:
-    timed = [f for f in findings if f.time is not None]
-    if timed:
+    """The first of ``findings``: within one source in the order it was written; across sources by
+    time, where the first of each has one (a traceback's is mostly a line's before it, lent: when it
+    happened at the earliest, which orders files, not the lines of one)."""
+    firsts: dict[str, Finding] = {}
+    for finding in findings:
+        if finding.source not in firsts or finding.order < firsts[finding.source].order:
+            firsts[finding.source] = finding
+    timed = [f for f in firsts.values() if f.time is not None]
+    if timed and len(firsts) > 1:
         return min(timed, key=lambda f: (_sortable(f.time or ""), f.order))
-    return min(findings, key=lambda f: f.order)
+    return min(firsts.values(), key=lambda f: f.order)
 
 
 def _rank_key(finding: Finding) -> Optional[str]:

@@ -231,7 +231,18 @@ def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
     if not culprits:
         return None
     others = sum(g.count for g in culprits) - 1
-    timed = [(g.timed, g) for g in culprits if g.timed is not None]
+    # A traceback's time is mostly lent by a line of its rank before it (Python prints none): when it
+    # happened, at the earliest. Within one source the log's order is the order things were written,
+    # so only the first culprit of each source is timed against the other sources' firsts.
+    firsts: dict[str, ErrorGroup] = {}
+    for group in culprits:
+        source = group.example.source
+        if source not in firsts or group.example.order < firsts[source].example.order:
+            firsts[source] = group
+    timed = [(g.example, g) for g in firsts.values() if g.example.time is not None]
+    if timed and len(firsts) == 1:
+        group = next(iter(firsts.values()))
+        return RootCause(group.example, group, "log order", others)
     if timed:
         tb, group = min(timed, key=lambda pair: _time_key(pair[0]))
         return RootCause(tb, group, "timestamp", others)
