@@ -223,6 +223,9 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
     when = f"by timestamp ({tb.time})" if root.by == "timestamp" else "in log order"
     first = f"root cause: {who}: {_short_exception(tb)}{_frame_text(tb)} — the first fatal error {when}"
     out = [first, f"  why: {root_reason(report, root)}"]
+    earlier = [c for c in tb.chained if c != tb.exception and reraised_from(c) is None]
+    if earlier:  # the chain's first error: what went wrong before the handler (or wrapper) failed too
+        out.append(f"  raised while handling: {earlier[0]}")
     last = nccl_reason(tb.tail).last_error
     if last:  # NCCL's error name is shown under the error itself
         out.append(f"  NCCL's last error: {last}")
