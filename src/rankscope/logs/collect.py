@@ -57,6 +57,8 @@ class LineCounts:
     nccl_reasons: dict[tuple[str, int], NcclReason] = field(default_factory=dict)
     #: NCCL WARN lines that are no finding of their own: (who, message, source, line), the first few.
     nccl_warnings: list[tuple[str, str, str, int]] = field(default_factory=list)
+    #: NVIDIA Xids of a GPU fault in the log (rankscope.logs.kernel_xid): (what, source, line).
+    gpu_faults: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
@@ -137,6 +139,7 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts.verdict = decide(counts.findings)
     counts.nccl_reasons = dict(evidence.reasons)
     counts.nccl_warnings = list(evidence.nccl_warnings)
+    counts.gpu_faults = list(evidence.gpu_faults)
     for group in report.groups:
         tb = group.timed or group.example  # the traceback its finding names
         reason = nccl_reason(tb.tail)

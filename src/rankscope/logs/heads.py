@@ -19,7 +19,10 @@ forms, it is removed from every line of the source before anything else reads it
   ``[2024-06-14 10:20:03] text``. A logger's own time looks the same at the start of its lines, so
   this one is taken only where a stamped line goes on with a rank's prefix or a traceback's line
   (``2024-06-14 10:20:03 [rank2]: ...``, ``... Traceback (most recent call last):``, ``...   File
-  "``): a logger stamps its records, never a traceback's lines.
+  "``): a logger stamps its records, never a traceback's lines;
+- vLLM's logger, which does put its head before every line of a record, a traceback's too:
+  ``ERROR 07-14 10:23:49 [core.py:517] Traceback (most recent call last):`` (taken where such a
+  traceback line is in the sample).
 
 The times of these heads are dropped with them (a line's own time after its prefix is still read).
 """
@@ -48,6 +51,12 @@ _STAMP = (
 _STAMPED = re.compile(rb"(?m)^" + _STAMP)
 #: What tells a stamping tool's lines from a logger's: a stamped rank prefix or traceback line.
 _STAMPED_TELL = re.compile(rb"(?m)^" + _STAMP + rb'(?:\[[^\]\n]{1,64}\]:|Traceback \(most recent|  File ")')
+#: vLLM's (and sglang's) logger, which writes every line of a record behind its head, a traceback's
+#: too: ``ERROR 07-14 10:23:49 [core.py:517]   File "..."``.
+_LOGGER = re.compile(
+    rb"(?m)^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w.]+:\d+\] "
+)
+_LOGGER_TELL = re.compile(_LOGGER.pattern + rb'(?:Traceback \(most recent|  File ")')
 
 
 def _cri(data: bytes) -> bytes:
@@ -85,6 +94,9 @@ class Head:
     name: str
     pattern: re.Pattern[bytes]
     strip: Callable[[bytes], bytes]
+    #: Where a logger writes the same head before its own records: a line that only a head put
+    #: before every line has (a traceback's), which the sample must hold too.
+    tell: Optional[re.Pattern[bytes]] = None
 
 
 HEADS = (
@@ -92,7 +104,8 @@ HEADS = (
     Head("docker-json", _DOCKER, _docker),
     Head("journal", _JOURNAL, lambda data: _JOURNAL.sub(b"", data)),
     Head("kubectl-timestamps", _KUBECTL, lambda data: _KUBECTL.sub(b"", data)),
-    Head("stamped", _STAMPED, lambda data: _STAMPED.sub(b"", data)),
+    Head("stamped", _STAMPED, lambda data: _STAMPED.sub(b"", data), _STAMPED_TELL),
+    Head("logger", _LOGGER, lambda data: _LOGGER.sub(b"", data), _LOGGER_TELL),
 )
 
 
@@ -118,6 +131,6 @@ def sniff_head(sample: bytes) -> Optional[Head]:
     if not lines:
         return None
     for head, count in zip(HEADS, counts):
-        if count > lines // 2 and (head.name != "stamped" or _STAMPED_TELL.search(sample) is not None):
+        if count > lines // 2 and (head.tell is None or head.tell.search(sample) is not None):
             return head
     return None

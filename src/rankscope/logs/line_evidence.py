@@ -22,13 +22,14 @@ from rankscope.logs.c10d_errors import WORDS as C10D_WORDS
 from rankscope.logs.c10d_errors import C10dLines, Seen
 from rankscope.logs.collective_trace import HEADER as STACK_HEADER
 from rankscope.logs.collective_trace import CollectiveTraces
-from rankscope.logs.cuda import ASYNC_STEP
+from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP
 from rankscope.logs.deepspeed import EXIT as DEEPSPEED_EXIT
 from rankscope.logs.deepspeed import NEEDLES as DEEPSPEED_NEEDLES
 from rankscope.logs.deepspeed import DeepSpeedLaunchers
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.kernel_oom import OomKill, oom_kill
+from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, XID_PROGRAM, xid_line, xid_step, xid_words
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
@@ -98,6 +99,8 @@ _SRUN = re.compile(
     rb"srun: error: (\S+): tasks? ([\d,-]+): (Killed|Terminated|Segmentation fault|Aborted|Bus error|Out Of Memory"
     rb"|Exited with exit code (\d+))"
 )
+#: vLLM's executor: ``Worker proc VllmWorker-1 died unexpectedly, shutting down executor.``
+_WORKER_DIED = re.compile(rb"Worker proc (\S+) died unexpectedly")
 #: Open MPI's report of a rank's MPI_Abort (4.x and 5.x): ``MPI_ABORT was invoked on rank 1 in
 #: communicator MPI_COMM_WORLD`` and, on the next line, ``with errorcode 3.``
 _MPI_ABORT = re.compile(
@@ -195,6 +198,11 @@ CRASH_STEPS = {
     "sigill": "an illegal instruction: a binary or extension built for another CPU (or GPU architecture) "
     "than this node's; the rank's core file names the frame (`rankscope core bt`)",
 }
+WORKER_DIED_STEP = (
+    "a worker that ends with no traceback was killed (the kernel's OOM killer: `dmesg -T | grep -i "
+    "killed`) or crashed in native code (a segfault: its core file, `rankscope core bt`); the errors "
+    "of the engine after it (`cancelled`, EngineDeadError) are its consequences"
+)
 MPI_ABORT_STEP = (
     "the rank chose to abort: its own lines before the abort say why (an uncaught exception under "
     "mpi4py's excepthook, a failed check); with several ranks' output in one file, tag them "
@@ -345,6 +353,10 @@ class LineEvidence:
     #: set-up facts), the first :data:`KEPT_WARNINGS`: (who, message, source, line). A traceback of
     #: NCCL's "unhandled system error" shows them as its reason.
     nccl_warnings: list[tuple[str, str, str, int]] = field(default_factory=list)
+    #: The GPU faults NVIDIA's driver reported in the log (Xids a program does not cause): (what,
+    #: source, line). A CUDA error then is the fault's, not an asynchronous kernel error to rerun.
+    gpu_faults: list[tuple[str, str, int]] = field(default_factory=list)
+    _xids_seen: set[int] = field(default_factory=set)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
@@ -460,12 +472,15 @@ class LineEvidence:
             or b"slurmstepd" in chunk
             or b"terminated with" in chunk
             or b"MPI_ABORT was invoked" in chunk
+            or b"died unexpectedly" in chunk
         ):
             self._launcher(chunk, line_at)
         if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
             self._shell(chunk, line_at)
             if b"Killed process" in chunk:  # the kernel's OOM killer, its lines pasted beside the job's
                 self._scan(chunk, b"Killed process", self._kernel_oom, line_at)
+        if unprefixed and b"NVRM: Xid" in chunk:  # the GPU driver's kernel lines pasted beside the job's
+            self._scan(chunk, b"NVRM: Xid", self._xid, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
         if unprefixed and b"OOMKilled" in chunk:
@@ -937,6 +952,9 @@ class LineEvidence:
                     node = self._split(chunk[start : len(chunk) if end < 0 else end])[0]
                     who = who if node is None else f"{label_text(node)}:{who}"
                 self._death(who, code, launcher, line_at(start), match)
+        for match in _WORKER_DIED.finditer(chunk):
+            line_no = line_at(chunk.rfind(b"\n", 0, match.start()) + 1)
+            self._worker_died(match.group(1).decode("utf-8", "replace"), line_no)
         for match in _MPI_ABORT.finditer(chunk):
             self._mpi_abort(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
         ending = _STEP_ENDING.search(chunk)
@@ -964,7 +982,7 @@ class LineEvidence:
                 after = ended is not None and ended[0] == self._source and line_no > ended[1]
                 teardown = after and how in (b"Killed", b"Terminated")
                 self._death(who, code, "srun", line_no, match, victim=teardown)
-        if b"slurmstepd" in chunk:
+        if b"slurmstepd" in chunk or b"srun: error: " in chunk:
             self._scheduler(chunk, line_at)
 
     def _shell(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
@@ -1000,6 +1018,36 @@ class LineEvidence:
                 line_no,
                 self.order(line_no),
                 next_step=step,
+            )
+        )
+
+    def _xid(self, line: bytes, line_no: int) -> None:
+        """An NVIDIA Xid pasted from the kernel log: a fault of the GPU (its bus, its memory), the
+        culprit; or one a program causes (an illegal address), whose CUDA error in the rank's own
+        output is the finding (this one a victim of it)."""
+        found = xid_line(line.decode("utf-8", "replace"))
+        if found is None or found.xid in self._xids_seen:
+            return
+        self._xids_seen.add(found.xid)
+        program = found.xid in XID_PROGRAM
+        whose = (
+            f" (pid {found.pid}{', ' + found.comm if found.comm else ''})" if found.pid is not None else ""
+        )
+        what = f"NVIDIA Xid {found.xid}: {xid_words(found.xid)}{whose}"
+        if not program:
+            self.gpu_faults.append((what, self._source, line_no))
+        self.findings_.append(
+            Finding(
+                Kind.KERNEL,
+                "gpu_ecc" if found.xid in XID_ECC else "gpu_xid",
+                VICTIM if program or found.xid in XID_CONSEQUENCE else CULPRIT,
+                None,
+                what,
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step=xid_step(found.xid),
             )
         )
 
@@ -1058,8 +1106,10 @@ class LineEvidence:
         return result
 
     def _scheduler(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
-        """slurmstepd's lines: a job or step cancelled (and why), cgroup OOM kills."""
-        for start, end in _lines_with(chunk, b"slurmstepd"):
+        """slurmstepd's lines (a job or step cancelled, and why; cgroup OOM kills) and srun's own (a node
+        failure, a step it could not create)."""
+        lines = sorted({*_lines_with(chunk, b"slurmstepd"), *_lines_with(chunk, b"srun: error: ")})
+        for start, end in lines:
             line_no = line_at(start)
             found = scheduler_finding(
                 chunk[start:end].decode("utf-8", "replace"), self._source, line_no, self.order(line_no)
@@ -1069,6 +1119,23 @@ class LineEvidence:
                 if key not in self._cancelled_seen:
                     self._cancelled_seen.add(key)
                     self.findings_.append(found)
+
+    def _worker_died(self, worker: str, line_no: int) -> None:
+        """vLLM's executor seeing a worker process end without its answer: a death with no traceback."""
+        self.findings_.append(
+            Finding(
+                Kind.LAUNCHER,
+                "worker_died",
+                CULPRIT,
+                worker,
+                f"vLLM: worker {worker} died unexpectedly (no traceback of it: killed, or a native crash)",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step=WORKER_DIED_STEP,
+            )
+        )
 
     def _mpi_abort(self, match: re.Match[bytes], line_no: int) -> None:
         """Open MPI's report that a rank called MPI_Abort (mpi4py's ``comm.Abort()``, its excepthook,
@@ -1215,6 +1282,13 @@ class LineEvidence:
                 break
         out = name_the_lone_failure(out, "cpp_exception")
         out = self._oom_findings(out)
+        if self.gpu_faults:  # a CUDA error beside the driver's GPU fault is the fault's: no rerun finds it
+            fault, source, line = self.gpu_faults[0]
+            step = f"the GPU failed ({fault}, {source} line {line}), not the program: {HARDWARE_STEP}"
+            out = [
+                replace(f, next_step=step) if f.cause == "cuda_error" and f.role == CULPRIT else f
+                for f in out
+            ]
         out += fatal_findings(self.fatal_dumps, out)
         watchdog = self._watchdog_findings()
         if watchdog:

@@ -81,6 +81,7 @@ _LOGGER_HEAD = re.compile(
     rb"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+:\d+\] ?"
 )
 _PAREN_FIELD = re.compile(rb"\b(rank|pid|ip)=([\w.:]+)")
+_PAREN_TP = re.compile(rb"(?:^|[\s_])TP(\d+)\b")
 #: Ray's deduplication suffix: ``Traceback (most recent call last): [repeated 6x across cluster]``.
 _RAY_REPEATED = re.compile(rb" \[repeated \d+x across cluster\]$")
 #: Words that head ordinary lines ("INFO: ...") and are no pdsh host.
@@ -97,7 +98,8 @@ class Dialect:
 
     - ``pdsh``: ``worker-1: text``, ``10.1.2.3: text`` (pdsh, DeepSpeed's multi-node runner): the host;
     - ``paren``: Ray's ``(Actor pid=N, ip=A) text`` (label ``A,pid=N``, or ``pid=N``) and vLLM's
-      ``(VllmWorker rank=R pid=N) text`` (label ``R``, a global rank); a logger head after it
+      ``(VllmWorker rank=R pid=N) text`` (label ``R``, a global rank), ``(Worker_TP2 pid=N)`` and
+      ``(VllmWorker TP2 pid=N)`` (label ``TP2``, the tensor-parallel rank); a logger head after it
       (``ERROR 04-25 10:31:09 [file.py:N] ``) is removed from the text;
     - ``indent``: the standard prefixes behind the indentation a paste added (``    [rank7]: ...``);
     - ``mark``: a mark before every line that names no rank: a log pasted as a Markdown quote
@@ -148,8 +150,13 @@ class Dialect:
             label = b",".join(parts)
         else:
             fields = dict(_PAREN_FIELD.findall(match.group(1)))
+            tp = _PAREN_TP.search(match.group(1))
             if b"rank" in fields:
                 label = fields[b"rank"]
+            elif (
+                tp is not None
+            ):  # vLLM's (Worker_TP2 pid=N), (VllmWorker TP2 pid=N): its tensor-parallel rank
+                label = b"TP" + tp.group(1)
             elif b"pid" in fields:
                 label = (fields[b"ip"] + b"," if b"ip" in fields else b"") + b"pid=" + fields[b"pid"]
             else:

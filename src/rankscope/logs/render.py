@@ -235,6 +235,12 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         out.append(
             f"  NCCL's warning: {who}: {said} ({source} line {line}; `rankscope logs nccl` explains it)"
         )
+    fault = counts.gpu_faults[0] if counts.gpu_faults and "CUDA error" in tb.exception else None
+    if fault is not None:  # the driver's word on the GPU: the CUDA error is the fault's, not the program's
+        what, source, line = fault
+        out.append(f"  GPU fault: {what} ({source} line {line}): the GPU failed, not the program")
+        out.append(f"  next: {HARDWARE_STEP}")
+        return out
     asynchronous = gpu_hardware_error(tb) is None and is_async_cuda_error(tb)
     step = traceback_step(tb)
     if step and not asynchronous:  # an asynchronous error's step is the rerun line below, with its command

@@ -60,6 +60,11 @@ VICTIM_MESSAGES = re.compile(
             # torch.multiprocessing.spawn in the parent: the child's own traceback follows it
             # ("-- Process 2 terminated with the following error:"), or its death by a signal
             r"\bProcess(?:Raised|Exited)Exception\b",
+            # vLLM's engine after a worker died or failed to start: its own errors are consequences
+            r"\bEngineDeadError\b",
+            r"Engine core initialization failed",
+            r"WorkerProc initialization failed",
+            r"^RuntimeError: cancelled$",
             # Ray's driver (or another actor) calling an actor whose worker process died: the cause is
             # that worker's own output (a crash, an abort), not this call
             r"\bActorDiedError\b",

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind
 from rankscope.folding import RankSet
+from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, xid_step, xid_words
 from rankscope.model import Frame
 from rankscope.why.fatal import fatal_findings
-from rankscope.why.kernel import XID_CONSEQUENCE, XID_ECC, xid_step, xid_words
 from rankscope.why.signals import Gathered
 
 if TYPE_CHECKING:
