@@ -23,6 +23,9 @@ Scenarios (``--scenario``):
                 touches ``$RANKSCOPE_READY_DIR/loading.<pid>`` once it is stuck
   steps         rank r marks step r+1 with rankscope.progress(); the culprit loops in its data
                 loader, the others wait in one barrier at different steps (same line, other iterations)
+  ddp-backward  a DistributedDataParallel model: the culprit sleeps in its data loader, the others
+                wait in loss.backward(), where DDP's reducer runs the gradient all_reduce from the
+                autograd engine (no Python frame of the collective on their stacks)
 """
 
 from __future__ import annotations
@@ -162,6 +165,12 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
         if rank == culprit:
             load_batch(step)
         wait_for_peers()
+    elif scenario == "ddp-backward":
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        if rank == culprit:
+            load_batch(step)
+        loss = model(torch.ones(2, 4)).sum()
+        loss.backward()
     elif scenario == "exit":
         if rank == culprit:
             os._exit(0)

@@ -262,7 +262,24 @@ def locate(frames: Sequence[Frame]) -> Place:
                 f"{op} ({backend})", _user_before(frames, index), innermost, native_wait=_work_wait(frames)
             )
     user = [f for f in python_frames if not is_library(f)]
+    if innermost is not None and _in_autograd_engine(innermost) and gpu_wait(frames) is None:
+        # DDP's reducer runs its gradient all_reduce from the autograd engine's C++ hooks: on gloo the
+        # backward pass itself blocks in it, with no Python frame of the collective on the stack
+        caller = user[-1] if user else None
+        return Place(BACKWARD, caller, innermost, native_wait=_work_wait(frames))
     return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock, gpu_call=gpu_wait(frames))
+
+
+#: The autograd engine as the innermost Python frame: ``_engine_run_backward`` (torch >= 2.3, in
+#: torch/autograd/graph.py) or ``backward`` calling the engine (torch/autograd/__init__.py).
+BACKWARD = "backward (torch.autograd: DDP's gradient all_reduce runs inside it)"
+
+
+def _in_autograd_engine(frame: Frame) -> bool:
+    path = frame.filename.replace("\\", "/")
+    return (frame.function == "_engine_run_backward" and path.endswith("torch/autograd/graph.py")) or (
+        frame.function == "backward" and path.endswith("torch/autograd/__init__.py")
+    )
 
 
 def _work_wait(frames: Sequence[Frame]) -> Optional[str]:
