@@ -74,3 +74,17 @@ def test_the_paste_reads_as_the_lines_it_was() -> None:
     )
     assert "train_one_epoch.py:144 in train_one_epoch —" in first
     assert "joined 9 line(s) cut at 100 columns (a paste from a terminal)" in text
+
+
+def test_one_message_of_several_srun_tasks_is_no_terminal_s_width() -> None:
+    """srun --label: eight tasks print one watchdog message of one length, each followed by its next
+    line under its own label: whole lines, not a paste cut at that width."""
+    message = (
+        "[rank{n}]:[E311 22:47:02.0 ProcessGroupNCCL.cpp:1595] Watchdog caught collective operation timeout "
+        + "x" * 120
+    )
+    lines = []
+    for n in range(8):
+        lines.append(f"{n}: " + message.format(n=n))
+        lines.append(f"{n}: ncclRemoteError: A call failed possibly due to a network error")
+    assert sniff_width(("\n".join(lines) + "\n").encode(), _starts_line) is None

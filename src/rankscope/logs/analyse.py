@@ -3,6 +3,8 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import Finding, Kind
@@ -107,6 +109,37 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
             )
         )
     return out
+
+
+def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
+    """A launcher's "exited with an error code" of a rank whose traceback is in this log as a victim's
+    (it lost its peer, its collective timed out) is that consequence too: its traceback is not
+    elsewhere, and the rank that ended first is another (one that left no error: ``os._exit(0)``, a
+    kill), so none of them is the root cause."""
+    victims: set[Optional[int]] = set()
+    for f in findings:
+        if (
+            f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE)
+            and f.role == "victim"
+            and f.global_rank is not None
+        ):
+            victims.add(f.global_rank)
+            with contextlib.suppress(ValueError):  # every rank of its group ("0,2"), where plain numbers
+                victims.update(RankSet.parse(f.ranks or ""))
+    if not victims:
+        return findings
+    # torchrun's own line names the local rank: its summary gives the global one beside it
+    local = {str(e.local_rank) for e in exits if e.rank in victims and e.local_rank is not None}
+
+    def explained(f: Finding) -> bool:
+        return f.global_rank in victims if f.global_rank is not None else f.local and f.who in local
+
+    return [
+        replace(f, role="victim", what=f.what + " (its traceback is in this log: a consequence)")
+        if f.cause == "tracebacks_elsewhere" and f.role == "culprit" and explained(f)
+        else f
+        for f in findings
+    ]
 
 
 def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.evidence import Finding, decide
-from rankscope.logs.analyse import summary_findings, traceback_findings
+from rankscope.logs.analyse import exits_with_their_tracebacks, summary_findings, traceback_findings
 from rankscope.logs.c10d_errors import classify, specific_findings
 from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
@@ -126,13 +126,16 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts.device_asserts = asserts.result()
     report = grouper.report()
     counts.findings = specific_findings(
-        name_the_lone_failure(
-            [
-                *traceback_findings(report, sources),
-                *evidence.findings(traced),
-                *summary_findings(counts.exits),
-            ],
-            "python_exception",
+        exits_with_their_tracebacks(
+            name_the_lone_failure(
+                [
+                    *traceback_findings(report, sources),
+                    *evidence.findings(traced),
+                    *summary_findings(counts.exits),
+                ],
+                "python_exception",
+            ),
+            counts.exits,
         ),
         evidence.c10d,
     )

@@ -25,6 +25,7 @@ from typing import Optional
 
 _FIELD = re.compile(rb"^\s+(time|host|rank|exitcode|traceback)\s*: ?(.*?)\s*$")
 _RANK = re.compile(rb"(\d+)")
+_LOCAL = re.compile(rb"local_rank: (\d+)")
 _EXIT = re.compile(rb"(-?\d+)")
 _SIGNAL = re.compile(rb"Signal (\d+) \((\w+)\)")
 MARKERS = (b"Failures:", b"Root Cause (first observed failure):")
@@ -39,6 +40,8 @@ class RankExit:
     exitcode: Optional[int]
     signal: Optional[str]
     root_cause: bool
+    #: The ``(local_rank: N)`` of its ``rank :`` field, where printed.
+    local_rank: Optional[int] = None
 
     @property
     def how(self) -> str:
@@ -58,6 +61,7 @@ def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"
     def flush() -> None:
         if b"rank" in fields:
             number = _RANK.search(fields[b"rank"])
+            local = _LOCAL.search(fields[b"rank"])
             code = _EXIT.search(fields.get(b"exitcode", b""))
             signal = _SIGNAL.search(fields.get(b"traceback", b""))
             if number is not None:
@@ -68,6 +72,7 @@ def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"
                         exitcode=int(code.group(1)) if code else None,
                         signal=signal.group(2).decode() if signal else None,
                         root_cause=root_cause,
+                        local_rank=int(local.group(1)) if local else None,
                     )
                 )
         fields.clear()

@@ -17,6 +17,7 @@ below :data:`MIN_WIDTH`.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from typing import Optional
@@ -48,8 +49,21 @@ def sniff_width(head: bytes, starts_line: Callable[[bytes], bool]) -> Optional[i
         return None
     # a line of its own starts as the line before did (the same prefix: `worker-1: `, `[2025-`, `[rank`)
     pairs = [(lines[i], lines[i + 1]) for i, n in enumerate(lengths[:-1]) if n == width and lines[i + 1]]
-    continued = sum(1 for line, after in pairs if after[:4] != line[:4] and not starts_line(after))
+    continued = sum(
+        1
+        for line, after in pairs
+        if after[:4] != line[:4] and not starts_line(after) and not _same_head(line, after)
+    )
     return width if continued * 2 > len(pairs) else None
+
+
+#: A line's own head of the form srun --label and pdsh give it (``3: ``, ``worker-1: ``).
+_HEAD = re.compile(rb"\s*[\w.@-]{1,64}: ")
+
+
+def _same_head(line: bytes, after: bytes) -> bool:
+    """Both lines begin with such a head (srun's ``0: `` then ``1: ``): the second is a line of its own."""
+    return _HEAD.match(line) is not None and _HEAD.match(after) is not None
 
 
 class Unwrapper:
