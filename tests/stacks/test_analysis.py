@@ -67,21 +67,6 @@ def test_mismatched_collectives() -> None:
     assert any("mismatched" in n for n in diagnosis.notes)
 
 
-def test_one_helper_reached_from_two_lines_is_two_collectives() -> None:
-    """sync() called from line 57 on ranks 0,2 and from line 60 (a subgroup's sync) on rank 1: the same
-    all_reduce line, but two collectives that never pair. Each place names the line it came from."""
-    pair_loop = Frame("train", "/job/train.py", 60)
-    report = report_of(*hung(0, 2), snap(1, MAIN, pair_loop, SYNC, WRAP, ALL_REDUCE), world=3)
-    diagnosis = diagnose(report)
-    assert diagnosis.headline == (
-        "ranks 0,2 wait in all_reduce (torch.distributed) called from sync (train.py:30), reached from "
-        "train (train.py:57); rank 1 waits in all_reduce (torch.distributed) called from sync (train.py:30), "
-        "reached from train (train.py:60)"
-    )
-    assert diagnosis.divergent_ranks == [1]
-    assert "a mismatched collective call" in diagnosis.notes[0]
-
-
 def test_library_wait_is_shown_with_its_user_caller() -> None:
     place = locate((MAIN, LOAD, SLEEP_WAIT))
     assert place.collective is None

@@ -4,12 +4,11 @@ steps, GPUs and ranks not found (pure; the frames' words are :mod:`rankscope.sta
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Optional
 
 from rankscope.folding import RankSet, describe_members
 from rankscope.model import Frame, Member, RankId
-from rankscope.stacks.frames import Place, is_library, locate
+from rankscope.stacks.frames import Place, locate
 from rankscope.stacks.merge import job_reports
 from rankscope.stacks.report import Diagnosis, Finding, GpuStatus, StackGroup, StacksReport
 
@@ -21,46 +20,16 @@ def _finding(kind: str, members: list[Member], place: Place, text: str) -> Findi
     )
 
 
-def _user_chain(frames: Sequence[Frame]) -> tuple[tuple[str, int], ...]:
-    """Where the user's own frames are, outermost first: one collective reached from two lines is two."""
-    return tuple((f.filename, f.line) for f in frames if not is_library(f))
-
-
 def _findings(groups: Sequence[StackGroup]) -> list[tuple[Place, list[Member]]]:
-    """Merge groups that are at the same place (they may differ in deeper library frames); a collective
-    reached through other lines of the user's code is another place (its first differing frame named)."""
-    Key = tuple[Optional[str], Optional[Frame], Optional[Frame], tuple[tuple[str, int], ...]]
-    places: dict[Key, tuple[Place, list[Member]]] = {}
-    chains: dict[Key, list[Frame]] = {}
+    """Merge groups that are at the same place (they may differ in deeper library frames)."""
+    places: dict[tuple[Optional[str], Optional[Frame], Optional[Frame]], tuple[Place, list[Member]]] = {}
     for group in groups:
         place = locate(group.frames)
-        chain = _user_chain(group.frames) if place.collective else ()
-        key = (place.collective, place.caller, None if place.collective else place.innermost, chain)
+        key = (place.collective, place.caller, None if place.collective else place.innermost)
         if key in places:
             places[key][1].extend(group.members)
         else:
             places[key] = (place, list(group.members))
-            chains[key] = [f for f in group.frames if not is_library(f)]
-    by_call: dict[tuple[Optional[str], Optional[Frame]], list[Key]] = {}
-    for key in places:
-        if key[0] is not None:
-            by_call.setdefault((key[0], key[1]), []).append(key)
-    for keys in by_call.values():
-        if len(keys) < 2:
-            continue
-        for key in keys:  # name the outermost frame where this chain leaves the others
-            mine = chains[key]
-            others = [chains[k] for k in keys if k != key]
-            fork = next(
-                (
-                    f
-                    for i, f in enumerate(mine)
-                    if any(i >= len(o) or (o[i].filename, o[i].line) != (f.filename, f.line) for o in others)
-                ),
-                None,
-            )
-            place, members = places[key]
-            places[key] = (replace(place, reached=fork), members)
     ordered = sorted(places.values(), key=lambda pm: (-len(pm[1]), min(_order(m) for m in pm[1])))
     return ordered
 

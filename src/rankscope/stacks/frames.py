@@ -194,9 +194,6 @@ class Place:
     gpu_call: Optional[str] = None
     #: The native c10d/gloo/NCCL frame a collective blocks in (``c10d::Work::wait``), with --native.
     native_wait: Optional[str] = None
-    #: The outer user frame that tells this place from another with the same collective and caller
-    #: (one helper called from two lines: two collectives that do not pair), where there is one.
-    reached: Optional[Frame] = None
 
     def where(self) -> str:
         """The place alone: ``all_reduce (torch.distributed) called from sync (train.py:30)``; "" without frames."""
@@ -204,8 +201,6 @@ class Place:
             where = self.collective
             if self.caller is not None:
                 where += f" called from {describe_frame(self.caller)}"
-            if self.reached is not None:
-                where += f", reached from {describe_frame(self.reached)}"
             if self.native_wait:
                 where += f", blocked in {short_native_name(self.native_wait)}"
             return where
