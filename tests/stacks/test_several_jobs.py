@@ -107,8 +107,8 @@ def test_why_weighs_each_job_apart(two_jobs: tuple[LaunchedJob, LaunchedJob]) ->
     documents = {d["job"]: d for d in [first, *first["other_jobs"]]}
     assert first["notes"][0].startswith(f"{len(documents)} jobs on this node (")
     job_a, job_b = documents[f"torchrun pid {a.pid}"], documents[f"torchrun pid {b.pid}"]
-    assert (job_a["verdict"]["ranks"], job_a["verdict"]["location"]) == ([1], "update_index (hang_job.py:59)")
-    assert (job_b["verdict"]["ranks"], job_b["verdict"]["location"]) == ([0], "load_batch (hang_job.py:65)")
+    assert (job_a["verdict"]["ranks"], job_a["verdict"]["location"]) == ([1], "update_index (hang_job.py:62)")
+    assert (job_b["verdict"]["ranks"], job_b["verdict"]["location"]) == ([0], "load_batch (hang_job.py:68)")
     for document, other in ((job_a, "load_batch"), (job_b, "update_index")):
         texts = [e["text"] for e in document["verdict"]["evidence"]]
         assert not any(other in t for t in texts), texts

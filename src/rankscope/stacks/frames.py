@@ -276,10 +276,9 @@ BACKWARD = "backward (torch.autograd: DDP's gradient all_reduce runs inside it)"
 
 
 def _in_autograd_engine(frame: Frame) -> bool:
-    path = frame.filename.replace("\\", "/")
-    return (frame.function == "_engine_run_backward" and path.endswith("torch/autograd/graph.py")) or (
-        frame.function == "backward" and path.endswith("torch/autograd/__init__.py")
-    )
+    if frame.function == "_engine_run_backward":  # the name first: this runs for every stack located
+        return frame.filename.endswith("torch/autograd/graph.py")
+    return frame.function == "backward" and frame.filename.endswith("torch/autograd/__init__.py")
 
 
 def _work_wait(frames: Sequence[Frame]) -> Optional[str]:
