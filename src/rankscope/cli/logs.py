@@ -159,13 +159,14 @@ The first line names the root cause, weighed over every kind of evidence (strong
 first): NCCL WARN lines of a failed CUDA/network call, tracebacks and rank-prefixed exception
 lines, native crash backtraces, launchers reporting a death by signal (SIGKILL: OOM killer
 or scheduler), watchdog timeouts and desyncs, cut tracebacks, a launcher's summary alone.
-Among tracebacks: the first fatal culprit (by timestamp where the lines carry one, else by
-log order), its ranks, exception, the user's own frame, and why.
+Among tracebacks: the first fatal culprit (in log order within a file; across files by
+timestamp where the lines carry one), its ranks, exception, the user's own frame, and why.
 Each error has a role:
   culprit   the rank's own error, a candidate root cause
   victim    a consequence of another failure: lost peer (gloo "Connection closed by
             peer"), NCCL remote error or watchdog timeout, socket timeout, a signal
-  handled   caught: the same rank wrote 100+ more lines after it, or a later traceback
+  handled   caught: the same rank wrote 100+ more lines after it, a later traceback, or a
+            logger printed it and the rank wrote on
 CUDA errors reported asynchronously are flagged with the CUDA_LAUNCH_BLOCKING=1 rerun;
 device-side assertion lines are folded; out-of-memory errors show asked, capacity, free.
 

@@ -83,6 +83,17 @@ _ROLE_WORDS = {
 }
 
 
+def _handled_because(tb: RankTraceback) -> str:
+    """Why a traceback counts as caught (rankscope.logs.tracebacks, rankscope.logs.grouping)."""
+    if tb.handled and tb.lines_after >= HANDLED_LINES:
+        return f"the rank wrote {HANDLED_LINES}+ more lines after it"
+    if tb.followed:
+        return "the rank printed another traceback after it"
+    if tb.logged:
+        return "a logger's ERROR line introduced it and the rank wrote on: the program caught and logged it"
+    return "the program printed it, unlike the tracebacks torch marks as uncaught, and its rank wrote on"
+
+
 def _cuda_lines(group: ErrorGroup, launcher: str) -> list[str]:
     """CUDA facts of an error: its location's reliability, its out-of-memory numbers."""
     out = []
@@ -136,6 +147,8 @@ def _render_group(
     labels = group.labels
     ranks = fold_labels(labels)
     role = _ROLE_WORDS[group.role]
+    if group.role is Role.HANDLED:
+        role = f"handled ({_handled_because(group.example)})"
     if root is not None and group is root.group:
         role = "culprit, the root cause"
     if title == "error":
