@@ -317,14 +317,20 @@ def test_every_rank_waits_in_one_collective_and_the_recorders_name_the_rank_that
 def ddp_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
     workdir = tmp_path_factory.mktemp("ddp")
     with torchrun_job(workdir, "--scenario", "ddp-backward", "--culprit", "1", nproc=3) as job:
-        time.sleep(2.0)  # the others reach DDP's reducer inside backward
         yield job
 
 
 def test_ranks_waiting_in_ddp_s_backward_single_out_the_one_elsewhere(ddp_job: LaunchedJob) -> None:
     """On gloo, DDP's gradient all_reduce blocks the backward pass in the autograd engine: no Python
     frame of a collective. The rank that never got there is the one elsewhere."""
-    verdict = run_cli("why", "--pid", str(ddp_job.pid), "--json").json()["verdict"]
+    verdicts: list[Any] = []
+
+    def settled() -> bool:  # ranks 0 and 2 reach backward after DDP's set-up: slow on a loaded machine
+        verdicts.append(run_cli("why", "--pid", str(ddp_job.pid), "--json").json()["verdict"])
+        return verdicts[-1] is not None and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
+
+    _wait(settled, "the ranks never waited in backward", timeout=120.0)
+    verdict = verdicts[-1]
     assert verdict["text"] == "rank 1 is elsewhere while the other ranks wait in a collective", verdict
     assert verdict["location"] == "load_batch (hang_job.py:68)", verdict
     stacks = run_cli("stacks", "--pid", str(ddp_job.pid)).stdout

@@ -134,6 +134,10 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
                     *summary_findings(counts.exits),
                 ],
                 "python_exception",
+                {
+                    ((g.timed or g.example).source, (g.timed or g.example).line_number): g.count
+                    for g in report.groups
+                },
             ),
             counts.exits,
         ),

@@ -12,7 +12,9 @@ else the local rank its line names (``who``, as that line's own finding has it: 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Optional
 
 from rankscope.evidence import Finding, Kind
 
@@ -27,12 +29,18 @@ def _node_label(who: str) -> bool:
     return not who.isdigit() and ":" not in who and not who.startswith("rank")
 
 
-def name_the_lone_failure(findings: list[Finding], cause: str) -> list[Finding]:
+def name_the_lone_failure(
+    findings: list[Finding], cause: str, copies: Optional[Mapping[tuple[str, int], int]] = None
+) -> list[Finding]:
     """``findings`` with the lone culprit of ``cause`` (``python_exception`` or ``cpp_exception``)
-    named after its launcher's report, where the module's rule applies; else unchanged."""
+    named after its launcher's report, where the module's rule applies; else unchanged. ``copies``:
+    how many tracebacks a finding stands for, by its (source, line) (one error printed by several
+    processes without a prefix is one finding, and no one process's)."""
     culprits = [f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == cause]
     if len(culprits) != 1 or culprits[0].global_rank is not None:
         return findings  # several, or its own words name its rank ([Rank N], a quoted error file)
+    if (copies or {}).get((culprits[0].source, culprits[0].line), 1) > 1:
+        return findings  # several processes printed it
     node = culprits[0].who
     if node is not None and not _node_label(node):
         return findings

@@ -22,6 +22,7 @@ from rankscope.logs.prefixes import (
     tally_lines,
 )
 from rankscope.logs.redraws import split_redraws, split_window
+from rankscope.logs.rich_boxes import RichBoxes
 from rankscope.logs.sources import (
     CHUNK,
     MAX_LINE,
@@ -184,8 +185,8 @@ class Reading:
                 yield OpenedSource(source, SourceLabels(source.fixed_label, False, host), iter(()))
                 continue
             data, start, end = first
-            head = split_redraws(data[start : min(end, start + _SNIFF)])
-            stream: Iterator[Window] = (split_window(w) for w in itertools.chain([first], windows))
+            head = RichBoxes().feed(split_redraws(data[start : min(end, start + _SNIFF)]))
+            stream: Iterator[Window] = _unboxed(split_window(w) for w in itertools.chain([first], windows))
             line_head = None if source.fixed_label is not None else sniff_head(head)
             if line_head is not None:
                 head = line_head.strip(head)
@@ -325,6 +326,18 @@ def _unwrapped(windows: Iterator[Window], unwrapper: Unwrapper, stats: ReadStats
     rest = unwrapper.flush()
     if rest:
         yield (rest, 0, len(rest))
+
+
+def _unboxed(windows: Iterator[Window]) -> Iterator[Window]:
+    """Tracebacks that ``rich`` drew in a box, as Python prints them (see :mod:`rich_boxes`)."""
+    boxes = RichBoxes()
+    for window in windows:
+        data, lo, hi = window
+        if boxes.idle and data.find(b"\xe2", lo, hi) < 0:
+            yield window
+            continue
+        read = boxes.feed(window_bytes(window))
+        yield (read, 0, len(read))
 
 
 def _joined(windows: Iterator[Window]) -> Iterator[Window]:
