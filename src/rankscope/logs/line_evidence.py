@@ -125,6 +125,21 @@ _SPAWN_EXIT = re.compile(
 #: ``kubectl get pods`` pasted with the logs: a pod whose container the kernel killed for memory
 #: (``NAME  READY  STATUS  RESTARTS  AGE``; the pod's limit, a node's memory).
 _POD_OOM = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+OOMKilled\s+\d+", re.M)
+_POD_EVICTED = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+Evicted\s+\d+", re.M)
+#: ``kubectl describe pod``: a ``Reason:`` field (the pod's, or a container's last state's), the
+#: pod's ``Name:`` line above it, the ``Message:`` after it.
+_DESCRIBED = re.compile(rb"^(\s*)Reason:\s+(OOMKilled|Evicted)\b", re.M)
+_DESCRIBE_NAME = re.compile(rb"^Name:\s+([a-z0-9][a-z0-9.-]{0,252})\s*$", re.M)
+_MESSAGE = re.compile(rb"\n\s*Message:\s+([^\n]+)")
+
+
+def _described_pod(chunk: bytes, pos: int) -> Optional[str]:
+    """The pod a ``kubectl describe pod`` field at ``pos`` belongs to: the last ``Name:`` line before
+    it (within 16 KiB)."""
+    names = list(_DESCRIBE_NAME.finditer(chunk, max(0, pos - 16384), pos))
+    return names[-1].group(1).decode() if names else None
+
+
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
@@ -208,6 +223,11 @@ MPI_ABORT_STEP = (
     "mpi4py's excepthook, a failed check); with several ranks' output in one file, tag them "
     "(mpirun --tag-output) to tell that rank's lines apart"
 )
+EVICTED_STEP = (
+    "the kubelet evicted the pod because its node ran short of a resource (disk, memory): give the "
+    "container requests and limits for it (ephemeral-storage, memory), write checkpoints and caches to "
+    "a volume rather than the container's disk, and restart the job from its last checkpoint"
+)
 ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
@@ -233,7 +253,7 @@ WATCHDOG_ABORT = (
     "a consequence)"
 )
 #: The same after an NCCL error: torch's error handling tears the process down with abort().
-NCCL_ABORT = " after an NCCL error (torch's watchdog aborts the process on it: a consequence)"
+NCCL_ABORT = " after an NCCL error or its watchdog's end (torch aborts the process on it: a consequence)"
 
 
 def _collective(watch: _Watch) -> str:
@@ -357,6 +377,10 @@ class LineEvidence:
     #: source, line). A CUDA error then is the fault's, not an asynchronous kernel error to rerun.
     gpu_faults: list[tuple[str, str, int]] = field(default_factory=list)
     _xids_seen: set[int] = field(default_factory=set)
+    _pods_seen: set[str] = field(default_factory=set)
+    #: Where torch's NCCL watchdog thread first ended on an exception (its order): a SIGABRT after it is its abort.
+    _watchdog_ended: Optional[int] = None
+    _evicted_seen: set[str] = field(default_factory=set)
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
@@ -485,9 +509,12 @@ class LineEvidence:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
         if unprefixed and b"OOMKilled" in chunk:
             for match in _POD_OOM.finditer(chunk):
-                pod = match.group(1).decode()
-                what = f"kubectl: pod {pod} was OOMKilled: its container hit its memory limit"
-                self._oom_killed(pod, what, line_at(match.start()), POD_OOM_STEP)
+                self._pod_oom(match.group(1).decode(), line_at(match.start()))
+            for match in _DESCRIBED.finditer(chunk):  # kubectl describe pod: its Name: line before
+                if match.group(2) == b"OOMKilled" and (pod := _described_pod(chunk, match.start())):
+                    self._pod_oom(pod, line_at(match.start()))
+        if unprefixed and b"Evicted" in chunk:
+            self._evicted(chunk, line_at)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
         if self._crash_here and not self._terminate_here and _TERMINATE_NEEDLE in chunk:
@@ -794,6 +821,8 @@ class LineEvidence:
         process aborts: ``terminate called ... what(): ...`` repeats it, torchrun says exitcode -6)."""
         label, raw, raw_text = self._split(line)
         text = raw_text.decode("utf-8", "replace").rstrip("\r")
+        if self._watchdog_ended is None:  # torch's watchdog aborts the process after it, whatever the error
+            self._watchdog_ended = self.order(line_no)
         found = _WATCHDOG_CUDA.search(text)
         if found is None:
             return
@@ -1023,6 +1052,46 @@ class LineEvidence:
                 next_step=step,
             )
         )
+
+    def _pod_oom(self, pod: str, line_no: int) -> None:
+        if pod not in self._pods_seen:
+            self._pods_seen.add(pod)
+            what = f"kubectl: pod {pod} was OOMKilled: its container hit its memory limit"
+            self._oom_killed(pod, what, line_no, POD_OOM_STEP)
+
+    def _evicted(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
+        """A pod the kubelet evicted (``kubectl get pods``' ``Evicted``, ``kubectl describe pod``'s
+        ``Reason: Evicted`` and its ``Message:``): the node ran short of a resource, not the program."""
+        found: list[tuple[str, int, str]] = []
+        for match in _POD_EVICTED.finditer(chunk):
+            found.append((match.group(1).decode(), match.start(), ""))
+        for match in _DESCRIBED.finditer(chunk):
+            if match.group(2) == b"Evicted" and (pod := _described_pod(chunk, match.start())):
+                said = _MESSAGE.search(chunk, match.end(), match.end() + 2048)
+                found.append(
+                    (pod, match.start(), said.group(1).decode("utf-8", "replace").strip() if said else "")
+                )
+        for pod, start, message in found:
+            if pod in self._evicted_seen and not message:
+                continue
+            self._evicted_seen.add(pod)
+            self.findings_ = [f for f in self.findings_ if not (f.cause == "pod_evicted" and f.who == pod)]
+            why = f": {message.rstrip('. ')}" if message else ""
+            line_no = line_at(start)
+            self.findings_.append(
+                Finding(
+                    Kind.LAUNCHER,
+                    "pod_evicted",
+                    CULPRIT,
+                    pod,
+                    f"kubernetes: pod {pod} was evicted by the kubelet{why}",
+                    None,
+                    self._source,
+                    line_no,
+                    self.order(line_no),
+                    next_step=EVICTED_STEP,
+                )
+            )
 
     def _xid(self, line: bytes, line_no: int) -> None:
         """An NVIDIA Xid pasted from the kernel log: a fault of the GPU (its bus, its memory), the
@@ -1298,6 +1367,8 @@ class LineEvidence:
             first = min(f.order for f in watchdog)
             out = [_aborted_by_watchdog(f) if f.order > first else f for f in out]
         nccl = [f.order for f in out if f.kind in (Kind.NCCL, Kind.NETWORK) and f.role == CULPRIT]
+        if self._watchdog_ended is not None:  # "Process group watchdog thread terminated with exception"
+            nccl.append(self._watchdog_ended)
         if nccl:  # an NCCL error (a NET/IB completion error, a CUDA failure in NCCL): the abort is torch's answer to it
             out = [_aborted_by_watchdog(f, NCCL_ABORT) if f.order > min(nccl) else f for f in out]
         return [*out, *watchdog]
