@@ -30,6 +30,7 @@ from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
 from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, XID_PROGRAM, xid_line, xid_step, xid_words
+from rankscope.logs.kubernetes import EVICTED_STEP, POD_OOM_STEP, pod_events
 from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
@@ -122,24 +123,6 @@ _SPAWN_EXIT = re.compile(
     # torch < 1.8 raised a plain ``Exception`` with the same words
     rb"(?:ProcessExitedException|\bException): process (\d+) terminated with (?:signal (SIG[A-Z]+)|exit code (\d+))"
 )
-#: ``kubectl get pods`` pasted with the logs: a pod whose container the kernel killed for memory
-#: (``NAME  READY  STATUS  RESTARTS  AGE``; the pod's limit, a node's memory).
-_POD_OOM = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+OOMKilled\s+\d+", re.M)
-_POD_EVICTED = re.compile(rb"^([a-z0-9][a-z0-9.-]{0,252})\s+\d+/\d+\s+Evicted\s+\d+", re.M)
-#: ``kubectl describe pod``: a ``Reason:`` field (the pod's, or a container's last state's), the
-#: pod's ``Name:`` line above it, the ``Message:`` after it.
-_DESCRIBED = re.compile(rb"^(\s*)Reason:\s+(OOMKilled|Evicted)\b", re.M)
-_DESCRIBE_NAME = re.compile(rb"^Name:\s+([a-z0-9][a-z0-9.-]{0,252})\s*$", re.M)
-_MESSAGE = re.compile(rb"\n\s*Message:\s+([^\n]+)")
-
-
-def _described_pod(chunk: bytes, pos: int) -> Optional[str]:
-    """The pod a ``kubectl describe pod`` field at ``pos`` belongs to: the last ``Name:`` line before
-    it (within 16 KiB)."""
-    names = list(_DESCRIBE_NAME.finditer(chunk, max(0, pos - 16384), pos))
-    return names[-1].group(1).decode() if names else None
-
-
 _OMPI_SIGNAL = re.compile(rb"^\s*\[([^\]:\s]+):0*(\d+)\] \*\*\* Process received signal \*\*\*", re.M)
 _OMPI_FRAME = re.compile(r"\[\s*(\d+)\] (\S+)")
 #: What the number a launcher names is: torchrun and DeepSpeed name the local rank, srun its task.
@@ -223,11 +206,6 @@ MPI_ABORT_STEP = (
     "mpi4py's excepthook, a failed check); with several ranks' output in one file, tag them "
     "(mpirun --tag-output) to tell that rank's lines apart"
 )
-EVICTED_STEP = (
-    "the kubelet evicted the pod because its node ran short of a resource (disk, memory): give the "
-    "container requests and limits for it (ephemeral-storage, memory), write checkpoints and caches to "
-    "a volume rather than the container's disk, and restart the job from its last checkpoint"
-)
 ELSEWHERE_STEP = (
     "the ranks' own tracebacks are not in this log: read the workers' output (torchrun --tee 3, "
     "--log-dir DIR keeps one file per rank; `rankscope logs errors DIR`), and wrap main in "
@@ -240,11 +218,6 @@ KERNEL_OOM_STEP = (
     "host memory, not GPU memory: the node's RAM ran out (the kernel's `Out of memory` lines list the "
     "largest processes); lower the DataLoader's workers and prefetch, pinned-memory buffers or the ranks "
     "per node, or move to nodes with more memory"
-)
-POD_OOM_STEP = (
-    "host memory, not GPU memory: `kubectl describe pod POD` shows Last State: Terminated, Reason: "
-    "OOMKilled, Exit Code: 137; raise the container's resources.limits.memory, or lower the data "
-    "loader's workers and prefetch"
 )
 
 
@@ -507,14 +480,13 @@ class LineEvidence:
             self._scan(chunk, b"NVRM: Xid", self._xid, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
-        if unprefixed and b"OOMKilled" in chunk:
-            for match in _POD_OOM.finditer(chunk):
-                self._pod_oom(match.group(1).decode(), line_at(match.start()))
-            for match in _DESCRIBED.finditer(chunk):  # kubectl describe pod: its Name: line before
-                if match.group(2) == b"OOMKilled" and (pod := _described_pod(chunk, match.start())):
-                    self._pod_oom(pod, line_at(match.start()))
-        if unprefixed and b"Evicted" in chunk:
-            self._evicted(chunk, line_at)
+        if unprefixed and (b"OOMKilled" in chunk or b"Evicted" in chunk):  # kubectl get pods, describe pod
+            for event in pod_events(chunk):
+                line_no = line_at(chunk.rfind(b"\n", 0, event.at) + 1)
+                if event.reason == "OOMKilled":
+                    self._pod_oom(event.pod, line_no)
+                else:
+                    self._evicted(event.pod, event.message, line_no)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
         if self._crash_here and not self._terminate_here and _TERMINATE_NEEDLE in chunk:
@@ -1059,39 +1031,28 @@ class LineEvidence:
             what = f"kubectl: pod {pod} was OOMKilled: its container hit its memory limit"
             self._oom_killed(pod, what, line_no, POD_OOM_STEP)
 
-    def _evicted(self, chunk: bytes, line_at: Callable[[int], int]) -> None:
-        """A pod the kubelet evicted (``kubectl get pods``' ``Evicted``, ``kubectl describe pod``'s
-        ``Reason: Evicted`` and its ``Message:``): the node ran short of a resource, not the program."""
-        found: list[tuple[str, int, str]] = []
-        for match in _POD_EVICTED.finditer(chunk):
-            found.append((match.group(1).decode(), match.start(), ""))
-        for match in _DESCRIBED.finditer(chunk):
-            if match.group(2) == b"Evicted" and (pod := _described_pod(chunk, match.start())):
-                said = _MESSAGE.search(chunk, match.end(), match.end() + 2048)
-                found.append(
-                    (pod, match.start(), said.group(1).decode("utf-8", "replace").strip() if said else "")
-                )
-        for pod, start, message in found:
-            if pod in self._evicted_seen and not message:
-                continue
-            self._evicted_seen.add(pod)
-            self.findings_ = [f for f in self.findings_ if not (f.cause == "pod_evicted" and f.who == pod)]
-            why = f": {message.rstrip('. ')}" if message else ""
-            line_no = line_at(start)
-            self.findings_.append(
-                Finding(
-                    Kind.LAUNCHER,
-                    "pod_evicted",
-                    CULPRIT,
-                    pod,
-                    f"kubernetes: pod {pod} was evicted by the kubelet{why}",
-                    None,
-                    self._source,
-                    line_no,
-                    self.order(line_no),
-                    next_step=EVICTED_STEP,
-                )
+    def _evicted(self, pod: str, message: str, line_no: int) -> None:
+        """A pod the kubelet evicted: the node ran short of a resource, not the program (the
+        ``describe`` form's message, where it has one, replaces the ``get pods`` row's finding)."""
+        if pod in self._evicted_seen and not message:
+            return
+        self._evicted_seen.add(pod)
+        self.findings_ = [f for f in self.findings_ if not (f.cause == "pod_evicted" and f.who == pod)]
+        why = f": {message.rstrip('. ')}" if message else ""
+        self.findings_.append(
+            Finding(
+                Kind.LAUNCHER,
+                "pod_evicted",
+                CULPRIT,
+                pod,
+                f"kubernetes: pod {pod} was evicted by the kubelet{why}",
+                None,
+                self._source,
+                line_no,
+                self.order(line_no),
+                next_step=EVICTED_STEP,
             )
+        )
 
     def _xid(self, line: bytes, line_no: int) -> None:
         """An NVIDIA Xid pasted from the kernel log: a fault of the GPU (its bus, its memory), the
