@@ -1009,11 +1009,22 @@ class LineEvidence:
                 stopped_finding(number, who, self._source, line_no, self.order(line_no), "torchrun")
             )
 
-    def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
+    def _culprit(
+        self,
+        cause: str,
+        who: Optional[str],
+        what: str,
+        line_no: int,
+        step: str,
+        kind: Kind = Kind.LAUNCHER,
+        global_rank: Optional[int] = None,
+    ) -> None:
+        """A culprit of this source's line ``line_no`` that names no place in the code (a launcher's,
+        a scheduler's or a cluster's word on a process)."""
         self.findings_.append(
             Finding(
-                Kind.LAUNCHER,
-                OOM_KILL,
+                kind,
+                cause,
                 CULPRIT,
                 who,
                 what,
@@ -1021,9 +1032,13 @@ class LineEvidence:
                 self._source,
                 line_no,
                 self.order(line_no),
+                global_rank=global_rank,
                 next_step=step,
-            )
+            )  # fmt: skip
         )
+
+    def _oom_killed(self, who: str, what: str, line_no: int, step: str = OOM_STEP) -> None:
+        self._culprit(OOM_KILL, who, what, line_no, step)
 
     def _pod_oom(self, pod: str, line_no: int) -> None:
         if pod not in self._pods_seen:
@@ -1039,20 +1054,8 @@ class LineEvidence:
         self._evicted_seen.add(pod)
         self.findings_ = [f for f in self.findings_ if not (f.cause == "pod_evicted" and f.who == pod)]
         why = f": {message.rstrip('. ')}" if message else ""
-        self.findings_.append(
-            Finding(
-                Kind.LAUNCHER,
-                "pod_evicted",
-                CULPRIT,
-                pod,
-                f"kubernetes: pod {pod} was evicted by the kubelet{why}",
-                None,
-                self._source,
-                line_no,
-                self.order(line_no),
-                next_step=EVICTED_STEP,
-            )
-        )
+        what = f"kubernetes: pod {pod} was evicted by the kubelet{why}"
+        self._culprit("pod_evicted", pod, what, line_no, EVICTED_STEP)
 
     def _xid(self, line: bytes, line_no: int) -> None:
         """An NVIDIA Xid pasted from the kernel log: a fault of the GPU (its bus, its memory), the
@@ -1155,40 +1158,15 @@ class LineEvidence:
 
     def _worker_died(self, worker: str, line_no: int) -> None:
         """vLLM's executor seeing a worker process end without its answer: a death with no traceback."""
-        self.findings_.append(
-            Finding(
-                Kind.LAUNCHER,
-                "worker_died",
-                CULPRIT,
-                worker,
-                f"vLLM: worker {worker} died unexpectedly (no traceback of it: killed, or a native crash)",
-                None,
-                self._source,
-                line_no,
-                self.order(line_no),
-                next_step=WORKER_DIED_STEP,
-            )
-        )
+        what = f"vLLM: worker {worker} died unexpectedly (no traceback of it: killed, or a native crash)"
+        self._culprit("worker_died", worker, what, line_no, WORKER_DIED_STEP)
 
     def _mpi_abort(self, match: re.Match[bytes], line_no: int) -> None:
         """Open MPI's report that a rank called MPI_Abort (mpi4py's ``comm.Abort()``, its excepthook,
         Horovod): MPI_COMM_WORLD's rank; the reason is in that rank's own lines before it."""
         rank, code = match.group(1).decode(), int(match.group(3))
-        self.findings_.append(
-            Finding(
-                Kind.LAUNCHER_SUMMARY,
-                "mpi_abort",
-                CULPRIT,
-                rank,
-                f"mpirun: rank {rank} called MPI_ABORT (errorcode {code}; Open MPI then killed every process)",
-                None,
-                self._source,
-                line_no,
-                self.order(line_no),
-                global_rank=int(rank),
-                next_step=MPI_ABORT_STEP,
-            )
-        )
+        what = f"mpirun: rank {rank} called MPI_ABORT (errorcode {code}; Open MPI then killed every process)"
+        self._culprit("mpi_abort", rank, what, line_no, MPI_ABORT_STEP, Kind.LAUNCHER_SUMMARY, int(rank))
 
     def _deepspeed_worker(self, line: bytes, _line_no: int) -> None:
         self._deepspeed.worker(line, label_text(self._split(line)[0]))

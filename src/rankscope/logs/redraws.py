@@ -40,12 +40,13 @@ def _needs_split(data: bytes, lo: int, hi: int) -> bool:
     return data.find(b"|", lo, hi) >= 0 and data.find(b"%|", lo, hi) >= 0
 
 
+def _split(data: bytes) -> bytes:
+    return _GLUED.sub(lambda m: m.group(0) + b"\n", _LONE_CR.sub(b"\n", data))
+
+
 def split_redraws(data: bytes) -> bytes:
     """``data`` (whole lines) with every redraw and glued bar ending its line."""
-    if not _needs_split(data, 0, len(data)):
-        return data
-    data = _LONE_CR.sub(b"\n", data)
-    return _GLUED.sub(lambda m: m.group(0) + b"\n", data)
+    return _split(data) if _needs_split(data, 0, len(data)) else data
 
 
 def split_window(window: Window) -> Window:
@@ -53,5 +54,5 @@ def split_window(window: Window) -> Window:
     data, lo, hi = window
     if not _needs_split(data, lo, hi):
         return window
-    split = split_redraws(data[lo:hi])
+    split = _split(data[lo:hi])  # checked just above: not again
     return (split, 0, len(split))
