@@ -174,6 +174,29 @@ def test_a_dump_timeout_is_rounded_and_says_which_limit_cut_it() -> None:
     assert "--timeout" in outcome.failure.hint
 
 
+DDP = SITE + "torch/nn/parallel/distributed.py"
+DDP_FORWARD = Frame("DistributedDataParallel.forward", DDP, 1695)
+DDP_PRE = Frame("DistributedDataParallel._pre_forward", DDP, 1775)
+DDP_BUFFERS = Frame("DistributedDataParallel._distributed_broadcast_coalesced", DDP, 2363)
+
+
+def test_ranks_inside_ddp_s_forward_collectives_wait_and_the_one_elsewhere_is_named() -> None:
+    """DDP calls these collectives from C++ (seen on real jobs: torch 2.11 on an H100, 2.13 here): the
+    innermost Python frame is DDP's own, and the stacks of the ranks that wait there used to read as
+    "elsewhere" beside the rank that really was."""
+    waiting = [snap(r, MAIN, LOOP, DDP_FORWARD, DDP_PRE) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    assert diagnosis.headline == (
+        "ranks 0,2 wait in forward (DDP: the bucket rebuild of its second iteration is a collective) "
+        "called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
+    )
+    buffers = locate((MAIN, LOOP, DDP_FORWARD, DDP_PRE, DDP_BUFFERS))
+    assert buffers.collective == "broadcast (DDP: the module buffers from rank 0, before each forward)"
+    # the same names in another file are the job's own, not DDP's
+    assert locate((MAIN, Frame("Model._pre_forward", "/job/model.py", 12))).collective is None
+
+
 def test_native_collective_without_python_frames() -> None:
     frames = (
         Frame("??", "libc.so.6", 0, "/lib/libc.so.6"),

@@ -7,7 +7,9 @@ finds the launch, and cites what the kernel asserted: with torchrun's ``--tee`` 
 (cuda_assert_plain.log).
 
 A one-rank NCCL job whose all_reduce never ran (queued behind a kernel that never ends): the watchdog
-timed it out, and its dump shows the rank is the whole job, so no missing rank is blamed."""
+timed it out, and its dump shows the rank is the whole job, so no missing rank is blamed. The same
+job under torchrun (nccl_timeout_torchrun.log) did not abort after the timeout: the log ends two
+minutes later with torchrun's own SIGTERM traceback, which is the weaker hypothesis, not the cause."""
 
 from __future__ import annotations
 
@@ -69,3 +71,18 @@ def test_a_one_rank_jobs_timeout_is_the_rank_itself_not_a_missing_rank(tmp_path:
     assert run_cli_here(*args, "--out", str(bundle)).returncode == 15
     again = run_cli_here("why", "--from", str(bundle), "--json").json()["verdict"]
     assert again["cause"] == "collective_unfinished"
+
+
+def test_torchrun_stopped_after_a_watchdog_timeout_keeps_the_timeout_as_the_cause() -> None:
+    log = DATA / "nccl_timeout_torchrun.log"
+    result = run_cli_here("why", "--log", str(log), "--json")
+    assert result.returncode == 15, result.stdout + result.stderr
+    document = result.json()
+    verdict = document["verdict"]
+    assert (verdict["cause"], verdict["ranks"]) == ("watchdog_timeout", [0])
+    assert verdict["location"] == "log_global_loss (nccl_stuck.py:8)"
+    assert [h["cause"] for h in document["hypotheses"]] == ["stopped_from_outside"]
+    errors = run_cli_here("logs", "errors", str(log)).stdout
+    assert errors.startswith("root cause: rank 0: collective ALLREDUCE (SeqNum=4) timed out on rank 0"), (
+        errors
+    )

@@ -313,27 +313,38 @@ def test_every_rank_waits_in_one_collective_and_the_recorders_name_the_rank_that
     assert "all_waiting" in {h["cause"] for h in document["hypotheses"]}  # what the stacks alone say
 
 
-@pytest.fixture(scope="module")
-def ddp_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+#: The two places a DDP rank waits with no Python frame of the collective: the first step's backward
+#: (the gradient all_reduce, from the autograd engine) and the second step's forward (the reducer's
+#: one-time bucket rebuild), each with the label `stacks` gives it.
+DDP_WAITS = {
+    "ddp-backward": "backward (torch.autograd: DDP's gradient all_reduce runs inside it)",
+    "ddp-forward": "forward (DDP: the bucket rebuild of its second iteration is a collective)",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(DDP_WAITS))
+def ddp_job(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, LaunchedJob]]:
     workdir = tmp_path_factory.mktemp("ddp")
-    with torchrun_job(workdir, "--scenario", "ddp-backward", "--culprit", "1", nproc=3) as job:
-        yield job
+    with torchrun_job(workdir, "--scenario", request.param, "--culprit", "1", nproc=3) as job:
+        yield request.param, job
 
 
-def test_ranks_waiting_in_ddp_s_backward_single_out_the_one_elsewhere(ddp_job: LaunchedJob) -> None:
-    """On gloo, DDP's gradient all_reduce blocks the backward pass in the autograd engine: no Python
-    frame of a collective. The rank that never got there is the one elsewhere."""
+def test_ranks_waiting_inside_ddp_single_out_the_one_elsewhere(ddp_job: tuple[str, LaunchedJob]) -> None:
+    """DDP runs these collectives from C++ (on gloo the backward pass blocks in the autograd engine; the
+    second forward in the bucket rebuild): no Python frame of a collective. The rank that never got
+    there is the one elsewhere."""
+    scenario, job = ddp_job
     verdicts: list[Any] = []
 
-    def settled() -> bool:  # ranks 0 and 2 reach backward after DDP's set-up: slow on a loaded machine
-        verdicts.append(run_cli("why", "--pid", str(ddp_job.pid), "--json").json()["verdict"])
+    def settled() -> bool:  # ranks 0 and 2 reach the wait after DDP's set-up: slow on a loaded machine
+        verdicts.append(run_cli("why", "--pid", str(job.pid), "--json").json()["verdict"])
         return verdicts[-1] is not None and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
 
-    _wait(settled, "the ranks never waited in backward", timeout=120.0)
+    _wait(settled, f"the ranks never waited inside DDP ({scenario})", timeout=120.0)
     verdict = verdicts[-1]
     assert verdict["text"] == "rank 1 is elsewhere while the other ranks wait in a collective", verdict
     assert verdict["location"] == "load_batch (hang_job.py:68)", verdict
-    stacks = run_cli("stacks", "--pid", str(ddp_job.pid)).stdout
-    assert (
-        "ranks 0,2 wait in backward (torch.autograd: DDP's gradient all_reduce runs inside it)" in stacks
-    ), stacks
+    stacks = run_cli("stacks", "--pid", str(job.pid)).stdout
+    assert f"ranks 0,2 wait in {DDP_WAITS[scenario]}" in stacks, stacks

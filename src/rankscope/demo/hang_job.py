@@ -171,6 +171,14 @@ def train_step(scenario: str, rank: int, culprit: int, step: int) -> None:
             load_batch(step)
         loss = model(torch.ones(2, 4)).sum()
         loss.backward()
+    elif scenario == "ddp-forward":
+        # every rank runs one DDP step; the culprit then sleeps in its data loader, and the others wait
+        # in the second forward, where DDP rebuilds its gradient buckets (a collective, from C++)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        model(torch.ones(2, 4)).sum().backward()
+        if rank == culprit:
+            load_batch(step)
+        model(torch.ones(2, 4)).sum().backward()
     elif scenario == "exit":
         if rank == culprit:
             os._exit(0)
