@@ -32,7 +32,9 @@ The precedence between kinds of evidence (:data:`PRECEDENCE`), strongest first:
    elsewhere.
 
 Within one kind the earliest finding wins: by timestamp when any of them carries one, else by
-order in the input. Victims and handled findings are never the root cause.
+order in the input. Victims and handled findings are never the root cause, nor, where the launcher
+restarted the workers, the failures of the attempts before the one that ended the job
+(``superseded``) while that attempt has a culprit of its own (more than a launcher's summary).
 
 Shared vocabulary (stdlib only): no room imports are allowed here.
 """
@@ -107,6 +109,9 @@ class Finding:
     #: Whether ``who``'s number is a launcher's local rank (one of each node's: torchrun's and
     #: DeepSpeed's lines, and what was named after them), not a rank of the job.
     local: bool = False
+    #: The launcher restarted the job's workers after it (torchrun's ``--max-restarts``): a failure
+    #: of an earlier attempt, not of the one that ended the job.
+    superseded: bool = False
 
 
 def _sortable(time: str) -> str:
@@ -150,8 +155,12 @@ def culprits(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def decide(findings: Iterable[Finding]) -> Optional[Finding]:
-    """The root cause: the earliest culprit of the strongest kind present (see :data:`PRECEDENCE`)."""
+    """The root cause: the earliest culprit of the strongest kind present (see :data:`PRECEDENCE`),
+    among those of the attempt that ended the job where the launcher restarted the workers."""
     candidates = culprits(findings)
+    current = [f for f in candidates if not f.superseded]
+    if any(f.kind is not Kind.LAUNCHER_SUMMARY for f in current):
+        candidates = current
     for kinds in PRECEDENCE:
         tier = [f for f in candidates if f.kind in kinds]
         if tier:

@@ -35,7 +35,7 @@ LAST = "NCCL's last error: socketStartConnect: Connect to 10.20.0.15<48113> fail
 EVIDENCE_FIELDS = {"source", "text"}
 FINDING_FIELDS = {
     "kind", "cause", "role", "who", "what", "where", "source", "line", "order", "global_rank", "time",
-    "exception", "ranks", "next_step", "local",
+    "exception", "ranks", "next_step", "local", "superseded",
 }  # fmt: skip
 
 

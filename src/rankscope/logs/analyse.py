@@ -38,11 +38,16 @@ def traceback_step(tb: RankTraceback) -> str:
     return worker_death_step([*tb.chained, tb.exception]) or ""
 
 
-def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Finding]:
-    """One finding per distinct error of a rank: its earliest traceback (by time, else log order)."""
+def traceback_findings(
+    report: ErrorsReport, sources: dict[str, int], restarts: Optional[dict[str, tuple[int, int]]] = None
+) -> list[Finding]:
+    """One finding per distinct error of a rank: its earliest traceback (by time, else log order);
+    ``restarts``: torchrun's restarts per source (count, line of the last), which supersede the
+    errors raised only before the last of them."""
     out = []
     for group in report.groups:
         tb = group.timed or group.example
+        restarted = (restarts or {}).get(tb.source, (0, 0))[0]
         frame = user_frame(tb.frames)
         out.append(
             Finding(
@@ -60,6 +65,7 @@ def traceback_findings(report: ErrorsReport, sources: dict[str, int]) -> list[Fi
                 exception=tb.exception_type,
                 ranks=fold_labels(group.labels),
                 next_step=traceback_step(tb),
+                superseded=group.last_attempt < restarted,
             )
         )
         if tb.exception_type == "KeyboardInterrupt" and not tb.truncated:
@@ -158,6 +164,14 @@ def root_reason(report: ErrorsReport, root: RootCause) -> str:
         after.append(f"{sum(g.count for g in handled)} caught traceback(s) set aside")
     if root.other_culprits:
         after.append(f"{root.other_culprits} other culprit traceback(s) came later")
+    first = root.first_attempt
+    if root.restarts:
+        restarted = f"torchrun restarted the workers {root.restarts} time(s) and this ended the last attempt"
+        if first is not None and first is not root.group:
+            where = user_frame(first.example.frames)
+            at = f" at {where.filename}:{where.line}" if where is not None else ""
+            restarted += f"; the first attempt failed with {first.exception_type}{at}"
+        after.insert(0, restarted)
     why = (
         "the first traceback that is neither a consequence of another rank's failure "
         "(lost peer, timeout, signal) nor caught (its rank stopped writing)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope.evidence import Finding, decide
@@ -129,13 +129,14 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         exits_with_their_tracebacks(
             name_the_lone_failure(
                 [
-                    *traceback_findings(report, sources),
-                    *evidence.findings(traced),
-                    *summary_findings(counts.exits),
+                    *traceback_findings(report, sources, collector.restarts),
+                    *superseded(
+                        [*evidence.findings(traced), *summary_findings(counts.exits)], collector.restarts
+                    ),
                 ],
                 "python_exception",
                 {
-                    ((g.timed or g.example).source, (g.timed or g.example).line_number): g.count
+                    ((g.timed or g.example).source, (g.timed or g.example).line_number): g.last_count
                     for g in report.groups
                 },
             ),
@@ -153,6 +154,14 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
         if reason:
             counts.nccl_reasons[(tb.source, tb.line_number)] = reason
     return report, counts
+
+
+def superseded(findings: list[Finding], restarts: dict[str, tuple[int, int]]) -> list[Finding]:
+    """``findings`` of lines, those before their source's last torchrun restart marked superseded."""
+    return [
+        replace(f, superseded=True) if f.source in restarts and f.line < restarts[f.source][1] else f
+        for f in findings
+    ]
 
 
 def _normalised_line(line: str) -> str:

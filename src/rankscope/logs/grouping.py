@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from rankscope.folding import RankSet
@@ -75,9 +75,17 @@ class ErrorGroup:
     _exceptions: set[str] = field(default_factory=set)
     _global_ranks: set[int] = field(default_factory=set)
     _global_missing: bool = False
+    #: The latest torchrun attempt (restarts before it) in which a member was raised, and how many
+    #: members were raised in it (``count`` where the workers were never restarted).
+    last_attempt: int = 0
+    last_count: int = 0
 
     def add(self, tb: RankTraceback) -> None:
         self.count += 1
+        if tb.attempt > self.last_attempt:
+            self.last_attempt, self.last_count = tb.attempt, 0
+        if tb.attempt == self.last_attempt:
+            self.last_count += 1
         self._labels.setdefault(tb.label, None)
         if len(self._exceptions) < 2:
             self._exceptions.add(tb.exception)
@@ -117,6 +125,10 @@ class RootCause:
     by: str
     #: How many other fatal culprit tracebacks there were (later ones).
     other_culprits: int
+    #: torchrun restarted its workers this many times before the attempt that ended the job, whose
+    #: error is the root cause; ``first_attempt`` is the first culprit of the job's first attempt.
+    restarts: int = 0
+    first_attempt: Optional[ErrorGroup] = None
 
 
 @dataclass
@@ -224,13 +236,25 @@ def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
     """The first fatal culprit: the earliest by timestamp when a culprit has one, else by log order.
 
     Complete tracebacks first: one the log ends in the middle of is chosen only when there is
-    no other culprit.
+    no other culprit. Where torchrun restarted its workers, the job ended with the last attempt
+    that raised: its first culprit is the root cause, and the first attempt's is kept beside it.
     """
     culprits = [g for g in groups if g.role is Role.CULPRIT and not g.example.truncated]
     culprits = culprits or [g for g in groups if g.role is Role.CULPRIT]
     if not culprits:
         return None
     others = sum(g.count for g in culprits) - 1
+    last = max(g.last_attempt for g in culprits)
+    if not last:
+        return _first_culprit(culprits, others)
+    first = min(culprits, key=lambda g: g.example.order)
+    ending = [g for g in culprits if g.last_attempt == last]
+    found = _first_culprit(ending, sum(g.last_count for g in ending) - 1)
+    return replace(found, restarts=last, first_attempt=first)
+
+
+def _first_culprit(culprits: list[ErrorGroup], others: int) -> RootCause:
+    """The earliest of ``culprits`` (not empty): by timestamp across sources, by order within one."""
     # A traceback's time is mostly lent by a line of its rank before it (Python prints none): when it
     # happened, at the earliest. Within one source the log's order is the order things were written,
     # so only the first culprit of each source is timed against the other sources' firsts.

@@ -7,7 +7,9 @@ exception carries no rank. When the log holds exactly one such culprit of a kind
 ends a process (an error code after a traceback, SIGABRT after an uncaught C++ exception), the
 culprit is that process's: the global rank where the launcher names it (torchrun's summary, mpirun),
 else the local rank its line names (``who``, as that line's own finding has it: ``3``, or
-``worker-1:3`` under a node's prefix).
+``worker-1:3`` under a node's prefix). Where the launcher restarted the workers, only the attempt
+that ended the job is read (the findings not ``superseded``), and a traceback raised again in each
+attempt counts once.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def name_the_lone_failure(
     named after its launcher's report, where the module's rule applies; else unchanged. ``copies``:
     how many tracebacks a finding stands for, by its (source, line) (one error printed by several
     processes without a prefix is one finding, and no one process's)."""
-    culprits = [f for f in findings if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == cause]
+    # where the launcher restarted the workers, the attempt that ended the job (rankscope.evidence)
+    live = [f for f in findings if not f.superseded] or findings
+    culprits = [f for f in live if f.kind in _OWN_OUTPUT and f.role == "culprit" and f.cause == cause]
     if len(culprits) != 1 or culprits[0].global_rank is not None:
         return findings  # several, or its own words name its rank ([Rank N], a quoted error file)
     if (copies or {}).get((culprits[0].source, culprits[0].line), 1) > 1:
@@ -44,7 +48,7 @@ def name_the_lone_failure(
     node = culprits[0].who
     if node is not None and not _node_label(node):
         return findings
-    failed = [f for f in findings if f.cause == _REPORTS[cause] and f.kind in _LAUNCHERS and f.who]
+    failed = [f for f in live if f.cause == _REPORTS[cause] and f.kind in _LAUNCHERS and f.who]
     if node is not None:
         failed = [f for f in failed if (f.who or "").startswith(f"{node}:")]
     summary = [f for f in failed if f.source == "(torchrun summary)"]

@@ -12,6 +12,7 @@ goes on writing (one ``bytes.count`` of the rank's prefix per block): a rank tha
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -133,6 +134,9 @@ class RankTraceback:
     #: traceback names (``10.2.7.32,pid=48907``, the innermost ``RayTaskError``), or the index of
     #: the ``torch.multiprocessing.spawn`` child whose traceback its parent quotes (``2``).
     worker: Optional[str] = None
+    #: How many times torchrun had restarted its workers in this source before it (its agent's
+    #: "will restart worker group" lines): 0 in the first attempt.
+    attempt: int = 0
 
     @property
     def uncaught(self) -> bool:
@@ -181,9 +185,10 @@ def _spawned_before(chunk: bytes, start: int) -> Optional[str]:
     return found.group(1).decode() if found is not None else None
 
 
-def _find_all(chunk: bytes, needle: bytes) -> list[int]:
+def _find_all(chunk: bytes, needle: bytes, first: Optional[int] = None) -> list[int]:
+    """Every position of ``needle`` in ``chunk`` (``first``: the first one, when already found)."""
     found = []
-    pos = chunk.find(needle)
+    pos = chunk.find(needle) if first is None else first
     while pos >= 0:
         found.append(pos)
         pos = chunk.find(needle, pos + len(needle))
@@ -209,6 +214,11 @@ class TracebackCollector:
         self._order = 0
         self._source = ""
         self._lines_before = 0
+        #: torchrun's restarts seen in this source before the block being read, and in the block.
+        self._attempt = 0
+        self._restarts: list[int] = []
+        #: Per source: how many times torchrun restarted its workers, and the line of the last restart.
+        self.restarts: dict[str, tuple[int, int]] = {}
         self._consumed: set[int] = set()
         self._chunk_has_times = False
         self._cursor = (0, 0)
@@ -224,6 +234,7 @@ class TracebackCollector:
         #: sglang logs a traceback as one message: the header ends its prefixed line, the rest has no prefix
         self._unprefixed_frames = labels.dialect is not None and labels.dialect.name == "sglang"
         self._lines_before = 0
+        self._attempt = 0
 
     def feed(self, chunk: bytes, lines: Optional[int] = None, unprefixed: int = 1) -> None:
         """Read one block of whole lines (``lines``: its newline count, when the caller has it;
@@ -237,6 +248,7 @@ class TracebackCollector:
         agent_lines = unprefixed or self._allow_srun or self._dialect is not None
         restart = chunk.find(RESTART_MARKER) if agent_lines else -1
         self._count_limit = len(chunk) if restart < 0 else restart
+        self._restarts = _find_all(chunk, RESTART_MARKER, restart) if restart >= 0 else []
         for building in list(self._active.values()):
             building.count_from = 0
             if building.state == "frames":
@@ -295,7 +307,12 @@ class TracebackCollector:
                 # its newline apart under PYTHONUNBUFFERED=1); its frames follow on lines of their own
                 self._begin(chunk, start, end, b"", None)
         self._settle(chunk, restarted=restart >= 0)
+        if self._restarts:
+            self._attempt += len(self._restarts)
+            line = self._line_number(chunk, self._restarts[-1])
+            self.restarts[self._source] = (self._attempt, line)
         self._lines_before += chunk.count(b"\n") if lines is None else lines
+        self._restarts = []
 
     def continued_line(self) -> None:
         """The chunk just fed was a later piece of a cut line: not a line of its own."""
@@ -364,6 +381,7 @@ class TracebackCollector:
         tb.time = self._time_before(chunk, start, raw_prefix)
         tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.worker = _spawned_before(chunk, start)
+        tb.attempt = self._attempt + bisect.bisect_left(self._restarts, start)
         tb.global_rank = torch_global_rank(raw_prefix)
         if tb.global_rank is None and not raw_prefix and tb.worker is not None and tb.worker.isdigit():
             # mp.spawn's process index is the rank its function gets (``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``)

@@ -1,0 +1,89 @@
+"""torchrun restarting its workers (``--max-restarts``): the attempt that ended the job holds the root cause.
+
+The logs are written here in the format of torch 2.x's agent (its logger's ``I/W/E MMDD`` head);
+each attempt starts the same local ranks again, so the same prefixes belong to new processes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support.cli import run_cli_here
+
+AGENT = "torch/distributed/elastic/agent/server/api.py:900]"
+
+
+def _restart(left: int) -> str:
+    return f"I1127 06:40:0{left}.100000 511 {AGENT} [default] Worker group FAILED. {left}/3 attempts left; will restart worker group\n"
+
+
+def _traceback(rank: int, where: str, error: str) -> str:
+    return (
+        f"[default{rank}]:Traceback (most recent call last):\n"
+        f'[default{rank}]:  File "/job/train.py", line 50, in <module>\n'
+        f"[default{rank}]:    main()\n"
+        f'[default{rank}]:  File "/job/train.py", line {where}\n'
+        f"[default{rank}]:    step()\n"
+        f"[default{rank}]:{error}\n"
+    )
+
+
+NCCL_FIRST = (
+    "[default1]:gpu-3:4242:4300 [1] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB\n"
+    "[default1]:gpu-3:4242:4300 [1] transport/net_ib.cc:1736 NCCL WARN NET/IB : Got completion from peer "
+    "10.0.0.4<59123> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.3 remoteGid ::ffff:10.0.0.4\n"
+)
+
+
+def _verdict(tmp_path: Path, text: str) -> dict[str, object]:
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    result = run_cli_here("logs", "errors", str(log), "--json")
+    verdict: dict[str, object] = result.json()["verdict"]
+    return verdict
+
+
+def test_an_earlier_attempts_network_error_gives_way_to_the_error_that_ended_the_job(tmp_path: Path) -> None:
+    """NCCL's lines are the strongest evidence, but this one belongs to an attempt torchrun restarted."""
+    text = (
+        NCCL_FIRST
+        + _restart(2)
+        + "[default0]:resuming from step 4000\n"
+        + _traceback(0, "31, in main", "KeyError: 'optimizer'")
+    )
+    verdict = _verdict(tmp_path, text)
+    assert (verdict["exception"], verdict["who"], verdict["superseded"]) == ("KeyError", "0", False)
+
+
+def test_without_a_culprit_in_the_last_attempt_the_earlier_one_stands(tmp_path: Path) -> None:
+    """The last attempt was stopped from outside: no error of its own, so the earlier failure is the story."""
+    text = (
+        _traceback(1, "22, in main", "ValueError: loss is NaN")
+        + _restart(2)
+        + "[default0]:resuming from step 4000\n"
+        + f"W1127 06:45:00.000000 511 {AGENT} Received 15 death signal, shutting down workers\n"
+    )
+    verdict = _verdict(tmp_path, text)
+    assert (verdict["exception"], verdict["who"], verdict["superseded"]) == ("ValueError", "1", True)
+
+
+def test_the_same_error_in_every_attempt_is_counted_once_and_the_first_attempt_is_told(
+    tmp_path: Path,
+) -> None:
+    text = (
+        _traceback(1, "22, in main", "torch.OutOfMemoryError: CUDA out of memory.")
+        + _restart(2)
+        + _traceback(0, "31, in main", "RuntimeError: checkpoint is corrupt")
+        + _restart(1)
+        + _traceback(0, "31, in main", "RuntimeError: checkpoint is corrupt")
+    )
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    text_out = run_cli_here("logs", "errors", str(log)).stdout
+    head = text_out.splitlines()
+    assert head[0].startswith("root cause: rank 0: RuntimeError: checkpoint is corrupt"), text_out
+    assert "other culprit" not in head[1], text_out  # the earlier attempts are told apart
+    assert (
+        "torchrun restarted the workers 2 time(s) and this ended the last attempt; the first attempt failed "
+        "with torch.OutOfMemoryError at /job/train.py:22" in head[1]
+    ), text_out
