@@ -197,6 +197,90 @@ def test_ranks_inside_ddp_s_forward_collectives_wait_and_the_one_elsewhere_is_na
     assert locate((MAIN, Frame("Model._pre_forward", "/job/model.py", 12))).collective is None
 
 
+FSDP2 = SITE + "torch/distributed/fsdp/_fully_shard/"
+C10D = SITE + "torch/distributed/distributed_c10d.py"
+FSDP2_PRE = Frame("FSDPParamGroup.pre_forward", FSDP2 + "_fsdp_param_group.py", 551)
+FSDP2_GATHER = Frame("foreach_all_gather", FSDP2 + "_fsdp_collectives.py", 364)
+FSDP2_POST = Frame("FSDPParamGroup.post_backward", FSDP2 + "_fsdp_param_group.py", 688)
+FSDP2_REDUCE = Frame("foreach_reduce", FSDP2 + "_fsdp_collectives.py", 619)
+
+
+def test_ranks_in_fsdp2_s_all_gather_and_reduce_scatter_wait() -> None:
+    """FSDP2 (``fully_shard``, torch 2.13, gloo) gathers its parameters with ``all_gather_single`` and
+    reduces its gradients with ``reduce_scatter_single``, torch 2.13's names: the ranks that waited in
+    them used to read as "elsewhere", and ``why`` said nothing was wrong."""
+    gather = (FSDP2_PRE, FSDP2_GATHER, WRAP, Frame("all_gather_single", C10D, 4394))
+    waiting = [snap(r, MAIN, LOOP, *gather) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    assert diagnosis.headline == (
+        "ranks 0,2 wait in all_gather_single (torch.distributed) called from train (train.py:57); "
+        "rank 1 is elsewhere: load_batch (data.py:41)"
+    )
+    reduce = locate((MAIN, LOOP, FSDP2_POST, FSDP2_REDUCE, WRAP, Frame("reduce_scatter_single", C10D, 4943)))
+    assert reduce.collective == "reduce_scatter_single (torch.distributed)"
+
+
+FUNCOL = SITE + "torch/distributed/_functional_collectives.py"
+WAIT_TENSOR = (
+    Frame("AsyncCollectiveTensor.__torch_dispatch__", FUNCOL, 1155),
+    Frame("AsyncCollectiveTensor.__torch_dispatch__.<locals>.unwrap", FUNCOL, 1143),
+    Frame("AsyncCollectiveTensor.trigger_wait", FUNCOL, 1115),
+    Frame("wait_tensor", FUNCOL, 142),
+    Frame("OpOverloadPacket.__call__", SITE + "torch/_ops.py", 1279),
+)
+
+
+def test_ranks_waiting_for_a_functional_collective_wait_in_wait_tensor() -> None:
+    """DTensor and tensor parallelism (``parallelize_module``, ``clip_grad_norm_`` of FSDP2's parameters)
+    issue functional collectives and wait for them when the result is used: the innermost Python frame
+    is torch's op call (torch 2.13, gloo), so the ranks waiting there read as "elsewhere"."""
+    loss = Frame("compute_loss", "/job/train.py", 24)
+    waiting = [snap(r, MAIN, LOOP, loss, *WAIT_TENSOR) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    assert diagnosis.headline == (
+        "ranks 0,2 wait in wait_tensor (torch.distributed) called from compute_loss (train.py:24); "
+        "rank 1 is elsewhere: load_batch (data.py:41)"
+    )
+
+
+PIPELINING = SITE + "torch/distributed/pipelining/schedules.py"
+
+
+def test_pipeline_stages_waiting_for_their_sends_and_receives_wait() -> None:
+    """torch.distributed.pipelining's schedules wait for their batched sends and receives in
+    ``_wait_batch_p2p``, which calls the works' wait in C++ (torch 2.13, gloo, GPipe and 1F1B)."""
+    schedule = (
+        Frame("PipelineScheduleSingle.step", PIPELINING, 785),
+        Frame("Schedule1F1B._step_microbatches", PIPELINING, 1067),
+        Frame("_wait_batch_p2p", PIPELINING, 683),
+    )
+    waiting = [snap(r, MAIN, LOOP, *schedule) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    assert diagnosis.headline == (
+        "ranks 0,2 wait in send/recv (pipelining: the schedule waits for its stage's sends and receives) "
+        "called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
+    )
+    # a function of that name in the job's own code is not the schedule's wait
+    assert locate((MAIN, Frame("_wait_batch_p2p", "/job/pipe.py", 8))).collective is None
+
+
+def test_ranks_in_elastic_s_store_synchronize_wait() -> None:
+    """``torch.distributed.elastic.utils.store.synchronize`` waits for every rank's key with the store's
+    multi_get, from ``get_all`` (torch 2.13)."""
+    store = SITE + "torch/distributed/elastic/utils/store.py"
+    sync = (Frame("synchronize", store, 100), Frame("get_all", store, 65))
+    waiting = [snap(r, MAIN, LOOP, *sync) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    assert diagnosis.headline == (
+        "ranks 0,2 wait in synchronize (torch.distributed.elastic: it waits for every rank's key in the "
+        "store) called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
+    )
+
+
 def test_native_collective_without_python_frames() -> None:
     frames = (
         Frame("??", "libc.so.6", 0, "/lib/libc.so.6"),

@@ -348,3 +348,77 @@ def test_ranks_waiting_inside_ddp_single_out_the_one_elsewhere(ddp_job: tuple[st
     assert verdict["location"] == "load_batch (hang_job.py:68)", verdict
     stacks = run_cli("stacks", "--pid", str(job.pid)).stdout
     assert f"ranks 0,2 wait in {DDP_WAITS[scenario]}" in stacks, stacks
+
+
+#: A 3-rank FSDP2 job (``fully_shard``, gloo): every rank runs one step; rank 1 then sleeps in its data
+#: loader while ranks 0 and 2 wait in the next forward's parameter all-gather (torch 2.13's
+#: ``all_gather_single``, which `stacks` did not know: `why` said nothing was wrong).
+FSDP2_JOB = """\
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+
+def load_batch(step, rank):
+    if rank == 1 and step == 1:
+        Path(os.environ["RANKSCOPE_READY_DIR"], "ready.1").touch()
+        while True:
+            time.sleep(1)
+    return torch.randn(4, 8)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    fully_shard(model)
+    for step in range(2):
+        x = load_batch(step, rank)
+        if step == 1:
+            Path(os.environ["RANKSCOPE_READY_DIR"], f"ready.{rank}").touch()
+        model(x).sum().backward()
+
+
+main()
+"""
+
+
+@pytest.fixture(scope="module")
+def fsdp2_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LaunchedJob]:
+    pytest.importorskip("torch.distributed.fsdp", reason="FSDP2 needs torch.distributed.fsdp")
+    from torch.distributed import fsdp
+
+    if not hasattr(fsdp, "fully_shard"):
+        pytest.skip("this torch has no FSDP2 (fully_shard)")
+    workdir = tmp_path_factory.mktemp("fsdp2")
+    script = workdir / "fsdp2_job.py"
+    script.write_text(FSDP2_JOB)
+    with torchrun_job(workdir, script=script, nproc=3) as job:  # stops the whole tree, whatever happened
+        yield job
+
+
+def test_ranks_waiting_in_fsdp2_s_all_gather_single_out_the_one_elsewhere(fsdp2_job: LaunchedJob) -> None:
+    verdicts: list[Any] = []
+
+    def settled() -> bool:  # ranks 0 and 2 mark themselves ready just before the forward's all-gather
+        verdicts.append(run_cli("why", "--pid", str(fsdp2_job.pid), "--json").json()["verdict"])
+        return verdicts[-1] is not None and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
+
+    _wait(settled, "the ranks never waited in FSDP2's all-gather", timeout=60.0)
+    lines = FSDP2_JOB.splitlines()
+    sleep, forward = (
+        lines.index(text) + 1 for text in ("            time.sleep(1)", "        model(x).sum().backward()")
+    )
+    verdict = verdicts[-1]
+    assert verdict["text"] == "rank 1 is elsewhere while the other ranks wait in a collective", verdict
+    assert verdict["location"] == f"load_batch (fsdp2_job.py:{sleep})", verdict
+    stacks = run_cli("stacks", "--pid", str(fsdp2_job.pid)).stdout
+    expected = (
+        f"ranks 0,2 wait in all_gather_single (torch.distributed) called from main (fsdp2_job.py:{forward})"
+    )
+    assert expected in stacks, stacks

@@ -12,6 +12,8 @@ from rankscope.model import Frame
 from rankscope.stacks.pyspy import UNKNOWN_NATIVE
 
 #: Python-level entry points of torch.distributed (and DeepSpeed's comm layer) that block.
+#: ``all_gather_single`` and ``reduce_scatter_single`` are torch 2.13's (FSDP2 calls them);
+#: ``wait_tensor`` is where a functional collective (DTensor, tensor parallel) is waited for.
 COLLECTIVES = frozenset(
     {
         "barrier",
@@ -24,9 +26,11 @@ COLLECTIVES = frozenset(
         "all_gather_into_tensor",
         "all_gather_object",
         "all_gather_coalesced",
+        "all_gather_single",
         "_all_gather_base",
         "reduce_scatter",
         "reduce_scatter_tensor",
+        "reduce_scatter_single",
         "_reduce_scatter_base",
         "reduce",
         "gather",
@@ -43,6 +47,7 @@ COLLECTIVES = frozenset(
         "send_object_list",
         "recv_object_list",
         "wait",
+        "wait_tensor",
         "init_process_group",
         "new_group",
         "destroy_process_group",
@@ -267,9 +272,9 @@ def locate(frames: Sequence[Frame]) -> Place:
         # backward pass itself blocks in it, with no Python frame of the collective on the stack
         caller = user[-1] if user else None
         return Place(BACKWARD, caller, innermost, native_wait=_work_wait(frames))
-    ddp = _ddp_collective(innermost) if innermost is not None else None
-    if ddp is not None and gpu_wait(frames) is None:
-        return Place(ddp, user[-1] if user else None, innermost, native_wait=_work_wait(frames))
+    cpp = _cpp_collective(innermost) if innermost is not None else None
+    if cpp is not None and gpu_wait(frames) is None:
+        return Place(cpp, user[-1] if user else None, innermost, native_wait=_work_wait(frames))
     return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock, gpu_call=gpu_wait(frames))
 
 
@@ -284,13 +289,18 @@ def _in_autograd_engine(frame: Frame) -> bool:
     return frame.function == "backward" and frame.filename.endswith("torch/autograd/__init__.py")
 
 
-#: DistributedDataParallel's Python frames that call a C++ collective directly, so that no Python
-#: frame of the collective is on a rank's stack: (file, function) of the innermost frame -> the wait.
-#: Seen on real jobs (torch 2.11 on CUDA, 2.13 on CPU, gloo): every rank ran one step, one stalled
-#: before its second; the others waited in ``_pre_forward`` (the reducer's one-time bucket rebuild,
-#: a broadcast from rank 0, runs in the second iteration's forward) and, with a BatchNorm,
-#: ``_distributed_broadcast_coalesced`` (the module buffers, before every forward).
-_DDP_WAITS: dict[tuple[str, str], str] = {
+#: Python frames of torch that call a C++ collective (or a work's or a store's wait) directly, so that
+#: no Python frame of the collective is on a rank's stack: (file, function) of the innermost frame ->
+#: the wait. Each was seen on real jobs: every rank ran a step, one stalled before its next, and the
+#: others waited here.
+#:
+#: DistributedDataParallel (torch 2.11 on CUDA, 2.13 on CPU, gloo): ``_pre_forward`` (the reducer's
+#: one-time bucket rebuild, a broadcast from rank 0, runs in the second iteration's forward) and, with
+#: a BatchNorm, ``_distributed_broadcast_coalesced`` (the module buffers, before every forward).
+#: torch.distributed.pipelining (2.13, gloo): every schedule waits for its batched sends and receives
+#: in ``_wait_batch_p2p``. torch.distributed.elastic (2.13): ``synchronize`` waits for every rank's key
+#: in ``get_all``.
+_CPP_WAITS: dict[tuple[str, str], str] = {
     ("torch/nn/parallel/distributed.py", "_pre_forward"): (
         "forward (DDP: the bucket rebuild of its second iteration is a collective)"
     ),
@@ -303,13 +313,19 @@ _DDP_WAITS: dict[tuple[str, str], str] = {
     ("torch/distributed/utils.py", "_verify_param_shape_across_processes"): (
         "DDP's construction (its check of every rank's parameter shapes is a collective)"
     ),
+    ("torch/distributed/pipelining/schedules.py", "_wait_batch_p2p"): (
+        "send/recv (pipelining: the schedule waits for its stage's sends and receives)"
+    ),
+    ("torch/distributed/elastic/utils/store.py", "get_all"): (
+        "synchronize (torch.distributed.elastic: it waits for every rank's key in the store)"
+    ),
 }
 
 
-def _ddp_collective(frame: Frame) -> Optional[str]:
-    """The DDP wait (:data:`_DDP_WAITS`) whose frame is ``frame``, if any."""
+def _cpp_collective(frame: Frame) -> Optional[str]:
+    """The wait in C++ (:data:`_CPP_WAITS`) whose frame is ``frame``, if any."""
     short = frame.function.rsplit(".", 1)[-1]
-    for (suffix, function), label in _DDP_WAITS.items():
+    for (suffix, function), label in _CPP_WAITS.items():
         if short == function and frame.filename.endswith(suffix):
             return label
     return None
