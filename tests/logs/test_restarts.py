@@ -87,3 +87,31 @@ def test_the_same_error_in_every_attempt_is_counted_once_and_the_first_attempt_i
         "torchrun restarted the workers 2 time(s) and this ended the last attempt; the first attempt failed "
         "with torch.OutOfMemoryError at /job/train.py:22" in head[1]
     ), text_out
+
+
+def test_torch_2_13s_agent_lines_count_the_restarts_where_its_info_lines_are_hidden(tmp_path: Path) -> None:
+    """torch 2.13's torchrun prints no "will restart worker group" line by default (INFO); its agent's
+    error line for each failed attempt is there (seen with ``--max-restarts 1``). The second attempt's
+    rank failed in init_process_group, before torch marks tracebacks with ``[rankN]:``: no culprit of
+    that attempt is prefixed, so the first attempt's error stands, and the restart is said."""
+    agent = "E1127 06:09:3{}.670000 24476 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: {}) of binary: /venv/bin/python3\n"
+    text = (
+        _traceback(1, "6, in step", "ValueError: loss is NaN").replace("[default1]:", "[rank1]: ")
+        + agent.format(3, 24482)
+        + "[rank0]: resuming\n"
+        + agent.format(6, 24508)
+    )
+    log = tmp_path / "job.log"
+    log.write_text(text)
+    head = run_cli_here("logs", "errors", str(log)).stdout.splitlines()
+    assert head[0].startswith("root cause: rank 1: ValueError: loss is NaN"), head
+    assert (
+        "torchrun restarted the workers 1 time(s) after it, and no rank's traceback of a later attempt"
+        in head[1]
+    )
+    # one agent line alone is no restart; nor are two agents' lines (two nodes' output in one file)
+    once = tmp_path / "once.log"
+    once.write_text(
+        text.replace(agent.format(6, 24508), agent.format(6, 24508).replace(" 24476 ", " 31337 "))
+    )
+    assert "restarted" not in run_cli_here("logs", "errors", str(once)).stdout

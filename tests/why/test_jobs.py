@@ -409,7 +409,7 @@ def test_ranks_waiting_in_fsdp2_s_all_gather_single_out_the_one_elsewhere(fsdp2_
         verdicts.append(run_cli("why", "--pid", str(fsdp2_job.pid), "--json").json()["verdict"])
         return verdicts[-1] is not None and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
 
-    _wait(settled, "the ranks never waited in FSDP2's all-gather", timeout=60.0)
+    _wait(settled, "the ranks never waited in FSDP2's all-gather", timeout=120.0)
     lines = FSDP2_JOB.splitlines()
     sleep, forward = (
         lines.index(text) + 1 for text in ("            time.sleep(1)", "        model(x).sum().backward()")

@@ -39,15 +39,15 @@ def traceback_step(tb: RankTraceback) -> str:
 
 
 def traceback_findings(
-    report: ErrorsReport, sources: dict[str, int], restarts: Optional[dict[str, tuple[int, int]]] = None
+    report: ErrorsReport, sources: dict[str, int], restarts: Optional[dict[str, int]] = None
 ) -> list[Finding]:
     """One finding per distinct error of a rank: its earliest traceback (by time, else log order);
-    ``restarts``: torchrun's restarts per source (count, line of the last), which supersede the
-    errors raised only before the last of them."""
+    ``restarts``: torchrun's restarts per source, which supersede the errors raised only in the
+    attempts before the last."""
     out = []
     for group in report.groups:
         tb = group.timed or group.example
-        restarted = (restarts or {}).get(tb.source, (0, 0))[0]
+        restarted = (restarts or {}).get(tb.source, 0)
         frame = user_frame(tb.frames)
         out.append(
             Finding(
@@ -65,7 +65,7 @@ def traceback_findings(
                 exception=tb.exception_type,
                 ranks=fold_labels(group.labels),
                 next_step=traceback_step(tb),
-                superseded=group.last_attempt < restarted,
+                superseded=group.settled_attempt(restarts or {}) < restarted,
             )
         )
         if tb.exception_type == "KeyboardInterrupt" and not tb.truncated:
@@ -165,7 +165,13 @@ def root_reason(report: ErrorsReport, root: RootCause) -> str:
     if root.other_culprits:
         after.append(f"{root.other_culprits} other culprit traceback(s) came later")
     first = root.first_attempt
-    if root.restarts:
+    if root.restarts and first is None:
+        after.insert(
+            0,
+            f"torchrun restarted the workers {root.restarts} time(s) after it, and no rank's traceback of a "
+            "later attempt is in this log",
+        )
+    elif root.restarts:
         restarted = f"torchrun restarted the workers {root.restarts} time(s) and this ended the last attempt"
         if first is not None and first is not root.group:
             where = user_frame(first.example.frames)

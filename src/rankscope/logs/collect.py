@@ -124,14 +124,16 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     counts.tracebacks = grouper.count
     counts.truncated = grouper.truncated
     counts.device_asserts = asserts.result()
-    report = grouper.report()
+    restarts = {source: attempts.restarts for source, attempts in collector.restarts.items()}
+    report = grouper.report(restarts)
     counts.findings = specific_findings(
         exits_with_their_tracebacks(
             name_the_lone_failure(
                 [
-                    *traceback_findings(report, sources, collector.restarts),
+                    *traceback_findings(report, sources, restarts),
                     *superseded(
-                        [*evidence.findings(traced), *summary_findings(counts.exits)], collector.restarts
+                        [*evidence.findings(traced), *summary_findings(counts.exits)],
+                        {s: a.last_restart_line for s, a in collector.restarts.items() if a.restarts},
                     ),
                 ],
                 "python_exception",
@@ -156,10 +158,11 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     return report, counts
 
 
-def superseded(findings: list[Finding], restarts: dict[str, tuple[int, int]]) -> list[Finding]:
-    """``findings`` of lines, those before their source's last torchrun restart marked superseded."""
+def superseded(findings: list[Finding], restarted: dict[str, int]) -> list[Finding]:
+    """``findings`` of lines, those up to their source's last torchrun restart (``restarted``: its
+    line, by source) marked superseded."""
     return [
-        replace(f, superseded=True) if f.source in restarts and f.line < restarts[f.source][1] else f
+        replace(f, superseded=True) if f.source in restarted and f.line <= restarted[f.source] else f
         for f in findings
     ]
 

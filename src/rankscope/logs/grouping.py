@@ -12,7 +12,7 @@ culprits' lines carry one, else by order in the log.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
@@ -98,6 +98,10 @@ class ErrorGroup:
         if tb.time is not None and (self.timed is None or _earlier(tb, self.timed)):
             self.timed = tb
 
+    def settled_attempt(self, restarts: Mapping[str, int]) -> int:
+        """Its last attempt once its source was read (``restarts``: how many the source had)."""
+        return min(self.last_attempt, restarts.get(self.example.source, 0))
+
     @property
     def labels(self) -> list[Optional[bytes]]:
         """Every label once, by host then rank."""
@@ -125,8 +129,9 @@ class RootCause:
     by: str
     #: How many other fatal culprit tracebacks there were (later ones).
     other_culprits: int
-    #: torchrun restarted its workers this many times before the attempt that ended the job, whose
-    #: error is the root cause; ``first_attempt`` is the first culprit of the job's first attempt.
+    #: torchrun restarted its workers this many times in the root cause's source: the error is the
+    #: attempt's that ended the job where ``first_attempt`` is set (the first culprit of the job's
+    #: first attempt), else no later attempt raised one in the log.
     restarts: int = 0
     first_attempt: Optional[ErrorGroup] = None
 
@@ -192,12 +197,12 @@ class Grouper:
             if timed is None or _earlier(tb, timed):
                 self._first_timed[side] = tb
 
-    def report(self) -> ErrorsReport:
-        """The groups in report order and the root cause."""
+    def report(self, restarts: Optional[Mapping[str, int]] = None) -> ErrorsReport:
+        """The groups in report order and the root cause (``restarts``: torchrun's per source)."""
         side = 0 if self._groups[0] else 1
         _caught_without_marker(list(self._groups[0].values()))
         _peer_gone(list(self._groups[side].values()))
-        root = root_cause(list(self._groups[side].values()))
+        root = root_cause(list(self._groups[side].values()), restarts)
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
         if side == 0:
             return ErrorsReport(labelled, self._first[0], unlabelled, self._first_timed[0], root)
@@ -232,7 +237,7 @@ def _caught_without_marker(groups: list[ErrorGroup]) -> None:
             group.role = Role.HANDLED
 
 
-def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
+def root_cause(groups: list[ErrorGroup], restarts: Optional[Mapping[str, int]] = None) -> Optional[RootCause]:
     """The first fatal culprit: the earliest by timestamp when a culprit has one, else by log order.
 
     Complete tracebacks first: one the log ends in the middle of is chosen only when there is
@@ -244,11 +249,13 @@ def root_cause(groups: list[ErrorGroup]) -> Optional[RootCause]:
     if not culprits:
         return None
     others = sum(g.count for g in culprits) - 1
-    last = max(g.last_attempt for g in culprits)
+    attempts = {id(g): g.settled_attempt(restarts or {}) for g in culprits}
+    last = max(attempts.values())
     if not last:
-        return _first_culprit(culprits, others)
+        found = _first_culprit(culprits, others)
+        return replace(found, restarts=(restarts or {}).get(found.traceback.source, 0))
     first = min(culprits, key=lambda g: g.example.order)
-    ending = [g for g in culprits if g.last_attempt == last]
+    ending = [g for g in culprits if attempts[id(g)] == last]
     found = _first_culprit(ending, sum(g.last_count for g in ending) - 1)
     return replace(found, restarts=last, first_attempt=first)
 

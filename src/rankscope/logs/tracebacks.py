@@ -12,13 +12,13 @@ goes on writing (one ``bytes.count`` of the rank's prefix per block): a rank tha
 
 from __future__ import annotations
 
-import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from rankscope.logs.prefixes import PLAIN, Dialect, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.restarts import RESTART_MARKER, Attempts
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
 HEADER = b"Traceback (most recent call last)"
@@ -64,8 +64,6 @@ HANDLED_WINDOW = 64 << 20
 #: "Last error:"), searched for at most this far ahead in the block.
 MAX_TAIL = 12
 TAIL_REACH = 256 << 10
-#: torchrun's agent restarting the workers: the same prefixes then belong to new processes.
-RESTART_MARKER = b"will restart worker group"
 #: A bracket prefix at the start of a line, as counted for many undecided tracebacks at once.
 _LINE_PREFIX = re.compile(rb"\n(\[[^\[\]\s]{0,200}\][: ]?)")
 #: Words of a launcher's own log lines (torchrun's and torch.distributed's loggers, DeepSpeed's
@@ -134,8 +132,8 @@ class RankTraceback:
     #: traceback names (``10.2.7.32,pid=48907``, the innermost ``RayTaskError``), or the index of
     #: the ``torch.multiprocessing.spawn`` child whose traceback its parent quotes (``2``).
     worker: Optional[str] = None
-    #: How many times torchrun had restarted its workers in this source before it (its agent's
-    #: "will restart worker group" lines): 0 in the first attempt.
+    #: How many times torchrun had restarted its workers in this source before it, as far as read
+    #: when it began (rankscope.logs.restarts: settled once the source is read); 0 in the first attempt.
     attempt: int = 0
 
     @property
@@ -185,10 +183,9 @@ def _spawned_before(chunk: bytes, start: int) -> Optional[str]:
     return found.group(1).decode() if found is not None else None
 
 
-def _find_all(chunk: bytes, needle: bytes, first: Optional[int] = None) -> list[int]:
-    """Every position of ``needle`` in ``chunk`` (``first``: the first one, when already found)."""
+def _find_all(chunk: bytes, needle: bytes) -> list[int]:
     found = []
-    pos = chunk.find(needle) if first is None else first
+    pos = chunk.find(needle)
     while pos >= 0:
         found.append(pos)
         pos = chunk.find(needle, pos + len(needle))
@@ -214,11 +211,9 @@ class TracebackCollector:
         self._order = 0
         self._source = ""
         self._lines_before = 0
-        #: torchrun's restarts seen in this source before the block being read, and in the block.
-        self._attempt = 0
-        self._restarts: list[int] = []
-        #: Per source: how many times torchrun restarted its workers, and the line of the last restart.
-        self.restarts: dict[str, tuple[int, int]] = {}
+        #: Per source: torchrun's restarts of its workers (its attempts).
+        self.restarts: dict[str, Attempts] = {}
+        self._attempts = Attempts()
         self._consumed: set[int] = set()
         self._chunk_has_times = False
         self._cursor = (0, 0)
@@ -234,7 +229,7 @@ class TracebackCollector:
         #: sglang logs a traceback as one message: the header ends its prefixed line, the rest has no prefix
         self._unprefixed_frames = labels.dialect is not None and labels.dialect.name == "sglang"
         self._lines_before = 0
-        self._attempt = 0
+        self._attempts = self.restarts.setdefault(name, Attempts())
 
     def feed(self, chunk: bytes, lines: Optional[int] = None, unprefixed: int = 1) -> None:
         """Read one block of whole lines (``lines``: its newline count, when the caller has it;
@@ -248,7 +243,8 @@ class TracebackCollector:
         agent_lines = unprefixed or self._allow_srun or self._dialect is not None
         restart = chunk.find(RESTART_MARKER) if agent_lines else -1
         self._count_limit = len(chunk) if restart < 0 else restart
-        self._restarts = _find_all(chunk, RESTART_MARKER, restart) if restart >= 0 else []
+        self._attempts.feed(chunk if agent_lines else b"", lambda pos: self._line_number(chunk, pos))
+        self._cursor = (0, 0)
         for building in list(self._active.values()):
             building.count_from = 0
             if building.state == "frames":
@@ -307,12 +303,7 @@ class TracebackCollector:
                 # its newline apart under PYTHONUNBUFFERED=1); its frames follow on lines of their own
                 self._begin(chunk, start, end, b"", None)
         self._settle(chunk, restarted=restart >= 0)
-        if self._restarts:
-            self._attempt += len(self._restarts)
-            line = self._line_number(chunk, self._restarts[-1])
-            self.restarts[self._source] = (self._attempt, line)
         self._lines_before += chunk.count(b"\n") if lines is None else lines
-        self._restarts = []
 
     def continued_line(self) -> None:
         """The chunk just fed was a later piece of a cut line: not a line of its own."""
@@ -381,7 +372,7 @@ class TracebackCollector:
         tb.time = self._time_before(chunk, start, raw_prefix)
         tb.logged = self._logged_before(chunk, start, raw_prefix)
         tb.worker = _spawned_before(chunk, start)
-        tb.attempt = self._attempt + bisect.bisect_left(self._restarts, start)
+        tb.attempt = self._attempts.at(start)
         tb.global_rank = torch_global_rank(raw_prefix)
         if tb.global_rank is None and not raw_prefix and tb.worker is not None and tb.worker.isdigit():
             # mp.spawn's process index is the rank its function gets (``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``)
