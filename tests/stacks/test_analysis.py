@@ -281,6 +281,14 @@ def test_ranks_in_elastic_s_store_synchronize_wait() -> None:
     )
 
 
+def test_a_distributed_checkpoint_step_is_labelled_as_dcp_s_not_as_torch_distributed_s() -> None:
+    """DCP names its steps after collectives; its reduce_scatter is a gather and a scatter."""
+    dcp = Frame("_DistWrapper.reduce_scatter", SITE + "torch/distributed/checkpoint/utils.py", 260)
+    gather = Frame("gather_object", SITE + "torch/distributed/distributed_c10d.py", 3300)
+    place = locate((MAIN, LOOP, dcp, gather))
+    assert place.collective == "reduce_scatter (torch.distributed.checkpoint)"
+
+
 def test_native_collective_without_python_frames() -> None:
     frames = (
         Frame("??", "libc.so.6", 0, "/lib/libc.so.6"),

@@ -89,6 +89,17 @@ def is_library(frame: Frame) -> bool:
     return frame.is_native or "/site-packages/" in name or "/dist-packages/" in name or is_stdlib(frame)
 
 
+def _package(filename: str) -> str:
+    """Whose collective a frame is: DeepSpeed's, torch's distributed checkpoint's (whose steps are
+    named after collectives: ``_DistWrapper.reduce_scatter`` gathers to a coordinator and scatters
+    back), or torch.distributed's."""
+    if "deepspeed/comm/" in filename:
+        return "deepspeed.comm"
+    if "torch/distributed/checkpoint/" in filename:
+        return "torch.distributed.checkpoint"
+    return "torch.distributed"
+
+
 def is_comm(frame: Frame) -> bool:
     return not frame.is_native and any(p in frame.filename for p in _COMM_PATHS)
 
@@ -252,7 +263,7 @@ def locate(frames: Sequence[Frame]) -> Place:
     for index, frame in enumerate(frames):
         short = frame.function.rsplit(".", 1)[-1]
         if is_comm(frame) and short in COLLECTIVES:
-            package = "deepspeed.comm" if "deepspeed/comm/" in frame.filename else "torch.distributed"
+            package = _package(frame.filename)
             backend = backend_of(frames[index:])
             label = f"{short} ({package}{', ' + backend if backend else ''})"
             return Place(

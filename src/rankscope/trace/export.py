@@ -42,6 +42,8 @@ COLLECTIVES = frozenset(
         "all_gather_into_tensor",
         "reduce_scatter",
         "reduce_scatter_tensor",
+        "all_gather_single",  # torch 2.13's, which FSDP2 calls
+        "reduce_scatter_single",
         "all_to_all",
         "all_to_all_single",
         "reduce",
