@@ -218,3 +218,32 @@ def test_why_asks_the_one_gpu_reader_for_ecc_errors_and_processes(
     assert (gpu.name, gpu.utilization) == (status[0].name, status[0].utilization)  # the query's, kept
     smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert gpu_details(status, "gpu0", time.monotonic() + 10) == status  # as they were
+
+
+ALL_REDUCE = [
+    MAIN,
+    Frame("sync_gradients", "/job/train.py", 20),
+    Frame("all_reduce", "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 3252),
+]
+
+
+@pytest.mark.parametrize(
+    ("groups", "world", "blamed"),
+    [
+        ({(0,): ALL_REDUCE, (1,): BARRIER}, 2, None),  # one against one: no side to blame
+        ({(0, 2): ALL_REDUCE, (1, 3): BARRIER}, 4, None),  # two stages, as many ranks each
+        ({(0, 1, 2): ALL_REDUCE, (3,): BARRIER}, 4, [3]),  # a majority: the odd rank out
+    ],
+)
+def test_ranks_in_different_collectives_blame_a_side_only_where_a_majority_says_which(
+    groups: dict[tuple[int, ...], list[Frame]], world: int, blamed: list[int] | None
+) -> None:
+    why = weigh(Gathered(hosts=["n1"], stacks=_stacks(groups, world=world)))
+    verdict = why.verdict
+    assert verdict is not None
+    if blamed is None:
+        assert (verdict.cause, verdict.ranks) == ("mismatch", [])
+        assert verdict.text.endswith("a mismatched collective call, as many ranks on each side"), verdict.text
+        assert "wait in barrier" in verdict.text or "waits in barrier" in verdict.text
+    else:
+        assert (verdict.cause, verdict.ranks) == ("other_collective", blamed)

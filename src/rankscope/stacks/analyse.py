@@ -158,6 +158,9 @@ def _diagnose(report: StacksReport) -> Diagnosis:
     else:
         (major_place, major), *minor = places
         kind = "waiting" if waiting else "elsewhere"
+        # as many ranks in two collectives (rank 0 in send, rank 1 in recv; two pipeline stages): no
+        # majority says which side called the wrong one, so none is singled out
+        tie = bool(waiting) and len(minor[0][1]) == len(major)
         findings.append(
             _finding(kind, major, major_place, f"{who(major)} {major_place.text(_plural(major))}")
         )
@@ -165,8 +168,14 @@ def _diagnose(report: StacksReport) -> Diagnosis:
             plural = _plural(members)
             verb = place.text(plural) if waiting else place.elsewhere(plural)
             findings.append(_finding(kind, members, place, f"{who(members)} {verb}"))
-            divergent.extend(members)
-        if waiting:
+            if not tie:
+                divergent.extend(members)
+        if tie:
+            notes.append(
+                "the ranks are in different collectives or call sites, no more of them in one than in another: "
+                "a mismatched collective call, with no majority to tell which side is off"
+            )
+        elif waiting:
             notes.append("the ranks are in different collectives or call sites: a mismatched collective call")
     headline = "; ".join(f.text for f in findings)
     notes.extend(gpu_notes(report, findings, who))

@@ -74,6 +74,13 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                 Finding(Kind.STACKS, "other_collective", CULPRIT, str(first), finding.text, where, "stacks", 0, 1,
                         first, ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
+        elif finding.kind == "waiting" and not diagnosis.divergent and not any(f.cause == "mismatch" for f in out):
+            # ranks in different collectives, as many in each: a mismatch with no side to blame
+            out.append(
+                Finding(Kind.STACKS, "mismatch", CULPRIT, None,
+                        f"{diagnosis.headline}: a mismatched collective call, as many ranks on each side",
+                        None, "stacks", 0, 1, ranks=None)
+            )  # fmt: skip
         elif finding.kind == "together" and finding.gpu_wait:
             out.append(
                 Finding(Kind.STACKS, "gpu_wait", CULPRIT, str(first), finding.text, where, "stacks", 0, 0, first,
