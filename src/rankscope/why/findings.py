@@ -74,7 +74,11 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                 Finding(Kind.STACKS, "other_collective", CULPRIT, str(first), finding.text, where, "stacks", 0, 1,
                         first, ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
-        elif finding.kind == "waiting" and not diagnosis.divergent and not any(f.cause == "mismatch" for f in out):
+        elif (
+            finding.kind == "waiting"
+            and not diagnosis.divergent
+            and not any(f.cause == "mismatch" for f in out)
+        ):
             # ranks in different collectives, as many in each: a mismatch with no side to blame
             out.append(
                 Finding(Kind.STACKS, "mismatch", CULPRIT, None,
