@@ -243,7 +243,12 @@ def test_ranks_in_different_collectives_blame_a_side_only_where_a_majority_says_
     assert verdict is not None
     if blamed is None:
         assert (verdict.cause, verdict.ranks) == ("mismatch", [])
-        assert verdict.text.endswith("a mismatched collective call, as many ranks on each side"), verdict.text
-        assert "wait in barrier" in verdict.text or "waits in barrier" in verdict.text
+        assert verdict.text == (
+            "the ranks wait in different collectives, as many in each: a mismatched collective call "
+            "(no majority says which side is off)"
+        ), verdict.text
+        texts = [e.text for e in verdict.evidence]
+        assert any(" in barrier (torch.distributed)" in t for t in texts), texts
+        assert any(" in all_reduce (torch.distributed)" in t for t in texts), texts
     else:
         assert (verdict.cause, verdict.ranks) == ("other_collective", blamed)

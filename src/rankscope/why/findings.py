@@ -82,7 +82,8 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
             # ranks in different collectives, as many in each: a mismatch with no side to blame
             out.append(
                 Finding(Kind.STACKS, "mismatch", CULPRIT, None,
-                        f"{diagnosis.headline}: a mismatched collective call, as many ranks on each side",
+                        "the ranks wait in different collectives, as many in each: a mismatched collective "
+                        "call (no majority says which side is off)",
                         None, "stacks", 0, 1, ranks=None)
             )  # fmt: skip
         elif finding.kind == "together" and finding.gpu_wait:
