@@ -24,7 +24,7 @@ from rankscope.stacks.merge import group_snapshots
 from rankscope.stacks.report import ProcessInfo, StackGroup, StacksReport
 from rankscope.why.gpu import from_status, with_details
 from rankscope.why.render import render_text
-from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING, READ, DeadRank, RankFile
+from rankscope.why.report import CAUSE, NO_PROBLEM, NOTHING, READ, DeadRank, KernelEvent, RankFile
 from rankscope.why.secrets import without_secrets
 from rankscope.why.signals import Gathered
 from rankscope.why.weigh import weigh
@@ -252,3 +252,25 @@ def test_ranks_in_different_collectives_blame_a_side_only_where_a_majority_says_
         assert any(" in all_reduce (torch.distributed)" in t for t in texts), texts
     else:
         assert (verdict.cause, verdict.ranks) == ("other_collective", blamed)
+
+
+def test_a_sigkill_the_kernel_says_was_its_oom_killer_is_said_so_without_a_hedge() -> None:
+    """Exit status SIGKILL alone could be the OOM killer or the scheduler; dmesg's OOM line for the same
+    pid settles it: one verdict, the kernel's words beside the exit status."""
+    oom = "Out of memory: Killed process 777 (python3) total-vm:48102944kB, anon-rss:46236812kB"
+    gathered = Gathered(
+        hosts=["n1"],
+        stacks=_stacks({(0, 2, 3): BARRIER}, world=4),
+        dead=[DeadRank(777, 1, 9, None, "n1")],
+        pid_rank={777: 1},
+        kernel=[KernelEvent("oom_kill", oom, 777, "2026-11-27T06:30:00", line=3)],
+    )
+    why = weigh(gathered)
+    verdict = why.verdict
+    assert verdict is not None
+    assert (verdict.cause, verdict.ranks) == ("oom_kill", [1])
+    assert verdict.text == "rank 1 was killed by the kernel's OOM killer", verdict.text
+    sources = [e.source for e in verdict.evidence]
+    assert "kernel messages, line 3" in sources and "exit status (/proc/777/stat)" in sources, sources
+    assert not any("or the scheduler" in e.text for e in verdict.evidence)
+    assert not [h for h in why.hypotheses[1:] if h.cause == "sigkill"]

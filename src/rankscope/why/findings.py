@@ -171,6 +171,7 @@ def fr_findings(gathered: Gathered) -> list[Finding]:
 def dead_findings(gathered: Gathered) -> list[Finding]:
     """Ranks that ended while the job runs, by their exit status (their launcher has not reaped them)."""
     out = []
+    oom_killed = {e.pid for e in gathered.kernel if e.kind == "oom_kill"}
     for dead in gathered.dead:
         who = f"rank {dead.rank}" if dead.rank is not None else "a worker"
         source = f"exit status (/proc/{dead.pid}/stat)"
@@ -180,8 +181,13 @@ def dead_findings(gathered: Gathered) -> list[Finding]:
             role = VICTIM if dead.signal == signals_module.SIGTERM else CULPRIT
             what = f"{who} (pid {dead.pid}) was killed by {name}"
             step = KILLED_STEP if dead.signal == signals_module.SIGKILL else ""
-            if step:
-                what += " (the OOM killer or the scheduler)"
+            if step:  # the kernel's OOM line for this pid settles who sent it
+                sender = (
+                    "sent by the kernel's OOM killer"
+                    if dead.pid in oom_killed
+                    else "the OOM killer or the scheduler"
+                )
+                what += f" ({sender})"
             order = 0
         else:
             code = dead.exit_code or 0
