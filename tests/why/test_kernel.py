@@ -1,10 +1,10 @@
 """Kernel messages (pure): OOM-killer kills, segfaults and NVIDIA Xids, parsed and weighed.
 
-No GPU and no OOM kill can be produced here on purpose: the lines below were written for this
-test in the kernel's formats (mm/oom_kill.c, arch/x86/mm/fault.c) and NVIDIA's documented Xid
+No GPU can be used here, and a machine-wide OOM kill would harm the machine: the lines below were
+written for this test in the kernel's formats (mm/oom_kill.c, arch/x86/mm/fault.c) and NVIDIA's documented Xid
 form (``NVRM: Xid (PCI:BUS): N, pid=PID, name=COMM, text``), as dmesg --time-format iso and
 journalctl -k -o short-iso print them. A segfault is real: the last test crashes a process and
-reads the kernel's own line.
+reads the kernel's own line; so is an OOM kill inside a memory cgroup (tests/why/test_oom_kill.py).
 """
 
 from __future__ import annotations
