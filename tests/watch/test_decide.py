@@ -186,3 +186,25 @@ def test_the_recorders_count_only_without_markers_and_outputs() -> None:
     decider.decide(Snapshot(0.0, ranks((1, 1)), recorders=((100, 1),)))
     [stall] = decider.decide(Snapshot(12.0, ranks((1, 1)), recorders=((100, 9),)))
     assert stall.signal == "progress markers"
+
+
+def test_after_a_death_the_ranks_the_launcher_stops_one_by_one_are_its_teardown() -> None:
+    """Seen on a real 3-rank torchrun job: rank 1 raised (or was SIGKILLed), torchrun SIGTERMed the
+    others, and rank 2 was found gone while rank 0 still ran. That was a second `death` capture, named
+    after rank 2; it is the teardown of the first."""
+    decider = Decider(stall=100, straggler_steps=0)
+    r0, r1, r2, r3 = (RankSample(100 + r, r) for r in range(4))
+    decider.decide(Snapshot(0.0, (r0, r1, r2, r3)))
+    [death] = decider.decide(Snapshot(1.0, (r0, r2, r3), exits=(Exit(101, 1, -9),)))
+    assert death.ranks == (1,)
+    assert decider.decide(Snapshot(1.1, (r0, r3), exits=(Exit(102, 2, -15),))) == []
+    # reaped by its launcher before its code was read, its marker left: the teardown too
+    assert decider.decide(Snapshot(1.2, (r0,), exits=(Exit(103, 3, None, marker_left=True),))) == []
+    # Without a death before it, a rank stopped by SIGTERM while others run is a death (someone ended it).
+    fresh = Decider(stall=100, straggler_steps=0)
+    fresh.decide(Snapshot(0.0, (r0, r1, r2)))
+    [stopped] = fresh.decide(Snapshot(1.0, (r0, r1), exits=(Exit(102, 2, -15),)))
+    assert stopped.reason == Reason.DEATH and stopped.ranks == (2,)
+    # After it, a rank that fails by itself (an exit code of its own) is still told.
+    [second] = fresh.decide(Snapshot(2.0, (r0,), exits=(Exit(101, 1, 1),)))
+    assert second.ranks == (1,)

@@ -14,7 +14,9 @@
   last look (its launcher stopped them before the watcher looked); the new workers of an elastic
   restart are not "others": the old generation's last rank going is the end of its teardown. Found
   together, ranks that were all stopped (SIGTERM, or the in-process handler's ``.term`` dump) or
-  that follow a death of their generation are its teardown. A worker whose exit code reads 0 is a
+  that follow a death of their generation are its teardown; so is, after a death of its generation,
+  a rank stopped or reaped before its code was read while others still run (the launcher ends the
+  ranks one by one). A worker whose exit code reads 0 is a
   rank that finished. The ranks named are those that were not stopped, unless every one was.
 """
 
@@ -86,6 +88,11 @@ class Decider:
             if gone < 2 or self.died or all(e.stopped for e in failed):
                 failed = []
         self.died = self.died and all(r.pid in self.previous for r in snap.ranks)  # new workers: anew
+        if self.died and all(e.stopped or e.code is None for e in failed):
+            # After a death of its generation, a rank stopped (SIGTERM, a .term dump) or reaped before
+            # its code was read is the launcher tearing the rest down one by one (torchrun SIGTERMs
+            # every rank; a 3-rank job's second rank ends while the third still runs): no new death.
+            failed = []
         if not failed:
             return []
         self.died = True
