@@ -274,3 +274,17 @@ def test_a_sigkill_the_kernel_says_was_its_oom_killer_is_said_so_without_a_hedge
     assert "kernel messages, line 3" in sources and "exit status (/proc/777/stat)" in sources, sources
     assert not any("or the scheduler" in e.text for e in verdict.evidence)
     assert not [h for h in why.hypotheses[1:] if h.cause == "sigkill"]
+
+
+def test_live_stacks_that_single_out_another_rank_are_not_the_verdicts_evidence() -> None:
+    """Rank 1's traceback is in the output, but the live stacks show rank 0 elsewhere while rank 1
+    waits (a restarted job whose new attempt hangs, say): two stories, each with its own lines."""
+    stacks = _stacks({(0,): LOADER, (1,): BARRIER}, world=2)
+    log = [
+        Finding(Kind.TRACEBACK, "python_exception", CULPRIT, "1", "ValueError: loss is NaN", "/job/train.py:4", "job.log", 5, 5, 1, exception="ValueError"),
+    ]  # fmt: skip
+    why = weigh(Gathered(hosts=["n1"], stacks=stacks, log_findings=log))
+    assert why.verdict is not None and why.verdict.ranks == [1]
+    assert not any("rank 0 is elsewhere" in e.text for e in why.verdict.evidence), why.verdict.evidence
+    elsewhere = [h for h in why.hypotheses if h.cause == "elsewhere"]
+    assert elsewhere and elsewhere[0].ranks == [0]

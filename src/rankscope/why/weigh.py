@@ -350,7 +350,11 @@ def _support(
         if finding is verdict:
             continue
         ranks = _ranks_of(finding)
-        about = bool(set(ranks) & set(first.ranks)) or (finding.kind == Kind.STACKS and first.ranks)
+        # live stacks that name no rank support it too; those that single out other ranks (elsewhere,
+        # another collective, their GPU) are a competing story, not its evidence
+        about = bool(set(ranks) & set(first.ranks)) or (
+            finding.kind == Kind.STACKS and first.ranks and not ranks
+        )
         if not about:
             continue
         lines = evidence_of(finding, gathered)  # its line, and what NCCL said after it, together
