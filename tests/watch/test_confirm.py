@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,20 @@ def parked(tmp_path: Path) -> Iterator[int]:
 def test_a_parked_process_is_confirmed_by_py_spy(parked: int) -> None:
     check = confirm_stall([parked], gap=0.1)
     assert check.stalled is True and check.text == "1 rank(s) unchanged over 0.1 s"
+    assert check.busy is False  # asleep: no CPU between the samples
+
+
+def test_main_thread_cpu_counts_what_the_main_thread_used(parked: int) -> None:
+    from rankscope.watch.confirm import main_thread_cpu
+
+    mine = main_thread_cpu(os.getpid())
+    assert mine is not None and mine > 0
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    after = main_thread_cpu(os.getpid())
+    assert after is not None and after - mine >= 0.1
+    assert main_thread_cpu(parked) is not None and main_thread_cpu(2**22 + 1) is None
 
 
 def test_the_handler_answers_where_py_spy_is_not_used(parked: int) -> None:

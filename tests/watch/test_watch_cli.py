@@ -120,6 +120,34 @@ def test_a_stall_is_confirmed_captured_and_then_kill_ends_the_job(tmp_path: Path
     assert "rankscope watch: --then kill: SIGTERM to the job" in result.stderr
 
 
+COMPUTING = """
+import time
+import rankscope
+for step in range(3):
+    rankscope.progress(step=step)
+    time.sleep(0.05)
+print("computing", flush=True)
+end = time.monotonic() + 8
+while time.monotonic() < end: sum(range(20000))  # one line: the same stack at every sample
+"""
+
+
+def test_a_long_step_computing_on_one_line_is_captured_but_not_killed(tmp_path: Path) -> None:
+    """Seen on a real 2-rank DDP job with an evaluation step longer than --stall: its markers (here)
+    or output stop and its stacks stand still (one native call, one line), so the stall was
+    confirmed and --then kill ended a healthy job. Its rank ran on the CPU all along and `why` found
+    nothing wrong: a long step, noted, never killed; the job ends by itself."""
+    out = tmp_path / "caps"
+    argv = ["--stall", "1", "--interval", "0.2", "--then", "kill", "--out", str(out)]
+    result = run_watch(*argv, "--", sys.executable, "-c", COMPUTING, **RANK_ZERO)
+    assert result.returncode == 0, result.stderr
+    [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert entry["reason"] == "stall" and "on the CPU" in entry["confirmed"], entry
+    assert entry["verb"] == "why" and "not a stall" in entry["cleared"], entry
+    assert "a long step, not a stall; watching on" in result.stderr
+    assert "--then kill" not in result.stderr, result.stderr
+
+
 def test_a_job_with_nothing_to_watch_is_told_once_and_never_captured(tmp_path: Path) -> None:
     """Output into a pipe (not a file) and no markers: no stall can be seen, and the watcher says so."""
     argv = ["--stall", "1", "--interval", "0.2", "--out", str(tmp_path / "caps")]

@@ -159,6 +159,11 @@ def verdict_of(document: Any) -> tuple[str, list[int]]:
     return "", []
 
 
+def found_nothing(document: Any) -> bool:
+    """Whether a ``why`` document says every signal it read shows nothing wrong (outcome "no problem")."""
+    return isinstance(document, dict) and document.get("outcome") == "no problem"
+
+
 def _ints(value: Any) -> list[int]:
     if not isinstance(value, list):
         return []

@@ -5,10 +5,16 @@ rank that is only slow is never paused by the watcher. A rank py-spy cannot samp
 no py-spy) is asked through its in-process handler when it runs one (``RANKSCOPE_INPROC=1``). A stall is confirmed when every rank that
 could be sampled twice shows the same main-thread stack both times; denied when any rank's stack
 moved; unknown when no rank could be sampled (no py-spy, refused): the capture then decides.
+
+Beside the stacks, each rank's main-thread CPU time is read before the first sample and after the
+second (``/proc/PID/task/PID/stat``): a confirmed stall whose every rank ran on the CPU throughout
+(:attr:`Confirmation.busy`) may be a long step computing in one native call (the same line both
+times), or a wait that spins (a GPU synchronize); the capture tells them apart.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -20,6 +26,9 @@ from rankscope.stacks.pyspy_cmd import find_pyspy, pyspy_env
 
 #: Seconds one non-blocking sample may take.
 SAMPLE_TIMEOUT = 10.0
+#: The share of one core a rank's main thread used between the samples from which it is on the CPU
+#: (a rank waiting in a collective, a sleep or a lock uses next to none).
+BUSY_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,22 @@ class Confirmation:
     #: True: every sampled rank sits still; False: some rank's stack moved; None: nothing sampled.
     stalled: Optional[bool]
     text: str
+    #: A confirmed stall whose every sampled rank's main thread ran on the CPU between the samples.
+    busy: bool = False
+
+
+def main_thread_cpu(pid: int) -> Optional[float]:
+    """CPU seconds (user and system) the process's main thread has used; None when unreadable."""
+    try:
+        fd = os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY)
+        try:
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _sample(pyspy: str, pids: list[int], stop_fd: int) -> dict[int, tuple[Frame, ...]]:
@@ -95,6 +120,8 @@ def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confi
         pyspy: Optional[str] = find_pyspy()
     except Exception:  # noqa: BLE001 - MissingToolError: the handlers may still answer
         pyspy = None
+    cpu = {pid: main_thread_cpu(pid) for pid in pids}
+    began = time.monotonic()
     first = _both(pyspy, pids, stop_fd)
     if not first:
         return Confirmation(None, "no rank could be sampled: not confirmed by stacks")
@@ -106,4 +133,19 @@ def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confi
         return Confirmation(False, f"stacks of pids {', '.join(map(str, moved))} moved")
     if not both:
         return Confirmation(None, "no rank could be sampled twice: not confirmed by stacks")
-    return Confirmation(True, f"{len(both)} rank(s) unchanged over {gap:g} s")
+    text = f"{len(both)} rank(s) unchanged over {gap:g} s"
+    shares = _shares(cpu, both, time.monotonic() - began)
+    if shares and len(shares) == len(both) and min(shares) >= BUSY_SHARE:
+        text += f", every one on the CPU ({min(shares):.0%} of a core or more)"
+        return Confirmation(True, text, busy=True)
+    return Confirmation(True, text)
+
+
+def _shares(before: dict[int, Optional[float]], pids: list[int], seconds: float) -> list[float]:
+    """The share of one core each rank's main thread used since ``before`` (ranks unreadable left out)."""
+    shares = []
+    for pid in pids:
+        then, now = before.get(pid), main_thread_cpu(pid)
+        if then is not None and now is not None and seconds > 0:
+            shares.append((now - then) / seconds)
+    return shares

@@ -29,7 +29,7 @@ from rankscope import lifetime, procfs
 from rankscope.procs import launcher_kind
 from rankscope.watch import collect
 from rankscope.watch.attempt import FIRST, Attempt
-from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps
+from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps, found_nothing
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.elsewhere import Elsewhere
@@ -157,6 +157,9 @@ class Capturing:
     capture: RunningCapture
     trigger: Trigger
     confirmed: Optional[str]
+    #: A stall whose every rank ran on the CPU while its stacks stood still (a long native call, or
+    #: a spinning wait): not a stall when the capture finds nothing wrong.
+    busy: bool = False
 
 
 @dataclass
@@ -376,6 +379,7 @@ class Watcher:
                 )
             return
         confirmed: Optional[str] = None
+        busy = False
         if trigger.reason == Reason.STALL and self.options.confirm and self.workers:
             check = confirm_stall(sorted(self.workers), min(1.0, self.options.interval))
             if check.stalled is None and not any(collect.alive(pid) for pid in self.workers):
@@ -386,8 +390,8 @@ class Watcher:
                     note(f"quiet ({trigger.text}) but the ranks' stacks move ({check.text}): watching on")
                 )
                 return
-            confirmed = check.text
-        self._capture(trigger, confirmed, attempt)
+            confirmed, busy = check.text, check.busy
+        self._capture(trigger, confirmed, attempt, busy)
 
     def _queue(self, new: Waiting) -> None:
         """A trigger while a capture runs waits for it to end; one of a reason already waiting is
@@ -414,8 +418,17 @@ class Watcher:
         assert self.running is not None
         running, self.running = self.running, None
         self._unwatch_capture(running)
-        self._record(running.trigger, running.capture.finish(), running.confirmed)
-        if running.trigger.reason in KILL_AFTER and self.options.then == "kill" and not self.job.ended():
+        result = running.capture.finish()
+        # Every rank computing while its stack stood still, and `why` finding nothing wrong (no rank
+        # in a collective, no GPU blocked): a step longer than --stall, not a stall; never killed.
+        cleared = running.busy and running.trigger.reason == Reason.STALL and found_nothing(result.document)
+        self._record(running.trigger, result, running.confirmed, cleared)
+        if (
+            running.trigger.reason in KILL_AFTER
+            and self.options.then == "kill"
+            and not cleared
+            and not self.job.ended()
+        ):
             self.say(note("--then kill: SIGTERM to the job"))
             self.stopped_by = signal.SIGTERM  # its ranks now end as told: no deaths to capture
             self.job.terminate()
@@ -456,7 +469,9 @@ class Watcher:
         pids = pids or sorted(self.workers) or list(self.job.roots)
         return [word for pid in pids for word in ("--pid", str(pid))]
 
-    def _capture(self, trigger: Trigger, confirmed: Optional[str], attempt: Attempt) -> None:
+    def _capture(
+        self, trigger: Trigger, confirmed: Optional[str], attempt: Attempt, busy: bool = False
+    ) -> None:
         """Start the capture; the loop goes on watching and collects it when it ends."""
         directory = new_capture_dir(self.out, trigger.reason.value)
         self.captures.append(directory)
@@ -465,11 +480,13 @@ class Watcher:
         capture = RunningCapture.start(
             self.verb, self._targets(), directory, self.options.capture_timeout, attempt
         )
-        self.running = Capturing(capture, trigger, confirmed)
+        self.running = Capturing(capture, trigger, confirmed, busy)
         if capture.pidfd >= 0:
             self.selector.register(capture.pidfd, selectors.EVENT_READ, self.running)
 
-    def _record(self, trigger: Trigger, result: CaptureResult, confirmed: Optional[str]) -> None:
+    def _record(
+        self, trigger: Trigger, result: CaptureResult, confirmed: Optional[str], cleared: bool = False
+    ) -> None:
         entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "reason": trigger.reason.value,
@@ -484,6 +501,8 @@ class Watcher:
         }
         if confirmed is not None:
             entry["confirmed"] = confirmed
+        if cleared:
+            entry["cleared"] = "every rank ran on the CPU and why found nothing wrong: not a stall"
         with contextlib.suppress(OSError):
             write_private(
                 result.directory, "watch.json", json.dumps({**entry, "argv": result.argv}, indent=1).encode()
@@ -493,6 +512,14 @@ class Watcher:
             if result.errors:
                 write_private(result.directory, "watch-stderr.txt", result.errors.encode())
         append_index(self.out, entry)
+        if cleared:
+            self.say(
+                note(
+                    f"quiet ({trigger.text}) but every rank ran on the CPU and why found nothing wrong: "
+                    f"a long step, not a stall; watching on -> {result.directory}"
+                )
+            )
+            return
         self.say(capture_line(trigger, result.verdict, result.ranks, str(result.directory)))
 
     def _at_end(self, code: int) -> None:
