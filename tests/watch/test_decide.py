@@ -208,3 +208,36 @@ def test_after_a_death_the_ranks_the_launcher_stops_one_by_one_are_its_teardown(
     # After it, a rank that fails by itself (an exit code of its own) is still told.
     [second] = fresh.decide(Snapshot(2.0, (r0,), exits=(Exit(101, 1, 1),)))
     assert second.ranks == (1,)
+
+
+def test_a_rank_that_exited_0_while_the_others_ran_is_named_in_the_death_and_stall_that_follow() -> None:
+    """Seen on a real 3-rank gloo job: rank 1 returned from its main before the last barrier (exit 0,
+    which no launcher reports), rank 0's barrier failed with "Connection closed by peer" and the death
+    named only rank 0, whose error is a consequence. The watcher alone saw rank 1 go first: it says so."""
+    decider = Decider(stall=10, straggler_steps=0)
+    r0, r1, r2 = (RankSample(100 + r, r) for r in range(3))
+    logs = (("/log", 1, 1.0),)
+    decider.decide(Snapshot(0.0, (r0, r1, r2), outputs=logs))
+    assert decider.decide(Snapshot(1.0, (r0, r2), exits=(Exit(101, 1, 0),), outputs=logs)) == []
+    [death] = decider.decide(Snapshot(1.5, (r2,), exits=(Exit(100, 0, 1),), outputs=logs))
+    assert death.ranks == (0,)
+    assert death.text == (
+        "rank 0 (pid 100) exited with code 1 while another rank still ran; "
+        "rank 1 (pid 101) exited with code 0 while the others still ran (0.5 s before)"
+    )
+    # The same where the others hang instead (NCCL): the stall says it too.
+    hung = Decider(stall=10, straggler_steps=0)
+    hung.decide(Snapshot(0.0, (r0, r1, r2), outputs=logs))
+    hung.decide(Snapshot(1.0, (r0, r2), exits=(Exit(101, 1, None),), outputs=logs))  # reaped first
+    [stall] = hung.decide(Snapshot(12.0, (r0, r2), outputs=logs))
+    assert stall.text == (
+        "no output file advanced for 11 s; rank 1 (pid 101) ended, no error seen while the others "
+        "still ran (11.0 s before)"
+    )
+    # A job whose ranks all finish names no one; new workers (a restart) start anew.
+    done = Decider(stall=10, straggler_steps=0)
+    done.decide(Snapshot(0.0, (r0, r1)))
+    assert done.decide(Snapshot(1.0, (), exits=(Exit(100, 0, 0), Exit(101, 1, 0)))) == []
+    assert done.early_words(2.0) == ""
+    decider.decide(Snapshot(3.0, (RankSample(200, 0), RankSample(201, 1))))
+    assert decider.early_words(4.0) == ""

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from rankscope.folding import RankSet
-from rankscope.watch.model import Reason, Snapshot, Trigger
+from rankscope.watch.model import Exit, Reason, Snapshot, Trigger
 
 MARKERS = "progress markers"
 OUTPUTS = "output files"
@@ -48,6 +48,9 @@ class Decider:
     previous: set[int] = field(default_factory=set)
     #: A death was reported since workers last appeared: ranks found gone together later are its teardown.
     died: bool = False
+    #: Ranks of this generation that exited 0 while others of it still ran, and when: a rank that
+    #: returned early leaves the others' collectives without a peer (no launcher reports an exit 0).
+    early: list[tuple[Exit, float]] = field(default_factory=list)
 
     def not_stalled(self, now: float) -> None:
         """A suspected stall was not one: the clock starts again."""
@@ -66,7 +69,11 @@ class Decider:
             self.stalled = True
             quiet = snap.now - self.last_advance
             triggers.append(
-                Trigger(Reason.STALL, f"no {watched[:-1]} advanced for {quiet:.0f} s", signal=watched)
+                Trigger(
+                    Reason.STALL,
+                    f"no {watched[:-1]} advanced for {quiet:.0f} s{self.early_words(snap.now)}",
+                    signal=watched,
+                )
             )
         straggler = self._stragglers(snap)
         if straggler is not None:
@@ -75,6 +82,8 @@ class Decider:
 
     def _deaths(self, snap: Snapshot) -> list[Trigger]:
         failed = [e for e in snap.exits if e.failed]
+        # exit code 0, or reaped by its launcher before it was read with no sign of a failure
+        finished = [e for e in snap.exits if not e.failed]
         # The others: workers already there at the last look (an elastic restart's new workers are not).
         alive = sum(1 for r in snap.ranks if r.pid in self.previous)
         # The ranks stopped (SIGTERM) beside one that failed by itself were stopped because of it.
@@ -87,7 +96,10 @@ class Decider:
             gone = sum(1 for e in failed if e.pid in self.previous)
             if gone < 2 or self.died or all(e.stopped for e in failed):
                 failed = []
-        self.died = self.died and all(r.pid in self.previous for r in snap.ranks)  # new workers: anew
+        if not all(r.pid in self.previous for r in snap.ranks):  # new workers: anew
+            self.died, self.early = False, []
+        if finished and (alive or any(e.failed for e in snap.exits)):  # the others still ran
+            self.early += [(e, snap.now) for e in finished]
         if self.died and all(e.stopped or e.code is None for e in failed):
             # After a death of its generation, a rank stopped (SIGTERM, a .term dump) or reaped before
             # its code was read is the launcher tearing the rest down one by one (torchrun SIGTERMs
@@ -104,7 +116,17 @@ class Decider:
             text = f"{words} while " + (
                 "another rank still ran" if alive == 1 else f"{alive} other ranks still ran"
             )
-        return [Trigger(Reason.DEATH, text, ranks)]
+        return [Trigger(Reason.DEATH, text + self.early_words(snap.now), ranks)]
+
+    def early_words(self, now: float) -> str:
+        """``; rank 1 (pid N) exited with code 0 while the others still ran (2.0 s before)``: the
+        ranks of this generation that returned early ("" when none)."""
+        return "".join(
+            f"; {e.describe() if e.code == 0 else e.describe()[: -len(' died')] + ' ended, no error seen'}"
+            " while the others still ran "
+            + (f"({now - at:.1f} s before)" if now > at else "(seen at the same look)")
+            for e, at in self.early
+        )
 
     def rebase_outputs(self, outputs: tuple[tuple[str, int, float], ...]) -> None:
         """The output files as they are now are no news (the watcher's own line went into one)."""

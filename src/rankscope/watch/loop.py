@@ -208,12 +208,13 @@ class Watcher:
     elsewhere: Elsewhere = field(default_factory=Elsewhere)
     #: The ranks' flight recorders, read only while the job has neither markers nor output files.
     _recorders: Optional[RecorderLooks] = None
+    decider: Optional[Decider] = None
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
 
     def run(self) -> int:
-        decider = Decider(self.options.stall, self.options.straggler_steps)
+        decider = self.decider = Decider(self.options.stall, self.options.straggler_steps)
         with (
             selectors.DefaultSelector() as selector,
             forwarding(self.job, self._stopping),
@@ -541,7 +542,10 @@ class Watcher:
             return  # Ctrl-C: the user ended it; a SIGTERM (a scheduler's) keeps what the ranks dumped
         text = f"the job exited with code {code}" if self.job.process is not None else "the job ended"
         ranks = tuple(sorted(e.rank for e in self.failed_exits if e.rank is not None))
-        trigger = Trigger(Reason.END, "; ".join([text, *(e.describe() for e in self.failed_exits)]), ranks)
+        text = "; ".join([text, *(e.describe() for e in self.failed_exits)])
+        if self.decider is not None:  # a rank that returned early: the others' failures follow from it
+            text += self.decider.early_words(time.monotonic())
+        trigger = Trigger(Reason.END, text, ranks)
         directory = new_capture_dir(self.out, Reason.END.value)
         self.captures.append(directory)
         copied = copy_dumps(dumps, directory)
