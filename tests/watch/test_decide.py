@@ -191,7 +191,8 @@ def test_the_recorders_count_only_without_markers_and_outputs() -> None:
 def test_after_a_death_the_ranks_the_launcher_stops_one_by_one_are_its_teardown() -> None:
     """Seen on a real 3-rank torchrun job: rank 1 raised (or was SIGKILLed), torchrun SIGTERMed the
     others, and rank 2 was found gone while rank 0 still ran. That was a second `death` capture, named
-    after rank 2; it is the teardown of the first."""
+    after rank 2; it is the teardown of the first. So is a rank whose collective then fails by itself
+    (gloo: "Connection closed by peer", exit code 1), racing the launcher's SIGTERM."""
     decider = Decider(stall=100, straggler_steps=0)
     r0, r1, r2, r3 = (RankSample(100 + r, r) for r in range(4))
     decider.decide(Snapshot(0.0, (r0, r1, r2, r3)))
@@ -202,12 +203,18 @@ def test_after_a_death_the_ranks_the_launcher_stops_one_by_one_are_its_teardown(
     assert decider.decide(Snapshot(1.2, (r0,), exits=(Exit(103, 3, None, marker_left=True),))) == []
     # Without a death before it, a rank stopped by SIGTERM while others run is a death (someone ended it).
     fresh = Decider(stall=100, straggler_steps=0)
-    fresh.decide(Snapshot(0.0, (r0, r1, r2)))
-    [stopped] = fresh.decide(Snapshot(1.0, (r0, r1), exits=(Exit(102, 2, -15),)))
+    fresh.decide(Snapshot(0.0, (r0, r1, r2, r3)))
+    [stopped] = fresh.decide(Snapshot(1.0, (r0, r1, r3), exits=(Exit(102, 2, -15),)))
     assert stopped.reason == Reason.DEATH and stopped.ranks == (2,)
-    # After it, a rank that fails by itself (an exit code of its own) is still told.
-    [second] = fresh.decide(Snapshot(2.0, (r0,), exits=(Exit(101, 1, 1),)))
-    assert second.ranks == (1,)
+    # After it, a rank whose own code is an error is its consequence too (its collective lost a peer);
+    # one killed by another signal is a death of its own.
+    assert fresh.decide(Snapshot(2.0, (r0, r1), exits=(Exit(103, 3, 1),))) == []
+    [killed] = fresh.decide(Snapshot(2.5, (r0,), exits=(Exit(101, 1, -9),)))
+    assert killed.ranks == (1,)
+    # The next generation (an elastic restart) has a death of its own again.
+    restarted = (RankSample(200, 0), RankSample(201, 1), RankSample(202, 2))
+    fresh.decide(Snapshot(3.0, restarted))
+    assert fresh.decide(Snapshot(4.0, restarted[:2], exits=(Exit(202, 2, 1),)))[0].ranks == (2,)
 
 
 def test_a_rank_that_exited_0_while_the_others_ran_is_named_in_the_death_and_stall_that_follow() -> None:

@@ -15,8 +15,9 @@
   restart are not "others": the old generation's last rank going is the end of its teardown. Found
   together, ranks that were all stopped (SIGTERM, or the in-process handler's ``.term`` dump) or
   that follow a death of their generation are its teardown; so is, after a death of its generation,
-  a rank stopped or reaped before its code was read while others still run (the launcher ends the
-  ranks one by one). A worker whose exit code reads 0 is a
+  a rank that ends while others still run stopped, reaped before its code was read, or with an exit
+  code of its own (the launcher ends the ranks one by one; a rank whose collective lost its peer
+  fails by itself); one killed by another signal (SIGKILL, SIGSEGV) is still a death. A worker whose exit code reads 0 is a
   rank that finished. The ranks named are those that were not stopped, unless every one was.
 """
 
@@ -100,10 +101,12 @@ class Decider:
             self.died, self.early = False, []
         if finished and (alive or any(e.failed for e in snap.exits)):  # the others still ran
             self.early += [(e, snap.now) for e in finished]
-        if self.died and all(e.stopped or e.code is None for e in failed):
-            # After a death of its generation, a rank stopped (SIGTERM, a .term dump) or reaped before
-            # its code was read is the launcher tearing the rest down one by one (torchrun SIGTERMs
-            # every rank; a 3-rank job's second rank ends while the third still runs): no new death.
+        if self.died and all(e.stopped or e.code is None or e.code > 0 for e in failed):
+            # After a death of its generation, the ranks that end are its consequences: stopped by the
+            # launcher one by one (torchrun SIGTERMs every rank: a 3-rank job's second rank ends while
+            # the third still runs), or exiting with an error of their own from a collective that lost
+            # its peer (gloo's "Connection closed by peer"): no new death, the first capture holds the
+            # cause. A rank killed by another signal (SIGKILL, SIGSEGV) is still told.
             failed = []
         if not failed:
             return []
