@@ -227,3 +227,18 @@ def test_a_rank_that_fails_on_another_node_is_captured_from_the_jobs_output(watc
     assert "evaluate" in run.captured_text(str(death["dir"])), run.stderr[-2000:]
     assert "--then kill: SIGTERM to the job" in run.stderr
     assert code != 0
+
+
+def test_a_rank_that_returns_early_is_named_and_its_peers_failures_make_one_death(watch) -> None:  # type: ignore[no-untyped-def]
+    """Three ranks: rank 1 returns before the last barrier (exit 0, which torchrun does not report),
+    the others' barrier fails ("Connection closed by peer"), torchrun SIGTERMs whoever is left. Seen
+    on real jobs: a death capture per failing or stopped rank, named after the victims only. Now one
+    death, whose trigger says rank 1 went first."""
+    three = tuple(TORCHRUN[:-1]) + ("3",)
+    run = watch("--stall", "30", scenario="early", launcher=three)
+    assert run.wait() == 1, run.stderr[-3000:]
+    deaths = [entry for entry in run.index() if entry["reason"] == "death"]
+    assert len(deaths) == 1, (run.index(), run.stderr[-3000:])
+    trigger = str(deaths[0]["trigger"])
+    assert "rank 1 (pid" in trigger and "while the others still ran" in trigger, trigger
+    assert 1 not in deaths[0]["trigger_ranks"], deaths[0]  # the ranks that failed, not the one that left

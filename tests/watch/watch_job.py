@@ -10,6 +10,8 @@ ends normally touches ``done.<rank>`` in the working directory.
              torchrun tears rank 0 down with SIGTERM; started again by torchrun (--max-restarts), the
              ranks take local steps, rank 1 ten times slower, and exit 0
   straggler  local steps, rank 1 ten times slower than rank 0; one barrier at the end; exit 0
+  early      3 steps, then rank 1 returns from main (exit 0) without the last barrier, in which the
+             others' gloo connection to it closes: they fail ("Connection closed by peer")
   quiet      no markers, no output: all_reduce every 0.05 s for --healthy seconds (each rank then
              writes ``healthy.<rank>``: the time it ended and its count), then the hang of ``hang``
 """
@@ -112,6 +114,14 @@ def main() -> None:
         if rank == 1:
             load_batch_forever()
         train_step(count)
+    elif args.scenario == "early":
+        for step in range(3):
+            rankscope.progress(step=step)
+            print(f"rank {rank} step {step}", flush=True)
+            train_step(step)
+        if rank == 1:
+            return  # nothing left to do, it thinks
+        dist.barrier()
     elif args.scenario == "straggler":
         for step in range(20):
             rankscope.progress(step=step)
