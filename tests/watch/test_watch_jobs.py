@@ -242,3 +242,18 @@ def test_a_rank_that_returns_early_is_named_and_its_peers_failures_make_one_deat
     trigger = str(deaths[0]["trigger"])
     assert "rank 1 (pid" in trigger and "while the others still ran" in trigger, trigger
     assert 1 not in deaths[0]["trigger_ranks"], deaths[0]  # the ranks that failed, not the one that left
+
+
+def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0 evaluates for 8 s in one native call per line while rank 1 waits in a barrier: quiet
+    for --stall, stacks unchanged, `why` finds rank 0 elsewhere while the other waits, as in a hang.
+    Seen on a real job: --then kill ended it. Rank 0 ran on the CPU between the samples (a rank
+    stuck in a sleep or a wait does not): it is told, and the job runs to its end."""
+    run = watch("--stall", "2", "--then", "kill", "--straggler-steps", "0", scenario="evaluate")
+    assert run.wait() == 0, run.stderr[-3000:]
+    stalls = [entry for entry in run.index() if entry["reason"] == "stall"]
+    assert len(stalls) == 1, (run.index(), run.stderr[-3000:])
+    assert stalls[0]["verb"] == "why" and stalls[0]["ranks"] == [0] and "working" in stalls[0], stalls[0]
+    assert "rank 0 ran on the CPU throughout the samples" in run.stderr
+    assert "--then kill: SIGTERM" not in run.stderr
+    assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()

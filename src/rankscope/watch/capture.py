@@ -159,6 +159,13 @@ def verdict_of(document: Any) -> tuple[str, list[int]]:
     return "", []
 
 
+def cause_of(document: Any) -> str:
+    """A ``why`` document's cause ("elsewhere", ...; "" when it names none)."""
+    verdict = document.get("verdict") if isinstance(document, dict) else None
+    cause = verdict.get("cause") if isinstance(verdict, dict) else None
+    return cause if isinstance(cause, str) else ""
+
+
 def found_nothing(document: Any) -> bool:
     """Whether a ``why`` document says every signal it read shows nothing wrong (outcome "no problem")."""
     return isinstance(document, dict) and document.get("outcome") == "no problem"

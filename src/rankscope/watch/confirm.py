@@ -38,6 +38,8 @@ class Confirmation:
     text: str
     #: A confirmed stall whose every sampled rank's main thread ran on the CPU between the samples.
     busy: bool = False
+    #: The sampled ranks (pids) whose main thread ran on the CPU between the samples.
+    busy_pids: tuple[int, ...] = ()
 
 
 def main_thread_cpu(pid: int) -> Optional[float]:
@@ -135,17 +137,18 @@ def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confi
         return Confirmation(None, "no rank could be sampled twice: not confirmed by stacks")
     text = f"{len(both)} rank(s) unchanged over {gap:g} s"
     shares = _shares(cpu, both, time.monotonic() - began)
-    if shares and len(shares) == len(both) and min(shares) >= BUSY_SHARE:
-        text += f", every one on the CPU ({min(shares):.0%} of a core or more)"
-        return Confirmation(True, text, busy=True)
-    return Confirmation(True, text)
+    busy = tuple(pid for pid, share in shares.items() if share >= BUSY_SHARE)
+    if len(busy) == len(both):
+        text += f", every one on the CPU ({min(shares.values()):.0%} of a core or more)"
+        return Confirmation(True, text, busy=True, busy_pids=busy)
+    return Confirmation(True, text, busy_pids=busy)
 
 
-def _shares(before: dict[int, Optional[float]], pids: list[int], seconds: float) -> list[float]:
+def _shares(before: dict[int, Optional[float]], pids: list[int], seconds: float) -> dict[int, float]:
     """The share of one core each rank's main thread used since ``before`` (ranks unreadable left out)."""
-    shares = []
+    shares = {}
     for pid in pids:
         then, now = before.get(pid), main_thread_cpu(pid)
         if then is not None and now is not None and seconds > 0:
-            shares.append((now - then) / seconds)
+            shares[pid] = (now - then) / seconds
     return shares

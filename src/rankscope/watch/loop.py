@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rankscope import lifetime, procfs
+from rankscope.folding import RankSet
 from rankscope.procs import launcher_kind
 from rankscope.watch import collect
 from rankscope.watch.attempt import FIRST, Attempt
-from rankscope.watch.capture import CaptureResult, RunningCapture, copy_dumps, found_nothing
+from rankscope.watch.capture import CaptureResult, RunningCapture, cause_of, copy_dumps, found_nothing
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.elsewhere import Elsewhere
@@ -160,6 +161,8 @@ class Capturing:
     #: A stall whose every rank ran on the CPU while its stacks stood still (a long native call, or
     #: a spinning wait): not a stall when the capture finds nothing wrong.
     busy: bool = False
+    #: The ranks that ran on the CPU between the confirmation's samples.
+    busy_ranks: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -380,7 +383,7 @@ class Watcher:
                 )
             return
         confirmed: Optional[str] = None
-        busy = False
+        busy, busy_ranks = False, frozenset[int]()
         if trigger.reason == Reason.STALL and self.options.confirm and self.workers:
             check = confirm_stall(sorted(self.workers), min(1.0, self.options.interval))
             if check.stalled is None and not any(collect.alive(pid) for pid in self.workers):
@@ -392,7 +395,9 @@ class Watcher:
                 )
                 return
             confirmed, busy = check.text, check.busy
-        self._capture(trigger, confirmed, attempt, busy)
+            ranks = (self.workers[pid].rank for pid in check.busy_pids if pid in self.workers)
+            busy_ranks = frozenset(rank for rank in ranks if rank is not None)
+        self._capture(trigger, confirmed, attempt, busy, busy_ranks)
 
     def _queue(self, new: Waiting) -> None:
         """A trigger while a capture runs waits for it to end; one of a reason already waiting is
@@ -422,12 +427,24 @@ class Watcher:
         result = running.capture.finish()
         # Every rank computing while its stack stood still, and `why` finding nothing wrong (no rank
         # in a collective, no GPU blocked): a step longer than --stall, not a stall; never killed.
-        cleared = running.busy and running.trigger.reason == Reason.STALL and found_nothing(result.document)
-        self._record(running.trigger, result, running.confirmed, cleared)
+        stall = running.trigger.reason == Reason.STALL
+        cleared = stall and running.busy and found_nothing(result.document)
+        # The ranks the capture finds elsewhere while the others wait all ran on the CPU: a long step
+        # on them (rank 0 evaluating in one native call while the others wait in a barrier) as much
+        # as a loop that never ends; --then kill does not end the job for it.
+        working = (
+            stall
+            and not cleared
+            and bool(result.ranks)
+            and set(result.ranks) <= running.busy_ranks
+            and cause_of(result.document) == "elsewhere"
+        )
+        self._record(running.trigger, result, running.confirmed, cleared, working)
         if (
             running.trigger.reason in KILL_AFTER
             and self.options.then == "kill"
             and not cleared
+            and not working
             and not self.job.ended()
         ):
             self.say(note("--then kill: SIGTERM to the job"))
@@ -471,7 +488,12 @@ class Watcher:
         return [word for pid in pids for word in ("--pid", str(pid))]
 
     def _capture(
-        self, trigger: Trigger, confirmed: Optional[str], attempt: Attempt, busy: bool = False
+        self,
+        trigger: Trigger,
+        confirmed: Optional[str],
+        attempt: Attempt,
+        busy: bool = False,
+        busy_ranks: frozenset[int] = frozenset(),
     ) -> None:
         """Start the capture; the loop goes on watching and collects it when it ends."""
         directory = new_capture_dir(self.out, trigger.reason.value)
@@ -481,12 +503,17 @@ class Watcher:
         capture = RunningCapture.start(
             self.verb, self._targets(), directory, self.options.capture_timeout, attempt
         )
-        self.running = Capturing(capture, trigger, confirmed, busy)
+        self.running = Capturing(capture, trigger, confirmed, busy, busy_ranks)
         if capture.pidfd >= 0:
             self.selector.register(capture.pidfd, selectors.EVENT_READ, self.running)
 
     def _record(
-        self, trigger: Trigger, result: CaptureResult, confirmed: Optional[str], cleared: bool = False
+        self,
+        trigger: Trigger,
+        result: CaptureResult,
+        confirmed: Optional[str],
+        cleared: bool = False,
+        working: bool = False,
     ) -> None:
         entry: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -504,6 +531,10 @@ class Watcher:
             entry["confirmed"] = confirmed
         if cleared:
             entry["cleared"] = "every rank ran on the CPU and why found nothing wrong: not a stall"
+        if working:
+            entry["working"] = (
+                "the ranks found elsewhere ran on the CPU: a long step, or a loop that never ends"
+            )
         with contextlib.suppress(OSError):
             write_private(
                 result.directory, "watch.json", json.dumps({**entry, "argv": result.argv}, indent=1).encode()
@@ -522,6 +553,15 @@ class Watcher:
             )
             return
         self.say(capture_line(trigger, result.verdict, result.ranks, str(result.directory)))
+        if working:
+            who = RankSet.of(result.ranks).phrase()
+            held = "; --then kill holds off" if self.options.then == "kill" else ""
+            self.say(
+                note(
+                    f"{who} ran on the CPU throughout the samples: a long step there (an evaluation, "
+                    f"a checkpoint) or a loop that never ends{held}; watching on"
+                )
+            )
 
     def _at_end(self, code: int) -> None:
         """The job ended: the dumps its ranks left go into the last capture of a death (else the last
