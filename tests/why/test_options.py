@@ -108,3 +108,28 @@ def test_a_log_from_without_its_byte_is_a_bad_command_line() -> None:
 
     with pytest.raises(click.BadParameter, match="is not FILE:BYTES"):
         why.make_context("why", ["--log-from", "job.log"])
+
+
+AGENT_FAILED = (
+    "E1127 06:30:29.590000 5801 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) "
+    "local_rank: 1 (pid: 5805) of binary: /venv/bin/python3\n"
+)
+
+
+def test_a_running_jobs_output_is_read_from_torchruns_last_restart(tmp_path: Path) -> None:
+    """`why` on a job that runs on after torchrun restarted its workers (seen on a real torch 2.13
+    job, ``--max-restarts 1``: its agent's failed-attempt line, no INFO restart line) reads the
+    output from there, as `--log-from` would: the earlier attempt's traceback is not the verdict of
+    the workers that run now. A file without such a line, or a line of no agent, is read whole."""
+    from rankscope.why.output import restart_starts
+
+    log = tmp_path / "job.log"
+    log.write_text(EARLIER_ATTEMPT + AGENT_FAILED + "[rank0]: resuming\n")
+    plain = tmp_path / "plain.log"
+    plain.write_text(EARLIER_ATTEMPT + "a line that says failed (exitcode: 1) but is nobody's agent\n")
+    starts = restart_starts([str(log), str(plain), str(tmp_path / "gone.log")])
+    assert starts == {str(log.resolve()): len(EARLIER_ATTEMPT) + len(AGENT_FAILED)}
+    # the line may be cut across the windows the file is read in
+    big = tmp_path / "big.log"
+    big.write_bytes(b"x" * ((1 << 20) - 40) + b"\n" + AGENT_FAILED.encode() + b"tail\n")
+    assert restart_starts([str(big)]) == {str(big.resolve()): (1 << 20) - 39 + len(AGENT_FAILED)}

@@ -89,3 +89,18 @@ class Attempts:
     def attempt(self, provisional: int) -> int:
         """A position's attempt once the source is read: an agent's last failure line ends no attempt."""
         return min(provisional, self.restarts)
+
+
+def attempt_ends(chunk: bytes) -> list[int]:
+    """The ends of the lines in ``chunk`` that close an attempt: the restart line, and an agent's
+    failed-attempt line (of a job still running, each one was restarted)."""
+    ends = []
+    for marker in (RESTART_MARKER, FAILED_MARKER):
+        pos = chunk.find(marker)
+        while pos >= 0:
+            start = chunk.rfind(b"\n", 0, pos) + 1
+            if marker is RESTART_MARKER or _AGENT_PID.search(chunk, start, pos) is not None:
+                end = chunk.find(b"\n", pos)
+                ends.append(len(chunk) if end < 0 else end + 1)
+            pos = chunk.find(marker, pos + 1)
+    return sorted(ends)

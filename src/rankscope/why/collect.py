@@ -45,6 +45,7 @@ from rankscope.why.output import (
     output_files,
     piped_files,
     read_logs,
+    restart_starts,
     slurm_outputs,
     torchrun_log_dir,
 )
@@ -401,7 +402,16 @@ def gather_local(
     logs = list(dict.fromkeys(logs))
     if logs:
         say("job output")
-        read_logs(logs, gathered, deadline, stop, log_starts(options.log_from), options.since)
+        starts = log_starts(options.log_from)
+        if job_pids and not starts:
+            # a job that runs on after torchrun's restart: its current attempt's output is the evidence
+            starts = restart_starts(logs, deadline)
+            for path, start in starts.items():
+                gathered.notes.append(
+                    f"{path}: read from byte {start}, after torchrun restarted the workers (what the "
+                    f"earlier attempts wrote before it: `rankscope why --log {path}`)"
+                )
+        read_logs(logs, gathered, deadline, stop, starts, options.since)
     else:
         gathered.signal(
             "job output",

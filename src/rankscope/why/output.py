@@ -154,6 +154,44 @@ def log_starts(values: Iterable[str]) -> dict[str, int]:
     return starts
 
 
+#: How much of a file is read at a time to find torchrun's last restart in it.
+_RESTART_WINDOW = 1 << 20
+
+
+def restart_starts(paths: Iterable[str], deadline: Optional[float] = None) -> dict[str, int]:
+    """For a job that still runs: the byte after torchrun's last restart in each output file that has
+    one ({real path: byte}), the current attempt's first; the files' earlier bytes are an earlier
+    attempt's output (rankscope.logs.restarts). Within the deadline; a file that cannot be read is left out."""
+    from rankscope.logs.restarts import attempt_ends
+
+    starts: dict[str, int] = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        last, offset, carry = 0, 0, b""
+        try:
+            with open(real, "rb") as handle:
+                if not os.path.isfile(real):
+                    continue
+                while deadline is None or time.monotonic() < deadline:
+                    block = handle.read(_RESTART_WINDOW)
+                    if not block:
+                        break
+                    data = carry + block
+                    cut = data.rfind(b"\n") + 1  # whole lines; the rest joins the next block
+                    if not cut and len(data) > 4 * _RESTART_WINDOW:
+                        cut = len(data)  # a line that never ends holds no restart line
+                    ends = attempt_ends(data[:cut])
+                    if ends:
+                        last = offset + ends[-1]
+                    offset += cut
+                    carry = data[cut:]
+        except OSError:
+            continue
+        if last:
+            starts[real] = last
+    return starts
+
+
 def _from_starts(sources: list[LogSource], starts: dict[str, int]) -> list[LogSource]:
     """Each source read from its ``--log-from`` byte (named so: its line numbers count from there)."""
     out = []
