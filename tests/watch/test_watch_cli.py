@@ -251,3 +251,39 @@ def test_a_death_during_a_capture_is_seen_at_once_queued_captured_and_then_kill_
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
+
+
+EARLY_RANK = """
+import os, subprocess, sys, time
+RANK = '''
+import os, sys, time
+os.write(1, ("up %s\\\\n" % os.environ["RANK"]).encode())
+time.sleep(1.5)
+if os.environ["RANK"] == "1":
+    sys.exit(0)  # returns early
+time.sleep(1.0)
+sys.exit(3)  # its peer is gone
+'''
+env = {**os.environ, "WORLD_SIZE": "2"}
+ranks = [subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+         for r in (0, 1)]
+while any(rank.poll() is None for rank in ranks):  # a launcher that looks at its ranks twice a second
+    time.sleep(0.5)
+sys.exit(max(rank.returncode for rank in ranks))
+"""
+
+
+def test_a_job_that_fails_after_a_rank_returned_early_names_that_rank_and_no_culprit(tmp_path: Path) -> None:
+    """Seen on a real 2-rank gloo job: rank 1 returned before the last barrier (exit 0), rank 0's
+    barrier failed, and the job's `end` capture said only "[culprit rank 0]", the victim. It names
+    rank 1's early exit and no culprit (a launcher-like script, no torch)."""
+    out = tmp_path / "caps"
+    argv = ["--out", str(out), "--interval", "0.2", "--stall", "600"]
+    result = run_watch(*argv, "--", sys.executable, "-c", EARLY_RANK)
+    assert result.returncode == 3, result.stderr
+    [entry] = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+    assert entry["reason"] == "end" and entry["trigger_ranks"] == [0], entry
+    trigger = str(entry["trigger"])
+    assert "rank 1 (pid" in trigger and "exited with code 0 while the others still ran" in trigger, entry
+    assert entry["ranks"] == [], entry
+    assert "culprit" not in result.stderr, result.stderr

@@ -583,12 +583,14 @@ class Watcher:
         text = f"the job exited with code {code}" if self.job.process is not None else "the job ended"
         ranks = tuple(sorted(e.rank for e in self.failed_exits if e.rank is not None))
         text = "; ".join([text, *(e.describe() for e in self.failed_exits)])
-        if self.decider is not None:  # a rank that returned early: the others' failures follow from it
-            text += self.decider.early_words(time.monotonic())
-        trigger = Trigger(Reason.END, text, ranks)
+        early = self.decider.early_words(time.monotonic()) if self.decider is not None else ""
+        trigger = Trigger(Reason.END, text + early, ranks)
         directory = new_capture_dir(self.out, Reason.END.value)
         self.captures.append(directory)
         copied = copy_dumps(dumps, directory)
         verdict = f"{len(copied)} rank dump(s) of the teardown kept" if copied else "no rank left a dump"
-        result = CaptureResult(directory, "", [], None, verdict=verdict, ranks=list(ranks))
+        # After a rank that returned early, the ranks that failed may be its victims (a collective
+        # that lost its peer): no culprit is named.
+        culprits = [] if early else list(ranks)
+        result = CaptureResult(directory, "", [], None, verdict=verdict, ranks=culprits)
         self._record(trigger, result, None)
