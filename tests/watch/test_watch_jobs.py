@@ -245,11 +245,14 @@ def test_a_rank_that_returns_early_is_named_and_its_peers_failures_make_one_deat
 
 
 def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch) -> None:  # type: ignore[no-untyped-def]
-    """Rank 0 evaluates for 8 s in one native call per line while rank 1 waits in a barrier: quiet
-    for --stall, stacks unchanged, `why` finds rank 0 elsewhere while the other waits, as in a hang.
+    """Rank 0 evaluates in one native call per line while rank 1 waits in a barrier: quiet for
+    --stall, stacks unchanged, `why` finds rank 0 elsewhere while the other waits, as in a hang.
     Seen on a real job: --then kill ended it. Rank 0 ran on the CPU between the samples (a rank
-    stuck in a sleep or a wait does not): it is told, and the job runs to its end."""
+    stuck in a sleep or a wait does not): it is told, and once the capture is written (the kill
+    would come with it) the evaluation ends and the job runs to its end."""
     run = watch("--stall", "2", "--then", "kill", "--straggler-steps", "0", scenario="evaluate")
+    wait_for(lambda: run.index() or run.process.poll() is not None, 120, "the capture", lambda: run.stderr)
+    (run.workdir / "end-eval").touch()
     assert run.wait() == 0, run.stderr[-3000:]
     stalls = [entry for entry in run.index() if entry["reason"] == "stall"]
     assert len(stalls) == 1, (run.index(), run.stderr[-3000:])
