@@ -136,6 +136,11 @@ _SHELL_DEATH = re.compile(
     rb"(Killed|killed|Segmentation fault|segmentation fault|Aborted|abort|Bus error|bus error"
     rb"|Floating point exception|Illegal instruction)(?: +\(core dumped\))?(?: {2,}\S.*)?\r?$"
 )
+#: The words of a shell's report that carry neither ``illed`` nor ``core dumped``: bash's
+#: ``./run.sh: line 5: 10971 Segmentation fault      RANK=1 python train.py`` where no core was written.
+_SHELL_WORDS = re.compile(
+    rb"Segmentation fault|Aborted|Bus error|Floating point exception|Illegal instruction"
+).search
 _SHELL_SIGNALS = {
     b"killed": 9,
     b"segmentation fault": 11,
@@ -472,7 +477,9 @@ class LineEvidence:
             or b"died unexpectedly" in chunk
         ):
             self._launcher(chunk, line_at)
-        if unprefixed and (b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk):
+        if unprefixed and (
+            b"illed" in chunk or b"core dumped" in chunk or b"zsh: " in chunk or _SHELL_WORDS(chunk)
+        ):
             self._shell(chunk, line_at)
             if b"Killed process" in chunk:  # the kernel's OOM killer, its lines pasted beside the job's
                 self._scan(chunk, b"Killed process", self._kernel_oom, line_at)
