@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from rankscope.folding import RankSet
 from rankscope.logs.labels import host_and_rank, label_order
-from rankscope.logs.roles import Role, maybe_victim, role_of
+from rankscope.logs.roles import Role, maybe_victim, role_of, user_frame
 from rankscope.logs.timestamps import sortable
 from rankscope.logs.tracebacks import FrameLine, RankTraceback
 from rankscope.model import short_path
@@ -201,6 +201,8 @@ class Grouper:
         """The groups in report order and the root cause (``restarts``: torchrun's per source)."""
         side = 0 if self._groups[0] else 1
         _caught_without_marker(list(self._groups[0].values()))
+        if side == 0:
+            _adopt_workers(self._groups, restarts or {})
         _peer_gone(list(self._groups[side].values()))
         root = root_cause(list(self._groups[side].values()), restarts)
         labelled, unlabelled = (self._sorted(groups) for groups in self._groups)
@@ -213,6 +215,42 @@ class Grouper:
         """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
         return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def _adopt_workers(
+    groups: tuple[dict[tuple[Any, ...], ErrorGroup], dict[tuple[Any, ...], ErrorGroup]],
+    restarts: Mapping[str, int],
+) -> None:
+    """A worker's traceback without a rank prefix in a log whose other tracebacks have one: listed with
+    the ranks' errors (not as the launcher's) where it is told apart from torchrun's own.
+
+    torch marks a rank's uncaught traceback (``[rankN]:``) from its excepthook, installed when
+    ``init_process_group`` returns: without ``--tee`` a rank that fails inside it (or before it) prints
+    its traceback bare. Such a traceback has a frame of the user's code (torchrun's own ``ChildFailedError``
+    has none). It is a candidate root cause where it went through ``init_process_group`` or where it is
+    of a later torchrun attempt than every prefixed culprit (the restarted workers failed before torch
+    marked anything); one that a logger's ERROR line introduced was caught and logged: handled.
+    """
+    labelled, unlabelled = groups
+    culprit_attempts = [g.settled_attempt(restarts) for g in labelled.values() if g.role is Role.CULPRIT]
+    last_marked = max(culprit_attempts, default=-1)
+    for key, group in list(unlabelled.items()):
+        example = group.example
+        if key in labelled or example.worker is not None or user_frame(example.frames) is None:
+            continue
+        if example.logged:
+            if group.role is Role.CULPRIT:
+                group.role = Role.HANDLED
+        elif not (_in_init(example) or group.settled_attempt(restarts) > last_marked):
+            continue
+        labelled[key] = unlabelled.pop(key)
+
+
+def _in_init(tb: RankTraceback) -> bool:
+    """Raised inside ``torch.distributed.init_process_group`` (before torch's excepthook was installed)."""
+    return any(
+        f.function == "init_process_group" and f.filename.endswith("distributed_c10d.py") for f in tb.frames
+    )
 
 
 def _peer_gone(groups: list[ErrorGroup]) -> None:

@@ -211,11 +211,23 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
             else ""
         )
         if victims:
-            return [
+            out = [
                 f"root cause: not in this log — every error is a consequence of another failure "
                 f"({sum(g.count for g in victims)} traceback(s) of lost peers, timeouts or signals); "
                 f"the rank that failed first left no traceback here{launcher}"
             ]
+            lead = caught_before(report)
+            if lead is not None:
+                tb = lead.example
+                host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
+                who = label_text(tb.label) or "a worker without a rank prefix"
+                who = f"rank {who}" if host is None and number is not None else who
+                out.append(
+                    f"  lead: before them {who} caught {_short_exception(tb)}{_frame_text(tb)} and went on "
+                    f"({tb.source} line {tb.line_number}): a rank that skips or reorders a collective after an error it caught "
+                    "leaves the others waiting until they time out"
+                )
+            return out
         return [f"root cause: none — every traceback was caught (its rank kept writing){launcher}"]
     tb, group = root.traceback, root.group
     host, number = host_and_rank(tb.label) if tb.label is not None else (None, None)
@@ -265,6 +277,16 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         )
         out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
     return out
+
+
+def caught_before(report: ErrorsReport) -> Optional[ErrorGroup]:
+    """Where every error is a victim's, the first caught error raised before the first of them: the
+    only error a rank raised itself (its rank lived on, then the others lost or waited for it)."""
+    victims = [g.example.order for g in report.groups if g.role is Role.VICTIM]
+    handled = [
+        g for g in report.groups if g.role is Role.HANDLED and g.example.order < min(victims, default=0)
+    ]
+    return min(handled, key=lambda g: g.example.order, default=None)
 
 
 def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
@@ -392,11 +414,13 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         if not other:
             out.extend(_root_lines(report, counts))
         all_labels = {label for g in groups for label in g.labels}
+        named = {label for label in all_labels if label is not None}
+        bare = " and a worker without a rank prefix" if named and None in all_labels else ""
         without = f" + {len(report.unprefixed)} without a rank prefix" if report.unprefixed else ""
         roles = Counter(g.role for g in groups)
         split = ", ".join(f"{roles[r]} {r}" for r in Role if roles[r])
         out.append(
-            f"{len(groups)} distinct error(s) ({split}) from {len(all_labels)} rank(s){without} "
+            f"{len(groups)} distinct error(s) ({split}) from {len(named or all_labels)} rank(s){bare}{without} "
             f"({counts.tracebacks} tracebacks in {counts.lines} lines)"
         )
         for index, group in enumerate(groups, 1):

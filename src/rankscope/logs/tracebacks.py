@@ -472,8 +472,13 @@ class TracebackCollector:
         """Is the rank's line just before ``start`` (this block, 64 KiB back at most) a logger's ERROR line?"""
         cut = raw_prefix.find(b"[rank", 1)
         outer = raw_prefix[:cut] if cut > 0 else raw_prefix
-        if not outer or start == 0:
+        if start == 0:
             return False
+        if not outer:  # no prefix: the line right before it (logging.exception writes both at once)
+            found = chunk.rfind(b"\n", max(0, start - 4096), start - 1)
+            if found < 0 and start > 4096:
+                return False
+            return _LOGGED.search(chunk[found + 1 : min(start - 1, found + 201)]) is not None
         found = chunk.rfind(b"\n" + outer, max(0, start - (1 << 16)), start - 1)
         line_start = found + 1 if found >= 0 else (0 if chunk.startswith(outer) else -1)
         if line_start < 0:
