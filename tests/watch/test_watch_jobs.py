@@ -131,6 +131,10 @@ def test_crash_leaves_the_survivors_stacks_of_the_teardown(watch) -> None:  # ty
     deaths = [entry for entry in run.index() if entry["reason"] == "death"]
     assert len(deaths) == 1, run.index()
     assert deaths[0]["trigger_ranks"] == [1] and "rank 1" in str(deaths[0]["trigger"])
+    # Its own traceback is the verdict: torchrun, alive while it tears the job down, has printed its
+    # "failed (exitcode: 1)" line, which `why` alone takes for a restart (and reads what follows);
+    # the watcher, which saw no restart, says where this attempt's output starts.
+    assert deaths[0]["verb"] == "stacks" or "RuntimeError: bad batch" in str(deaths[0]["verdict"]), deaths
     dumps = sorted((run.out / str(deaths[0]["dir"]) / "inproc").glob("*.term"))
     survivor = [p for p in dumps if ".rank-0." in p.name]
     assert survivor, (dumps, run.stderr[-2000:])

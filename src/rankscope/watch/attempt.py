@@ -5,6 +5,11 @@ When every worker of a generation has exited and the launcher starts new ones (t
 (read from the sizes the files had when the first new worker was found: ``why --log-from``), its
 ranks' ``.term``/``.crash`` dumps, a ``--log-dir``'s ``attempt_0/`` files and error files, its
 cores (all older than the moment its last worker exited: ``why --since``).
+
+The first attempt of a job the watcher started reads its output from the sizes the files had when
+its first worker was found (``--log-from`` without ``--since``): `why` is told that no restart came,
+so it never takes torchrun's report of a failed rank, printed while torchrun tears the job down and
+still runs, for one. An attached watcher's first attempt is :data:`FIRST` (everything is read).
 """
 
 from __future__ import annotations

@@ -321,6 +321,13 @@ class Watcher:
             sizes = {path: size for path, size, _ in collect.output_states(self.outputs)}
             self.attempt, self._generation_ended = Attempt(sizes, self._generation_ended), None
             self.elsewhere.restarted(sizes)
+        elif new and self.attempt is FIRST and self.job.process is not None:
+            # The first attempt of a job the watcher started: its output is what the files gained
+            # since, and `why` is told so (--log-from), so that it never takes torchrun's report of
+            # a failed rank, printed while it tears the job down, for a restart and skips what the
+            # rank wrote before it. An attached watcher knows no attempt before its own start.
+            sizes = {path: size for path, size, _ in collect.output_states(self.outputs)}
+            self.attempt = Attempt(sizes)
         return new
 
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
