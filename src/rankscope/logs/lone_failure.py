@@ -61,4 +61,8 @@ def name_the_lone_failure(
     ranks = {f.global_rank for f in chosen}
     rank = ranks.pop() if len(ranks) == 1 else None
     local = rank is None and all(f.local for f in chosen)
-    return [replace(f, who=who, global_rank=rank, local=local) if f is culprits[0] else f for f in findings]
+    named_ranks = str(rank) if rank is not None else who  # its folded ranks were "-": no prefix named one
+    return [
+        replace(f, who=who, global_rank=rank, local=local, ranks=named_ranks) if f is culprits[0] else f
+        for f in findings
+    ]
