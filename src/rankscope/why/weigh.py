@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Optional
 
-from rankscope.evidence import CULPRIT, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
+from rankscope.evidence import CULPRIT, HANDLED, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import short_oom
 from rankscope.logs.line_evidence import CPP_UNCAUGHT
@@ -427,6 +427,23 @@ def victims_only(findings: Sequence[Finding]) -> Optional[str]:
         return None
     first = min(lost, key=lambda f: f.order)
     who = f"rank {first.global_rank}" if first.global_rank is not None else (first.who or "a process")
+    # an error a rank caught and went on from, written before every victim's: the likeliest start
+    caught = [
+        f for f in findings
+        if f.role == HANDLED and f.kind == Kind.TRACEBACK and f.source == first.source and f.order < first.order
+    ]  # fmt: skip
+    if caught:
+        lead = min(caught, key=lambda f: f.order)
+        by = (
+            f"rank {lead.global_rank}"
+            if lead.global_rank is not None
+            else (lead.who or "a process without a rank")
+        )
+        return (
+            f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}); before them {by} caught "
+            f"{_short(lead.what, 120)} and went on ({lead.source}:{lead.line}): a rank that skips or reorders "
+            "a collective after an error it caught leaves the others waiting until they time out"
+        )
     return (
         f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}): "
         "the rank that ended first left no error here; it returned from its main early (exit code 0, "
