@@ -11,7 +11,7 @@ from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
 from rankscope.logs.dataloader import worker_death_step
-from rankscope.logs.grouping import ErrorsReport, RootCause
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
@@ -183,6 +183,16 @@ def root_reason(report: ErrorsReport, root: RootCause) -> str:
         "(lost peer, timeout, signal) nor caught (its rank stopped writing)"
     )
     return why + (f"; {', '.join(after)}" if after else "")
+
+
+def caught_before(report: ErrorsReport) -> Optional[ErrorGroup]:
+    """Where every error is a victim's, the first caught error raised before the first of them: the
+    only error a rank raised itself (its rank lived on, then the others lost or waited for it)."""
+    victims = [g.example.order for g in report.groups if g.role is Role.VICTIM]
+    handled = [
+        g for g in report.groups if g.role is Role.HANDLED and g.example.order < min(victims, default=0)
+    ]
+    return min(handled, key=lambda g: g.example.order, default=None)
 
 
 def orphan_exception_lines(counts: LineCounts) -> list[tuple[str, int]]:

@@ -10,7 +10,13 @@ from typing import Optional
 
 from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
-from rankscope.logs.analyse import launcher_of, orphan_exception_lines, root_reason, traceback_step
+from rankscope.logs.analyse import (
+    caught_before,
+    launcher_of,
+    orphan_exception_lines,
+    root_reason,
+    traceback_step,
+)
 from rankscope.logs.collect import LineCounts
 from rankscope.logs.cuda import (
     HARDWARE_STEP,
@@ -277,16 +283,6 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         )
         out.extend(_assert_lines(_asserts_of(group, counts.device_asserts)))
     return out
-
-
-def caught_before(report: ErrorsReport) -> Optional[ErrorGroup]:
-    """Where every error is a victim's, the first caught error raised before the first of them: the
-    only error a rank raised itself (its rank lived on, then the others lost or waited for it)."""
-    victims = [g.example.order for g in report.groups if g.role is Role.VICTIM]
-    handled = [
-        g for g in report.groups if g.role is Role.HANDLED and g.example.order < min(victims, default=0)
-    ]
-    return min(handled, key=lambda g: g.example.order, default=None)
 
 
 def _named_by_launcher(tb: RankTraceback, counts: LineCounts) -> Optional[str]:
