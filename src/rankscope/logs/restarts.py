@@ -65,7 +65,8 @@ class Attempts:
             self._after.append(self._at_end())
 
     def at(self, pos: int) -> int:
-        """The attempt at ``pos`` of the block last fed (provisional: :meth:`attempt` settles it)."""
+        """The attempt at ``pos`` of the block last fed; provisional: an agent's last failed-attempt
+        line ends no attempt, so it is settled against :attr:`restarts` once the source is read."""
         index = bisect.bisect_right(self._bounds, pos)
         return self._after[index - 1] if index else self._current
 
@@ -85,10 +86,6 @@ class Attempts:
         another of its failed attempts followed."""
         lines = [*self._markers, *(line for each in self._failures.values() for line in each[:-1])]
         return max(lines, default=0)
-
-    def attempt(self, provisional: int) -> int:
-        """A position's attempt once the source is read: an agent's last failure line ends no attempt."""
-        return min(provisional, self.restarts)
 
 
 def attempt_ends(chunk: bytes) -> list[int]:
