@@ -43,19 +43,7 @@ class Attempts:
         """Read one block (``line_of``: a position's 1-based line number in the source)."""
         self._current = self._at_end()
         self._bounds, self._after = [], []
-        events = []
-        pos = chunk.find(RESTART_MARKER)
-        while pos >= 0:
-            events.append((pos, b""))
-            pos = chunk.find(RESTART_MARKER, pos + 1)
-        pos = chunk.find(FAILED_MARKER)
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            head = _AGENT_PID.search(chunk, start, pos)
-            if head is not None:
-                events.append((pos, head.group(1)))
-            pos = chunk.find(FAILED_MARKER, pos + 1)
-        for pos, agent in sorted(events):
+        for pos, agent in _restart_lines(chunk):
             line = line_of(pos)
             if agent:
                 self._failures.setdefault(agent, []).append(line)
@@ -88,16 +76,26 @@ class Attempts:
         return max(lines, default=0)
 
 
+def _restart_lines(chunk: bytes) -> list[tuple[int, bytes]]:
+    """Where ``chunk``'s lines that end an attempt are, in order: (position, the agent's pid for a
+    failed-attempt line, b"" for a restart line)."""
+    found = []
+    pos = chunk.find(RESTART_MARKER)
+    while pos >= 0:
+        found.append((pos, b""))
+        pos = chunk.find(RESTART_MARKER, pos + 1)
+    pos = chunk.find(FAILED_MARKER)
+    while pos >= 0:
+        start = chunk.rfind(b"\n", 0, pos) + 1
+        head = _AGENT_PID.search(chunk, start, pos)
+        if head is not None:
+            found.append((pos, head.group(1)))
+        pos = chunk.find(FAILED_MARKER, pos + 1)
+    return sorted(found)
+
+
 def attempt_ends(chunk: bytes) -> list[int]:
     """The ends of the lines in ``chunk`` that close an attempt: the restart line, and an agent's
     failed-attempt line (of a job still running, each one was restarted)."""
-    ends = []
-    for marker in (RESTART_MARKER, FAILED_MARKER):
-        pos = chunk.find(marker)
-        while pos >= 0:
-            start = chunk.rfind(b"\n", 0, pos) + 1
-            if marker is RESTART_MARKER or _AGENT_PID.search(chunk, start, pos) is not None:
-                end = chunk.find(b"\n", pos)
-                ends.append(len(chunk) if end < 0 else end + 1)
-            pos = chunk.find(marker, pos + 1)
-    return sorted(ends)
+    ends = [chunk.find(b"\n", pos) for pos, _ in _restart_lines(chunk)]
+    return [len(chunk) if end < 0 else end + 1 for end in ends]
