@@ -115,3 +115,15 @@ def test_torch_2_13s_agent_lines_count_the_restarts_where_its_info_lines_are_hid
         text.replace(agent.format(6, 24508), agent.format(6, 24508).replace(" 24476 ", " 31337 "))
     )
     assert "restarted" not in run_cli_here("logs", "errors", str(once)).stdout
+
+
+def test_a_set_up_error_after_a_restart_whose_first_attempt_got_past_it_points_at_the_first_error() -> None:
+    """A real torch 2.13 job (recorded): attempt 0's rank 1 raised ValueError in training; the restarted
+    workers' gloo mesh was refused. The interface advice would mislead: attempt 0 connected."""
+    log = Path(__file__).parent / "corpus" / "logs" / "recorded_torchrun_restart_gloo_refused_info.log"
+    lines = run_cli_here("logs", "errors", str(log)).stdout.splitlines()
+    step = next(line for line in lines if line.startswith("  next: "))
+    assert "the first attempt's ranks got past this set-up with the same settings" in step, step
+    assert "ValueError at /home/user/job/restart.py:12" in step and "GLOO_SOCKET_IFNAME" not in step
+    verdict = run_cli_here("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["next_step"] == step.removeprefix("  next: ")

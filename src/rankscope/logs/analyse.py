@@ -11,7 +11,7 @@ from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
 from rankscope.logs.dataloader import worker_death_step
-from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
+from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause, in_init_process_group
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame
@@ -38,6 +38,25 @@ def traceback_step(tb: RankTraceback) -> str:
     return worker_death_step([*tb.chained, tb.exception]) or ""
 
 
+def restart_step(root: Optional[RootCause]) -> str:
+    """The next step for a set-up error (rankscope.logs.setup_steps) that ended a restarted job whose
+    first attempt got past that set-up with the same settings (it failed later, in the user's code):
+    the settings are not the cause; '' for any other root cause."""
+    if root is None or not root.restarts or root.first_attempt is None or root.first_attempt is root.group:
+        return ""
+    first = root.first_attempt.example
+    if not setup_step(root.traceback) or setup_step(first) or in_init_process_group(first):
+        return ""
+    frame = user_frame(first.frames)
+    at = f" at {frame.filename}:{frame.line}" if frame is not None else ""
+    return (
+        "the first attempt's ranks got past this set-up with the same settings (they failed later: "
+        f"{first.exception_type}{at}), so the settings are not the cause: the workers torchrun restarted "
+        "failed to set up again (seen with torch 2.13 and gloo after --max-restarts); fix the first "
+        "attempt's error, which caused the restart"
+    )
+
+
 def traceback_findings(
     report: ErrorsReport, sources: dict[str, int], restarts: Optional[dict[str, int]] = None
 ) -> list[Finding]:
@@ -45,6 +64,8 @@ def traceback_findings(
     ``restarts``: torchrun's restarts per source, which supersede the errors raised only in the
     attempts before the last."""
     out = []
+    root_group = report.root_cause.group if report.root_cause is not None else None
+    restarted_step = restart_step(report.root_cause)
     for group in report.groups:
         tb = group.timed or group.example
         restarted = (restarts or {}).get(tb.source, 0)
@@ -64,7 +85,7 @@ def traceback_findings(
                 time=tb.time,
                 exception=tb.exception_type,
                 ranks=fold_labels(group.labels),
-                next_step=traceback_step(tb),
+                next_step=(group is root_group and restarted_step) or traceback_step(tb),
                 superseded=group.settled_attempt(restarts or {}) < restarted,
             )
         )

@@ -241,12 +241,12 @@ def _adopt_workers(
         if example.logged:
             if group.role is Role.CULPRIT:
                 group.role = Role.HANDLED
-        elif not (_in_init(example) or group.settled_attempt(restarts) > last_marked):
+        elif not (in_init_process_group(example) or group.settled_attempt(restarts) > last_marked):
             continue
         labelled[key] = unlabelled.pop(key)
 
 
-def _in_init(tb: RankTraceback) -> bool:
+def in_init_process_group(tb: RankTraceback) -> bool:
     """Raised inside ``torch.distributed.init_process_group`` (before torch's excepthook was installed)."""
     return any(
         f.function == "init_process_group" and f.filename.endswith("distributed_c10d.py") for f in tb.frames

@@ -14,6 +14,7 @@ from rankscope.logs.analyse import (
     caught_before,
     launcher_of,
     orphan_exception_lines,
+    restart_step,
     root_reason,
     traceback_step,
 )
@@ -273,7 +274,7 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
         out.append(f"  next: {HARDWARE_STEP}")
         return out
     asynchronous = gpu_hardware_error(tb) is None and is_async_cuda_error(tb)
-    step = traceback_step(tb)
+    step = restart_step(root) or traceback_step(tb)
     if step and not asynchronous:  # an asynchronous error's step is the rerun line below, with its command
         out.append(f"  next: {step}")
     if asynchronous:
