@@ -287,3 +287,56 @@ def test_a_job_that_fails_after_a_rank_returned_early_names_that_rank_and_no_cul
     assert "rank 1 (pid" in trigger and "exited with code 0 while the others still ran" in trigger, entry
     assert entry["ranks"] == [], entry
     assert "culprit" not in result.stderr, result.stderr
+
+
+RESTARTING = """
+import os, subprocess, sys, time
+RANK = '''
+import os, sys, time
+os.write(1, ("up %s %s\\\\n" % (os.environ["ATTEMPT"], os.environ["RANK"])).encode())
+while not os.path.exists("fail") and os.environ["ATTEMPT"] == "0":
+    time.sleep(0.05)
+time.sleep(3 if os.environ["ATTEMPT"] == "1" else 0)
+sys.exit(1 if os.environ["ATTEMPT"] == "0" else 0)
+'''
+for attempt in ("0", "1"):  # a launcher that reaps its ranks at once and restarts a failed attempt
+    env = {**os.environ, "WORLD_SIZE": "2", "ATTEMPT": attempt}
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in (0, 1)]
+    codes = [rank.wait() for rank in ranks]
+sys.exit(max(codes))
+"""
+
+
+def test_a_restart_after_workers_reaped_before_their_codes_were_read_is_a_death(tmp_path: Path) -> None:
+    """Seen on a real torchrun --max-restarts 1 job on a loaded machine: attempt 0's two ranks
+    failed and were reaped by torchrun before the watcher read their exit codes; the job records no
+    progress markers, so nothing said they failed, and no death was captured. The launcher starting
+    new workers says it. Here the watcher is stopped (SIGSTOP) while attempt 0 fails and the
+    launcher, which reaps at once, restarts it (no torch)."""
+    env, mark = marked_env()
+    out = tmp_path / "caps"
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(out), "--interval", "0.2"]
+    argv += ["--stall", "600", "--", sys.executable, "-c", RESTARTING]
+    log = tmp_path / "log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=handle, stderr=handle, start_new_session=True
+        )
+    try:
+        wait_for(lambda: "up 0 0" in log.read_text() and "up 0 1" in log.read_text(), 60, "attempt 0")
+        time.sleep(0.6)  # three looks of the watcher (--interval 0.2): it has found both ranks
+        watcher.send_signal(signal.SIGSTOP)
+        (tmp_path / "fail").touch()
+        wait_for(lambda: "up 1 0" in log.read_text() and "up 1 1" in log.read_text(), 60, "attempt 1")
+        watcher.send_signal(signal.SIGCONT)
+        assert watcher.wait(120) == 0, log.read_text()
+        entries = [json.loads(line) for line in (out / "index.jsonl").read_text().splitlines()]
+        assert [e["reason"] for e in entries] == ["death"], (entries, log.read_text())
+        assert "the launcher started new workers after ranks 0-1 ended" in str(entries[0]["trigger"])
+    finally:
+        watcher.send_signal(signal.SIGCONT)
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()

@@ -212,6 +212,12 @@ class Watcher:
     #: The ranks' flight recorders, read only while the job has neither markers nor output files.
     _recorders: Optional[RecorderLooks] = None
     decider: Optional[Decider] = None
+    #: Workers of this generation whose exit code could not be read (reaped by their launcher
+    #: first) with no sign of a failure, and each worker's parent (its launcher) when found.
+    _unread: list[Exit] = field(default_factory=list)
+    _parents: dict[int, int] = field(default_factory=dict)
+    #: A restart by the same launcher after a generation whose failure nobody saw: its death.
+    _restart_death: Optional[Trigger] = None
 
     def _stopping(self, signum: int) -> None:
         self.stopped_by = signum
@@ -254,6 +260,9 @@ class Watcher:
                         next_scan = now if self._scan() else now + self.options.rescan
                     snap = self._snapshot(now, exits)
                     triggers = decider.decide(snap)
+                    restart_death, self._restart_death = self._restart_death, None
+                    if restart_death is not None and not any(t.reason == Reason.DEATH for t in triggers):
+                        triggers.append(restart_death)
                     for trigger in triggers:
                         self._act(trigger, decider, attempt if trigger.reason == Reason.DEATH else None)
                     reported = self.elsewhere.look(snap, self._local_ranks(), triggers)
@@ -287,6 +296,8 @@ class Watcher:
         self.workers.pop(worker.pid, None)
         if gone.failed:
             self.failed_exits.append(gone)
+        elif gone.code is None:
+            self._unread.append(gone)
         if not self.workers:  # a generation ended: the next one's output starts when it is found
             self._generation_ended = time.time()
         return gone
@@ -306,6 +317,9 @@ class Watcher:
             if worker.pid in self.workers or not collect.alive(worker.pid):
                 continue
             new = True
+            entry = procfs.process(worker.pid)
+            if entry is not None:
+                self._parents[worker.pid] = entry.ppid
             worker.pidfd = collect.open_pidfd(worker.pid)
             if worker.pidfd >= 0:
                 self.selector.register(worker.pidfd, selectors.EVENT_READ, worker)
@@ -318,6 +332,7 @@ class Watcher:
         if (
             new and self._generation_ended is not None
         ):  # an elastic restart: what came before is the old attempt's
+            self._restart_death = self._unseen_failure()
             sizes = {path: size for path, size, _ in collect.output_states(self.outputs)}
             self.attempt, self._generation_ended = Attempt(sizes, self._generation_ended), None
             self.elsewhere.restarted(sizes)
@@ -329,6 +344,26 @@ class Watcher:
             sizes = {path: size for path, size, _ in collect.output_states(self.outputs)}
             self.attempt = Attempt(sizes)
         return new
+
+    def _unseen_failure(self) -> Optional[Trigger]:
+        """At a restart: the earlier generation failed (its launcher starts new workers after a
+        failure) although no death was seen, because its workers were reaped before their exit codes
+        were read and left no marker (a loaded machine; a job without progress markers). A death of
+        it when the new workers have a parent of the old ones (the same torchrun agent: not a script
+        that runs a second launcher after the first)."""
+        unread, self._unread = self._unread, []
+        if not unread or self.decider is None or self.decider.died or self.stopped_by is not None:
+            return None
+        old = {self._parents.get(e.pid) for e in unread} - {None}
+        new = {self._parents.get(pid) for pid in self.workers}  # the old generation's have all exited
+        if not old & new:
+            return None
+        ranks = RankSet.of(e.rank for e in unread if e.rank is not None).phrase() or "its workers"
+        return Trigger(
+            Reason.DEATH,
+            f"the launcher started new workers after {ranks} ended, their exit codes reaped before "
+            "the watcher read them (a launcher restarts a failed attempt)",
+        )
 
     def _snapshot(self, now: float, exits: list[Exit]) -> Snapshot:
         ranks = tuple(worker.sample() for worker in self.workers.values())
