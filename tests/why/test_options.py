@@ -133,3 +133,21 @@ def test_a_running_jobs_output_is_read_from_torchruns_last_restart(tmp_path: Pat
     big = tmp_path / "big.log"
     big.write_bytes(b"x" * ((1 << 20) - 40) + b"\n" + AGENT_FAILED.encode() + b"tail\n")
     assert restart_starts([str(big)]) == {str(big.resolve()): (1 << 20) - 39 + len(AGENT_FAILED)}
+
+
+def test_an_agent_line_written_after_the_running_workers_started_is_their_own_teardown(
+    tmp_path: Path,
+) -> None:
+    """`why --pid` while torchrun tears down the attempt that runs: its failed-attempt line is that
+    attempt's, not a restart, so the traceback before it is read (seen while watching a real job)."""
+    import time
+
+    from rankscope.why.output import restart_starts
+
+    log = tmp_path / "job.log"
+    log.write_text(EARLIER_ATTEMPT + AGENT_FAILED)
+    written = time.mktime((time.localtime().tm_year, 11, 27, 6, 30, 29, 0, 0, -1))
+    if written > time.time() + 86400:  # the line names no year: the latest 27 Nov not after today
+        written = time.mktime((time.localtime().tm_year - 1, 11, 27, 6, 30, 29, 0, 0, -1))
+    assert restart_starts([str(log)], started=written + 60) == {str(log.resolve()): log.stat().st_size}
+    assert restart_starts([str(log)], started=written - 60) == {}

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Callable
+import time
+from typing import Callable, Optional
 
 #: torchrun's agent restarting the workers: the same prefixes then belong to new processes.
 RESTART_MARKER = b"will restart worker group"
 #: torchrun's agent reporting a failed attempt: ``E1127 06:09:33.670000 24476 torch/distributed/
 #: elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 24482) of binary``.
 FAILED_MARKER = b"] failed (exitcode: "
-_AGENT_PID = re.compile(rb"[IWEF]\d{4} [\d:.]+ +(\d+) torch/distributed/elastic/[\w/]+\.py:\d+$")
+#: The head torch's logger writes before it (glog's): level, month and day, local time, the pid.
+_AGENT_PID = re.compile(
+    rb"[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.\d+)? +(\d+) torch/distributed/elastic/[\w/]+\.py:\d+$"
+)
 
 
 class Attempts:
@@ -43,7 +47,7 @@ class Attempts:
         """Read one block (``line_of``: a position's 1-based line number in the source)."""
         self._current = self._at_end()
         self._bounds, self._after = [], []
-        for pos, agent in _restart_lines(chunk):
+        for pos, agent, _ in _restart_lines(chunk):
             line = line_of(pos)
             if agent:
                 self._failures.setdefault(agent, []).append(line)
@@ -76,26 +80,44 @@ class Attempts:
         return max(lines, default=0)
 
 
-def _restart_lines(chunk: bytes) -> list[tuple[int, bytes]]:
-    """Where ``chunk``'s lines that end an attempt are, in order: (position, the agent's pid for a
-    failed-attempt line, b"" for a restart line)."""
-    found = []
+def _restart_lines(chunk: bytes) -> list[tuple[int, bytes, Optional[re.Match[bytes]]]]:
+    """Where ``chunk``'s lines that end an attempt are, in order: (position, the agent's pid and its
+    logger's head for a failed-attempt line; b"" and None for a restart line)."""
+    found: list[tuple[int, bytes, Optional[re.Match[bytes]]]] = []
     pos = chunk.find(RESTART_MARKER)
     while pos >= 0:
-        found.append((pos, b""))
+        found.append((pos, b"", None))
         pos = chunk.find(RESTART_MARKER, pos + 1)
     pos = chunk.find(FAILED_MARKER)
     while pos >= 0:
         start = chunk.rfind(b"\n", 0, pos) + 1
         head = _AGENT_PID.search(chunk, start, pos)
         if head is not None:
-            found.append((pos, head.group(1)))
+            found.append((pos, head.group(6), head))
         pos = chunk.find(FAILED_MARKER, pos + 1)
-    return sorted(found)
+    return sorted(found, key=lambda event: event[0])
 
 
-def attempt_ends(chunk: bytes) -> list[int]:
-    """The ends of the lines in ``chunk`` that close an attempt: the restart line, and an agent's
-    failed-attempt line (of a job still running, each one was restarted)."""
-    ends = [chunk.find(b"\n", pos) for pos, _ in _restart_lines(chunk)]
-    return [len(chunk) if end < 0 else end + 1 for end in ends]
+def _when(head: re.Match[bytes], now: float) -> float:
+    """The local time a logger's head gives (month, day, time; no year: the latest not after now)."""
+    month, day, hour, minute, second = (int(head.group(i)) for i in range(1, 6))
+    year = time.localtime(now).tm_year
+    when = time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
+    if when > now + 86400:
+        when = time.mktime((year - 1, month, day, hour, minute, second, 0, 0, -1))
+    return when
+
+
+def attempt_ends(chunk: bytes, started: Optional[float] = None, now: Optional[float] = None) -> list[int]:
+    """The ends of the lines in ``chunk`` that close an attempt of a job that still runs: the restart
+    line, and an agent's failed-attempt line written before ``started`` (when the running workers
+    started, seconds since the epoch: a later one is the running attempt's own, written as torchrun
+    tears it down)."""
+    now = time.time() if now is None else now
+    ends = []
+    for pos, _, head in _restart_lines(chunk):
+        if head is not None and started is not None and _when(head, now) >= started:
+            continue
+        end = chunk.find(b"\n", pos)
+        ends.append(len(chunk) if end < 0 else end + 1)
+    return ends

@@ -48,6 +48,7 @@ from rankscope.why.output import (
     restart_starts,
     slurm_outputs,
     torchrun_log_dir,
+    workers_started,
 )
 from rankscope.why.report import (
     ABSENT,
@@ -262,6 +263,7 @@ def gather_local(
             progress(what)
 
     job_pids: set[int] = set()
+    workers: set[int] = set()  # the job's processes that run (no launcher, no rank that ended)
     launchers: list[int] = []
     log_dirs: list[str] = []
     started = 0.0
@@ -293,6 +295,7 @@ def gather_local(
             )
         for process in report.processes:
             job_pids.add(process.pid)
+            workers.add(process.pid)
             if process.rank.rank is not None:
                 gathered.pid_rank[process.pid] = process.rank.rank
         steps = [p for p in report.processes if p.progress is not None]
@@ -403,9 +406,9 @@ def gather_local(
     if logs:
         say("job output")
         starts = log_starts(options.log_from)
-        if job_pids and not starts:
+        if workers and not starts:
             # a job that runs on after torchrun's restart: its current attempt's output is the evidence
-            starts = restart_starts(logs, deadline)
+            starts = restart_starts(logs, deadline, workers_started(workers))
             for path, start in starts.items():
                 gathered.notes.append(
                     f"{path}: read from byte {start}, after torchrun restarted the workers (what the "

@@ -158,10 +158,14 @@ def log_starts(values: Iterable[str]) -> dict[str, int]:
 _RESTART_WINDOW = 1 << 20
 
 
-def restart_starts(paths: Iterable[str], deadline: Optional[float] = None) -> dict[str, int]:
+def restart_starts(
+    paths: Iterable[str], deadline: Optional[float] = None, started: Optional[float] = None
+) -> dict[str, int]:
     """For a job that still runs: the byte after torchrun's last restart in each output file that has
     one ({real path: byte}), the current attempt's first; the files' earlier bytes are an earlier
-    attempt's output (rankscope.logs.restarts). Within the deadline; a file that cannot be read is left out."""
+    attempt's output (rankscope.logs.restarts). ``started``: when the running workers started (seconds
+    since the epoch): an agent's failed-attempt line written since is the running attempt's own (torchrun
+    tearing it down), no restart. Within the deadline; a file that cannot be read is left out."""
     from rankscope.logs.restarts import attempt_ends
 
     starts: dict[str, int] = {}
@@ -180,7 +184,7 @@ def restart_starts(paths: Iterable[str], deadline: Optional[float] = None) -> di
                     cut = data.rfind(b"\n") + 1  # whole lines; the rest joins the next block
                     if not cut and len(data) > 4 * _RESTART_WINDOW:
                         cut = len(data)  # a line that never ends holds no restart line
-                    ends = attempt_ends(data[:cut])
+                    ends = attempt_ends(data[:cut], started)
                     if ends:
                         last = offset + ends[-1]
                     offset += cut
@@ -190,6 +194,13 @@ def restart_starts(paths: Iterable[str], deadline: Optional[float] = None) -> di
         if last:
             starts[real] = last
     return starts
+
+
+def workers_started(pids: Iterable[int]) -> Optional[float]:
+    """When the first of ``pids`` started, in seconds since the epoch; None where it cannot be read."""
+    boot = procfs.boot_time()
+    after = [a for a in (procfs.started_after_boot(pid) for pid in pids) if a is not None]
+    return boot + min(after) if boot is not None and after else None
 
 
 def _from_starts(sources: list[LogSource], starts: dict[str, int]) -> list[LogSource]:
