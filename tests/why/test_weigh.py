@@ -288,3 +288,13 @@ def test_live_stacks_that_single_out_another_rank_are_not_the_verdicts_evidence(
     assert not any("rank 0 is elsewhere" in e.text for e in why.verdict.evidence), why.verdict.evidence
     elsewhere = [h for h in why.hypotheses if h.cause == "elsewhere"]
     assert elsewhere and elsewhere[0].ranks == [0]
+
+
+def test_no_rank_is_missing_among_the_others_when_no_rank_was_dumped() -> None:
+    """Between two attempts of an elastic job every worker can end before its dump: the world size
+    still says 2, but no rank is "not found while the others are there"."""
+    report = StacksReport(hosts=["n1"])
+    report.processes = [ProcessInfo(100 + r, RankId("n1", r, r, 2), dumped=False) for r in (0, 1)]
+    report.diagnosis = diagnose(report)
+    why = weigh(Gathered(hosts=["n1"], stacks=report))
+    assert not [h for h in [why.verdict, *why.hypotheses] if h is not None and h.cause == "rank_missing"]

@@ -97,7 +97,10 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
                         ranks=str(RankSet.of(ranks)))
             )  # fmt: skip
     out.extend(_stragglers(report, waiting))
-    for rank in diagnosis.missing_ranks:
+    # "while the others are there": only where some rank was dumped (between two attempts of an
+    # elastic job every worker can end before its dump: none of them is missing among the others)
+    others_there = any(p.dumped for p in report.processes)
+    for rank in diagnosis.missing_ranks if others_there else []:
         out.append(
             Finding(Kind.STACKS, "rank_missing", CULPRIT, str(rank),
                     f"rank {rank} was not found among the job's processes while the others are there",
