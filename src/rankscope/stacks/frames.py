@@ -333,11 +333,16 @@ _CPP_WAITS: dict[tuple[str, str], str] = {
 }
 
 
+#: :data:`_CPP_WAITS` by function name: one lookup for every stack located, the file checked after.
+_CPP_BY_NAME: dict[str, list[tuple[str, str]]] = {}
+for (_suffix, _function), _label in _CPP_WAITS.items():
+    _CPP_BY_NAME.setdefault(_function, []).append((_suffix, _label))
+
+
 def _cpp_collective(frame: Frame) -> Optional[str]:
     """The wait in C++ (:data:`_CPP_WAITS`) whose frame is ``frame``, if any."""
-    short = frame.function.rsplit(".", 1)[-1]
-    for (suffix, function), label in _CPP_WAITS.items():
-        if short == function and frame.filename.endswith(suffix):
+    for suffix, label in _CPP_BY_NAME.get(frame.function.rpartition(".")[2], ()):
+        if frame.filename.endswith(suffix):
             return label
     return None
 
