@@ -288,6 +288,10 @@ def test_a_rank_that_never_issued_the_collective(skip_job: list[int]) -> None:
     assert (verdict["cause"], verdict["ranks"]) == ("collective_desync", [1])
     assert "evaluate (fr_job.py:" in verdict["location"]
     assert any(e["source"] == "stacks" for e in verdict["evidence"])
+    # its stacks show it in its own code, not in another collective: no "desync" of code paths
+    assert verdict["text"] == (
+        "rank 1 never issued the collective the other ranks wait in: its stacks show it elsewhere, in no collective"
+    ), verdict["text"]
 
 
 @pytest.fixture(scope="module")

@@ -127,10 +127,13 @@ _WORDS = {
 }
 
 
-def _desync_words(what: str, issued: str) -> str:
+def _desync_words(what: str, issued: str, elsewhere: bool = False) -> str:
     """What the recorders' first divergence says the culprit did: never issued or skipped a
-    collective the others issued; else ``issued`` (one the others did not)."""
+    collective the others issued; else ``issued`` (one the others did not). ``elsewhere``: its live
+    stacks show it in no collective (in its own code): it has not reached the one the others wait in."""
     first = what.split(";", 1)[0]
+    if " never issued " in first and elsewhere:
+        return "never issued the collective the other ranks wait in: its stacks show it elsewhere, in no collective"
     if " never issued " in first:
         return "never issued a collective that other ranks issued (a collective desync)"
     if " skipped " in first:
@@ -190,6 +193,20 @@ def _nccl_words(finding: Finding, gathered: Gathered) -> Optional[str]:
     return _short(f"{kind}: NCCL error ({found.group(1)}); {last}", 300)
 
 
+def _elsewhere(gathered: Gathered, ranks: Sequence[int]) -> bool:
+    """Whether the live stacks show every one of ``ranks`` outside any collective while others wait."""
+    report = gathered.stacks
+    if not ranks or report is None or report.diagnosis is None:
+        return False
+    outside = {
+        m.rank
+        for f in report.diagnosis.findings
+        if f.kind == "elsewhere" and not f.collective
+        for m in f.members
+    }
+    return set(ranks) <= outside
+
+
 def _hypothesis(
     finding: Finding, gathered: Gathered, places: dict[int, str], lent: Optional[str] = None
 ) -> Hypothesis:
@@ -201,7 +218,7 @@ def _hypothesis(
     if finding.cause == "cpp_exception":
         words = f"aborted on an uncaught C++ exception: {_short(finding.what.removesuffix(CPP_UNCAUGHT))}"
     if finding.cause == "collective_desync":
-        words = _desync_words(finding.what, words)
+        words = _desync_words(finding.what, words, _elsewhere(gathered, _ranks_of(finding)))
     if lent is not None:
         text = f"{local_words(lent)} {words}"
     elif finding.cause == "all_waiting" or not ranks:
