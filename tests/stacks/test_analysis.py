@@ -174,6 +174,15 @@ def test_a_dump_timeout_is_rounded_and_says_which_limit_cut_it() -> None:
     assert "--timeout" in outcome.failure.hint
 
 
+def _rank_1_elsewhere(*frames: Frame) -> str:
+    """The headline of three ranks: 0 and 2 at ``frames`` (below the job's loop), rank 1 in its data
+    loader, which the diagnosis singles out."""
+    waiting = [snap(r, MAIN, LOOP, *frames) for r in (0, 2)]
+    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
+    assert diagnosis.divergent_ranks == [1]
+    return diagnosis.headline
+
+
 DDP = SITE + "torch/nn/parallel/distributed.py"
 DDP_FORWARD = Frame("DistributedDataParallel.forward", DDP, 1695)
 DDP_PRE = Frame("DistributedDataParallel._pre_forward", DDP, 1775)
@@ -184,10 +193,7 @@ def test_ranks_inside_ddp_s_forward_collectives_wait_and_the_one_elsewhere_is_na
     """DDP calls these collectives from C++ (seen on real jobs: torch 2.11 on an H100, 2.13 here): the
     innermost Python frame is DDP's own, and the stacks of the ranks that wait there used to read as
     "elsewhere" beside the rank that really was."""
-    waiting = [snap(r, MAIN, LOOP, DDP_FORWARD, DDP_PRE) for r in (0, 2)]
-    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
-    assert diagnosis.divergent_ranks == [1]
-    assert diagnosis.headline == (
+    assert _rank_1_elsewhere(DDP_FORWARD, DDP_PRE) == (
         "ranks 0,2 wait in forward (DDP: the bucket rebuild of its second iteration is a collective) "
         "called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
     )
@@ -210,10 +216,7 @@ def test_ranks_in_fsdp2_s_all_gather_and_reduce_scatter_wait() -> None:
     reduces its gradients with ``reduce_scatter_single``, torch 2.13's names: the ranks that waited in
     them used to read as "elsewhere", and ``why`` said nothing was wrong."""
     gather = (FSDP2_PRE, FSDP2_GATHER, WRAP, Frame("all_gather_single", C10D, 4394))
-    waiting = [snap(r, MAIN, LOOP, *gather) for r in (0, 2)]
-    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
-    assert diagnosis.divergent_ranks == [1]
-    assert diagnosis.headline == (
+    assert _rank_1_elsewhere(*gather) == (
         "ranks 0,2 wait in all_gather_single (torch.distributed) called from train (train.py:57); "
         "rank 1 is elsewhere: load_batch (data.py:41)"
     )
@@ -236,10 +239,7 @@ def test_ranks_waiting_for_a_functional_collective_wait_in_wait_tensor() -> None
     issue functional collectives and wait for them when the result is used: the innermost Python frame
     is torch's op call (torch 2.13, gloo), so the ranks waiting there read as "elsewhere"."""
     loss = Frame("compute_loss", "/job/train.py", 24)
-    waiting = [snap(r, MAIN, LOOP, loss, *WAIT_TENSOR) for r in (0, 2)]
-    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
-    assert diagnosis.divergent_ranks == [1]
-    assert diagnosis.headline == (
+    assert _rank_1_elsewhere(loss, *WAIT_TENSOR) == (
         "ranks 0,2 wait in wait_tensor (torch.distributed) called from compute_loss (train.py:24); "
         "rank 1 is elsewhere: load_batch (data.py:41)"
     )
@@ -256,10 +256,7 @@ def test_pipeline_stages_waiting_for_their_sends_and_receives_wait() -> None:
         Frame("Schedule1F1B._step_microbatches", PIPELINING, 1067),
         Frame("_wait_batch_p2p", PIPELINING, 683),
     )
-    waiting = [snap(r, MAIN, LOOP, *schedule) for r in (0, 2)]
-    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
-    assert diagnosis.divergent_ranks == [1]
-    assert diagnosis.headline == (
+    assert _rank_1_elsewhere(*schedule) == (
         "ranks 0,2 wait in send/recv (pipelining: the schedule waits for its stage's sends and receives) "
         "called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
     )
@@ -272,10 +269,7 @@ def test_ranks_in_elastic_s_store_synchronize_wait() -> None:
     multi_get, from ``get_all`` (torch 2.13)."""
     store = SITE + "torch/distributed/elastic/utils/store.py"
     sync = (Frame("synchronize", store, 100), Frame("get_all", store, 65))
-    waiting = [snap(r, MAIN, LOOP, *sync) for r in (0, 2)]
-    diagnosis = diagnose(report_of(*waiting, snap(1, MAIN, LOOP, LOAD), world=3))
-    assert diagnosis.divergent_ranks == [1]
-    assert diagnosis.headline == (
+    assert _rank_1_elsewhere(*sync) == (
         "ranks 0,2 wait in synchronize (torch.distributed.elastic: it waits for every rank's key in the "
         "store) called from train (train.py:57); rank 1 is elsewhere: load_batch (data.py:41)"
     )

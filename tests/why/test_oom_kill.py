@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
 from tests.support.jobs import torchrun_job
+from tests.support.leftovers import wait_for
 
 from rankscope import procfs
 from rankscope.demo.launch import LaunchedJob
@@ -52,14 +52,6 @@ main()
 """
 
 
-def _wait(condition: object, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(what)
-        time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def oom_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LaunchedJob, int]]:
     if os.geteuid() != 0 or not os.access(MEMCG, os.W_OK):
@@ -77,8 +69,8 @@ def oom_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Launched
             victim = next(p for p in job.worker_pids() if procfs.environ(p).get("RANK") == "1")
             (group / "cgroup.procs").write_text(str(victim))
             (workdir / "go").touch()
-            _wait(
-                lambda: (procfs.stat_fields(victim) or ["?"])[0] == "Z", "the OOM killer did not kill rank 1"
+            wait_for(
+                lambda: (procfs.stat_fields(victim) or ["?"])[0] == "Z", what="the OOM killer to kill rank 1"
             )
             yield job, victim
     finally:
