@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rankscope.cli.why import read_request, why
@@ -127,7 +128,9 @@ def test_a_running_jobs_output_is_read_from_torchruns_last_restart(tmp_path: Pat
     log.write_text(EARLIER_ATTEMPT + AGENT_FAILED + "[rank0]: resuming\n")
     plain = tmp_path / "plain.log"
     plain.write_text(EARLIER_ATTEMPT + "a line that says failed (exitcode: 1) but is nobody's agent\n")
-    starts = restart_starts([str(log), str(plain), str(tmp_path / "gone.log")])
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # never opened: a pipe has no writer to wait for here
+    starts = restart_starts([str(log), str(plain), str(tmp_path / "gone.log"), str(fifo), str(tmp_path)])
     assert starts == {str(log.resolve()): len(EARLIER_ATTEMPT) + len(AGENT_FAILED)}
     # the line may be cut across the windows the file is read in
     big = tmp_path / "big.log"

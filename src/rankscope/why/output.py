@@ -172,10 +172,10 @@ def restart_starts(
     for path in paths:
         real = os.path.realpath(path)
         last, offset, carry = 0, 0, b""
+        if not os.path.isfile(real):  # a directory's files, a pipe (whose open would wait for a writer)
+            continue
         try:
             with open(real, "rb") as handle:
-                if not os.path.isfile(real):
-                    continue
                 while deadline is None or time.monotonic() < deadline:
                     block = handle.read(_RESTART_WINDOW)
                     if not block:
