@@ -355,3 +355,18 @@ def test_stat_fields_and_start_ticks_of_a_live_and_a_gone_process() -> None:
         child.wait()
     assert procfs.stat_fields(child.pid) is None
     assert procfs.start_ticks(child.pid) == 0
+
+
+def test_thread_cpu_counts_what_the_thread_ran_and_nothing_for_a_gone_one() -> None:
+    import os
+    import time
+
+    from rankscope import procfs
+
+    before = procfs.thread_cpu(os.getpid(), os.getpid())
+    until = time.process_time() + 0.05
+    while time.process_time() < until:  # this (main) thread on the CPU for 50 ms
+        pass
+    after = procfs.thread_cpu(os.getpid(), os.getpid())
+    assert before is not None and after is not None and after > before
+    assert procfs.thread_cpu(os.getpid(), 2**22 + 1) is None

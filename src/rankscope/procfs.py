@@ -419,6 +419,18 @@ def boot_time() -> Optional[int]:
         return None
 
 
+def thread_cpu(pid: Pid, tid: int) -> Optional[float]:
+    """CPU seconds (user and system: utime and stime, fields 14-15) a thread has used; None when unread."""
+    stat = task_file(pid, tid, "stat")
+    if stat is None:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    try:
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (IndexError, ValueError):
+        return None
+
+
 def task_file(pid: Pid, tid: int, name: str) -> Optional[str]:
     """/proc/PID/task/TID/NAME (``comm``, ``wchan`` ...), stripped; None when the thread ended or it is not ours."""
     try:

@@ -14,12 +14,11 @@ times), or a wait that spins (a GPU synchronize); the capture tells them apart.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-from rankscope import lifetime
+from rankscope import lifetime, procfs
 from rankscope.model import Frame
 from rankscope.stacks.pyspy import parse_dump
 from rankscope.stacks.pyspy_cmd import find_pyspy, pyspy_env
@@ -44,16 +43,7 @@ class Confirmation:
 
 def main_thread_cpu(pid: int) -> Optional[float]:
     """CPU seconds (user and system) the process's main thread has used; None when unreadable."""
-    try:
-        fd = os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY)
-        try:
-            raw = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-    except (OSError, ValueError, IndexError):
-        return None
+    return procfs.thread_cpu(pid, pid)
 
 
 def _sample(pyspy: str, pids: list[int], stop_fd: int) -> dict[int, tuple[Frame, ...]]:
