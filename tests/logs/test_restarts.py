@@ -127,3 +127,19 @@ def test_a_set_up_error_after_a_restart_whose_first_attempt_got_past_it_points_a
     assert "ValueError at /home/user/job/restart.py:12" in step and "GLOO_SOCKET_IFNAME" not in step
     verdict = run_cli_here("logs", "errors", str(log), "--json").json()["verdict"]
     assert verdict["next_step"] == step.removeprefix("  next: ")
+
+
+def test_restarts_are_counted_under_srun_labels_too(tmp_path: Path) -> None:
+    """``srun --label`` puts its task before every line, torchrun's agent's included."""
+    agent = "E1127 06:09:3{}.670000 24476 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: {} (pid: {}) of binary: /venv/bin/python3\n"
+    text = (
+        _traceback(1, "22, in main", "ValueError: loss is NaN").replace("[default1]:", "[rank1]: ")
+        + agent.format(3, 1, 24482)
+        + _traceback(0, "31, in main", "KeyError: 'optimizer'").replace("[default0]:", "[rank0]: ")
+        + agent.format(6, 0, 24508)
+    )
+    log = tmp_path / "job.log"
+    log.write_text("".join(f"0: {line}\n" for line in text.splitlines()))
+    head = run_cli_here("logs", "errors", str(log)).stdout.splitlines()
+    assert head[0].startswith("root cause: rank 0: KeyError: 'optimizer'"), head
+    assert "torchrun restarted the workers 1 time(s) and this ended the last attempt" in head[1], head
