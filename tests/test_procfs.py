@@ -37,6 +37,13 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.stdout.close()
 
 
+def _rank_of(pid: int) -> str | None:
+    try:
+        return procfs.environ(pid).get("RANK")
+    except OSError:
+        return None
+
+
 @pytest.fixture
 def python_child() -> Iterator[subprocess.Popen[str]]:
     # RANK first, and a value with "=" in it: variable() reads the start, the middle and odd values.
@@ -51,7 +58,9 @@ def python_child() -> Iterator[subprocess.Popen[str]]:
 def sleeper() -> Iterator[subprocess.Popen[str]]:
     """A process that is not Python, but carries rank variables (a shell wrapper would)."""
     proc = _start(["sleep", "120"], env={**os.environ, **RANK_ENV})
-    _wait_for(lambda: procfs.exe(proc.pid).endswith("/sleep"))
+    # The kernel names the new executable before it lays out the new environment (execve sets
+    # /proc/PID/exe first): a read in between finds the old program gone and no variables yet.
+    _wait_for(lambda: procfs.exe(proc.pid).endswith("/sleep") and _rank_of(proc.pid) == "3")
     yield proc
     _stop(proc)
 
