@@ -161,12 +161,27 @@ class ProcessTable:
     `pgrep | xargs py-spy`.
     """
 
-    def __init__(self) -> None:
-        self.procs: dict[int, ProcfsEntry] = procfs.table()
+    def __init__(
+        self, procs: Optional[dict[int, ProcfsEntry]] = None, excluded: Optional[set[int]] = None
+    ) -> None:
+        """This node's table; or ``procs`` read elsewhere (a node's snapshot: rankscope.stacks.shell_answer),
+        ``excluded`` then being the reader's own chain."""
+        self.procs: dict[int, ProcfsEntry] = procfs.table() if procs is None else procs
         self.children: dict[int, list[int]] = {}
         for pid, info in self.procs.items():
             self.children.setdefault(info.ppid, []).append(pid)
-        self.excluded = procfs.self_and_ancestors(self.procs)
+        self.excluded = procfs.self_and_ancestors(self.procs) if excluded is None else excluded
+
+    # What discovery reads beyond the entries, asked of the table so that a snapshot can answer.
+
+    def maps_any(self, pid: int, marks: tuple[bytes, ...]) -> Optional[bool]:
+        return procfs.maps_any(pid, marks)
+
+    def start_ticks(self, pid: int) -> int:
+        return procfs.start_ticks(pid)
+
+    def ns_pids(self, pid: int) -> list[int]:
+        return procfs.ns_pids(pid)
 
     def has_rank(self, pid: int) -> bool:
         info = self.procs.get(pid)
@@ -229,9 +244,9 @@ class ProcessTable:
             and is_spawn_child(self.procs[c])
             and not self.has_rank(c)
         ]
-        if len(kids) < 2 or not all(procfs.maps_any(c, TORCH_LIBRARIES) for c in kids):
+        if len(kids) < 2 or not all(self.maps_any(c, TORCH_LIBRARIES) for c in kids):
             return []
-        return sorted(kids, key=lambda c: (procfs.start_ticks(c), c))
+        return sorted(kids, key=lambda c: (self.start_ticks(c), c))
 
     def spawn_job(self, pid: int, host: Optional[str] = None) -> Optional[Job]:
         """The job of a ``torch.multiprocessing.spawn`` parent, ranks by start order; None when ``pid`` is none."""
@@ -258,7 +273,7 @@ class ProcessTable:
         info = self.procs[pid]
         env = info.environ or {}
         rank = rank_from_env(env, host=host)
-        nspids = procfs.ns_pids(pid)
+        nspids = self.ns_pids(pid)
         return Worker(
             pid=pid,
             rank=rank,

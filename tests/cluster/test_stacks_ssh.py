@@ -1,5 +1,9 @@
 """`rankscope stacks --hosts` over real sshd nodes against a real hung 2-node torchrun job (one per worker:
-every test of this file reads it, none changes it)."""
+every test of this file reads it, none changes it).
+
+The nodes share this machine's processes, told apart by a stand-in remote rankscope that names each
+node's job with --pid: so these runs use the Python node command (--node-python). The sh collector,
+which reads /proc itself, is tested on nodes with pid namespaces of their own (test_stacks_shell.py)."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def test_stacks_across_nodes_names_the_culprit_and_every_failed_node(
         tmp_path / "rankscope-on-node", hung_two_node_job.workdir, missing=["node04"], empty=["node03"]
     )
     result = run_via(
-        sshd_nodes, "stacks", "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch),
+        sshd_nodes, "stacks", "--hosts", "node[01-04],closedport", "--remote-rankscope", str(dispatch), "--node-python",
         "--remote-setup", REMOTE_SETUP, "--node-timeout", "60", "--out", str(tmp_path / "out"),
         via=via, timeout=180,
     )  # fmt: skip
@@ -48,7 +52,7 @@ def test_stacks_json_merges_ranks_of_all_nodes(
 ) -> None:
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", hung_two_node_job.workdir)
     result = run_via(
-        sshd_nodes, "stacks", "--json", "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch),
+        sshd_nodes, "stacks", "--json", "--hosts", "node[01-02]", "--remote-rankscope", str(dispatch), "--node-python",
         "--html", str(tmp_path / "job.html"), timeout=180,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -88,7 +92,15 @@ def test_raw_node_answers_give_the_report_whole_documents_give(
     runs = {}
     for name, remote in (("raw", dispatch), ("whole", older)):
         out = tmp_path / name
-        args = ["--hosts", "node[01-02]", "--remote-rankscope", str(remote), "--out", str(out)]
+        args = [
+            "--hosts",
+            "node[01-02]",
+            "--remote-rankscope",
+            str(remote),
+            "--out",
+            str(out),
+            "--node-python",
+        ]
         runs[name] = run_via(sshd_nodes, "stacks", "--no-color", *args, timeout=180)
         assert runs[name].returncode == 0, runs[name].stdout + runs[name].stderr
         runs[name + " json"] = json.loads((out / "stacks.json").read_text())
@@ -120,7 +132,7 @@ def test_multi_node_out_then_from(sshd_nodes: Sshd, hung_two_node_job: MultiNode
     out = tmp_path / "out"
     live = run_via(
         sshd_nodes, "stacks", "--json", "--out", str(out), "--hosts", "node[01-02]",
-        "--remote-rankscope", str(dispatch), timeout=180,
+        "--remote-rankscope", str(dispatch), "--node-python", timeout=180,
     )  # fmt: skip
     assert live.returncode == 0, live.stdout + live.stderr
     assert sorted(p.name for p in out.iterdir()) == ["node01.out", "node02.out", "report.txt", "stacks.json"]

@@ -32,7 +32,7 @@ def test_via_signal_across_nodes(sshd_nodes: Sshd, inproc_two_node_job: MultiNod
     dispatch = write_node_dispatch(tmp_path / "rankscope-on-node", inproc_two_node_job.workdir)
     cluster = [
         "--via", "ssh", "--ssh-config", str(sshd_nodes.ssh_config), "--hosts", "node[01-02]",
-        "--remote-rankscope", str(dispatch),
+        "--remote-rankscope", str(dispatch), "--node-python",  # the nodes share one /proc
         # A rank's first recorder dump with Python frames imports part of torch's compiler stack into it:
         # seconds on a loaded 2-core machine, so the default 10 s per dump is too short here.
         "--timeout", "40",

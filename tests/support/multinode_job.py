@@ -64,9 +64,11 @@ def multinode_job(
     culprit: int = 2,
     extra_env: Optional[Mapping[str, str]] = None,
     collective_timeout: Optional[float] = None,
+    wrap: Sequence[str] = (),
 ) -> Iterator[MultiNodeJob]:
     """One torchrun per node of ``nodes`` (NPROC_PER_NODE ranks each) of ``hang_job.py --scenario
-    SCENARIO --culprit CULPRIT``, entered once every rank is ready, stopped on exit whatever happened."""
+    SCENARIO --culprit CULPRIT``, entered once every rank is ready, stopped on exit whatever happened.
+    ``wrap``: words before each torchrun's command line (``unshare --pid ...``: a node of its own)."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     jobs: list[LaunchedJob] = []
@@ -79,7 +81,7 @@ def multinode_job(
             env.update(extra_env or {})
             log_path = workdir / f"{node}.log"
             argv = [
-                sys.executable, "-m", "torch.distributed.run",
+                *wrap, sys.executable, "-m", "torch.distributed.run",
                 f"--nnodes={len(nodes)}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc_per_node}",
                 "--master-addr=127.0.0.1", f"--master-port={port}",
                 str(HANG_JOB), "--scenario", scenario, "--culprit", str(culprit),

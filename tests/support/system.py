@@ -47,7 +47,7 @@ TOOLS: dict[str, dict[str, str]] = {
     "time": {"time": "time"},
     "users": {"useradd": "passwd"},
     "gcc": {"gcc": "gcc"},
-    "pidns": {"unshare": "util-linux"},
+    "pidns": {"unshare": "util-linux", "nsenter": "util-linux"},
     "chromium": {"chromium": "chromium"},
 }
 

@@ -189,6 +189,12 @@ SECONDS: dict[str, Any] = {
 @cluster_options
 @REMOTE_RANKSCOPE_OPTION
 @click.option(
+    "--node-python",
+    is_flag=True,
+    help="With nodes: every node runs rankscope's own Python command, not the POSIX sh collector "
+    "(which sends /proc's files and py-spy's dumps, and hands over to rankscope there when it must).",
+)
+@click.option(
     NODE_ANSWER,
     "node_answer",
     is_flag=True,

@@ -55,7 +55,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     progress = tty_progress()
     try:
         with StopSignals() as stop:
-            result = stacks_remote(target, request.node_argv(), progress, stop)
+            result = stacks_remote(target, request.node_argv(), progress, stop, shell=not request.node_python)
     finally:
         if progress is not None:
             progress.clear()

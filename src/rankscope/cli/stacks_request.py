@@ -39,6 +39,8 @@ class StacksRequest:
     local: bool = False
     color: Optional[bool] = None
     remote_rankscope: str = "rankscope"
+    #: --node-python: the nodes run rankscope's Python command, not the sh collector (rankscope.stacks.shell_node).
+    node_python: bool = False
     #: --from DIR: re-analyse a directory `stacks --out` wrote instead of collecting.
     from_dir: Optional[Path] = None
     #: --fr DUMPS: flight-recorder dumps whose desync verdict goes above the stack groups.

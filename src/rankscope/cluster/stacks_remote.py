@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
@@ -26,6 +27,9 @@ from rankscope.lifetime import StopSignals
 from rankscope.model import Failure, NodeStatus, Stage
 from rankscope.stacks.merge import merge_reports
 from rankscope.stacks.report import StacksReport
+
+if TYPE_CHECKING:
+    from rankscope.stacks.options import StacksOptions
 
 #: The remote rankscope's exit code (docs/exit-codes.md) -> (stage, reason, hint) when it sent no stacks.
 _REMOTE_EXIT: dict[int, tuple[Stage, str, str]] = {
@@ -170,13 +174,61 @@ def stacks_remote(
     argv: Sequence[str],
     progress: Optional[Callable[[str], None]] = None,
     stop: Optional[StopSignals] = None,
+    shell: bool = True,
 ) -> ClusterStacks:
     """Run ``argv`` (a ``rankscope stacks --local --json`` command line) on every node and merge the answers.
 
-    Failed nodes are listed last with their stage; after a signal recorded by ``stop``, the nodes
-    that had not answered are ``interrupted`` and the others are merged as usual.
+    ``shell``: where the options allow it, every node runs the POSIX sh collector
+    (rankscope.stacks.shell_node) instead, which hands over to ``argv`` itself where it must; a node
+    whose snapshot cannot say it all (rankscope.stacks.shell_answer.NeedsNode) is asked again with
+    ``argv``, within what is left of the run's time. Failed nodes are listed last with their stage;
+    after a signal recorded by ``stop``, the nodes that had not answered are ``interrupted`` and the
+    others are merged as usual.
     """
-    return join_answers(run_remote(target, list(argv), progress, stop))
+    from rankscope.stacks.options import StacksOptions
+    from rankscope.stacks.shell_node import new_nonce, shell_argv, takes
+
+    options = StacksOptions.from_argv(list(argv[1:]))
+    if not shell or options is None or not takes(list(argv)):
+        return join_answers(run_remote(target, list(argv), progress, stop))
+    began = time.monotonic()
+    command = shell_argv(list(argv), new_nonce())
+    results = [read_snapshot(r, options) for r in run_remote(target, command, progress, stop)]
+    again = [r.node for r, needs in results if needs]
+    answers = {r.node: r for r, _ in results}
+    if again and not (stop is not None and stop.signum):
+        left = target.overall_timeout
+        if left is not None:
+            left = max(1.0, left - (time.monotonic() - began))
+        subset = replace(target, hosts=",".join(again), hostfile=None, overall_timeout=left)
+        for result in run_remote(subset, list(argv), progress, stop):
+            answers[result.node] = result
+    return join_answers([answers[r.node] for r, _ in results])
+
+
+def read_snapshot(result: NodeResult, options: StacksOptions) -> tuple[NodeResult, bool]:
+    """A node's shell answer as the Python node's would have been (its raw answer's JSON and exit code);
+    True beside it when only that node's own rankscope can answer. Other answers are kept as they are."""
+    from rankscope.stacks.shell_answer import NeedsNode, is_snapshot, node_answer
+
+    if result.returncode != 0 or not is_snapshot(result.stdout):
+        return result, False
+    try:
+        document = node_answer(result.stdout, options)
+    except NeedsNode:
+        return result, True
+    except ValueError:
+        return result, False  # read as it is: a bad answer
+    from rankscope.errors import ExitCode
+    from rankscope.stacks.report import load_report
+
+    report = load_report(document["report"])
+    if not any(p.dumped for p in report.processes):
+        return result, True  # every dump ran out of time: the node's own exit code and words say so
+    # What the node's `stacks --local --json --node-answer` exits with when a dump succeeded
+    # (rankscope.cli.outcome.exit_code: a node's answer leaves missing ranks to the head).
+    code = int(ExitCode.PARTIAL if report.failures else ExitCode.OK)
+    return replace(result, stdout=json.dumps(document, separators=(",", ":")), returncode=code), False
 
 
 def join_answers(node_results: Sequence[NodeResult]) -> ClusterStacks:

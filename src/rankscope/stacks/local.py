@@ -6,7 +6,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Protocol
 
 from rankscope import procfs
 from rankscope.meanwhile import Meanwhile
@@ -62,6 +62,22 @@ class NeedsFullRun(Exception):
 
 
 Progress = Callable[[str], None]
+
+
+class NodeSource(Protocol):
+    """Another node's processes and dumps, read there and sent here (rankscope.stacks.shell_answer):
+    a raw run over them is the run that node's own rankscope would have made."""
+
+    #: The node's short host name.
+    host: str
+    #: Its process table, as its /proc showed it.
+    table: ProcessTable
+    #: Whether the NVIDIA driver is there (then a rank waiting for its GPU needs the node's own run).
+    nvidia: bool
+
+    def dump(self, targets: list[Target]) -> list[DumpOutcome]:
+        """The node's dumps of ``targets``, in their order."""
+        ...
 
 
 @dataclass
@@ -226,6 +242,7 @@ def run_local(
     started: Optional[float] = None,
     stop: Optional[Stop] = None,
     raw: bool = False,
+    source: Optional[NodeSource] = None,
 ) -> LocalResult:
     """Find, dump and diagnose; ``report.seconds`` is the wall time from ``started`` to the diagnosis.
 
@@ -237,12 +254,15 @@ def run_local(
     ``started`` (a time.monotonic() instant; default: now) lets a command count its own start-up.
     --deadline is counted from now. After a stop signal (``stop``, e.g. Ctrl-C) the dumps under way
     end at once and the report covers the samples taken so far (a note says so).
+
+    ``source`` (with ``raw``): another node's processes and dumps instead of this node's; that node
+    had no rankscope runtime files (its script hands over to its own rankscope where it has).
     """
     now = time.monotonic()
     started = now if started is None else min(started, now)
-    host = short_hostname()
-    pyspy = "" if options.via_signal else find_pyspy()
-    table = ProcessTable()
+    host = short_hostname() if source is None else source.host
+    pyspy = "" if options.via_signal or source is not None else find_pyspy()
+    table = ProcessTable() if source is None else source.table
     jobs, strays, failures = resolve_jobs(options, table, host)
     targets: list[Target] = []
     seen: set[int] = set()
@@ -273,8 +293,8 @@ def run_local(
     # One listing of the ranks' runtime directories: only a rank that describes an in-process handler
     # and loaded torch (its maps are read only then) holds a recorder to ask for. A raw answer lists
     # before its dumps (such a rank needs the full pipeline); a report lists while the first dumps run.
-    files: Optional[dict[int, RankFiles]] = None
-    if raw and not options.no_fr:
+    files: Optional[dict[int, RankFiles]] = None if source is None else {}
+    if raw and not options.no_fr and source is None:
         files = runtime_files(targets, host, table.procs)
         handled = _with_handler(files, [t.pid for t in targets if t.rank.rank is not None])
         if handled and any(torch_loaded(handled).values()):
@@ -287,6 +307,8 @@ def run_local(
             if progress is not None:
                 progress(f"dumping {done}/{total} {what}")
 
+        if source is not None:
+            return source.dump(chosen)
         if options.via_signal:
             from rankscope.stacks.inproc_collect import collect_via_signal
 
@@ -418,7 +440,10 @@ def run_local(
         )
         if outcome.failure is not None:
             failures.append(outcome.failure)
-    if _waits_for_gpu(final, raw):
+    if source is not None:
+        if source.nvidia and _waits_for_gpu(final, False):
+            raise NeedsFullRun(host)  # its GPUs are read there
+    elif _waits_for_gpu(final, raw):
         from rankscope.stacks.gpu import query_gpus
 
         report.gpus = query_gpus(host)  # a rank waits for its GPU: is a kernel running there?

@@ -1,0 +1,239 @@
+"""A node's side of a multi-node `rankscope stacks` in POSIX sh: /proc's raw files and py-spy's dumps.
+
+Why it exists: every node of ``stacks --hosts`` used to start rankscope's Python command, whose
+interpreter, guardian and imports cost 45-90 ms of CPU above the manual ``pgrep | xargs py-spy
+dump`` line on each node; on 32 nodes sharing two cores that is 1.9-2.6x the manual pdsh line
+(docs/benchmarks.md, "Multi-node"). This script costs what that line costs: one process per kind
+of file, not one per rank (a trial with a ``cat`` per rank cost 25% more), and the dumps.
+
+What it does, in order, on the node (``sh -c SCRIPT rankscope-node NONCE PATTERN -- COMMAND...``,
+COMMAND being the Python node's own ``rankscope stacks --local --json --node-answer ...``):
+
+1. hands over to COMMAND (``exec``) whenever the Python node must answer: rankscope, py-spy or
+   ``timeout`` missing there, an option this script does not take (``--pid``, ``--native``, more
+   than one sample ...), no process with a rank variable, a candidate stopped or traced, a
+   candidate with files in its rankscope runtime directory (progress markers, an in-process
+   handler), a dump that failed for any reason but its time limit;
+2. reads every environment once for the variables discovery reads (one ``grep``), and picks the
+   processes to dump: those with a rank variable, not zombies, not a launcher by name, not a child
+   with its parent's very values (a data loader), Python by name or by a mapped interpreter;
+3. dumps them with py-spy, ``--jobs`` at a time, each under ``timeout`` (``--timeout``);
+4. answers with the raw files: every process's ``stat`` and ``cmdline``, the variables read, the
+   candidates' owner and pid namespaces, which map an interpreter, and each dump, framed by
+   headers that carry NONCE (``tail -v``), so the head (rankscope.stacks.shell_answer) finds the
+   jobs with the same discovery a node runs, from this snapshot.
+
+The head chooses the processes, as a node does; a process it chooses that the script did not dump
+(a rule above missed it), or a rank that waits for its GPU on a node with the NVIDIA driver, sends
+the head back to that node with COMMAND (rankscope.cluster.stacks_remote). Everything this script
+starts ends with it: the remote script's stdin watcher (rankscope.cluster.transports) ends the
+process group when the connection goes, each dump is bounded by ``timeout``, and the scratch
+directory (``mktemp -d``, private) is removed on exit.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from rankscope.inproc.runtime import PLACE_VARIABLES
+from rankscope.ranks import RANK_VARIABLES
+
+#: Every variable discovery reads from a process's environment (rankscope.ranks' rank, launcher and
+#: node rank, rankscope.jobkey's key, the runtime directory, a relaunched job's local ranks). The
+#: snapshot holds only these; tests/stacks/test_shell_node.py checks that the readers ask for no other.
+ENV_NAMES = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "CROSS_RANK",
+    "LOCAL_SIZE",
+    "DS_ACCELERATOR",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_RESTART_COUNT",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NTASKS",
+    "SLURM_NODEID",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_ID",
+    "SLURMD_NODENAME",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "MV2_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_LOCAL_RANK",
+    "MV2_COMM_WORLD_SIZE",
+    "MV2_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "MPI_LOCALRANKID",
+    "PMI_SIZE",
+    "MPI_LOCALNRANKS",
+    "PMIX_RANK",
+    *PLACE_VARIABLES,
+)
+#: Variables read by their prefix (rankscope.ranks.launcher_of: Accelerate's).
+ENV_PREFIXES = ("ACCELERATE_",)
+
+#: The node options the script takes; any other sends it to the Python node (``exec``).
+SHELL_OPTIONS = ("--timeout", "--deadline", "--jobs", "--no-fr")
+#: How many dumps at once without ``--jobs`` (the Python node's default is two per CPU, at least 4).
+DEFAULT_JOBS = 8
+#: The first line of the script's answer; the nonce follows it.
+SNAPSHOT_MAGIC = "rankscope.stacks.snapshot/1"
+#: The launchers a process's name alone tells (rankscope.procs' executables and console scripts).
+_LAUNCHER_NAMES = (
+    "torchrun",
+    "deepspeed",
+    "accelerate",
+    "mpirun",
+    "mpiexec",
+    "orterun",
+    "prterun",
+    "prted",
+    "orted",
+    "slurmstepd",
+    "mpiexec.hydra",
+)
+
+# The script. $1 nonce, $2 the variables' pattern, $3 "--", then the Python node's command line.
+# Only builtins run per process and per rank (read, case, eval of names made of digits); each
+# external command reads every file of its kind at once.
+SCRIPT = r"""
+n=$1 v=$2; shift 3
+command -v "$1" >/dev/null 2>&1 || exec "$@"
+command -v timeout >/dev/null 2>&1 || exec "$@"
+case $1 in */*) b=$1 ;; *) b=$(command -v "$1") ;; esac
+p=${b%/*}/py-spy
+[ -x "$p" ] || p=$(command -v py-spy) || exec "$@"
+t=10 j=@JOBS@ w=
+for a do
+  case $w in --timeout) t=$a ;; --jobs) j=$a ;; esac
+  case $a in --pid|--pid=*|--all-python|--native|--native-all|--locals|--samples|--interval|--via-signal|--slurm-job) exec "$@" ;; esac
+  w=$a
+done
+cd /proc 2>/dev/null || exec "$@"
+d=$(mktemp -d 2>/dev/null) || exec "$@"
+trap 'rm -rf "$d"' EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+trap 'exit 129' HUP
+z() { rm -rf "$d"; trap - EXIT; exec "$@"; }
+f() { e=$1 q=$2; }
+grep -Hasz -E "$v" [0-9]*/environ >"$d/$n.env" 2>/dev/null
+tr '\0' '\n' <"$d/$n.env" >"$d/l"
+c=
+while IFS= read -r l; do
+  q=${l%%/*}
+  case $q in ''|*[!0-9]*) continue ;; esac
+  k=${l#*/environ:}
+  eval "g$q=\${g$q}'|'\$k"
+  case ${k%%=*} in
+    @RANKS@) case " $c " in *" $q "*) ;; *) c="$c $q" ;; esac ;;
+    RANKSCOPE_RUNTIME_DIR) eval "r$q=\${k#*=}" ;;
+    TMPDIR) eval "m$q=\${k#*=}" ;;
+  esac
+done <"$d/l"
+[ -n "$c" ] || z "$@"
+x=" $$ " q=$$
+while read -r s <"$q/stat" 2>/dev/null; do
+  f ${s##*) }
+  case $q in 0|1|'') break ;; esac
+  x="$x$q "
+done
+u= y=
+for a in $c; do
+  case $x in *" $a "*) continue ;; esac
+  read -r s <"$a/stat" 2>/dev/null || continue
+  o=${s#*\(}
+  o=${o%) *}
+  f ${s##*) }
+  case $e in Z|X) continue ;; T|t) z "$@" ;; esac
+  case $o in @LAUNCHERS@) continue ;; esac
+  case " $c " in *" $q "*) eval "[ \"\$g$q\" = \"\$g$a\" ]" && continue ;; esac
+  eval "h=\${r$a:-\${m$a:-/tmp}/rankscope-*}"
+  for k in $h/*.pid-$a.*; do [ -e "$k" ] && z "$@"; done
+  case $o in python*|pypy*) u="$u $a" ;; *) y="$y $a/maps" ;; esac
+done
+: >"$d/$n.maps"
+if [ -n "$y" ]; then
+  grep -lsE 'libpython|libpypy|python3' $y >"$d/$n.maps"
+  while IFS= read -r a; do u="$u ${a%/maps}"; done <"$d/$n.maps"
+fi
+[ -n "$u" ] || z "$@"
+i=0
+for a in $u; do
+  (RUST_BACKTRACE=0 timeout -k 1 "$t" "$p" dump --pid "$a" --json >"$d/$n.dump.$a" 2>/dev/null
+   echo $? >"$d/r$a") &
+  i=$((i + 1))
+  [ "$i" -lt "$j" ] || { wait; i=0; }
+done
+wait
+m=
+for a in $u; do
+  read -r e <"$d/r$a"
+  case $e in 0) m="${m}dumped $a\n" ;; 124|137) m="${m}timedout $a\n" ;; *) z "$@" ;; esac
+done
+cat [0-9]*/stat >"$d/$n.stat" 2>/dev/null
+grep -Hasz '' [0-9]*/cmdline >"$d/$n.cmdline" 2>/dev/null
+s=
+for a in $c; do s="$s $a/status"; done
+grep -HsE '^(Uid|NSpid):' $s >"$d/$n.status"
+read -r h </proc/sys/kernel/hostname
+g=0
+[ -e /dev/nvidiactl ] && g=1
+printf "host %s\nnvidia %s\ntimeout %s\nself%s\nmaps%s\n$m" "$h" "$g" "$t" "$x" "$y" >"$d/$n.meta"
+printf '%s %s\n' @MAGIC@ "$n"
+tail -v -n +1 -- "$d/$n".*
+"""
+
+
+def _script() -> str:
+    return (
+        SCRIPT.replace("@JOBS@", str(DEFAULT_JOBS))
+        .replace("@RANKS@", "|".join(RANK_VARIABLES))
+        .replace("@LAUNCHERS@", "|".join(_LAUNCHER_NAMES))
+        .replace("@MAGIC@", SNAPSHOT_MAGIC)
+        .strip()
+    )
+
+
+def env_pattern() -> str:
+    """The extended regular expression of the variables the script reads (``grep -E``, one variable a line)."""
+    names = "|".join(re.escape(name) for name in ENV_NAMES)
+    prefixes = "|".join(re.escape(prefix) + "[A-Za-z0-9_]*" for prefix in ENV_PREFIXES)
+    return f"^({names}|{prefixes})="
+
+
+def new_nonce() -> str:
+    """The marker of one run's headers (letters and digits: it is part of a file name there)."""
+    return secrets.token_hex(8)
+
+
+def shell_argv(python_argv: list[str], nonce: str) -> list[str]:
+    """The node's command line: the script, with ``python_argv`` (the Python node's) to hand over to."""
+    return ["sh", "-c", _script(), "rankscope-node", nonce, env_pattern(), "--", *python_argv]
+
+
+def takes(python_argv: list[str]) -> bool:
+    """Whether the script can answer for this Python node command line (else the head sends it as is):
+    a raw answer (``--node-answer``) with no option but :data:`SHELL_OPTIONS`."""
+    if "--node-answer" not in python_argv:
+        return False
+    words = python_argv[python_argv.index("--node-answer") + 1 :]
+    index = 0
+    while index < len(words):
+        if words[index] in ("--timeout", "--deadline", "--jobs") and index + 1 < len(words):
+            index += 2
+        elif words[index] == "--no-fr":
+            index += 1
+        else:
+            return False
+    return True

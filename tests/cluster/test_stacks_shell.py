@@ -1,0 +1,91 @@
+"""`rankscope stacks --hosts` with the POSIX sh collector (rankscope.stacks.shell_node) on nodes that each
+have processes of their own: a real hung 2-node torchrun job whose nodes run in pid namespaces of their own
+(``unshare --pid --mount-proc``), and one sshd whose sessions enter the namespace of the node they are for
+(``ForceCommand nsenter``), so every node's /proc holds its own job only, as on a cluster.
+
+Tools: ssh (sshd), util-linux's unshare and nsenter.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.support.cli import CliResult, run_cli
+from tests.support.cluster_fixtures import client_env, via_args
+from tests.support.multinode_job import REMOTE_RANKSCOPE, MultiNodeJob, multinode_job
+from tests.support.sshd import Sshd, start_sshd
+from tests.support.tools import ensure_tools
+
+NODES = ["node01", "node02"]
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+def _ns_init(pid: int, timeout: float = 30.0) -> int:
+    """The first process inside the pid namespace ``unshare`` (pid) made: its only child."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise TimeoutError(f"unshare {pid} started nothing")
+
+
+@pytest.fixture(scope="module")
+def ns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sshd, MultiNodeJob, Path]]:
+    ensure_tools("ssh", "pidns")
+    workdir = tmp_path_factory.mktemp("nsnodes")
+    with multinode_job(workdir / "job", NODES, culprit=2, collective_timeout=3600, wrap=UNSHARE) as job:
+        cases = []
+        for node, launched in zip(NODES, job.jobs):
+            cases.append(f"  {node}) t={_ns_init(launched.process.pid)} ;;")
+        enter = workdir / "enter-node"
+        enter.write_text(
+            "#!/bin/sh\n"
+            'case "$RANKSCOPE_NODE" in\n' + "\n".join(cases) + "\n  *) exit 97 ;;\nesac\n"
+            'exec nsenter --target "$t" --pid --mount -- /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n'
+        )
+        enter.chmod(0o755)
+        server = start_sshd(workdir / "sshd", NODES, extra=[f"ForceCommand {enter}"])
+        try:
+            yield server, job, workdir
+        finally:
+            server.stop()
+
+
+def _stacks(sshd: Sshd, *args: str) -> CliResult:
+    argv = via_args(
+        sshd, "stacks", "--hosts", "node[01-02]", "--remote-rankscope", str(REMOTE_RANKSCOPE), *args
+    )
+    return run_cli(*argv, env=client_env(), timeout=180)
+
+
+def _comparable(document: dict[str, Any]) -> dict[str, Any]:
+    document = dict(document)
+    document.pop("seconds")
+    document["nodes"] = [{k: v for k, v in n.items() if k != "elapsed"} for n in document["nodes"]]
+    return document
+
+
+@pytest.mark.slow
+@pytest.mark.needs("pidns", "ssh")
+def test_the_sh_collector_gives_the_report_the_python_node_gives(
+    ns_cluster: tuple[Sshd, MultiNodeJob, Path], tmp_path: Path
+) -> None:
+    sshd, _job, _ = ns_cluster
+    shell = _stacks(sshd, "--json", "--out", str(tmp_path / "sh"))
+    python = _stacks(sshd, "--json", "--node-python", "--out", str(tmp_path / "py"))
+    assert shell.returncode == 0 and python.returncode == 0, shell.stdout + shell.stderr + python.stderr
+    document = shell.json()
+    ranks = {(p["rank"]["host"], p["rank"]["rank"]) for p in document["processes"]}
+    assert ranks == {("node01", 0), ("node01", 1), ("node02", 2), ("node02", 3)}
+    assert document["diagnosis"]["divergent_ranks"] == [2]
+    assert _comparable(document) == _comparable(python.json())
+    # What each node sent: the snapshot (sh), the Python node's JSON answer.
+    assert (tmp_path / "sh" / "node01.out").read_text().startswith('{"schema":"rankscope.stacks.node/1"')
+    text = _stacks(sshd, "--no-color")
+    assert text.returncode == 0 and "rank 2" in text.stdout and "4 of 4 processes dumped" in text.stdout
