@@ -57,9 +57,9 @@ def ns_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Sshd,
             server.stop()
 
 
-def _stacks(sshd: Sshd, *args: str) -> CliResult:
+def _stacks(sshd: Sshd, *args: str, via: str = "ssh") -> CliResult:
     argv = via_args(
-        sshd, "stacks", "--hosts", "node[01-02]", "--remote-rankscope", str(REMOTE_RANKSCOPE), *args
+        sshd, "stacks", "--hosts", "node[01-02]", "--remote-rankscope", str(REMOTE_RANKSCOPE), *args, via=via
     )
     return run_cli(*argv, env=client_env(), timeout=180)
 
@@ -73,11 +73,13 @@ def _comparable(document: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.needs("pidns", "ssh")
+@pytest.mark.parametrize("via", ["ssh", "pdsh"])
 def test_the_sh_collector_gives_the_report_the_python_node_gives(
-    ns_cluster: tuple[Sshd, MultiNodeJob, Path], tmp_path: Path
+    ns_cluster: tuple[Sshd, MultiNodeJob, Path], pdsh_installed: None, tmp_path: Path, via: str
 ) -> None:
+    """pdsh prefixes every line and ends strings at NUL: the answer's records are lines (tr)."""
     sshd, _job, _ = ns_cluster
-    shell = _stacks(sshd, "--json", "--out", str(tmp_path / "sh"))
+    shell = _stacks(sshd, "--json", "--out", str(tmp_path / "sh"), via=via)
     python = _stacks(sshd, "--json", "--node-python", "--out", str(tmp_path / "py"))
     assert shell.returncode == 0 and python.returncode == 0, shell.stdout + shell.stderr + python.stderr
     document = shell.json()

@@ -26,6 +26,10 @@ from rankscope.stacks.node import node_document
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.shell_node import SNAPSHOT_MAGIC
 
+#: What a newline inside a value travels as: the script makes every record one line (tr), so that
+#: pdsh, which prefixes lines and ends strings at NUL, passes the answer unchanged.
+NEWLINE = "\x02"
+
 
 class NeedsNode(Exception):
     """The snapshot does not say what the node's own run would read: ask that node's rankscope."""
@@ -120,11 +124,11 @@ def parse(stdout: str) -> Snapshot:
         if parsed is not None:
             snap.stats[parsed[0]] = parsed[1]
     environs: dict[int, list[str]] = {}
-    for pid, value in _pid_records(files.get("env", ""), "environ", "\0"):
-        environs.setdefault(pid, []).append(value)
+    for pid, value in _pid_records(files.get("env", ""), "environ", "\n"):
+        environs.setdefault(pid, []).append(value.replace(NEWLINE, "\n"))
     snap.environs = {pid: "\0".join(values).encode() for pid, values in environs.items()}
-    for pid, value in _pid_records(files.get("cmdline", ""), "cmdline", "\0"):
-        snap.cmdlines.setdefault(pid, []).append(value)
+    for pid, value in _pid_records(files.get("cmdline", ""), "cmdline", "\n"):
+        snap.cmdlines.setdefault(pid, []).append(value.replace(NEWLINE, "\n"))
     for pid, value in _pid_records(files.get("status", ""), "status", "\n"):
         name, _, rest = value.partition(":")
         numbers = [int(v) for v in rest.split() if v.isdigit()]

@@ -127,8 +127,7 @@ trap 'exit 130' INT
 trap 'exit 129' HUP
 z() { rm -rf "$d"; trap - EXIT; exec "$@"; }
 f() { e=$1 q=$2; }
-grep -Hasz -E "$v" [0-9]*/environ >"$d/$n.env" 2>/dev/null
-tr '\0' '\n' <"$d/$n.env" >"$d/l"
+grep -Hasz -E "$v" [0-9]*/environ 2>/dev/null | tr '\n\0' '\2\n' >"$d/$n.env"
 c=
 while IFS= read -r l; do
   q=${l%%/*}
@@ -140,7 +139,7 @@ while IFS= read -r l; do
     RANKSCOPE_RUNTIME_DIR) eval "r$q=\${k#*=}" ;;
     TMPDIR) eval "m$q=\${k#*=}" ;;
   esac
-done <"$d/l"
+done <"$d/$n.env"
 [ -n "$c" ] || z "$@"
 x=" $$ " q=$$
 while read -r s <"$q/stat" 2>/dev/null; do
@@ -182,7 +181,7 @@ for a in $u; do
   case $e in 0) m="${m}dumped $a\n" ;; 124|137) m="${m}timedout $a\n" ;; *) z "$@" ;; esac
 done
 cat [0-9]*/stat >"$d/$n.stat" 2>/dev/null
-grep -Hasz '' [0-9]*/cmdline >"$d/$n.cmdline" 2>/dev/null
+grep -Hasz '' [0-9]*/cmdline 2>/dev/null | tr '\n\0' '\2\n' >"$d/$n.cmdline"
 s=
 for a in $c; do s="$s $a/status"; done
 grep -HsE '^(Uid|NSpid):' $s >"$d/$n.status"
