@@ -369,7 +369,13 @@ def inner(args: argparse.Namespace) -> int:
         def on_every_node(argv: list[str]) -> list[list[str]]:
             return [node.run_inside(argv) for node in nodes]
 
+        # What a node runs by default: the POSIX sh collector (rankscope.stacks.shell_node), which
+        # answers with /proc's files and py-spy's dumps (or hands over to remote_cmd where it must).
+        from rankscope.stacks.shell_node import shell_argv
+
+        shell_cmd = shell_argv(remote_cmd, "0123456789abcdef")
         costs = {
+            "remote sh collector (the default node side)": sequential_cost(on_every_node(shell_cmd), env),
             "remote rankscope stacks --local --json --node-answer": sequential_cost(
                 on_every_node(remote_cmd), env
             ),

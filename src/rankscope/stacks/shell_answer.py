@@ -26,10 +26,6 @@ from rankscope.stacks.node import node_document
 from rankscope.stacks.options import StacksOptions
 from rankscope.stacks.shell_node import SNAPSHOT_MAGIC
 
-#: What a newline inside a value travels as: the script makes every record one line (tr), so that
-#: pdsh, which prefixes lines and ends strings at NUL, passes the answer unchanged.
-NEWLINE = "\x02"
-
 
 class NeedsNode(Exception):
     """The snapshot does not say what the node's own run would read: ask that node's rankscope."""
@@ -64,14 +60,19 @@ class Snapshot:
     dumps: dict[int, bytes] = field(default_factory=dict)
 
 
-def _pid_records(text: str, kind: str, separator: str) -> list[tuple[int, str]]:
-    """``PID/kind:value`` records (grep -H over /proc's files) as (pid, value)."""
+def _pid_records(text: str, kind: str) -> list[tuple[int, str]]:
+    """``PID/kind:value`` lines (grep -H over /proc's files) as (pid, value)."""
+    return [(pid, value) for pid, name, value in _proc_records(text) if name == kind]
+
+
+def _proc_records(text: str) -> list[tuple[int, str, str]]:
+    """``PID/KIND:value`` lines (grep -H over /proc's files, a record a line) as (pid, kind, value)."""
     out = []
-    prefix = "/" + kind + ":"
-    for record in text.split(separator):
-        head, sep, value = record.partition(prefix)
-        if sep and head.isdigit():
-            out.append((int(head), value))
+    for record in text.split("\n"):
+        head, sep, value = record.partition(":")
+        pid, slash, kind = head.partition("/")
+        if sep and slash and pid.isdigit():
+            out.append((int(pid), kind, value))
     return out
 
 
@@ -93,14 +94,14 @@ def parse(stdout: str) -> Snapshot:
     if found is None:
         raise ValueError("not a node snapshot")
     nonce = found.group(1)
-    header = re.compile(r"(?:^|\n)==> [^\n]*/" + nonce + r"\.([a-z]+(?:\.[0-9]+)?) <==\n")
+    header = re.compile(r"(?:^|\n)==> [^\n]*[./]" + nonce + r"\.([a-z]+(?:\.[0-9]+)?) <==\n")
     body = stdout[found.end() :]
     files: dict[str, str] = {}
     marks = list(header.finditer(body))
     for index, mark in enumerate(marks):
         end = marks[index + 1].start() if index + 1 < len(marks) else len(body)
         files[mark.group(1)] = body[mark.end() : end]
-    if "meta" not in files or "stat" not in files:
+    if "meta" not in files or "proc" not in files:
         raise ValueError("a node snapshot without its process table")
     snap = Snapshot()
     for line in files["meta"].splitlines():
@@ -119,23 +120,24 @@ def parse(stdout: str) -> Snapshot:
             snap.dumped.add(int(rest))
         elif word == "timedout" and rest.isdigit():
             snap.timed_out.add(int(rest))
-    for line in files["stat"].splitlines():
-        parsed = _stat_line(line)
-        if parsed is not None:
-            snap.stats[parsed[0]] = parsed[1]
     environs: dict[int, list[str]] = {}
-    for pid, value in _pid_records(files.get("env", ""), "environ", "\n"):
-        environs.setdefault(pid, []).append(value.replace(NEWLINE, "\n"))
+    for pid, value in _pid_records(files.get("env", ""), "environ"):
+        environs.setdefault(pid, []).append(value)
     snap.environs = {pid: "\0".join(values).encode() for pid, values in environs.items()}
-    for pid, value in _pid_records(files.get("cmdline", ""), "cmdline", "\n"):
-        snap.cmdlines.setdefault(pid, []).append(value.replace(NEWLINE, "\n"))
-    for pid, value in _pid_records(files.get("status", ""), "status", "\n"):
-        name, _, rest = value.partition(":")
-        numbers = [int(v) for v in rest.split() if v.isdigit()]
-        if name == "Uid" and len(numbers) > 1:
-            snap.uids[pid] = numbers[1]  # the effective uid: the owner of /proc/PID
-        elif name == "NSpid":
-            snap.ns_pids[pid] = numbers
+    for pid, kind, value in _proc_records(files["proc"]):
+        if kind == "cmdline":
+            snap.cmdlines.setdefault(pid, []).append(value)
+        elif kind == "stat":
+            parsed = _stat_line(value)
+            if parsed is not None and parsed[0] == pid:
+                snap.stats[pid] = parsed[1]
+        elif kind == "status":
+            name, _, rest = value.partition(":")
+            numbers = [int(v) for v in rest.split() if v.isdigit()]
+            if name == "Uid" and len(numbers) > 1:
+                snap.uids[pid] = numbers[1]  # the effective uid: the owner of /proc/PID
+            elif name == "NSpid":
+                snap.ns_pids[pid] = numbers
     for line in files.get("maps", "").splitlines():
         number = line.partition("/")[0]
         if number.isdigit():

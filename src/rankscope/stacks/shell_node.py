@@ -14,21 +14,31 @@ COMMAND being the Python node's own ``rankscope stacks --local --json --node-ans
    than one sample ...), no process with a rank variable, a candidate stopped or traced, a
    candidate with files in its rankscope runtime directory (progress markers, an in-process
    handler), a dump that failed for any reason but its time limit;
-2. reads every environment once for the variables discovery reads (one ``grep``), and picks the
-   processes to dump: those with a rank variable, not zombies, not a launcher by name, not a child
-   with its parent's very values (a data loader), Python by name or by a mapped interpreter;
-3. dumps them with py-spy, ``--jobs`` at a time, each under ``timeout`` (``--timeout``);
-4. answers with the raw files: every process's ``stat`` and ``cmdline``, the variables read, the
-   candidates' owner and pid namespaces, which map an interpreter, and each dump, framed by
-   headers that carry NONCE (``tail -v``), so the head (rankscope.stacks.shell_answer) finds the
-   jobs with the same discovery a node runs, from this snapshot.
+2. reads every environment once for the variables discovery reads (one ``grep -oP``: a variable a
+   line, its value cut at a newline), and picks the processes to dump: those with a rank variable,
+   not zombies, not a launcher by name, not a child with its parent's very values (a data loader),
+   Python by name or by a mapped interpreter;
+3. dumps them with py-spy, ``--jobs`` at a time, each under ``timeout --foreground`` (``--timeout``;
+   py-spy stays in the script's process group);
+4. answers with the raw files: every process's ``stat`` and command line (an argument a line: one
+   with a newline in it arrives as several), the variables read, the candidates' ``status`` (owner,
+   pid namespaces), which map an interpreter, and each dump, framed by ``tail -v``'s headers, whose
+   file names carry NONCE, so the head (rankscope.stacks.shell_answer) finds the jobs with the same
+   discovery a node runs, from this snapshot. Every line of /proc's files goes out behind its
+   file's name (``grep -H``), so no process can start a line with a header; and as lines, which
+   pdsh (it prefixes lines and ends strings at NUL) passes unchanged.
 
 The head chooses the processes, as a node does; a process it chooses that the script did not dump
 (a rule above missed it), or a rank that waits for its GPU on a node with the NVIDIA driver, sends
 the head back to that node with COMMAND (rankscope.cluster.stacks_remote). Everything this script
 starts ends with it: the remote script's stdin watcher (rankscope.cluster.transports) ends the
-process group when the connection goes, each dump is bounded by ``timeout``, and the scratch
-directory (``mktemp -d``, private) is removed on exit.
+process group when the connection goes, each dump is bounded by ``timeout``, and the scratch files
+(``$TMPDIR/rankscope-UUID.NONCE.*``, created 0600 and never through an existing name: ``set -C``)
+are removed on exit.
+
+Measured on a node of its own (a pid namespace holding a 2-rank job), CPU of the whole command,
+medians of 15 runs: 33 ms against 29-31 ms for ``pgrep -f ... | xargs py-spy dump`` (each process
+this script starts costs about 1 ms; one ``tr`` per file kind cost 4 ms more).
 """
 
 from __future__ import annotations
@@ -120,14 +130,18 @@ for a do
   w=$a
 done
 cd /proc 2>/dev/null || exec "$@"
-d=$(mktemp -d 2>/dev/null) || exec "$@"
-trap 'rm -rf "$d"' EXIT
+read -r r </proc/sys/kernel/random/uuid || exec "$@"
+umask 077
+set -C
+d=${TMPDIR:-/tmp}/rankscope-$r.$n
+: >"$d.maps" 2>/dev/null || exec "$@"
+trap 'rm -f "$d".*' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
-z() { rm -rf "$d"; trap - EXIT; exec "$@"; }
+z() { rm -f "$d".*; trap - EXIT; exec "$@"; }
 f() { e=$1 q=$2; }
-grep -Hasz -E "$v" [0-9]*/environ 2>/dev/null | tr '\n\0' '\2\n' >"$d/$n.env"
+LC_ALL=C grep -HasoP "$v" [0-9]*/environ >"$d.env" 2>/dev/null
 c=
 while IFS= read -r l; do
   q=${l%%/*}
@@ -139,7 +153,7 @@ while IFS= read -r l; do
     RANKSCOPE_RUNTIME_DIR) eval "r$q=\${k#*=}" ;;
     TMPDIR) eval "m$q=\${k#*=}" ;;
   esac
-done <"$d/$n.env"
+done <"$d.env"
 [ -n "$c" ] || z "$@"
 x=" $$ " q=$$
 while read -r s <"$q/stat" 2>/dev/null; do
@@ -161,36 +175,35 @@ for a in $c; do
   for k in $h/*.pid-$a.*; do [ -e "$k" ] && z "$@"; done
   case $o in python*|pypy*) u="$u $a" ;; *) y="$y $a/maps" ;; esac
 done
-: >"$d/$n.maps"
 if [ -n "$y" ]; then
-  grep -lsE 'libpython|libpypy|python3' $y >"$d/$n.maps"
-  while IFS= read -r a; do u="$u ${a%/maps}"; done <"$d/$n.maps"
+  grep -lsE 'libpython|libpypy|python3' $y >>"$d.maps"
+  while IFS= read -r a; do u="$u ${a%/maps}"; done <"$d.maps"
 fi
 [ -n "$u" ] || z "$@"
-i=0
+i=0 k= m= b=
+w() {
+  for e in $k; do
+    wait "${e#*:}"
+    case $? in 0) m="${m}dumped ${e%%:*}\n" ;; 124|137) m="${m}timedout ${e%%:*}\n" ;; *) b=1 ;; esac
+  done
+  k= i=0
+}
 for a in $u; do
-  (RUST_BACKTRACE=0 timeout -k 1 "$t" "$p" dump --pid "$a" --json >"$d/$n.dump.$a" 2>/dev/null
-   echo $? >"$d/r$a") &
-  i=$((i + 1))
-  [ "$i" -lt "$j" ] || { wait; i=0; }
+  RUST_BACKTRACE=0 timeout --foreground -k 1 "$t" "$p" dump --pid "$a" --json >"$d.dump.$a" 2>/dev/null &
+  k="$k $a:$!" i=$((i + 1))
+  [ "$i" -lt "$j" ] || w
 done
-wait
-m=
-for a in $u; do
-  read -r e <"$d/r$a"
-  case $e in 0) m="${m}dumped $a\n" ;; 124|137) m="${m}timedout $a\n" ;; *) z "$@" ;; esac
-done
-cat [0-9]*/stat >"$d/$n.stat" 2>/dev/null
-grep -Hasz '' [0-9]*/cmdline 2>/dev/null | tr '\n\0' '\2\n' >"$d/$n.cmdline"
+w
+[ -z "$b" ] || z "$@"
 s=
 for a in $c; do s="$s $a/status"; done
-grep -HsE '^(Uid|NSpid):' $s >"$d/$n.status"
+LC_ALL=C grep -HasoP '[^\x00]+' [0-9]*/cmdline [0-9]*/stat $s >"$d.proc" 2>/dev/null
 read -r h </proc/sys/kernel/hostname
 g=0
 [ -e /dev/nvidiactl ] && g=1
-printf "host %s\nnvidia %s\ntimeout %s\nself%s\nmaps%s\n$m" "$h" "$g" "$t" "$x" "$y" >"$d/$n.meta"
+printf "host %s\nnvidia %s\ntimeout %s\nself%s\nmaps%s\n$m" "$h" "$g" "$t" "$x" "$y" >"$d.meta"
 printf '%s %s\n' @MAGIC@ "$n"
-tail -v -n +1 -- "$d/$n".*
+tail -v -n +1 -- "$d".*
 """
 
 
@@ -205,10 +218,11 @@ def _script() -> str:
 
 
 def env_pattern() -> str:
-    """The extended regular expression of the variables the script reads (``grep -E``, one variable a line)."""
+    """The variables the script reads, as ``grep -oP`` finds them in /proc/PID/environ (its entries end
+    at NUL; a value is cut at a newline, so that every one the script sends is one line)."""
     names = "|".join(re.escape(name) for name in ENV_NAMES)
     prefixes = "|".join(re.escape(prefix) + "[A-Za-z0-9_]*" for prefix in ENV_PREFIXES)
-    return f"^({names}|{prefixes})="
+    return f"(?<=\\x00|^)({names}|{prefixes})=[^\\x00\\n]*"
 
 
 def new_nonce() -> str:
