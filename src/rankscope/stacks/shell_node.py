@@ -141,6 +141,7 @@ trap 'exit 130' INT
 trap 'exit 129' HUP
 z() { rm -f "$d".*; trap - EXIT; exec "$@"; }
 f() { e=$1 q=$2; }
+n2() { o=$3; }
 LC_ALL=C grep -HasoP "$v" [0-9]*/environ >"$d.env" 2>/dev/null
 c=
 while IFS= read -r l; do
@@ -165,15 +166,17 @@ u= y=
 for a in $c; do
   case $x in *" $a "*) continue ;; esac
   read -r s <"$a/stat" 2>/dev/null || continue
-  o=${s#*\(}
-  o=${o%) *}
+  l=${s#*\(}
+  l=${l%) *}
   f ${s##*) }
   case $e in Z|X) continue ;; T|t) z "$@" ;; esac
-  case $o in @LAUNCHERS@) continue ;; esac
+  case $l in @LAUNCHERS@) continue ;; esac
   case " $c " in *" $q "*) eval "[ \"\$g$q\" = \"\$g$a\" ]" && continue ;; esac
-  eval "h=\${r$a:-\${m$a:-/tmp}/rankscope-*}"
-  for k in $h/*.pid-$a.*; do [ -e "$k" ] && z "$@"; done
-  case $o in python*|pypy*) u="$u $a" ;; *) y="$y $a/maps" ;; esac
+  o=
+  while IFS= read -r k; do case $k in Uid:*) n2 $k; break ;; esac; done <"$a/status"
+  eval "h=\${r$a:-\${m$a:-/tmp}/rankscope-$o}"
+  if [ -d "$h" ]; then for k in "$h"/*.pid-$a.*; do [ -e "$k" ] && z "$@"; done; fi
+  case $l in python*|pypy*) u="$u $a" ;; *) y="$y $a/maps" ;; esac
 done
 if [ -n "$y" ]; then
   grep -lsE 'libpython|libpypy|python3' $y >>"$d.maps"
