@@ -73,8 +73,18 @@ def timed(
     argv: list[str], env: dict[str, str], timeout: float = 300
 ) -> tuple[float, subprocess.CompletedProcess[str]]:
     began = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CLIENT_CPU.setdefault(" ".join(argv), []).append(
+        (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    )
     return time.perf_counter() - began, proc
+
+
+#: The CPU seconds of each command line's runs on this side (the head and its ssh/pdsh clients; the
+#: nodes' work runs under sshd, outside it).
+CLIENT_CPU: dict[str, list[float]] = {}
 
 
 def measure_rows(rows: list[tuple[str, list[str], dict[str, str]]], repeat: int) -> list[dict[str, object]]:
@@ -96,13 +106,14 @@ def measure_rows(rows: list[tuple[str, list[str], dict[str, str]]], repeat: int)
             "median_s": round(statistics.median(row_times), 2),
             "min_s": round(min(row_times), 2),
             "max_s": round(max(row_times), 2),
+            "client_cpu_s": round(statistics.median(CLIENT_CPU[" ".join(argv)]), 2),
             "returncode": proc.returncode,
             "stdout_bytes": len(proc.stdout),
             "stdout_lines": len(proc.stdout.splitlines()),
             "stdout": proc.stdout,
             "stderr_tail": proc.stderr[-500:],
         }
-        for (name, _, _), first, row_times, proc in zip(rows, firsts, times, last)
+        for (name, argv, _), first, row_times, proc in zip(rows, firsts, times, last)
     ]
 
 
@@ -442,13 +453,13 @@ def inner(args: argparse.Namespace) -> int:
             f"\n{len(names)} nodes x 2 ranks, {os.cpu_count()} CPUs, median of {args.repeat}, "
             f"login rc: {'/root/.bashrc' if args.root_rc else '/etc/skel/.bashrc'}, load average {load}\n"
         )
-        print("| what | median s | min-max s | first run s | exit | output lines |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| what | median s | min-max s | first run s | head and clients' CPU s | exit | output lines |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for run in runs:
             spread = f"{run['min_s']}-{run['max_s']}"
             print(
-                f"| {run['name']} | {run['median_s']} | {spread} | {run['first_s']} | {run['returncode']} "
-                f"| {run['stdout_lines']} |"
+                f"| {run['name']} | {run['median_s']} | {spread} | {run['first_s']} | {run['client_cpu_s']} "
+                f"| {run['returncode']} | {run['stdout_lines']} |"
             )
         print(f"\nper-node work for all {len(names)} nodes, one after the other (no fan-out):\n")
         print("| what | wall s | CPU s (this side's children) |")

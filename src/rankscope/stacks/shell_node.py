@@ -134,12 +134,14 @@ read -r r </proc/sys/kernel/random/uuid || exec "$@"
 umask 077
 set -C
 d=${TMPDIR:-/tmp}/rankscope-$r.$n
+case $d in *[!A-Za-z0-9_./-]*) d=/tmp/rankscope-$r.$n ;; esac
+F="$d.maps $d.env $d.proc $d.meta"
 : >"$d.maps" 2>/dev/null || exec "$@"
-trap 'rm -f "$d".*' EXIT
+trap 'rm -f $F' EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 trap 'exit 129' HUP
-z() { rm -f "$d".*; trap - EXIT; exec "$@"; }
+z() { rm -f $F; trap - EXIT; exec "$@"; }
 f() { e=$1 q=$2; }
 n2() { o=$3; }
 LC_ALL=C grep -HasoP "$v" [0-9]*/environ >"$d.env" 2>/dev/null
@@ -192,6 +194,7 @@ w() {
   k= i=0
 }
 for a in $u; do
+  F="$F $d.dump.$a"
   RUST_BACKTRACE=0 timeout --foreground -k 1 "$t" "$p" dump --pid "$a" --json >"$d.dump.$a" 2>/dev/null &
   k="$k $a:$!" i=$((i + 1))
   [ "$i" -lt "$j" ] || w
@@ -206,7 +209,7 @@ g=0
 [ -e /dev/nvidiactl ] && g=1
 printf "host %s\nnvidia %s\ntimeout %s\nself%s\nmaps%s\n$m" "$h" "$g" "$t" "$x" "$y" >"$d.meta"
 printf '%s %s\n' @MAGIC@ "$n"
-tail -v -n +1 -- "$d".*
+tail -v -n +1 -- $F
 """
 
 
