@@ -97,7 +97,7 @@ SHELL_OPTIONS = ("--timeout", "--deadline", "--jobs", "--no-fr")
 #: How many dumps at once without ``--jobs`` (the Python node's default is two per CPU, at least 4).
 DEFAULT_JOBS = 8
 #: The first line of the script's answer; the nonce follows it.
-SNAPSHOT_MAGIC = "rankscope.stacks.snapshot/1"
+SNAPSHOT_MAGIC = "RANKSCOPE-NODE-SNAPSHOT-1"
 #: The launchers a process's name alone tells (rankscope.procs' executables and console scripts).
 _LAUNCHER_NAMES = (
     "torchrun",
