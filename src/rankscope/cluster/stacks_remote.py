@@ -217,8 +217,8 @@ def read_snapshot(result: NodeResult, options: StacksOptions) -> tuple[NodeResul
         document = node_answer(result.stdout, options)
     except NeedsNode:
         return result, True
-    except ValueError:
-        return result, False  # read as it is: a bad answer
+    except Exception:  # noqa: BLE001 - a snapshot cut short or misread costs a second connection, never the run
+        return result, True
     from rankscope.errors import ExitCode
     from rankscope.stacks.report import load_report
 
