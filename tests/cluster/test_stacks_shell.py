@@ -20,6 +20,12 @@ from tests.support.multinode_job import REMOTE_RANKSCOPE, MultiNodeJob, multinod
 from tests.support.sshd import Sshd, start_sshd
 from tests.support.tools import ensure_tools
 
+from rankscope.cluster.classify import NodeResult
+from rankscope.cluster.stacks_remote import read_snapshot
+from rankscope.model import Stage
+from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.shell_node import SNAPSHOT_MAGIC
+
 NODES = ["node01", "node02"]
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 
@@ -91,3 +97,16 @@ def test_the_sh_collector_gives_the_report_the_python_node_gives(
     assert (tmp_path / "sh" / "node01.out").read_text().startswith('{"schema":"rankscope.stacks.node/1"')
     text = _stacks(sshd, "--no-color")
     assert text.returncode == 0 and "rank 2" in text.stdout and "4 of 4 processes dumped" in text.stdout
+
+
+def test_a_snapshot_cut_short_sends_the_head_to_the_node() -> None:
+    """A snapshot without its process table (cut short on the way) is asked again of the node's
+    rankscope; an answer that is no snapshot is read as before."""
+    cut = NodeResult(
+        "n1", Stage.OK, 0, SNAPSHOT_MAGIC + " 00ff\n==> /t/rankscope-x.00ff.meta <==\nhost n\n", ""
+    )
+    assert read_snapshot(cut, StacksOptions()) == (cut, True)
+    whole = NodeResult("n1", Stage.OK, 0, '{"schema": "rankscope.stacks/1"}', "")
+    assert read_snapshot(whole, StacksOptions()) == (whole, False)
+    failed = NodeResult("n1", Stage.OK, 127, "", "sh: rankscope: not found")
+    assert read_snapshot(failed, StacksOptions()) == (failed, False)
