@@ -34,31 +34,46 @@ nodes gave so far; the others are "interrupted" (exit 130 or 143).
 """
 
 
+#: What a multi-node run needs once the nodes have answered, imported while they run.
+AFTER_FANOUT = (
+    "rankscope.stacks.shell_answer",
+    "rankscope.cluster.node_answer",
+    "rankscope.stacks.merge",
+    "rankscope.stacks.analyse",
+    "rankscope.cli.stacks_report",
+    "rankscope.cli.nodefiles",
+)
+
+
 def run_cluster_stacks(request: StacksRequest) -> int:
     """Every node runs ``request.node_argv()``; the answers are merged, printed and kept (--out)."""
     # The fan-out machinery is imported only when a multi-node run starts.
-    from rankscope.cli.nodefiles import write_node_files
-    from rankscope.cli.outcome import exit_code, stopped_exit_code
     from rankscope.cli.progress import tty_progress
-    from rankscope.cli.stacks_report import nodes_title, render_for, verdict_of, with_fr
     from rankscope.cluster.stacks_remote import stacks_remote
     from rankscope.lifetime import StopSignals
-    from rankscope.stacks.analyse import diagnose, not_found_here
-    from rankscope.stacks.report import report_document
+    from rankscope.meanwhile import Meanwhile
+    from rankscope.procfs import started_monotonic
 
     assert request.cluster is not None
-    from rankscope.stacks.local import process_started
-
-    started = process_started() or time.monotonic()
+    started = started_monotonic() or time.monotonic()
     # The whole run keeps to --deadline, as a local one does.
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()
+    # The nodes start first; what reads, joins and reports their answers is imported while they run
+    # (docs/benchmarks.md, "Multi-node: the sh collector").
+    warm = Meanwhile(AFTER_FANOUT)
     try:
         with StopSignals() as stop:
             result = stacks_remote(target, request.node_argv(), progress, stop, shell=not request.node_python)
     finally:
+        warm.join()
         if progress is not None:
             progress.clear()
+    from rankscope.cli.nodefiles import write_node_files
+    from rankscope.cli.outcome import exit_code, stopped_exit_code
+    from rankscope.cli.stacks_report import nodes_title, render_for, verdict_of, with_fr
+    from rankscope.stacks.analyse import diagnose, not_found_here
+    from rankscope.stacks.report import report_document
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
     # The wall time of the whole run from this process's start (every node's answer included), not the

@@ -21,15 +21,13 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from rankscope.cluster.classify import NodeResult, clean_reason, last_line
 from rankscope.cluster.gather import group_failures
-from rankscope.cluster.node_answer import load_answer
 from rankscope.cluster.run import ClusterTarget, run_remote
 from rankscope.lifetime import StopSignals
 from rankscope.model import Failure, NodeStatus, Stage
-from rankscope.stacks.merge import merge_reports
-from rankscope.stacks.report import StacksReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the reading of answers is imported once the nodes run (rankscope.cli.stacks_cluster)
     from rankscope.stacks.options import StacksOptions
+    from rankscope.stacks.report import StacksReport
 
 #: The remote rankscope's exit code (docs/exit-codes.md) -> (stage, reason, hint) when it sent no stacks.
 _REMOTE_EXIT: dict[int, tuple[Stage, str, str]] = {
@@ -83,6 +81,8 @@ class ClusterStacks:
 
 
 def _parse_report(stdout: str) -> Optional[StacksReport]:
+    from rankscope.cluster.node_answer import load_answer
+
     text = stdout.strip()
     if not text:
         return None
@@ -234,6 +234,8 @@ def read_snapshot(result: NodeResult, options: StacksOptions) -> tuple[NodeResul
 def join_answers(node_results: Sequence[NodeResult]) -> ClusterStacks:
     """Every node's answer read (its raw material or its whole document), relabelled and merged;
     the failed nodes listed last with their stage."""
+    from rankscope.stacks.merge import merge_reports
+
     answers = [classify_node(result) for result in node_results]
     results = [result for result, _ in answers]
     reports = [relabel_host(report, result.node) for result, report in answers if report is not None]

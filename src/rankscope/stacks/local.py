@@ -165,13 +165,8 @@ def _native_failure(failure: Failure) -> Failure:
     return replace(failure, reason=f"native frames: {failure.reason}")
 
 
-def process_started() -> Optional[float]:
-    """When this process started, as a time.monotonic() instant; ``None`` if /proc does not say."""
-    after_boot = procfs.started_after_boot()
-    if after_boot is None:
-        return None
-    age = time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot
-    return time.monotonic() - age if age >= 0 else None
+#: When this process started, as a time.monotonic() instant (None if /proc does not say).
+process_started = procfs.started_monotonic
 
 
 def _signal_where_refused(
