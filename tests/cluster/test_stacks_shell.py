@@ -93,8 +93,11 @@ def test_the_sh_collector_gives_the_report_the_python_node_gives(
     assert ranks == {("node01", 0), ("node01", 1), ("node02", 2), ("node02", 3)}
     assert document["diagnosis"]["divergent_ranks"] == [2]
     assert _comparable(document) == _comparable(python.json())
-    # What each node sent: the snapshot (sh), the Python node's JSON answer.
+    # --out keeps each node's answer as the Python node's JSON, made here from the snapshot.
     assert (tmp_path / "sh" / "node01.out").read_text().startswith('{"schema":"rankscope.stacks.node/1"')
+    # Without --out the snapshot is read straight into the report: the same report.
+    plain = _stacks(sshd, "--json", via=via)
+    assert plain.returncode == 0 and _comparable(plain.json()) == _comparable(document)
     text = _stacks(sshd, "--no-color")
     assert text.returncode == 0 and "rank 2" in text.stdout and "4 of 4 processes dumped" in text.stdout
 
@@ -105,8 +108,8 @@ def test_a_snapshot_cut_short_sends_the_head_to_the_node() -> None:
     cut = NodeResult(
         "n1", Stage.OK, 0, SNAPSHOT_MAGIC + " 00ff\n==> /t/rankscope-x.00ff.meta <==\nhost n\n", ""
     )
-    assert read_snapshot(cut, StacksOptions()) == (cut, True)
+    assert read_snapshot(cut, StacksOptions()) == (cut, None, True)
     whole = NodeResult("n1", Stage.OK, 0, '{"schema": "rankscope.stacks/1"}', "")
-    assert read_snapshot(whole, StacksOptions()) == (whole, False)
+    assert read_snapshot(whole, StacksOptions()) == (whole, None, False)
     failed = NodeResult("n1", Stage.OK, 127, "", "sh: rankscope: not found")
-    assert read_snapshot(failed, StacksOptions()) == (failed, False)
+    assert read_snapshot(failed, StacksOptions()) == (failed, None, False)

@@ -64,7 +64,14 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     warm = Meanwhile(AFTER_FANOUT)
     try:
         with StopSignals() as stop:
-            result = stacks_remote(target, request.node_argv(), progress, stop, shell=not request.node_python)
+            result = stacks_remote(
+                target,
+                request.node_argv(),
+                progress,
+                stop,
+                shell=not request.node_python,
+                keep=request.out_dir is not None,
+            )
     finally:
         warm.join()
         if progress is not None:
@@ -74,6 +81,7 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     from rankscope.cli.stacks_report import nodes_title, render_for, verdict_of, with_fr
     from rankscope.stacks.analyse import diagnose, not_found_here
     from rankscope.stacks.report import report_document
+
     report = result.report
     diagnosis = report.diagnosis = diagnose(report)
     # The wall time of the whole run from this process's start (every node's answer included), not the

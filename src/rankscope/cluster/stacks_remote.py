@@ -175,13 +175,15 @@ def stacks_remote(
     progress: Optional[Callable[[str], None]] = None,
     stop: Optional[StopSignals] = None,
     shell: bool = True,
+    keep: bool = False,
 ) -> ClusterStacks:
     """Run ``argv`` (a ``rankscope stacks --local --json`` command line) on every node and merge the answers.
 
     ``shell``: where the options allow it, every node runs the POSIX sh collector
     (rankscope.stacks.shell_node) instead, which hands over to ``argv`` itself where it must; a node
     whose snapshot cannot say it all (rankscope.stacks.shell_answer.NeedsNode) is asked again with
-    ``argv``, within what is left of the run's time. Failed nodes are listed last with their stage;
+    ``argv``, within what is left of the run's time (``keep``: each node's output is that answer's
+    JSON, for --out). Failed nodes are listed last with their stage;
     after a signal recorded by ``stop``, the nodes that had not answered are ``interrupted`` and the
     others are merged as usual.
     """
@@ -193,9 +195,10 @@ def stacks_remote(
         return join_answers(run_remote(target, list(argv), progress, stop))
     began = time.monotonic()
     command = shell_argv(list(argv), new_nonce())
-    results = [read_snapshot(r, options) for r in run_remote(target, command, progress, stop)]
-    again = [r.node for r, needs in results if needs]
-    answers = {r.node: r for r, _ in results}
+    results = [read_snapshot(r, options, keep) for r in run_remote(target, command, progress, stop)]
+    again = [r.node for r, _, needs in results if needs]
+    answers = {r.node: r for r, _, _ in results}
+    known = {r.node: report for r, report, _ in results if report is not None}
     if again and not (stop is not None and stop.signum):
         left = target.overall_timeout
         if left is not None:
@@ -203,40 +206,50 @@ def stacks_remote(
         subset = replace(target, hosts=",".join(again), hostfile=None, overall_timeout=left)
         for result in run_remote(subset, list(argv), progress, stop):
             answers[result.node] = result
-    return join_answers([answers[r.node] for r, _ in results])
+    return join_answers([answers[r.node] for r, _, _ in results], known)
 
 
-def read_snapshot(result: NodeResult, options: StacksOptions) -> tuple[NodeResult, bool]:
-    """A node's shell answer as the Python node's would have been (its raw answer's JSON and exit code);
-    True beside it when only that node's own rankscope can answer. Other answers are kept as they are."""
-    from rankscope.stacks.shell_answer import NeedsNode, is_snapshot, node_answer
+def read_snapshot(
+    result: NodeResult, options: StacksOptions, keep: bool = False
+) -> tuple[NodeResult, Optional[StacksReport], bool]:
+    """A node's shell answer read as the Python node's answer would be: its result (the exit code that
+    answer would have had; with ``keep``, that answer's JSON as its output, which --out writes), its
+    report, and whether only that node's own rankscope can answer. Other answers are left as they are."""
+    from rankscope.stacks.node import node_document
+    from rankscope.stacks.shell_answer import NeedsNode, is_snapshot, node_report, node_run
 
     if result.returncode != 0 or not is_snapshot(result.stdout):
-        return result, False
+        return result, None, False
     try:
-        document = node_answer(result.stdout, options)
+        local = node_run(result.stdout, options)
     except NeedsNode:
-        return result, True
+        return result, None, True
     except Exception:  # noqa: BLE001 - a snapshot cut short or misread costs a second connection, never the run
-        return result, True
+        return result, None, True
+    if not any(o.snapshot is not None for _, o in local.outcomes):
+        return result, None, True  # every dump ran out of time: the node's own exit code and words say so
     from rankscope.errors import ExitCode
-    from rankscope.stacks.report import load_report
 
-    report = load_report(document["report"])
-    if not any(p.dumped for p in report.processes):
-        return result, True  # every dump ran out of time: the node's own exit code and words say so
+    stdout = json.dumps(node_document(local), separators=(",", ":")) if keep else result.stdout
     # What the node's `stacks --local --json --node-answer` exits with when a dump succeeded
     # (rankscope.cli.outcome.exit_code: a node's answer leaves missing ranks to the head).
-    code = int(ExitCode.PARTIAL if report.failures else ExitCode.OK)
-    return replace(result, stdout=json.dumps(document, separators=(",", ":")), returncode=code), False
+    code = int(ExitCode.PARTIAL if local.report.failures else ExitCode.OK)
+    report = node_report(local)
+    return replace(result, stage=Stage.OK, stdout=stdout, returncode=code), report, False
 
 
-def join_answers(node_results: Sequence[NodeResult]) -> ClusterStacks:
-    """Every node's answer read (its raw material or its whole document), relabelled and merged;
-    the failed nodes listed last with their stage."""
+def join_answers(
+    node_results: Sequence[NodeResult], known: Optional[dict[str, StacksReport]] = None
+) -> ClusterStacks:
+    """Every node's answer read (its raw material or its whole document; ``known``: the reports of
+    nodes already read, by node), relabelled and merged; the failed nodes listed last with their stage."""
     from rankscope.stacks.merge import merge_reports
 
-    answers = [classify_node(result) for result in node_results]
+    known = known or {}
+    answers = [
+        (result, known[result.node]) if result.node in known else classify_node(result)
+        for result in node_results
+    ]
     results = [result for result, _ in answers]
     reports = [relabel_host(report, result.node) for result, report in answers if report is not None]
     merged = merge_reports(reports)

@@ -21,9 +21,11 @@ from rankscope.model import FailureKind, ProcessSnapshot, Stage
 from rankscope.procfs import ProcfsEntry
 from rankscope.procs import ProcessTable
 from rankscope.stacks.collect import DumpOutcome, Target
-from rankscope.stacks.local import NeedsFullRun, run_local
-from rankscope.stacks.node import node_document
+from rankscope.stacks.local import LocalResult, NeedsFullRun, run_local
+from rankscope.stacks.node import node_document, raw_name
 from rankscope.stacks.options import StacksOptions
+from rankscope.stacks.report import StacksReport
+from rankscope.stacks.saved import from_dumps
 from rankscope.stacks.shell_node import SNAPSHOT_MAGIC
 
 
@@ -247,9 +249,9 @@ class ShellSource:
         return outcomes
 
 
-def node_answer(stdout: str, options: StacksOptions) -> dict[str, Any]:
-    """The ``rankscope.stacks.node/1`` document that node's own rankscope would have sent; NeedsNode
-    where the snapshot cannot say (ValueError: not a snapshot)."""
+def node_run(stdout: str, options: StacksOptions) -> LocalResult:
+    """The raw run that node's own rankscope would have made, over its snapshot; NeedsNode where the
+    snapshot cannot say (ValueError: not a snapshot)."""
     source = ShellSource(parse(stdout))
     try:
         result = run_local(options, raw=True, source=source)
@@ -258,4 +260,18 @@ def node_answer(stdout: str, options: StacksOptions) -> dict[str, Any]:
     report = result.report
     if not report.jobs and not report.processes:
         raise NeedsNode("no job found in the snapshot")
-    return node_document(result)
+    return result
+
+
+def node_answer(stdout: str, options: StacksOptions) -> dict[str, Any]:
+    """The ``rankscope.stacks.node/1`` document that node's own rankscope would have sent."""
+    return node_document(node_run(stdout, options))
+
+
+def node_report(result: LocalResult) -> StacksReport:
+    """The report the head reads from that node's raw answer (rankscope.cluster.node_answer), its groups
+    derived from the dumps, without the document in between. ``result.report`` becomes it."""
+    samples = result.report.samples
+    dumps = {raw_name(o, sample, samples): o.raw for sample, o in result.outcomes if o.snapshot is not None}
+    report, _bad = from_dumps(result.report, dumps, dumps.__getitem__, "dump ")
+    return report
