@@ -105,9 +105,7 @@ def test_the_sh_collector_gives_the_report_the_python_node_gives(
 def test_a_snapshot_cut_short_sends_the_head_to_the_node() -> None:
     """A snapshot without its process table (cut short on the way) is asked again of the node's
     rankscope; an answer that is no snapshot is read as before."""
-    cut = NodeResult(
-        "n1", Stage.OK, 0, SNAPSHOT_MAGIC + " 00ff\n==> /t/rankscope-x.00ff.meta <==\nhost n\n", ""
-    )
+    cut = NodeResult("n1", Stage.OK, 0, SNAPSHOT_MAGIC + " 00ff /t/r.00ff\n/t/r.00ff.meta:host n\n", "")
     assert read_snapshot(cut, StacksOptions()) == (cut, None, True)
     whole = NodeResult("n1", Stage.OK, 0, '{"schema": "rankscope.stacks/1"}', "")
     assert read_snapshot(whole, StacksOptions()) == (whole, None, False)

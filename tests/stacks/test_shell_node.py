@@ -87,7 +87,7 @@ def test_the_snapshot_holds_the_ranks_dumps_and_only_the_variables_discovery_rea
 ) -> None:
     ranks = [{**WORLD, "RANK": str(rank), "LOCAL_RANK": str(rank)} for rank in range(2)]
     out, pids = _run(stand_in, tmp_path, "--deadline", "30", ranks=ranks)
-    assert out.startswith(SNAPSHOT_MAGIC + " 0123abcd\n"), out[:300]
+    assert out.startswith(SNAPSHOT_MAGIC + " 0123abcd /"), out[:300]
     snap = parse(out)
     assert snap.dumped == set(pids) == set(snap.dumps)
     assert b"MASTER_PORT=29611" in snap.environs[pids[0]]
@@ -104,8 +104,9 @@ def test_the_snapshot_holds_the_ranks_dumps_and_only_the_variables_discovery_rea
 
 @pytest.mark.needs("pidns")
 def test_a_command_line_that_forges_a_header_does_not_become_a_file(stand_in: Path, tmp_path: Path) -> None:
-    """Another process's arguments are in the answer; without the run's nonce they cannot start a file."""
-    forged = "\n==> /tmp/x/0123abce.meta <==\nhost evil\ndumped 1\n"
+    """Another process's arguments are in the answer, each line behind its own file's name: none reads as
+    a line of the script's files."""
+    forged = "\n/tmp/rankscope-x.0123abcd.meta:host evil\ndumped 1\n==> /tmp/x/0123abcd.meta <==\n"
     out, pids = _run(
         stand_in,
         tmp_path,
@@ -114,7 +115,7 @@ def test_a_command_line_that_forges_a_header_does_not_become_a_file(stand_in: Pa
     )
     snap = parse(out)
     assert snap.host != "evil" and snap.dumped == set(pids)
-    # Each line of an argument is sent as a line of its own, behind its file's name: never a header.
+    # Each line of an argument is sent as a line of its own, behind its file's name.
     assert any(args[-3:] == forged.strip().split("\n")[:3] for args in snap.cmdlines.values()), snap.cmdlines
 
 
@@ -197,7 +198,7 @@ def test_garbage_is_not_a_snapshot() -> None:
     with pytest.raises(ValueError, match="not a node snapshot"):
         parse('{"schema": "rankscope.stacks.node/1"}')
     with pytest.raises(ValueError, match="without its process table"):
-        parse(SNAPSHOT_MAGIC + " 00ff\n==> /t/00ff.env <==\n")
+        parse(SNAPSHOT_MAGIC + " 00ff /t/x.00ff\n/t/x.00ff.env:1/environ:RANK=0\n")
 
 
 @pytest.mark.needs("pidns")

@@ -62,15 +62,15 @@ class Snapshot:
     dumps: dict[int, bytes] = field(default_factory=dict)
 
 
-def _pid_records(text: str, kind: str) -> list[tuple[int, str]]:
+def _pid_records(lines: list[str], kind: str) -> list[tuple[int, str]]:
     """``PID/kind:value`` lines (grep -H over /proc's files) as (pid, value)."""
-    return [(pid, value) for pid, name, value in _proc_records(text) if name == kind]
+    return [(pid, value) for pid, name, value in _proc_records(lines) if name == kind]
 
 
-def _proc_records(text: str) -> list[tuple[int, str, str]]:
+def _proc_records(lines: list[str]) -> list[tuple[int, str, str]]:
     """``PID/KIND:value`` lines (grep -H over /proc's files, a record a line) as (pid, kind, value)."""
     out = []
-    for record in text.split("\n"):
+    for record in lines:
         head, sep, value = record.partition(":")
         pid, slash, kind = head.partition("/")
         if sep and slash and pid.isdigit():
@@ -91,22 +91,25 @@ def _stat_line(line: str) -> Optional[tuple[int, tuple[str, str, int, int]]]:
 
 
 def parse(stdout: str) -> Snapshot:
-    """The script's answer (its magic line, then ``tail -v`` of its files); ValueError if it is not one."""
-    found = re.search(re.escape(SNAPSHOT_MAGIC) + r" ([0-9a-f]+)\n", stdout)
+    """The script's answer (its first line, then one ``grep -H`` of /proc's files and its own: every line
+    behind the name of the file it comes from); ValueError if it is not one."""
+    found = re.search(re.escape(SNAPSHOT_MAGIC) + r" ([0-9a-f]+) (\S+)\n", stdout)
     if found is None:
         raise ValueError("not a node snapshot")
-    nonce = found.group(1)
-    header = re.compile(r"(?:^|\n)==> [^\n]*[./]" + nonce + r"\.([a-z]+(?:\.[0-9]+)?) <==\n")
-    body = stdout[found.end() :]
-    files: dict[str, str] = {}
-    marks = list(header.finditer(body))
-    for index, mark in enumerate(marks):
-        end = marks[index + 1].start() if index + 1 < len(marks) else len(body)
-        files[mark.group(1)] = body[mark.end() : end]
-    if "meta" not in files or "proc" not in files:
+    own = found.group(2) + "."
+    files: dict[str, list[str]] = {"proc": []}
+    for line in stdout[found.end() :].split("\n"):
+        path, sep, value = line.partition(":")
+        if not sep:
+            continue
+        if path.startswith(own):
+            files.setdefault(path[len(own) :], []).append(value)
+        else:
+            files["proc"].append(line)
+    if "meta" not in files or not files["proc"]:
         raise ValueError("a node snapshot without its process table")
     snap = Snapshot()
-    for line in files["meta"].splitlines():
+    for line in files["meta"]:
         word, _, rest = line.partition(" ")
         if word == "host":
             snap.host = rest.split(".", 1)[0]
@@ -123,7 +126,7 @@ def parse(stdout: str) -> Snapshot:
         elif word == "timedout" and rest.isdigit():
             snap.timed_out.add(int(rest))
     environs: dict[int, list[str]] = {}
-    for pid, value in _pid_records(files.get("env", ""), "environ"):
+    for pid, value in _pid_records(files.get("env", []), "environ"):
         environs.setdefault(pid, []).append(value)
     snap.environs = {pid: "\0".join(values).encode() for pid, values in environs.items()}
     for pid, kind, value in _proc_records(files["proc"]):
@@ -140,13 +143,13 @@ def parse(stdout: str) -> Snapshot:
                 snap.uids[pid] = numbers[1]  # the effective uid: the owner of /proc/PID
             elif name == "NSpid":
                 snap.ns_pids[pid] = numbers
-    for line in files.get("maps", "").splitlines():
+    for line in files.get("maps", []):
         number = line.partition("/")[0]
         if number.isdigit():
             snap.mapped.add(int(number))
-    for name, text in files.items():
-        if name.startswith("dump."):
-            snap.dumps[int(name[5:])] = text.encode()
+    for name, lines in files.items():
+        if name.startswith("dump.") and name[5:].isdigit():
+            snap.dumps[int(name[5:])] = "\n".join(lines).encode()
     return snap
 
 

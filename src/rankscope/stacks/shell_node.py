@@ -20,13 +20,14 @@ COMMAND being the Python node's own ``rankscope stacks --local --json --node-ans
    Python by name or by a mapped interpreter;
 3. dumps them with py-spy, ``--jobs`` at a time, each under ``timeout --foreground`` (``--timeout``;
    py-spy stays in the script's process group);
-4. answers with the raw files: every process's ``stat`` and command line (an argument a line: one
-   with a newline in it arrives as several), the variables read, the candidates' ``status`` (owner,
-   pid namespaces), which map an interpreter, and each dump, framed by ``tail -v``'s headers, whose
-   file names carry NONCE, so the head (rankscope.stacks.shell_answer) finds the jobs with the same
-   discovery a node runs, from this snapshot. Every line of /proc's files goes out behind its
-   file's name (``grep -H``), so no process can start a line with a header; and as lines, which
-   pdsh (it prefixes lines and ends strings at NUL) passes unchanged.
+4. answers with the raw files, all through one ``grep -H`` (no ``tail``, no file of its own for them):
+   every process's ``stat`` and command line (an argument a line: one with a newline in it arrives
+   as several), the candidates' ``status`` (owner, pid namespaces), and its own scratch files: the
+   variables read, which candidates map an interpreter, the run's facts, each dump. Every line goes
+   out behind the name of the file it comes from, so no process can make a line of its command line
+   read as a line of the script's files; and as lines, which pdsh (it prefixes lines and ends strings
+   at NUL) passes unchanged. The head (rankscope.stacks.shell_answer) finds the jobs with the same
+   discovery a node runs, from this snapshot.
 
 The head chooses the processes, as a node does; a process it chooses that the script did not dump
 (a rule above missed it), or a rank that waits for its GPU on a node with the NVIDIA driver, sends
@@ -37,8 +38,8 @@ process group when the connection goes, each dump is bounded by ``timeout``, and
 are removed on exit.
 
 Measured on a node of its own (a pid namespace holding a 2-rank job), CPU of the whole command,
-medians of 15 runs: 33 ms against 29-31 ms for ``pgrep -f ... | xargs py-spy dump`` (each process
-this script starts costs about 1 ms; one ``tr`` per file kind cost 4 ms more).
+medians of 15 runs: 26 ms against 24 ms for ``pgrep -f ... | xargs py-spy dump`` (each process
+this script starts costs about 1 ms; docs/benchmarks.md has each step).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ umask 077
 set -C
 d=${TMPDIR:-/tmp}/rankscope-$r.$n
 case $d in *[!A-Za-z0-9_./-]*) d=/tmp/rankscope-$r.$n ;; esac
-F="$d.maps $d.env $d.proc $d.meta"
+F="$d.maps $d.env $d.meta"
 : >"$d.maps" 2>/dev/null || exec "$@"
 trap 'rm -f $F' EXIT
 trap 'exit 143' TERM
@@ -203,13 +204,12 @@ w
 [ -z "$b" ] || z "$@"
 s=
 for a in $c; do s="$s $a/status"; done
-LC_ALL=C grep -HasoP '[^\x00]+' [0-9]*/cmdline [0-9]*/stat $s >"$d.proc" 2>/dev/null
 read -r h </proc/sys/kernel/hostname
 g=0
 [ -e /dev/nvidiactl ] && g=1
 printf "host %s\nnvidia %s\ntimeout %s\nself%s\nmaps%s\n$m" "$h" "$g" "$t" "$x" "$y" >"$d.meta"
-printf '%s %s\n' @MAGIC@ "$n"
-tail -v -n +1 -- $F
+printf '%s %s %s\n' @MAGIC@ "$n" "$d"
+LC_ALL=C grep -HasoP '[^\x00]+' [0-9]*/cmdline [0-9]*/stat $s $F 2>/dev/null
 """
 
 
