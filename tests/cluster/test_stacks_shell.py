@@ -111,3 +111,50 @@ def test_a_snapshot_cut_short_sends_the_head_to_the_node() -> None:
     assert read_snapshot(whole, StacksOptions()) == (whole, None, False)
     failed = NodeResult("n1", Stage.OK, 127, "", "sh: rankscope: not found")
     assert read_snapshot(failed, StacksOptions()) == (failed, None, False)
+
+
+def test_the_nodes_a_snapshot_cannot_answer_are_asked_again_with_rankscope_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The orchestration alone (the transport replaced: each node's answer is given): node n2's snapshot
+    is cut short, so n2 alone is asked again, with the Python node command, within what is left of the
+    run's time; n1's answer (rankscope there handed over: its JSON) is read as it is."""
+    from rankscope.cluster import stacks_remote as remote
+    from rankscope.cluster.run import ClusterTarget
+
+    python_argv = ["rankscope", "stacks", "--local", "--json", "--node-answer", "--deadline", "20"]
+    json_answer = '{"schema": "rankscope.stacks/1", "processes": [], "groups": [], "failures": []}'
+    calls: list[tuple[list[str], object, object]] = []
+
+    def fake_run_remote(
+        target: ClusterTarget, command: object, progress: object, stop: object, on_result=None
+    ):  # type: ignore[no-untyped-def]
+        calls.append((target.nodes(), command, target.overall_timeout))
+        if len(calls) == 1:
+            assert (
+                isinstance(command, list)
+                and command[:2] == ["sh", "-c"]
+                and command[-len(python_argv) :] == python_argv
+            )
+            results = [
+                NodeResult("n1", Stage.OK, 0, json_answer, ""),
+                NodeResult(
+                    "n2", Stage.OK, 0, SNAPSHOT_MAGIC + " 00ff /t/r.00ff\n/t/r.00ff.meta:host n2\n", ""
+                ),
+            ]
+            return [on_result(r) if on_result else r for r in results]
+        return [NodeResult("n2", Stage.OK, 0, json_answer, "")]
+
+    monkeypatch.setattr(remote, "run_remote", fake_run_remote)
+    target = ClusterTarget(hosts="n[1-2]", overall_timeout=30.0)
+    stacks = remote.stacks_remote(target, python_argv)
+    assert [c[0] for c in calls] == [["n1", "n2"], ["n2"]]
+    assert calls[1][1] == python_argv and 0 < calls[1][2] <= 30.0  # type: ignore[operator]
+    assert [(n.node, n.stage) for n in stacks.nodes] == [("n1", Stage.OK), ("n2", Stage.OK)]
+    # --node-python: the command as it is, one connection.
+    calls.clear()
+    monkeypatch.setattr(
+        remote, "run_remote", lambda t, c, p, s, on_result=None: calls.append((t.nodes(), c, None)) or []
+    )
+    remote.stacks_remote(target, python_argv, shell=False)
+    assert calls == [(["n1", "n2"], python_argv, None)]

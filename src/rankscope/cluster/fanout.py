@@ -257,8 +257,10 @@ def run_commands(
     progress: Progress = None,
     stop: Optional[StopSignals] = None,
     hold_stdin: bool = True,
+    on_result: Optional[Callable[[NodeResult], NodeResult]] = None,
 ) -> list[NodeResult]:
     """Run ``(node, argv)`` commands, at most ``fanout`` at once; one NodeResult each, in order.
+    ``on_result``: each node's result goes through it as the node ends (its reading, while the others run).
 
     A command gets ``node_timeout`` seconds, less if ``overall_timeout`` (from now) is closer;
     commands not started by then are reported, not run. After a signal recorded by ``stop``
@@ -272,7 +274,7 @@ def run_commands(
     engine = _Fanout(env, fanout, hold_stdin, stop)
 
     def record(index: int, result: NodeResult) -> None:
-        results[index] = result
+        results[index] = on_result(result) if on_result is not None else result
         if progress is not None:
             progress(f"{len(results)}/{len(commands)} nodes")
 
@@ -309,15 +311,18 @@ def run_on_nodes(
     overall_timeout: Optional[float] = None,
     progress: Progress = None,
     stop: Optional[StopSignals] = None,
+    on_result: Optional[Callable[[NodeResult], NodeResult]] = None,
 ) -> list[NodeResult]:
     """Run ``script`` on every node through a per-node transport (ssh, pdsh); results in node order.
 
     At most ``fanout`` nodes at once. A node gets ``node_timeout`` seconds, less if the
     ``overall_timeout`` is closer; nodes not started by then are reported, not waited for.
-    ``progress`` gets ``"12/40 nodes"`` as nodes end.
+    ``progress`` gets ``"12/40 nodes"`` as nodes end; ``on_result`` each node's result then.
     """
     commands = [(node, transport.node_argv(node, script)) for node in nodes]
-    return run_commands(commands, transport.env(), fanout, node_timeout, overall_timeout, progress, stop)
+    return run_commands(
+        commands, transport.env(), fanout, node_timeout, overall_timeout, progress, stop, on_result=on_result
+    )
 
 
 _SRUN_REFUSED = (

@@ -57,10 +57,12 @@ def run_remote(
     command: str | Sequence[str],
     progress: Optional[Callable[[str], None]] = None,
     stop: Optional[StopSignals] = None,
+    on_result: Optional[Callable[[NodeResult], NodeResult]] = None,
 ) -> list[NodeResult]:
     """Run ``command`` on every node of ``target``; one NodeResult per node, in node order.
 
-    ``progress`` is told ``"12/40 nodes"`` as nodes end (ssh and pdsh; an srun step ends at once).
+    ``progress`` is told ``"12/40 nodes"`` as nodes end (ssh and pdsh; an srun step ends at once);
+    each node's result goes through ``on_result`` as it ends (its reading, while the others run).
     ``stop``: SIGINT/SIGTERM recorded by the caller end the run early (nodes ``interrupted``).
     Over ssh and pdsh the remote command dies with the connection (``remote_script``'s watcher).
     """
@@ -76,7 +78,8 @@ def run_remote(
         assert target.jobid is not None
         step = SrunStep(target.jobid)
         step.check()
-        return run_srun_step(step, nodes, script, timeout=deadline, stop=stop)
+        results = run_srun_step(step, nodes, script, timeout=deadline, stop=stop)
+        return [on_result(r) for r in results] if on_result is not None else results
     transport: SshTransport | PdshTransport
     if via == "pdsh":
         transport = PdshTransport(target.ssh, command_timeout=target.node_timeout)
@@ -92,4 +95,5 @@ def run_remote(
         overall_timeout=target.overall_timeout,
         progress=progress,
         stop=stop,
+        on_result=on_result,
     )

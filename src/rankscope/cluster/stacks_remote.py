@@ -195,10 +195,20 @@ def stacks_remote(
         return join_answers(run_remote(target, list(argv), progress, stop))
     began = time.monotonic()
     command = shell_argv(list(argv), new_nonce())
-    results = [read_snapshot(r, options, keep) for r in run_remote(target, command, progress, stop)]
-    again = [r.node for r, _, needs in results if needs]
-    answers = {r.node: r for r, _, _ in results}
-    known = {r.node: report for r, report, _ in results if report is not None}
+    known: dict[str, StacksReport] = {}
+    again: list[str] = []
+
+    def read(result: NodeResult) -> NodeResult:  # as each node ends, while the others run
+        read_result, report, needs = read_snapshot(result, options, keep)
+        if report is not None:
+            known[result.node] = report
+        if needs:
+            again.append(result.node)
+        return read_result
+
+    results = run_remote(target, command, progress, stop, on_result=read)
+    answers = {r.node: r for r in results}
+    again = [r.node for r in results if r.node in again]  # in node order, each once
     if again and not (stop is not None and stop.signum):
         left = target.overall_timeout
         if left is not None:
@@ -206,7 +216,7 @@ def stacks_remote(
         subset = replace(target, hosts=",".join(again), hostfile=None, overall_timeout=left)
         for result in run_remote(subset, list(argv), progress, stop):
             answers[result.node] = result
-    return join_answers([answers[r.node] for r, _, _ in results], known)
+    return join_answers([answers[r.node] for r in results], known)
 
 
 def read_snapshot(

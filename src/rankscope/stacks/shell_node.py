@@ -44,8 +44,8 @@ this script starts costs about 1 ms; docs/benchmarks.md has each step).
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 
 from rankscope.inproc.runtime import PLACE_VARIABLES
 from rankscope.ranks import RANK_VARIABLES
@@ -233,7 +233,7 @@ def env_pattern() -> str:
 
 def new_nonce() -> str:
     """The marker of one run's headers (letters and digits: it is part of a file name there)."""
-    return secrets.token_hex(8)
+    return os.urandom(8).hex()  # not `secrets`: its import (hashlib, hmac, random) costs 8 ms of start-up
 
 
 def shell_argv(python_argv: list[str], nonce: str) -> list[str]:
