@@ -73,15 +73,16 @@ def run_on_nodes_with_task(
         results.append(classify(node, rc, stdout, stderr, node in timed_out, budget, elapsed))
     if progress is not None:
         progress(f"{len(results)}/{len(nodes)} nodes")
-    return results
+    on_result: Optional[Callable[[NodeResult], NodeResult]] = options.get("on_result")
+    return [on_result(r) for r in results] if on_result is not None else results
 
 
 def main() -> None:
     rankscope.cluster.run.run_on_nodes = run_on_nodes_with_task  # type: ignore[assignment]
-    from rankscope.cli.entry import main as cli_main
+    from rankscope.cli.node import main as cli_main  # the console script's entry
 
     sys.argv[0] = "rankscope"
-    cli_main()
+    sys.exit(cli_main())
 
 
 if __name__ == "__main__":
