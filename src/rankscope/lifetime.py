@@ -725,3 +725,13 @@ def start_detached(
         del job_env[STARTED_BY]
     popen.setdefault("stdin", subprocess.DEVNULL)
     return subprocess.Popen(argv, env=job_env, start_new_session=True, **popen)
+
+
+def process_started() -> Optional[float]:
+    """When this process started, as a time.monotonic() instant (from /proc's start time); ``None`` if
+    /proc does not say. Commands count their own start-up with it."""
+    after_boot = procfs.started_after_boot()
+    if after_boot is None:
+        return None
+    age = time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot
+    return time.monotonic() - age if age >= 0 else None

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 
 #: typing costs milliseconds to import; the annotations do not need it at run time.
 TYPE_CHECKING = False
@@ -409,15 +408,6 @@ def started_after_boot(pid: Pid = "self") -> Optional[float]:
     """
     ticks = start_ticks(pid)
     return ticks / os.sysconf("SC_CLK_TCK") if ticks else None
-
-
-def started_monotonic() -> Optional[float]:
-    """When this process started, as a time.monotonic() instant; ``None`` if /proc does not say."""
-    after_boot = started_after_boot()
-    if after_boot is None:
-        return None
-    age = time.clock_gettime(time.CLOCK_BOOTTIME) - after_boot
-    return time.monotonic() - age if age >= 0 else None
 
 
 def boot_time() -> Optional[int]:

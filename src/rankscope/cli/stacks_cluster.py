@@ -50,12 +50,11 @@ def run_cluster_stacks(request: StacksRequest) -> int:
     # The fan-out machinery is imported only when a multi-node run starts.
     from rankscope.cli.progress import tty_progress
     from rankscope.cluster.stacks_remote import stacks_remote
-    from rankscope.lifetime import StopSignals
+    from rankscope.lifetime import StopSignals, process_started
     from rankscope.meanwhile import Meanwhile
-    from rankscope.procfs import started_monotonic
 
     assert request.cluster is not None
-    started = started_monotonic() or time.monotonic()
+    started = process_started() or time.monotonic()
     # The whole run keeps to --deadline, as a local one does.
     target = replace(request.cluster, overall_timeout=request.options.deadline)
     progress = tty_progress()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Optional, Protocol
 
-from rankscope import procfs
+from rankscope.lifetime import process_started as process_started  # where the commands find it
 from rankscope.meanwhile import Meanwhile
 from rankscope.model import Failure, FailureKind, ProcessSnapshot, Stage
 from rankscope.procs import (
@@ -163,10 +163,6 @@ def _pause(seconds: float, stop: Optional[Stop]) -> None:
 def _native_failure(failure: Failure) -> Failure:
     """A representative's native dump failed: its Python stack is still in the report."""
     return replace(failure, reason=f"native frames: {failure.reason}")
-
-
-#: When this process started, as a time.monotonic() instant (None if /proc does not say).
-process_started = procfs.started_monotonic
 
 
 def _signal_where_refused(
