@@ -230,21 +230,21 @@ def read_snapshot(
 
     if result.returncode != 0 or not is_snapshot(result.stdout):
         return result, None, False
+    from rankscope.errors import ExitCode
+
     try:
         local = node_run(result.stdout, options)
+        if not any(o.snapshot is not None for _, o in local.outcomes):
+            return result, None, True  # every dump ran out of time: the node's own exit code and words say so
+        stdout = json.dumps(node_document(local), separators=(",", ":")) if keep else result.stdout
+        # What the node's `stacks --local --json --node-answer` exits with when a dump succeeded
+        # (rankscope.cli.outcome.exit_code: a node's answer leaves missing ranks to the head).
+        code = int(ExitCode.PARTIAL if local.report.failures else ExitCode.OK)
+        report = node_report(local)
     except NeedsNode:
         return result, None, True
     except Exception:  # noqa: BLE001 - a snapshot cut short or misread costs a second connection, never the run
         return result, None, True
-    if not any(o.snapshot is not None for _, o in local.outcomes):
-        return result, None, True  # every dump ran out of time: the node's own exit code and words say so
-    from rankscope.errors import ExitCode
-
-    stdout = json.dumps(node_document(local), separators=(",", ":")) if keep else result.stdout
-    # What the node's `stacks --local --json --node-answer` exits with when a dump succeeded
-    # (rankscope.cli.outcome.exit_code: a node's answer leaves missing ranks to the head).
-    code = int(ExitCode.PARTIAL if local.report.failures else ExitCode.OK)
-    report = node_report(local)
     return replace(result, stage=Stage.OK, stdout=stdout, returncode=code), report, False
 
 
