@@ -176,7 +176,7 @@ for a in $c; do
   case $l in @LAUNCHERS@) continue ;; esac
   case " $c " in *" $q "*) eval "[ \"\$g$q\" = \"\$g$a\" ]" && continue ;; esac
   o=
-  while IFS= read -r k; do case $k in Uid:*) n2 $k; break ;; esac; done <"$a/status"
+  while IFS= read -r k; do case $k in Uid:*) n2 $k; break ;; esac; done 2>/dev/null <"$a/status"
   eval "h=\${r$a:-\${m$a:-/tmp}/rankscope-$o}"
   if [ -d "$h" ]; then for k in "$h"/*.pid-$a.*; do [ -e "$k" ] && z "$@"; done; fi
   case $l in python*|pypy*) u="$u $a" ;; *) y="$y $a/maps" ;; esac
