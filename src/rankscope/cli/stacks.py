@@ -231,7 +231,7 @@ def stacks(**params: Any) -> int:
             )
     check_out_dir(request.out_dir, request.force)
     if request.cluster is not None:
-        # Many nodes: each runs `rankscope stacks --local --json`; see rankscope.cluster.stacks_remote.
+        # Many nodes: each runs the sh collector (or rankscope there); see rankscope.cluster.stacks_remote.
         from rankscope.cli.stacks_cluster import run_cluster_stacks
 
         return run_cluster_stacks(request)

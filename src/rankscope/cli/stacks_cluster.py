@@ -22,7 +22,7 @@ REMOTE_RANKSCOPE_OPTION = click.option(
 
 EXAMPLES = """
 \b
-Many nodes (each runs `rankscope stacks --local --json`, this side merges):
+Many nodes (each sends its /proc files and py-spy's dumps, this side merges):
   rankscope stacks --jobid 2180718                  # every node of a SLURM job, via srun
   rankscope stacks --hosts node-[5,8] --via pdsh    # a node set (ClusterShell syntax)
   rankscope stacks --hostfile hostfile --via ssh --remote-setup '. ~/.pdshrc'
