@@ -422,9 +422,16 @@ def test_ranks_waiting_in_fsdp2_s_all_gather_single_out_the_one_elsewhere(fsdp2_
 
     def settled() -> bool:  # ranks 0 and 2 mark themselves ready just before the forward's all-gather
         verdicts.append(run_cli("why", "--pid", str(fsdp2_job.pid), "--json").json()["verdict"])
-        return verdicts[-1] is not None and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
+        return (  # rank 1 in its data loader, not on its way there (see the DDP test above)
+            verdicts[-1] is not None
+            and verdicts[-1]["text"].startswith("rank 1 is elsewhere")
+            and verdicts[-1]["location"].startswith("load_batch")
+        )
 
-    _wait(settled, "the ranks never waited in FSDP2's all-gather", timeout=120.0)
+    try:
+        _wait(settled, "the ranks never waited in FSDP2's all-gather", timeout=120.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the last verdicts: {verdicts[-3:]}") from None
     lines = FSDP2_JOB.splitlines()
     sleep, forward = (
         lines.index(text) + 1 for text in ("            time.sleep(1)", "        model(x).sum().backward()")
