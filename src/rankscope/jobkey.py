@@ -44,6 +44,10 @@ class JobKey:
         return False
 
 
+#: The variables :func:`key_from_env` reads.
+KEY_VARIABLES = ("MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID")
+
+
 def key_from_env(env: Mapping[str, str], world_size: Optional[int]) -> JobKey:
     """The key a process's environment gives; ``world_size`` is what rankscope.ranks read from it."""
     master = None

@@ -54,6 +54,17 @@ _FAMILIES = (
 #: Variables whose presence alone says "this process belongs to a distributed job".
 RANK_VARIABLES = tuple(names[0] for _, names in _FAMILIES)
 
+#: Every variable :func:`rank_from_env` and :func:`launcher_of` read by name (launcher_of also reads
+#: any ``ACCELERATE_*``): what another node must send for its ranks to be read here
+#: (rankscope.stacks.shell_node).
+ENV_VARIABLES = tuple(
+    dict.fromkeys(
+        [name for _, names in _FAMILIES for name in names if name]
+        + ["NODE_RANK", "CROSS_RANK", "LOCAL_SIZE", "DS_ACCELERATOR", "SLURMD_NODENAME"]
+        + ["TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_STEP_ID"]
+    )
+)
+
 
 def _int(env: Mapping[str, str], name: str) -> Optional[int]:
     if not name:

@@ -250,3 +250,10 @@ def test_the_snapshot_carries_every_variable_the_readers_ask_for(env: dict[str, 
     key_from_env(recording, rank.world_size)
     assert recording.asked <= set(ENV_NAMES), recording.asked - set(ENV_NAMES)
     assert ENV_PREFIXES == ("ACCELERATE_",)  # launcher_of's one prefix test (any name that starts with it)
+
+
+def test_the_launchers_it_skips_by_name_are_discovery_s() -> None:
+    from rankscope import procs
+    from rankscope.stacks.shell_node import _LAUNCHER_NAMES
+
+    assert set(_LAUNCHER_NAMES) == procs._LAUNCHER_EXES | set(procs._LAUNCHER_SCRIPTS)

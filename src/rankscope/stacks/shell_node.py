@@ -48,48 +48,14 @@ import os
 import re
 
 from rankscope.inproc.runtime import PLACE_VARIABLES
-from rankscope.ranks import RANK_VARIABLES
+from rankscope.jobkey import KEY_VARIABLES
+from rankscope.ranks import ENV_VARIABLES, RANK_VARIABLES
 
 #: Every variable discovery reads from a process's environment (rankscope.ranks' rank, launcher and
-#: node rank, rankscope.jobkey's key, the runtime directory, a relaunched job's local ranks). The
-#: snapshot holds only these; tests/stacks/test_shell_node.py checks that the readers ask for no other.
-ENV_NAMES = (
-    "RANK",
-    "LOCAL_RANK",
-    "WORLD_SIZE",
-    "GROUP_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "CROSS_RANK",
-    "LOCAL_SIZE",
-    "DS_ACCELERATOR",
-    "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_RESTART_COUNT",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "SLURM_PROCID",
-    "SLURM_LOCALID",
-    "SLURM_NTASKS",
-    "SLURM_NODEID",
-    "SLURM_STEP_ID",
-    "SLURM_JOB_ID",
-    "SLURMD_NODENAME",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_NODE_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "MV2_COMM_WORLD_RANK",
-    "MV2_COMM_WORLD_LOCAL_RANK",
-    "MV2_COMM_WORLD_SIZE",
-    "MV2_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK",
-    "MPI_LOCALRANKID",
-    "PMI_SIZE",
-    "MPI_LOCALNRANKS",
-    "PMIX_RANK",
-    *PLACE_VARIABLES,
-)
+#: node rank, rankscope.jobkey's key, the runtime directory; a relaunched job's local ranks are among
+#: the first). The snapshot holds only these; tests/stacks/test_shell_node.py checks that the readers
+#: ask for no other.
+ENV_NAMES = tuple(dict.fromkeys([*ENV_VARIABLES, *KEY_VARIABLES, *PLACE_VARIABLES]))
 #: Variables read by their prefix (rankscope.ranks.launcher_of: Accelerate's).
 ENV_PREFIXES = ("ACCELERATE_",)
 
@@ -99,7 +65,8 @@ SHELL_OPTIONS = ("--timeout", "--deadline", "--jobs", "--no-fr")
 DEFAULT_JOBS = 8
 #: The first line of the script's answer; the nonce follows it.
 SNAPSHOT_MAGIC = "RANKSCOPE-NODE-SNAPSHOT-1"
-#: The launchers a process's name alone tells (rankscope.procs' executables and console scripts).
+#: The launchers a process's name alone tells: rankscope.procs' executables and console scripts (not
+#: imported here: the head sends this script before it imports discovery; a test keeps them equal).
 _LAUNCHER_NAMES = (
     "torchrun",
     "deepspeed",
