@@ -79,9 +79,16 @@ class ErrorGroup:
     #: members were raised in it (``count`` where the workers were never restarted).
     last_attempt: int = 0
     last_count: int = 0
+    #: Relayed members (a CheckpointException's ``(RANK n)``): the ranks that quoted them, and how
+    #: many were a further quote of an error of a rank already in the group.
+    reporters: dict[Optional[bytes], None] = field(default_factory=dict)
+    copies: int = 0
 
     def add(self, tb: RankTraceback) -> None:
         self.count += 1
+        if tb.relayed:
+            self.reporters.setdefault(tb.reporter, None)
+            self.copies += tb.label in self._labels
         if tb.attempt > self.last_attempt:
             self.last_attempt, self.last_count = tb.attempt, 0
         if tb.attempt == self.last_attempt:
@@ -178,10 +185,13 @@ class Grouper:
                 self._hosts.add(host)
                 self._host_pattern = host_pattern(self._hosts)
         normalised = normalise_message(tb.message, pattern=self._host_pattern)
+        # a relayed traceback's frames differ with the rank that quoted it (its own call to the
+        # collective is one frame more): its copies are one error where they end alike
+        frames = tb.frames[-1:] if tb.relayed else tb.frames
         key = (
             tb.exception_type,
             normalised,
-            tuple(frame_key(f) for f in tb.frames),
+            tuple(frame_key(f) for f in frames),
             tb.truncated,
             tb.handled,
         )
@@ -286,7 +296,7 @@ def root_cause(groups: list[ErrorGroup], restarts: Optional[Mapping[str, int]] =
     culprits = culprits or [g for g in groups if g.role is Role.CULPRIT]
     if not culprits:
         return None
-    others = sum(g.count for g in culprits) - 1
+    others = sum(g.count - g.copies for g in culprits) - 1
     attempts = {id(g): g.settled_attempt(restarts or {}) for g in culprits}
     last = max(attempts.values())
     if not last:

@@ -80,7 +80,10 @@ PREFIX_ADVICE = (
 
 
 def _where(tb: RankTraceback) -> str:
-    return f"{label_text(tb.label) or '(no rank prefix)'} ({tb.source} line {tb.line_number})"
+    who = label_text(tb.label) or "(no rank prefix)"
+    if tb.relayed:
+        who += f", quoted by {label_text(tb.reporter) or '(no rank prefix)'}"
+    return f"{who} ({tb.source} line {tb.line_number})"
 
 
 _ROLE_WORDS = {
@@ -164,7 +167,10 @@ def _render_group(
         )
     else:
         head = f"{title} {index} of {total} — {role} (no rank prefix: the launcher, or unprefixed output)"
-    if group.count != len(labels):
+    if group.reporters:
+        quoted = fold_labels(group.reporters)
+        head += f"  (quoted in the CheckpointException of rank(s) {quoted})"
+    elif group.count != len(labels):
         head += f"  ({group.count} tracebacks)"
     out = [head]
     example = group.example

@@ -75,6 +75,9 @@ VICTIM_MESSAGES = re.compile(
             # torch.multiprocessing.spawn's own: a process it started died (its error follows, or its signal)
             r"\bProcessRaisedException\b",
             r"\bProcessExitedException\b",
+            # torch.distributed.checkpoint on every rank after a rank's save or load step failed:
+            # that rank's traceback follows under "(RANK n)" (rankscope.logs.tracebacks)
+            r"\bCheckpointException ranks:",
             # torch < 1.8 raised a plain Exception for it: "Exception: process 2 terminated with signal SIGKILL"
             r"^Exception: process \d+ terminated with (?:signal SIG[A-Z]+|exit code \d+)",
         )

@@ -47,6 +47,11 @@ MAX_FRAMES = 200
 #: ``in pin memory thread for device 0``).
 _CAUGHT = re.compile(r": Caught \w+ (in .+?)\.?$")
 _ORIGINAL = b"Original Traceback (most recent call last)"
+#: torch.distributed.checkpoint's ``CheckpointException`` (``dcp.save``/``dcp.load``): every rank's
+#: exception message carries the traceback of each rank whose step failed, each under a header
+#: that names it (``Traceback (most recent call last): (RANK 1)``); the rank number is the one in the
+#: checkpoint's process group (the world, unless a group was passed).
+_RELAYED = re.compile(rb"\(RANK (\d+)\)\s*$")
 #: The first frame line of a traceback, right after its header.
 _FIRST_FRAME = b'  File "'
 #: Blank or message-continuation lines tolerated while waiting to see if a chain follows.
@@ -135,6 +140,11 @@ class RankTraceback:
     #: How many times torchrun had restarted its workers in this source before it, as far as read
     #: when it began (rankscope.logs.restarts: settled once the source is read); 0 in the first attempt.
     attempt: int = 0
+    #: Quoted by another rank for the rank that raised it (torch.distributed.checkpoint's
+    #: ``CheckpointException``, ``(RANK n)``): ``label`` and ``global_rank`` are that rank's.
+    relayed: bool = False
+    #: The label of the rank that quoted it, for a relayed traceback.
+    reporter: Optional[bytes] = None
 
     @property
     def uncaught(self) -> bool:
@@ -374,6 +384,12 @@ class TracebackCollector:
         tb.worker = _spawned_before(chunk, start)
         tb.attempt = self._attempts.at(start)
         tb.global_rank = torch_global_rank(raw_prefix)
+        relayed = _RELAYED.search(chunk, start, end)
+        if relayed is not None:
+            # another rank's failure, quoted in a CheckpointException: it is that rank's
+            tb.reporter, tb.label = tb.label, relayed.group(1)
+            tb.global_rank = int(relayed.group(1))
+            tb.relayed = True
         if tb.global_rank is None and not raw_prefix and tb.worker is not None and tb.worker.isdigit():
             # mp.spawn's process index is the rank its function gets (``mp.spawn(fn, nprocs=N)`` calls ``fn(i)``)
             tb.global_rank = int(tb.worker)
