@@ -35,6 +35,11 @@ def test_a_cut_paste_is_told_by_its_widest_lines_being_many_and_all_one_width() 
         sniff_width(("\n".join([LONG, "[rank0]: short", LONG[:90], LONG[:70]]) + "\n").encode(), _starts_line)
         is None
     )
+    # one line a column longer than the rest (a tab, a wide character): still a cut paste; one a
+    # dozen columns longer is a line as written
+    cut = _cut([LONG, LONG, LONG], 80)
+    assert sniff_width(cut.replace(b"runs on", b"runs  on", 1), _starts_line) == 80
+    assert sniff_width(cut + b"x" * 92 + b"\n", _starts_line) is None
     # a narrow paste is no terminal's
     assert sniff_width(_cut([LONG, LONG, LONG], 40), _starts_line) is None
 
@@ -42,7 +47,8 @@ def test_a_cut_paste_is_told_by_its_widest_lines_being_many_and_all_one_width() 
 @pytest.mark.parametrize("log", sorted(CORPUS.glob("*.log")), ids=lambda p: p.stem)
 def test_no_log_of_the_corpus_but_the_cut_paste_is_taken_for_one(log: Path) -> None:
     head = log.read_bytes()[: 1 << 20]
-    assert (sniff_width(head, _starts_line) is not None) is log.name.startswith("wrapped_")
+    cut = log.name.startswith("wrapped_") or log.name == "cut_at_terminal_width.log"
+    assert (sniff_width(head, _starts_line) is not None) is cut
 
 
 def _unwrap(data: bytes, width: int) -> list[bytes]:

@@ -4,8 +4,9 @@ A log copied from a terminal window (or from a pager, or a screenshot's text) ar
 physical lines of the window's width: ``... [PG ID 0 PG GUID 0(default_pg) Rank 6] ProcessGroupNCCL'``
 then ``s watchdog got stuck for 480 seconds ...`` on a line with no rank prefix. Every later step
 reads lines, so the rank, the message and the exception are lost. Such a paste is told apart by its
-shape: the longest line is exactly the width, and many lines are that long (a log as written has
-lines of every length and some longer than any repeated one). Then a line of exactly that width
+shape: the longest lines are exactly the width (one in 20 may be a column or two longer: a tab or
+a wide character counted apart, a terminal that cut one line a column later), and many lines are that long (a log as written has lines
+of every length and some longer than any repeated one). Then a line of exactly that width
 is joined to the next one, except where the next one starts a line of its own (a rank prefix, or
 the same first characters as the line it would continue) or the line ends in the padding some
 terminals copy (two spaces or more up to the width). The joined lines are counted in the report's
@@ -27,6 +28,11 @@ MIN_WIDTH = 60
 #: How many lines of exactly the width, at least, and what share of the lines of MIN_WIDTH or more.
 MIN_WRAPPED = 3
 MIN_SHARE = 0.25
+#: Lines longer than the width a paste may still have: a line whose tab or wide character counts
+#: apart from its columns, a terminal that cut one line a column later (one in 20 of the long lines,
+#: at least this many; none longer than the width by more than ``LONGER_BY``).
+MAX_LONGER = 1
+LONGER_BY = 2
 #: Lines looked at to tell the width.
 SNIFF_LINES = 4000
 
@@ -45,7 +51,14 @@ def sniff_width(head: bytes, starts_line: Callable[[bytes], bool]) -> Optional[i
     if not long_lines:
         return None
     width, count = Counter(long_lines).most_common(1)[0]
-    if max(long_lines) != width or count < MIN_WRAPPED or count < MIN_SHARE * len(long_lines):
+    longer = sum(1 for n in long_lines if n > width)
+    if max(long_lines) > width + LONGER_BY:
+        return None
+    if (
+        longer > max(MAX_LONGER, len(long_lines) // 20)
+        or count < MIN_WRAPPED
+        or count < MIN_SHARE * len(long_lines)
+    ):
         return None
     # a line of its own starts as the line before did (the same prefix: `worker-1: `, `[2025-`, `[rank`)
     pairs = [(lines[i], lines[i + 1]) for i, n in enumerate(lengths[:-1]) if n == width and lines[i + 1]]
