@@ -559,7 +559,9 @@ class TracebackCollector:
                 text = text[len(building.indent) :]
             was_chain = building.state == "chain"
             if not self._step(building, text):
-                self._close(key)
+                # in its frames, only a new header ends it: the traceback was cut off before its
+                # exception line (ranks' tracebacks interleaved in one unprefixed console)
+                self._close(key, truncated=building.state == "frames")
                 return
             if was_chain and building.state == "frames":
                 self._consumed.add(line_start)  # a chained header, not a new traceback
