@@ -144,7 +144,9 @@ class Dialect:
                 label += b":" + label_of(tee).rpartition(b":")[2]
                 end = tee.end()
         elif self.name == "sglang":
-            parts = [part for part in (match.group(1), match.group(2)) if part]
+            # the scheduler's " DP2 PP1 ATTN_CP0 MOE_DP1 TP9 EP9": its expert-parallel and MoE data-parallel
+            # ranks follow from its tensor-parallel one, the rest name the process
+            parts = [part for part in match.group(1).split() if not part.startswith((b"EP", b"MOE_DP"))]
             if not parts:
                 return None  # the server's own lines: "[2025-01-30 18:11:27] ..."
             label = b",".join(parts)
@@ -184,10 +186,14 @@ DIALECTS = (
     Dialect("paren", re.compile(rb"\(([^()\n]{1,200}?(?:pid|rank)=[^()\n]{0,200}?)\) ")),
     Dialect("indent", re.compile(rb"[ \t]+(?=\[)")),
     Dialect("mark", re.compile(rb">(?: |$)|std(?:out|err): ")),
-    Dialect("sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: (DP\d+))?(?: (TP\d+))?\] ")),
+    Dialect(
+        "sglang", re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d((?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ")
+    ),
     Dialect("compose", re.compile(rb"([A-Za-z0-9][\w.-]{0,252}) +\| ")),
     Dialect("nemo-run", re.compile(rb"([A-Za-z][\w.-]{0,63}/\d{1,6}) (?=\[)")),
 )
+#: sglang's scheduler lines (``[2025-01-30 18:11:27 DP0 TP1] ``), a form no other log has.
+SGLANG = next(d for d in DIALECTS if d.name == "sglang")
 #: Ray's and vLLM's ``(Actor pid=N, ip=A) `` on its own (a line of a source whose dialect is another).
 PAREN = next(d for d in DIALECTS if d.name == "paren")
 #: Lines of that form (and one in 20 of the head) that make a source Ray's when most lines are the driver's.
@@ -211,6 +217,11 @@ def sniff_dialect(sample: bytes) -> Optional[Dialect]:
     paren = sum(1 for line in lines if PAREN.split(line) is not None)
     if paren >= RAY_LINES_MIN and paren * 20 >= len(lines):
         return PAREN
+    # sglang's schedulers log a traceback as one message (its frames have no prefix) and the server
+    # writes lines of its own: a log of a failed start may have fewer prefixed lines than others
+    scheduler = sum(1 for line in lines if SGLANG.split(line) is not None)
+    if scheduler >= RAY_LINES_MIN and scheduler * 20 >= len(lines):
+        return SGLANG
     return None
 
 
