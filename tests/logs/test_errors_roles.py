@@ -135,7 +135,17 @@ def test_out_of_memory_before_torch_2_1() -> None:
             "torch.distributed.elastic.multiprocessing.api.SignalException: Process 7 got signal: 15",
             Role.VICTIM,
         ),
+        (
+            "RuntimeError: Worker failed with error 'expert id out of range', please check the stack trace "
+            "above for the root cause",
+            Role.VICTIM,
+        ),
+        (
+            "torch.distributed.checkpoint.api.CheckpointException: CheckpointException ranks:dict_keys([1, 3])",
+            Role.VICTIM,
+        ),
         ("ValueError: label 1000 out of range", Role.CULPRIT),
+        ("RuntimeError: Worker failed with error 'x'", Role.CULPRIT),
         ("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:93, invalid usage", Role.CULPRIT),
     ],
 )

@@ -65,6 +65,9 @@ VICTIM_MESSAGES = re.compile(
             r"Engine core initialization failed",
             r"WorkerProc initialization failed",
             r"^RuntimeError: cancelled$",
+            # vLLM's executor restating a worker's error (the worker's own traceback is above it):
+            # "Worker failed with error '...', please check the stack trace above for the root cause"
+            r"Worker failed with error\b.*stack trace above for the root cause",
             # Ray's driver (or another actor) calling an actor whose worker process died: the cause is
             # that worker's own output (a crash, an abort), not this call
             r"\bActorDiedError\b",
