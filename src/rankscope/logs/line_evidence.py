@@ -118,6 +118,10 @@ _MPIRUN_EXIT = re.compile(
     rb"Process name:\s*\[(?:\[\d+,\d+\],|[^\[\]\s]*@\d+,)(\d+)\][ \t]*\r?\n[ \t]*Exit code:[ \t]*(-?\d+)"
 )
 _SIGNALS_DIED = re.compile(rb"died with <Signals\.(SIG\w+): (\d+)>")
+#: MosaicML Composer's launcher (``composer train.py``), the first rank it saw fail: ``Rank 2 crashed with
+#: exit code -7.`` (a global rank; a negative code a signal). It prints that rank's own output after it,
+#: between ``----------Begin global rank 2 STDERR----------`` lines, without a prefix.
+_COMPOSER = re.compile(rb"\bRank (\d+) crashed with exit code (-?\d+)\.")
 #: torch.multiprocessing.spawn in the parent: ``process 1 terminated with signal SIGKILL`` (or an exit code).
 _SPAWN_EXIT = re.compile(
     # torch < 1.8 raised a plain ``Exception`` with the same words
@@ -159,6 +163,7 @@ _NOUNS = {
     "srun": "task",
     "mpirun": "rank",
     "mp.spawn": "process",
+    "composer": "rank",
 }
 _SIGNAL_NAMES = {9: "sigkill", 6: "sigabrt", 11: "sigsegv", 7: "sigbus", 15: "sigterm", 4: "sigill"}
 
@@ -949,6 +954,7 @@ class LineEvidence:
             (_MPIRUN_EXIT, lambda m: (m.group(1).decode(), int(m.group(2)), "mpirun")),
             (_SIGNALS_DIED, lambda m: (None, -int(m.group(2)), "accelerate")),
             (_SPAWN_EXIT, lambda m: (m.group(1).decode(), _spawn_code(m), "mp.spawn")),
+            (_COMPOSER, lambda m: (m.group(1).decode(), int(m.group(2)), "composer")),
         ):
             for match in pattern.finditer(chunk):
                 who, code, launcher = read(match)
@@ -1222,8 +1228,12 @@ class LineEvidence:
                 self._source,
                 line_no,
                 self.order(line_no),
-                # mpirun names MPI_COMM_WORLD's rank: the global one
-                global_rank=int(who) if launcher == "mpirun" and who is not None and who.isdigit() else None,
+                # mpirun names MPI_COMM_WORLD's rank, Composer its global rank
+                global_rank=(
+                    int(who)
+                    if launcher in ("mpirun", "composer") and who is not None and who.isdigit()
+                    else None
+                ),
                 next_step=step,
                 local=who is not None and noun == "local rank",
             )
