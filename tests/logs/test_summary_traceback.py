@@ -38,6 +38,8 @@ def test_the_summary_s_traceback_is_the_rank_s_error(tmp_path: Path) -> None:
         "/job/train.py:70",
         3,
     )
+    # the verdict's identity too, for a reader of the JSON that looks at `who` alone
+    assert (data["verdict"]["who"], data["verdict"]["global_rank"]) == ("3", 3)
     text = run_cli("logs", "errors", str(log)).stdout
     assert text.startswith("root cause: rank 3 (torchrun's summary quotes its error file): IndexError")
     why = run_cli_here("why", "--log", str(log), "--json").json()["verdict"]

@@ -75,7 +75,8 @@ def traceback_findings(
                 Kind.CUT_TRACEBACK if tb.truncated else Kind.TRACEBACK,
                 "python_exception",
                 str(group.role),
-                label_text(tb.label) or tb.worker,
+                # no prefix: the global rank its own words give (torchrun's summary quoting its error file)
+                label_text(tb.label) or tb.worker or (str(tb.global_rank) if tb.global_rank is not None else None),
                 tb.exception or tb.exception_type,
                 f"{frame.filename}:{frame.line}" if frame is not None else None,
                 tb.source,
