@@ -82,6 +82,10 @@ _LOGGER_HEAD = re.compile(
 )
 _PAREN_FIELD = re.compile(rb"\b(rank|pid|ip)=([\w.:]+)")
 _PAREN_TP = re.compile(rb"(?:^|[\s_])TP(\d+)\b")
+#: SkyPilot's node prefix, ``(head, rank=0, pid=N)``, ``(worker2, rank=2, pid=N, ip=A)`` (since 2022 with
+#: the node's host first, ``(node-2, head, rank=0, ...)``): its ``rank=`` is the node's (SKYPILOT_NODE_RANK),
+#: not a rank of the job, so the node is named by its role.
+_SKYPILOT_NODE = re.compile(rb"(?:^|, )(head|worker\d+), rank=\d+, pid=")
 #: Ray's deduplication suffix: ``Traceback (most recent call last): [repeated 6x across cluster]``.
 _RAY_REPEATED = re.compile(rb" \[repeated \d+x across cluster\]$")
 #: Words that head ordinary lines ("INFO: ...") and are no pdsh host.
@@ -153,7 +157,14 @@ class Dialect:
         else:
             fields = dict(_PAREN_FIELD.findall(match.group(1)))
             tp = _PAREN_TP.search(match.group(1))
-            if b"rank" in fields:
+            node = _SKYPILOT_NODE.search(match.group(1))
+            if node is not None:
+                label = node.group(1)
+                tee = BRACKET_PREFIX.match(line, end)
+                if tee is not None and tee.group("num") is not None and tee.group("name") != b"rank":
+                    label += b":" + label_of(tee).rpartition(b":")[2]  # torchrun --tee's [default3]: on it
+                    end = tee.end()
+            elif b"rank" in fields:
                 label = fields[b"rank"]
             elif (
                 tp is not None
