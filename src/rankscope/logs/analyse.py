@@ -76,7 +76,9 @@ def traceback_findings(
                 "python_exception",
                 str(group.role),
                 # no prefix: the global rank its own words give (torchrun's summary quoting its error file)
-                label_text(tb.label) or tb.worker or (str(tb.global_rank) if tb.global_rank is not None else None),
+                label_text(tb.label)
+                or tb.worker
+                or (str(tb.global_rank) if tb.global_rank is not None else None),
                 tb.exception or tb.exception_type,
                 f"{frame.filename}:{frame.line}" if frame is not None else None,
                 tb.source,
