@@ -68,6 +68,29 @@ def test_the_error_s_words_give_its_next_step(tmp_path: Path, line: str, word: s
     assert word in verdict["next_step"]
 
 
+def test_cuda_error_802_in_nccl_s_last_error_names_the_node_s_fabric_manager(tmp_path: Path) -> None:
+    """Every rank of an NVSwitch node fails its first collective alike when the Fabric Manager is not up."""
+    line = (
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.26.2"
+    )
+    tail = [
+        "ncclUnhandledCudaError: Call to CUDA function failed.",
+        "Last error:",
+        "Cuda failure 802 'system not yet initialized'",
+    ]
+    log = tmp_path / "job.log"
+    log.write_text(
+        "".join(
+            TRACEBACK.format(rank=r, line=line) + "".join(f"[rank{r}]: {t}\n" for t in tail)
+            for r in (3, 0, 1)
+        )
+    )
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert "nvidia-fabricmanager" in verdict["next_step"], verdict
+    assert verdict["ranks"] == "0-1,3", verdict
+
+
 def test_another_error_has_none_and_why_repeats_the_step(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text(TRACEBACK.format(rank=0, line="ValueError: bad shape"))

@@ -45,6 +45,13 @@ _SETUP_STEPS = (
         "driver, or install a torch built for an older CUDA (`nvidia-smi` shows the driver's CUDA version)",
     ),
     (
+        ("system not yet initialized", "cudaErrorSystemNotReady", "Cuda failure 802"),
+        "CUDA error 802 (cudaErrorSystemNotReady): the node is not ready for CUDA work, on NVSwitch "
+        "systems (HGX, DGX) because NVIDIA's Fabric Manager is not running or does not match the "
+        "driver; every rank of the node fails alike, so the node is the cause, not a rank: check "
+        "`systemctl status nvidia-fabricmanager` and that its version equals the driver's (`nvidia-smi`)",
+    ),
+    (
         ("CUDA-capable devices are busy or unavailable",),
         "the GPU refused a new context: it is in exclusive-process compute mode with another process on "
         "it (two ranks on one GPU, or a leftover process), or it is unhealthy: `nvidia-smi -q -d COMPUTE` "
