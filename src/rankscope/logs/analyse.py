@@ -17,7 +17,7 @@ from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_sign
 from rankscope.logs.roles import Role, user_frame
 from rankscope.logs.setup_steps import setup_step
 from rankscope.logs.stopped import stopped_finding
-from rankscope.logs.torchrun_summary import RankExit
+from rankscope.logs.torchrun_summary import SUMMARY_SOURCE, RankExit
 from rankscope.logs.tracebacks import RankTraceback
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
                 str(entry.rank),
                 f"torchrun: rank {entry.rank} on {entry.host}: {entry.how}",
                 None,
-                "(torchrun summary)",
+                SUMMARY_SOURCE,
                 0,
                 (1 << 62) + (0 if entry.root_cause else 1),
                 global_rank=entry.rank,
@@ -146,6 +146,7 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
     (it lost its peer, its collective timed out) is that consequence too: its traceback is not
     elsewhere, and the rank that ended first is another (one that left no error: ``os._exit(0)``, a
     kill), so none of them is the root cause."""
+    findings = _deaths_explained(findings, exits)
     victims: set[Optional[int]] = set()
     for f in findings:
         if (
@@ -170,6 +171,37 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
         else f
         for f in findings
     ]
+
+
+def _deaths_explained(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
+    """torchrun's summary entry of a rank killed by a signal, where the log's lines already show that
+    death as a consequence (torch's NCCL watchdog aborting the process: SIGABRT after its timeout;
+    torchrun's own ``failed (exitcode: -6) local_rank: N`` line read after the watchdog's lines): the
+    same death, so the same role. The summary names the global rank, torchrun's line the local one."""
+    explained = [
+        f for f in findings if f.role == "victim" and f.kind == Kind.LAUNCHER and f.source != SUMMARY_SOURCE
+    ]
+    if not explained:
+        return findings
+    local_of = {e.rank: e.local_rank for e in exits}
+
+    def same_death(summary: Finding, line: Finding) -> bool:
+        if summary.cause != line.cause:
+            return False
+        if line.global_rank is not None:
+            return line.global_rank == summary.global_rank
+        local = local_of.get(summary.global_rank if summary.global_rank is not None else -1)
+        return line.local and local is not None and line.who == str(local)
+
+    out = []
+    for f in findings:
+        if f.source == SUMMARY_SOURCE and f.role == "culprit" and f.kind == Kind.LAUNCHER:
+            line = next((e for e in explained if same_death(f, e)), None)
+            if line is not None:
+                why = line.what.partition(" after ")[2]
+                f = replace(f, role="victim", what=f.what + (f" after {why}" if why else " (a consequence)"))
+        out.append(f)
+    return out
 
 
 def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Optional
 
 from rankscope.evidence import Finding, Kind
+from rankscope.logs.torchrun_summary import SUMMARY_SOURCE
 
 #: Where a culprit of a cause is found (its own output), and how its launcher reports its death.
 _OWN_OUTPUT = (Kind.TRACEBACK, Kind.CUT_TRACEBACK, Kind.EXCEPTION_LINE)
@@ -51,7 +52,7 @@ def name_the_lone_failure(
     failed = [f for f in live if f.cause == _REPORTS[cause] and f.kind in _LAUNCHERS and f.who]
     if node is not None:
         failed = [f for f in failed if (f.who or "").startswith(f"{node}:")]
-    summary = [f for f in failed if f.source == "(torchrun summary)"]
+    summary = [f for f in failed if f.source == SUMMARY_SOURCE]
     chosen = summary or failed
     named = {f.who or "" for f in chosen}
     if len(named) != 1:

@@ -31,6 +31,10 @@ _SIGNAL = re.compile(rb"Signal (\d+) \((\w+)\)")
 MARKERS = (b"Failures:", b"Root Cause (first observed failure):")
 
 
+#: The source named by the findings of torchrun's failure summary.
+SUMMARY_SOURCE = "(torchrun summary)"
+
+
 @dataclass
 class RankExit:
     """One entry of torchrun's failure summary (a ``torchrun_failures`` item of ``logs errors``)."""
