@@ -79,6 +79,9 @@ def test_only_redraws_and_glued_bars_are_split() -> None:
     )
     glued = b" 3%|#  | 3712/62565 [04:41<1:11:02, 13.81it/s]scripts/run.sh: line 9: 918442 Killed  torchrun\n"
     assert split_redraws(glued).split(b"\n")[1] == b"scripts/run.sh: line 9: 918442 Killed  torchrun"
+    # a postfix in the bracket (tqdm's set_postfix, Lightning's loss and v_num)
+    posted = b"Epoch 4:  12%|#  | 118/1000 [01:35<11:52,  1.24it/s, loss=0.690, v_num=12][rank2]: Traceback\n"
+    assert split_redraws(posted).split(b"\n")[1] == b"[rank2]: Traceback"
     # a bar that ends its line, or one followed by a space or tqdm's own "|": no cut
     for kept in (b"[00:05<01:35,  1.00it/s]\n", b"[00:05, 1.00it/s] done\n", b"rate [3.1MB/s]|x\n"):
         assert split_redraws(kept) == kept

@@ -10,7 +10,7 @@ A line reader sees one line that starts with a bar and never reads the traceback
 that lost the carriage returns is the same.
 
 So a carriage return that is not part of a CRLF ends a line, and a bar's rate bracket
-(``2.88s/it]``, ``13.81it/s]``, ``?it/s]``, ``1.20MB/s]``) followed at once by more text ends one
+(``2.88s/it]``, ``13.81it/s]``, ``?it/s]``, ``1.20MB/s]``, with a postfix: ``1.24it/s, loss=0.690]``) followed at once by more text ends one
 too, in a window that holds a redraw or a bar with a known total (``%|``). The lines after them
 are numbered one more each: a log's line numbers then count the redraws. Cost: a search for
 ``\\r`` and one for ``|`` per window; a window without either is passed on as it is.
@@ -25,7 +25,8 @@ from rankscope.logs.sources import Window
 #: A carriage return that does not end a CRLF line.
 _LONE_CR = re.compile(rb"\r(?!\n)")
 #: A bar's rate bracket with text right after it (the next writer's, on the bar's line).
-_GLUED = re.compile(rb"(?:\d+(?:\.\d+)?|\?)(?:it|s|[kMGT]?B)?/(?:s|it)\](?=[^\s|])")
+#: tqdm's postfix (``set_postfix``, Lightning's ``loss=0.690, v_num=12``) stands inside the bracket after the rate.
+_GLUED = re.compile(rb"(?:\d+(?:\.\d+)?|\?)(?:it|s|[kMGT]?B)?/(?:s|it)(?:, [^\]\r\n]{0,300})?\](?=[^\s|])")
 
 
 def _needs_split(data: bytes, lo: int, hi: int) -> bool:

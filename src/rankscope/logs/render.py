@@ -95,6 +95,10 @@ _ROLE_WORDS = {
 
 def _handled_because(tb: RankTraceback) -> str:
     """Why a traceback counts as caught (rankscope.logs.tracebacks, rankscope.logs.grouping)."""
+    if tb.ignored:
+        return (
+            "Python printed it as `Exception ignored in: ...` (raised in __del__ or a callback) and went on"
+        )
     if tb.handled and tb.lines_after >= HANDLED_LINES:
         return f"the rank wrote {HANDLED_LINES}+ more lines after it"
     if tb.followed:

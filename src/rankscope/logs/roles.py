@@ -121,7 +121,7 @@ def maybe_victim(tb: RankTraceback) -> bool:
 
 
 def role_of(tb: RankTraceback) -> Role:
-    if tb.handled:
+    if tb.handled or tb.ignored:
         return Role.HANDLED
     return Role.VICTIM if is_victim(tb) else Role.CULPRIT
 

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from rankscope.logs.prefixes import PLAIN, Dialect, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.prefixes import PLAIN, TORCH_RANK, Dialect, SourceLabels, split_line, torch_global_rank
 from rankscope.logs.restarts import RESTART_MARKER, Attempts
 from rankscope.logs.timestamps import TIMESTAMP, stamp_at
 
@@ -84,6 +84,10 @@ def _launcher_line(chunk: bytes, start: int) -> bool:
 
 #: A logger's ERROR line: ``ERROR:name:msg`` (logging's default), ``... ERROR name: msg``, ``[ERROR]``.
 _LOGGED = re.compile(rb"^\s*(?:ERROR:|\[ERROR\]|\S.{0,60}?\b(?:ERROR|CRITICAL)\b)")
+#: The line sys.unraisablehook writes before the traceback of an exception it could not raise.
+_IGNORED = b"Exception ignored in"
+#: How much of the line before a traceback's header is read (a progress bar's redraw may come first).
+_BEFORE_BYTES = 1024
 #: More undecided tracebacks than this in a block: count all line prefixes in one pass.
 BATCH_COUNT = 10
 
@@ -131,6 +135,9 @@ class RankTraceback:
     #: The rank's line right before it was a logger's ERROR line (``logging.exception`` writes the
     #: message, then the traceback): a sign that the program caught and logged it.
     logged: bool = False
+    #: Python's unraisable hook printed it (``Exception ignored in: <function X.__del__ ...>``): an
+    #: exception it could not raise, never what ended the process.
+    ignored: bool = False
     #: The same rank printed another traceback after it (same prefix): it lived on at least that long.
     followed: bool = False
     #: Who raised it, where the traceback has no rank prefix of its own: the worker a Ray driver's
@@ -380,7 +387,12 @@ class TracebackCollector:
             line_number=line_number,
         )
         tb.time = self._time_before(chunk, start, raw_prefix)
-        tb.logged = self._logged_before(chunk, start, raw_prefix)
+        before = self._line_before(chunk, start, raw_prefix)
+        tb.logged = _LOGGED.search(before[:200]) is not None
+        # sys.unraisablehook's report of an exception it could not raise (in __del__, a weakref
+        # callback, a thread's cleanup): Python printed it and went on (after a progress bar's
+        # redraw, with no newline between, as often as not)
+        tb.ignored = _IGNORED in before
         tb.worker = _spawned_before(chunk, start)
         tb.attempt = self._attempts.at(start)
         tb.global_rank = torch_global_rank(raw_prefix)
@@ -484,23 +496,25 @@ class TracebackCollector:
                 return None
         return None
 
-    def _logged_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> bool:
-        """Is the rank's line just before ``start`` (this block, 64 KiB back at most) a logger's ERROR line?"""
+    def _line_before(self, chunk: bytes, start: int, raw_prefix: bytes) -> bytes:
+        """The rank's line just before ``start`` (this block, 64 KiB back at most), its first
+        :data:`_BEFORE_BYTES` without the prefix; empty where there is none."""
         cut = raw_prefix.find(b"[rank", 1)
         outer = raw_prefix[:cut] if cut > 0 else raw_prefix
         if start == 0:
-            return False
+            return b""
         if not outer:  # no prefix: the line right before it (logging.exception writes both at once)
             found = chunk.rfind(b"\n", max(0, start - 4096), start - 1)
             if found < 0 and start > 4096:
-                return False
-            return _LOGGED.search(chunk[found + 1 : min(start - 1, found + 201)]) is not None
+                return b""
+            return chunk[found + 1 : min(start - 1, found + 1 + _BEFORE_BYTES)]
         found = chunk.rfind(b"\n" + outer, max(0, start - (1 << 16)), start - 1)
         line_start = found + 1 if found >= 0 else (0 if chunk.startswith(outer) else -1)
         if line_start < 0:
-            return False
-        line = chunk[line_start + len(outer) : start - 1]
-        return _LOGGED.search(line[:200]) is not None
+            return b""
+        line = chunk[line_start + len(outer) : start - 1][:_BEFORE_BYTES]
+        inner = TORCH_RANK.match(line)  # torch's marker inside a launcher's prefix
+        return line[inner.end() :] if inner is not None else line
 
     def _line_number(self, chunk: bytes, start: int) -> int:
         """1-based line number of ``start``; counts only from the last position asked about."""
