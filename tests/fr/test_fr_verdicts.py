@@ -235,6 +235,24 @@ def test_what_exists_on_the_root_only_and_uneven_splits_are_not_desyncs(tmp_path
     assert document["desync"] is False
 
 
+def test_an_all_to_all_whose_totals_do_not_add_up_is_a_size_desync_of_every_rank(tmp_path: Path) -> None:
+    """Uneven splits are legal, but every element a rank sends another receives: 16+16 sent against 16+8
+    received means the splits disagree (torch's analyzer: "Input/output mismatch"); no rank is blamed."""
+    a2a = [
+        nccl_entry(1, 2, op="all_to_all", input_sizes=[[4, 4]], output_sizes=[[n, 4]], state="scheduled")
+        for n in (4, 2)
+    ]
+    write_dumps(tmp_path, {r: [nccl_entry(0, 1), a2a[r]] for r in (0, 1)})
+    code, text, document = verdict_of(tmp_path)
+    assert code == 14, text
+    assert "all_to_all #2" in text and "send 32 elements in all and receive 24" in text, text
+    assert document["divergences"][0]["kind"] == "size", document["divergences"]
+    # before version 2.4 torch recorded no all_to_all sizes worth adding up
+    write_dumps(tmp_path, {r: [nccl_entry(0, 1), a2a[r]] for r in (0, 1)}, version="2.3")
+    code, text, _ = verdict_of(tmp_path)
+    assert code == 0, text
+
+
 GLOO = DATA / "fr" / "gloo-torch2.13"
 
 

@@ -11,6 +11,7 @@ left no dump are named first: their records are the ones nobody can see.
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Optional
@@ -427,6 +428,44 @@ def _judge_seq(
     return None
 
 
+def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
+    """A dump's ``version`` (``"2.10"``) is ``wanted`` or later; one that does not read as numbers is not."""
+    parts = version.split(".")[:2]
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return False
+    return (int(parts[0]), int(parts[1])) >= wanted
+
+
+def _alltoall_totals(pg: str, desc: str, seq: int, present: dict[int, Ops], where: str) -> Optional[Divergence]:
+    """An all_to_all whose ranks agree on everything but whose tensors do not add up: every element one
+    rank sends, another receives, so the group's inputs and outputs hold as many elements in all. Their
+    splits disagree (NCCL then hangs or fails); which rank's split is wrong the dumps cannot tell."""
+    sent = received = 0
+    per_rank = []
+    for rank, ops in sorted(present.items()):
+        if len(ops) != 1:
+            return None
+        entry = ops[0]
+        op = entry.op.lower()
+        if ("all_to_all" not in op and "alltoall" not in op) or not entry.sizes or not entry.out_sizes:
+            return None
+        mine_in = sum(math.prod(size) for size in entry.sizes)
+        mine_out = sum(math.prod(size) for size in entry.out_sizes)
+        sent, received = sent + mine_in, received + mine_out
+        per_rank.append(f"rank {rank} {mine_in} -> {mine_out}")
+    if sent == received:
+        return None
+    entry = next(iter(present.values()))[0]
+    text = (
+        f"collective #{seq} of {where}: {_describe(entry)} whose sizes do not add up: the ranks send "
+        f"{sent} elements in all and receive {received} (elements in -> out: {', '.join(per_rank)}); their "
+        "split sizes disagree, and the dumps cannot tell whose is wrong"
+    )
+    ranks = sorted(present)
+    done = all(e.done for ops in present.values() for e in ops)
+    return Divergence(pg, desc, SIZE, seq, ranks, text, [_side(ranks, entry, done)])
+
+
 def latest_entries(dumps: dict[int, RankDump]) -> dict[int, Entry]:
     """Each rank's most recent entry (any group): where it is now, when not retired."""
     return {rank: last_entry(dump.entries) for rank, dump in dumps.items() if dump.entries}
@@ -499,6 +538,8 @@ def judge_group(
     issued = {p.rank: p.last_enqueued for p in view.progress}
     where = group_name(pg, desc) + (f" of {RankSet.of(members).phrase()}" if shared_name else "")
     latest: dict[int, Entry] = {}
+    # all_to_all's sizes are recorded from dump version 2.4 on (torch's analyzer checks them from there)
+    totals = not absent and not unknown and all(_version_at_least(dumps[r].version, (2, 4)) for r in dumped)
     if windows:
         start = max(lo for lo, _ in windows.values())  # below it, some ring buffer has wrapped
         # Only the numbers some rank has (a hostile dump's 10**15 must not make 10**15 steps).
@@ -510,6 +551,8 @@ def judge_group(
             if behind and not latest:  # where each rank is now: only needed to word a missing collective
                 latest = latest_entries({r: dumps[r] for r in dumped})
             found = _judge_seq(pg, desc, seq, present, behind, by_rank, latest, issued, where)
+            if found is None and totals and len(present) == len(members):
+                found = _alltoall_totals(pg, desc, seq, present, where)
             if found is not None:
                 view.divergence = found
                 break
