@@ -864,8 +864,12 @@ def headline(report: FrReport) -> str:
             "first (dead, or never dumped)"
         )
     real = [d for d in report.divergences if d.kind != NO_DUMP]
+    # what the ranks that dumped agree on, where some did not: "ranks 0-1,3 agree up to #6" (the first group's)
+    agreed = [d.text.partition("; ")[2] for d in report.divergences if d.kind == NO_DUMP] if silent else []
     if real:
         parts.append(real[0].text)
+    elif agreed and agreed[0] and len(report.rank_list) > 1:
+        parts.append(agreed[0])
     elif report.alone:
         parts.append(_alone_words(report))
     elif len(report.rank_list) == 1:
