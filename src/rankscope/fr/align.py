@@ -559,7 +559,8 @@ def judge_group(
     if view.divergence is None and not absent:
         view.divergence = _not_started(pg, desc, by_rank, where)
     if view.divergence is None and absent and dumped:
-        last = max((p.last_enqueued for p in view.progress), default=-1)
+        # as far as every rank that dumped has gone (one may have issued a collective more already)
+        last = min((p.last_enqueued for p in view.progress), default=-1)
         view.divergence = Divergence(
             pg,
             desc,
