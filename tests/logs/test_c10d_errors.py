@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 from tests.support.cli import run_cli
+from tests.support.jobs import run_torchrun
 
 from rankscope.evidence import CULPRIT, HANDLED, Finding, Kind
 from rankscope.logs.c10d_errors import (
+    DDP_MODEL,
     DDP_UNUSED,
     DESYNC,
     PORT_IN_USE,
@@ -234,6 +236,41 @@ def test_ddp_names_the_parameters_and_their_ranks() -> None:
     assert "aux.bias, aux.weight; indices 4 5" in found.what
     assert "find_unused_parameters=True" in found.next_step
     assert "TORCH_DISTRIBUTED_DEBUG=INFO" not in found.next_step  # the names are there already
+
+
+def _model(rank: int, params: int, other: int, theirs: int) -> str:
+    return (
+        f"RuntimeError: DDP expects same model across all ranks, but Rank {rank} has {params} params, while "
+        f"rank {other} has inconsistent {theirs} params."
+    )
+
+
+def test_ddp_s_model_check_names_the_rank_whose_model_differs_whoever_printed_first() -> None:
+    lines = C10dLines()
+    lines.feed(_seen("5", 1, 5), _model(5, 8, 0, 0))  # rank 5 prints first: it compared with rank 0
+    lines.feed(_seen("0", 2, 0), _model(0, 0, 1, 8))
+    lines.feed(_seen("1", 3, 1), _model(1, 8, 0, 0))
+    (found,) = lines.findings()
+    assert (found.cause, found.who, found.global_rank, found.ranks, found.line) == (DDP_MODEL, "0", 0, "0", 1)
+    assert "parameters: rank 0 has 0; ranks 1,5 have 8" in found.what
+    assert classify(_model(1, 8, 0, 0)) == DDP_MODEL
+    # two ranks that disagree: no majority, both named
+    lines = C10dLines()
+    lines.feed(_seen("0", 1, 0), _model(0, 4, 1, 6))
+    lines.feed(_seen("1", 2, 1), _model(1, 6, 0, 4))
+    (found,) = lines.findings()
+    assert (found.who, found.ranks) == ("0", "0-1")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_real_job_whose_rank_builds_another_model_names_that_rank(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    job = Path(__file__).parent / "jobs" / "ddp_model_job.py"
+    assert run_torchrun(tmp_path, log, script=job, timeout=240, nproc=3) != 0
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["global_rank"]) == (DDP_MODEL, "2", 2), verdict
+    assert "ranks 0-1 have 4; rank 2 has 6" in verdict["what"], verdict
 
 
 def test_ddp_lists_a_long_run_of_indices_with_its_count() -> None:

@@ -436,7 +436,9 @@ def _version_at_least(version: str, wanted: tuple[int, int]) -> bool:
     return (int(parts[0]), int(parts[1])) >= wanted
 
 
-def _alltoall_totals(pg: str, desc: str, seq: int, present: dict[int, Ops], where: str) -> Optional[Divergence]:
+def _alltoall_totals(
+    pg: str, desc: str, seq: int, present: dict[int, Ops], where: str
+) -> Optional[Divergence]:
     """An all_to_all whose ranks agree on everything but whose tensors do not add up: every element one
     rank sends, another receives, so the group's inputs and outputs hold as many elements in all. Their
     splits disagree (NCCL then hangs or fails); which rank's split is wrong the dumps cannot tell."""

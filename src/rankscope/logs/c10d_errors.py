@@ -25,6 +25,7 @@ The messages, in the forms torch has printed them (``ProcessGroupWrapper.cpp``, 
     Expected to have finished reduction in the prior iteration before starting a new one. ...
     Parameters which did not receive grad for rank 1: head.bias, head.weight
     Parameter indices which did not receive grad for rank 1: 4 5
+    DDP expects same model across all ranks, but Rank 5 has 8 params, while rank 0 has inconsistent 0 params.
 
 The first rank of a mismatch message is the rank that printed it, with its own collective; the
 second is another rank as the printer saw it, and torch's copy of that one can be garbled
@@ -48,6 +49,7 @@ from rankscope.logs.join_errors import Heard, JoinLines
 DESYNC = "collective_desync"
 PORT_IN_USE = "port_in_use"
 DDP_UNUSED = "ddp_unused_parameters"
+DDP_MODEL = "ddp_model_mismatch"
 
 #: Words every line of one of these failures holds: what :class:`C10dLines` is fed.
 NEEDLES = (
@@ -57,6 +59,7 @@ NEEDLES = (
     b"failed to listen",
     b"finished reduction",
     b"did not receive grad",
+    b"same model across all ranks",
     *join_errors.WORDS,
 )
 #: What the exception line of each of these failures holds (a block is searched for NEEDLES only after one).
@@ -85,6 +88,12 @@ _PORT_LINE = re.compile(
 
 _REDUCTION = "Expected to have finished reduction in the prior iteration"
 _UNUSED = re.compile(r"Parameter(s| indices) which did not receive grad for rank (\d+): ?(.*)")
+#: DDP's check of the model when it wraps it (``verify_params_across_processes``): a rank whose parameter
+#: count differs from another's names both.
+_MODEL = re.compile(
+    r"DDP expects same model across all ranks, but Rank (\d+) has (\d+) params, while rank (\d+) has "
+    r"inconsistent (\d+) params"
+)
 
 #: Lines kept that name no rank (a mismatch message cut before it, port lines).
 KEPT = 64
@@ -108,6 +117,11 @@ DDP_STEP = (
     "output left out of the loss, layers meant to be frozen still requiring grad"
 )
 DDP_NAMES = "; TORCH_DISTRIBUTED_DEBUG=INFO names the parameters"
+DDP_MODEL_STEP = (
+    "build the model the same way on every rank before DistributedDataParallel wraps it: a branch on the "
+    "rank, a config or checkpoint read on some ranks only, modules created lazily or after the wrap, "
+    "parameters frozen or deleted on one rank; print sum(1 for _ in model.parameters()) on each rank"
+)
 
 
 @dataclass(frozen=True)
@@ -188,6 +202,8 @@ def classify(text: str) -> Optional[str]:
         return DESYNC
     if _REDUCTION in text:
         return DDP_UNUSED
+    if _MODEL.search(text):
+        return DDP_MODEL
     if "failed to listen" in text or ("already in use" in text.lower() and _PORT_LINE.search(text)):
         return PORT_IN_USE
     return join_errors.classify(text)
@@ -222,6 +238,9 @@ class C10dLines:
     #: The last ``rank : N (local_rank: M)`` lines of torchrun's summary: where each was, and N.
     _entries: list[tuple[int, int]] = field(default_factory=list)
     _reducers: set[Optional[str]] = field(default_factory=set)
+    #: DDP's model check: each rank's parameter count as the messages give it, and the first line.
+    params: dict[int, int] = field(default_factory=dict)
+    models: list[Seen] = field(default_factory=list)
     #: Ranks that never arrived (rankscope.logs.join_errors).
     joins: JoinLines = field(default_factory=JoinLines)
 
@@ -253,6 +272,14 @@ class C10dLines:
             rank, listed = int(unused.group(2)), unused.group(3).strip().rstrip(",")
             if listed:
                 (self.indices if unused.group(1) == " indices" else self.names).setdefault(rank, listed)
+            return
+        model = _MODEL.search(text)
+        if model is not None:
+            if len(self.params) < KEPT * 64:
+                self.params.setdefault(int(model.group(1)), int(model.group(2)))
+                self.params.setdefault(int(model.group(3)), int(model.group(4)))
+            if len(self.models) < KEPT:
+                self.models.append(seen)
             return
         summary = _SUMMARY_RANK.match(text)
         if summary is not None and seen.who is None:
@@ -299,6 +326,8 @@ class C10dLines:
             out.append(_port_finding(self.ports))
         if self.reductions:
             out.append(_ddp_finding(self.reductions, self.indices, self.names))
+        if self.models:
+            out.append(_model_finding(self.models, self.params))
         return out + self.joins.findings(rank for _order, rank in self._entries)
 
 
@@ -443,6 +472,30 @@ def _ddp_finding(reductions: list[Seen], indices: dict[int, str], names: dict[in
     found = _finding(DDP_UNUSED, first, what, step, ranks=folded)
     if first.who is None and len(ranks) == 1:
         found = replace(found, who=str(ranks[0]))  # a line without a prefix: torch's message names the rank
+    return found
+
+
+def _model_finding(models: list[Seen], params: dict[int, int]) -> Finding:
+    """The ranks whose model has another number of parameters than most ranks' (all of them, where
+    no count is the most common)."""
+    first = _first(models)
+    by_count: dict[int, list[int]] = {}
+    for rank, count in sorted(params.items()):
+        by_count.setdefault(count, []).append(rank)
+    ranked = sorted(by_count.items(), key=lambda item: -len(item[1]))
+    tie = len(ranked) > 1 and len(ranked[0][1]) == len(ranked[1][1])
+    odd = sorted(params) if tie else sorted(r for _count, ranks in ranked[1:] for r in ranks)
+    said = "; ".join(
+        f"{RankSet.of(ranks).phrase()} {'has' if len(ranks) == 1 else 'have'} {count}"
+        for count, ranks in sorted(by_count.items(), key=lambda item: item[1][0])
+    )
+    what = (
+        f"DDP: the ranks built different models (parameters: {said}), found when DistributedDataParallel "
+        "wrapped it"
+    )
+    found = _finding(DDP_MODEL, first, what, DDP_MODEL_STEP, ranks=str(RankSet.of(odd)) if odd else None)
+    if len(odd) == 1 and not tie:
+        found = replace(found, who=str(odd[0]), global_rank=odd[0])  # the odd one, whoever printed it
     return found
 
 

@@ -12,6 +12,8 @@ forms, it is removed from every line of the source before anything else reads it
 - Docker's ``json-file`` driver (``docker inspect`` ``LogPath``):
   ``{"log":"text\\n","stream":"stderr","time":"..."}``, the text decoded; an entry whose text
   does not end in a newline is joined to the next one;
+- Determined's trial logs: ``[2024-02-27T21:05:16.440112Z] fa88a9df [rank=0] || text`` (the time and
+  the container's id; its ``[rank=N] || `` is the rank's prefix, rankscope.logs.prefixes);
 - ``journalctl`` (``short`` and ``short-iso`` output, syslog files):
   ``Nov 26 03:14:05 gpu-a3 torchrun[81700]: text``;
 - a time stamped on every line by the tool that saved the output (moreutils' ``ts``, a CI runner,
@@ -44,6 +46,8 @@ _JOURNAL = re.compile(
     + rb") [\w.-]{1,253} [^\s:\[\]]{1,100}(?:\[\d+\])?: "
 )
 _DOCKER = re.compile(rb'(?m)^\{"log":"')
+#: Determined's trial logs (its web UI, ``det trial logs --timestamps``): the time and the container's id.
+_DETERMINED = re.compile(rb"(?m)^\[" + _RFC3339 + rb"\] [0-9a-f]{6,16} (?=\[rank=\d+\] \|\| |\|\| )")
 _STAMP = (
     rb"(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?\]?"
     rb"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d{1,9})?) "
@@ -103,6 +107,7 @@ HEADS = (
     Head("cri", _CRI, _cri),
     Head("docker-json", _DOCKER, _docker),
     Head("journal", _JOURNAL, lambda data: _JOURNAL.sub(b"", data)),
+    Head("determined", _DETERMINED, lambda data: _DETERMINED.sub(b"", data)),
     Head("kubectl-timestamps", _KUBECTL, lambda data: _KUBECTL.sub(b"", data)),
     Head("stamped", _STAMPED, lambda data: _STAMPED.sub(b"", data), _STAMPED_TELL),
     Head("logger", _LOGGER, lambda data: _LOGGER.sub(b"", data), _LOGGER_TELL),

@@ -8,6 +8,8 @@ Forms understood (outermost first; one nested torch ``[rankN]:`` is stripped as 
 - rankscope's own ``[host:3] `` (``rankscope prefix``, :mod:`rankscope.inproc`);
 - Open MPI ``--tag-output``: ``[1,12]<stdout>:``;
 - Lightning's own ``[rank: 1] `` (its per-rank messages; the label is the global rank);
+- Determined's ``[rank=1] || `` (its trial logs; the global rank; its time and container id before
+  it are a head, rankscope.logs.heads);
 - SLURM ``srun --label``: ``12: `` (optionally space padded), only when asked for
   (``allow_srun``): the form is too easy to confuse with ordinary text to guess it per line.
 
@@ -25,6 +27,7 @@ from typing import Optional
 _BRACKET = (
     rb"\[(?:\d+),(?P<mpi>\d+)\]<std(?:out|err|diag)>:"  # Open MPI --tag-output
     rb"|\[rank: (?P<lightning>\d+)\]\x20?"  # Lightning's rank_prefixed_message
+    rb"|\[rank=(?P<determined>\d+)\] \|\| "  # Determined's trial logs (its global rank)
     rb"|\[(?P<name>[^\[\]\s]{0,200}?)(?P<num>\d+)\](?P<sep>:|\x20)?"  # torchrun, torch, rankscope
 )
 _SRUN = rb"|(?P<srun>\x20{0,8}\d{1,7}): "
@@ -38,7 +41,7 @@ OMPI_TAG = re.compile(rb"\[\d+,\d+\]<std(?:out|err|diag)>:")
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 
 #: Role names that carry no host information.
-_NO_HOST_NAMES = frozenset({b"", b"default", b"rank", b"trainer", b"worker"})
+_NO_HOST_NAMES = frozenset({b"", b"default", b"rank", b"rank=", b"trainer", b"worker"})
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ def label_of(match: re.Match[bytes]) -> bytes:
     lightning = match.group("lightning")
     if lightning is not None:
         return lightning
+    determined = match.group("determined")
+    if determined is not None:
+        return determined
     num = match.group("num")
     if num is not None:
         name = match.group("name")

@@ -124,6 +124,7 @@ _WORDS = {
         "stopped in DDP: parameters of the model got no gradient (not used in the loss, and "
         "find_unused_parameters is off)"
     ),
+    "ddp_model_mismatch": "built another model than the other ranks (DDP found other parameter counts when it wrapped it)",
 }
 
 
