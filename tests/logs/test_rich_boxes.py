@@ -60,3 +60,50 @@ def test_a_boxed_traceback_under_a_rank_s_prefix_is_that_rank_s(tmp_path: Path) 
     verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
     assert (verdict["who"], verdict["exception"]) == ("1", "ValueError"), verdict
     assert verdict["where"].endswith("job.py:5"), verdict  # its frames were read, not its last line only
+
+
+def test_a_path_whose_function_the_box_puts_on_the_next_line_is_one_frame(tmp_path: Path) -> None:
+    """rich wraps a frame's head at a space: with a path just short of the box's width, the function
+    (``…/job.py:7 in`` then ``<module>``), or ``in FUNC`` (``…/other.py:81`` then ``in wait``), goes to
+    the next line. Real rich output at widths 70 and 90 with paths of every length near the cut."""
+    pytest.importorskip("rich")
+    for width in (70, 90):
+        for extra in range(0, 12):
+            folder = tmp_path / f"w{width}" / ("d" * (width - 40 + extra))
+            folder.mkdir(parents=True)
+            script = folder / "job.py"
+            script.write_text(_SCRIPT.replace("install(width=100)", f"install(width={width})"))
+            done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+            log = folder / "job.log"
+            log.write_text(done.stderr)
+            (group,) = run_cli("logs", "errors", str(log), "--json").json()["groups"]
+            functions = [(f["function"], f["line"], f["filename"]) for f in group["frames"]]
+            assert functions == [
+                ("<module>", 8, str(script)),
+                ("main", 7, str(script)),
+                ("load_shard", 5, str(script)),
+            ], (done.stderr, functions)
+
+
+BOX_IN_APART = """\
+worker-2: ╭──────────────────── Traceback (most recent call last) ────────────────────╮
+worker-2: │ /srv/venv/lib/python3.10/site-packages/accelerate/utils/other.py:81        │
+worker-2: │ in wait_for_everyone                                                        │
+worker-2: │                                                                             │
+worker-2: │ ❱  81 │   │   torch.distributed.barrier()                                   │
+worker-2: │                                                                             │
+worker-2: │ /srv/venv/lib/python3.10/site-packages/torch/distributed/distributed_c10d.p │
+worker-2: │ y:3145 in barrier                                                           │
+worker-2: ╰─────────────────────────────────────────────────────────────────────────────╯
+worker-2: RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1275, internal error, NCCL version 2.14.3
+"""
+
+
+def test_in_func_on_a_line_of_its_own_joins_the_path_before_it(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(BOX_IN_APART)
+    (group,) = run_cli("logs", "errors", str(log), "--json").json()["groups"]
+    assert [(f["function"], f["line"]) for f in group["frames"]] == [
+        ("wait_for_everyone", 81),
+        ("barrier", 3145),
+    ]

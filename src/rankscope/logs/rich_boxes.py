@@ -10,10 +10,14 @@ handler, which draws an uncaught exception as a box and prints the exception lin
     │ ❱ 212 │   main(args)                                       │
     │ /opt/conda/lib/python3.10/site-packages/accelerate/accele  │
     │ rator.py:1300 in prepare_model                             │
+    │ /opt/conda/lib/python3.10/site-packages/accelerate/utils/o │
+    │ ther.py:81                                                 │
+    │ in wait_for_everyone                                       │
     ╰────────────────────────────────────────────────────────────╯
     ValueError: Must flatten tensors with uniform dtype ...
 
-(with colours; a long path wraps inside the box). A reader of plain tracebacks sees no header at a
+(with colours; a long path wraps inside the box, and its ``in FUNC`` or ``FUNC`` alone may go to a
+line of its own: ``…/job.py:7 in`` then ``<module>``). A reader of plain tracebacks sees no header at a
 line's start and no ``File "..."`` line: the rank's error is lost. Each such box becomes the lines
 Python would have printed (``Traceback (most recent call last):``, then ``  File "PATH", line N, in
 FUNC`` and the line marked ``❱`` as its code), one line for each of the box's lines so that line
@@ -33,6 +37,9 @@ _SIDE = b"\xe2\x94\x82"  # │
 _BOTTOM = b"\xe2\x95\xb0"  # ╰
 _MARK = b"\xe2\x9d\xb1"  # ❱, the frame's own line
 _FRAME = re.compile(rb"^(?P<path>\S.*?):(?P<line>\d+) in (?P<func>\S.*?)\s*$")
+#: A path cut before its function: ``…/accelerator.py:1761``, ``…/job.py:7 in`` (the function on the next line).
+_NUMBERED = re.compile(rb":\d+(?: in)?$")
+_CUT_HEAD = re.compile(rb"^\S+:\d+ in$")
 _CODE = re.compile(rb"^(?:" + _MARK + rb")?\s*\d+ (?:(?:" + _SIDE + rb"| )\s*)*(?P<code>.*?)\s*$")
 #: Lines a box holds at most (a bound for a box that never closes).
 MAX_BOX_LINES = 2000
@@ -83,6 +90,9 @@ class RichBoxes:
             inner = inner[: -len(_SIDE)]
         inner = inner.strip()
         frame = _FRAME.match(self._pending + inner) if inner else None
+        if frame is None and inner and self._pending:
+            # the box cut at the space before "in": "…/accelerator.py:1761" then "in init_trackers"
+            frame = _FRAME.match(self._pending + b" " + inner)
         if frame is not None:
             self._pending = b""
             path, number, func = frame.group("path"), frame.group("line"), frame.group("func")
@@ -90,6 +100,8 @@ class RichBoxes:
         if inner.startswith(_MARK):
             code = _CODE.match(inner)
             return prefix + b"    " + (code.group("code") if code is not None else b"")
-        if inner and b" " not in inner and b"/" in inner + self._pending:
+        if inner and (_CUT_HEAD.match(inner) or (b" " not in inner and b"/" in inner + self._pending)):
+            if _NUMBERED.search(self._pending) and inner.startswith(b"/"):
+                self._pending = b""  # a path with its number whose function never came: a new one starts
             self._pending += inner  # a path the box's width cut: its rest and ``:N in f`` follow
         return prefix
