@@ -87,3 +87,30 @@ def test_a_space_after_the_prefix_colon_is_read_like_torch_s_own(tmp_path: Path)
     assert (group["exception_type"], group["message"]) == ("ZeroDivisionError", "division by zero")
     assert [f["line"] for f in group["frames"]] == [3]
     assert data["root_cause"]["where"] == "/w/train.py:3"
+
+
+FULL = """\
+[rank{r}]: Traceback (most recent call last):
+[rank{r}]:   File "/srv/job/train.py", line 88, in <module>
+[rank{r}]:     main()
+[rank{r}]:   File "/srv/job/train.py", line 61, in main
+[rank{r}]:     model = build(cfg)
+[rank{r}]:   File "/srv/job/model.py", line 12, in build
+[rank{r}]:     return Net(cfg.width)
+[rank{r}]: TypeError: unsupported operand type(s) for *: 'NoneType' and 'int'
+"""
+
+
+def test_a_copy_that_lost_its_outer_frames_is_the_same_error(tmp_path: Path) -> None:
+    """Rank 3's copy of the error came through without its two outer frames (a paste cut, lines
+    interleaved away): it is the same error as ranks 0-1's, not a second one."""
+    cut = "".join(
+        line + "\n" for line in FULL.format(r=3).splitlines() if "train.py" not in line and "main" not in line
+    )
+    other = FULL.format(r=0).replace("in build", "in build_head")  # another function: another error
+    log = tmp_path / "job.log"
+    log.write_text(FULL.format(r=0) + cut + FULL.format(r=1) + other.replace("[rank0]", "[rank2]"))
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    groups = [(g["ranks"], len(g["frames"])) for g in data["groups"]]
+    assert groups == [("0-1,3", 3), ("2", 3)], groups
+    assert data["verdict"]["ranks"] == "0-1,3", data["verdict"]

@@ -105,6 +105,29 @@ class ErrorGroup:
         if tb.time is not None and (self.timed is None or _earlier(tb, self.timed)):
             self.timed = tb
 
+    def absorb(self, other: ErrorGroup) -> None:
+        """Take in ``other``'s members: the same error printed with fewer of its outer frames (a paste
+        cut, a copy interleaved with other ranks' lines). The fuller traceback stays the example."""
+        self.count += other.count
+        self.copies += other.copies
+        for label in other._labels:
+            self._labels.setdefault(label, None)
+        for reporter in other.reporters:
+            self.reporters.setdefault(reporter, None)
+        for exception in other._exceptions:
+            if len(self._exceptions) < 2:
+                self._exceptions.add(exception)
+        self._global_ranks |= other._global_ranks
+        self._global_missing = self._global_missing or other._global_missing
+        if other.last_attempt > self.last_attempt:
+            self.last_attempt, self.last_count = other.last_attempt, other.last_count
+        elif other.last_attempt == self.last_attempt:
+            self.last_count += other.last_count
+        if other.timed is not None and (self.timed is None or _earlier(other.timed, self.timed)):
+            self.timed = other.timed
+        if len(other.example.frames) > len(self.example.frames):
+            self.example = other.example
+
     def settled_attempt(self, restarts: Mapping[str, int]) -> int:
         """Its last attempt once its source was read (``restarts``: how many the source had)."""
         return min(self.last_attempt, restarts.get(self.example.source, 0))
@@ -209,6 +232,8 @@ class Grouper:
 
     def report(self, restarts: Optional[Mapping[str, int]] = None) -> ErrorsReport:
         """The groups in report order and the root cause (``restarts``: torchrun's per source)."""
+        for groups in self._groups:
+            _join_cut_copies(groups)
         side = 0 if self._groups[0] else 1
         _caught_without_marker(list(self._groups[0].values()))
         if side == 0:
@@ -225,6 +250,34 @@ class Grouper:
         """Culprits, then victims, then handled errors; in each, most ranks first, then log order."""
         rank = {Role.CULPRIT: 0, Role.VICTIM: 1, Role.HANDLED: 2}
         return sorted(groups.values(), key=lambda g: (rank[g.role], -len(g._labels), g.example.order))
+
+
+def _join_cut_copies(groups: dict[tuple[Any, ...], ErrorGroup]) -> None:
+    """Groups of one error whose frames are the innermost frames of another's (the same exception,
+    message and standing): copies that lost their outer frames to a cut paste or to other ranks'
+    lines are that error, not another. A complete traceback's outermost frame is where the process
+    or thread began, so two different errors never differ by outer frames alone."""
+    buckets: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for key in groups:
+        kind, message, frames, truncated, handled = key
+        if frames:
+            buckets.setdefault((kind, message, truncated, handled), []).append(key)
+    for keys in buckets.values():
+        if len(keys) < 2:
+            continue
+        keys.sort(key=lambda k: -len(k[2]))  # the fullest first: the others may be its cut copies
+        for short in keys[1:]:
+            frames = short[2]
+            full = next(
+                (
+                    k
+                    for k in keys
+                    if len(k[2]) > len(frames) and k in groups and k[2][-len(frames) :] == frames
+                ),
+                None,
+            )
+            if full is not None and short in groups:
+                groups[full].absorb(groups.pop(short))
 
 
 def _adopt_workers(
