@@ -102,6 +102,22 @@ _SRUN = re.compile(
 )
 #: vLLM's executor: ``Worker proc VllmWorker-1 died unexpectedly, shutting down executor.``
 _WORKER_DIED = re.compile(rb"Worker proc (\S+) died unexpectedly")
+#: Ray's raylet (or driver) on a worker process that ended without its task's answer: ``A worker died or
+#: was killed while executing a task by an unexpected system error. ... Worker IP address: A Worker port:
+#: P Worker PID: N Worker exit type: SYSTEM_ERROR Worker exit detail: ...`` (the type and detail since 2.x).
+_RAY_WORKER_DIED = re.compile(
+    rb"A worker died or was killed while executing a task by an unexpected system error\.[^\n]{0,600}?"
+    rb"Worker IP address: (\S+)[^\n]{0,80}? Worker PID: (\d+)"
+    rb"(?: Worker exit type: (\w+))?(?: Worker exit detail: ([^\n]{0,400}))?"
+)
+RAY_WORKER_NEEDLE = b"A worker died or was killed"
+#: Ray's memory monitor's word for a worker it killed (the node's memory, not the worker's own error).
+_RAY_LOW_MEMORY = b"running low on memory"
+RAY_MEMORY_STEP = (
+    "Ray's memory monitor killed the worker because the node ran low on host memory: lower the memory "
+    "each task or actor uses (batch size, object store pressure, data loader workers), set its memory= "
+    "resource so fewer run per node, or give the node more memory (RAY_memory_usage_threshold)"
+)
 #: Open MPI's report of a rank's MPI_Abort (4.x and 5.x): ``MPI_ABORT was invoked on rank 1 in
 #: communicator MPI_COMM_WORLD`` and, on the next line, ``with errorcode 3.``
 _MPI_ABORT = re.compile(
@@ -480,6 +496,7 @@ class LineEvidence:
             or b"terminated with" in chunk
             or b"MPI_ABORT was invoked" in chunk
             or b"died unexpectedly" in chunk
+            or RAY_WORKER_NEEDLE in chunk
         ):
             self._launcher(chunk, line_at)
         if unprefixed and (
@@ -972,6 +989,9 @@ class LineEvidence:
         for match in _WORKER_DIED.finditer(chunk):
             line_no = line_at(chunk.rfind(b"\n", 0, match.start()) + 1)
             self._worker_died(match.group(1).decode("utf-8", "replace"), line_no)
+        if RAY_WORKER_NEEDLE in chunk:
+            for match in _RAY_WORKER_DIED.finditer(chunk):
+                self._ray_worker_died(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
         for match in _MPI_ABORT.finditer(chunk):
             self._mpi_abort(match, line_at(chunk.rfind(b"\n", 0, match.start()) + 1))
         ending = _STEP_ENDING.search(chunk)
@@ -1173,6 +1193,21 @@ class LineEvidence:
         """vLLM's executor seeing a worker process end without its answer: a death with no traceback."""
         what = f"vLLM: worker {worker} died unexpectedly (no traceback of it: killed, or a native crash)"
         self._culprit("worker_died", worker, what, line_no, WORKER_DIED_STEP)
+
+    def _ray_worker_died(self, match: re.Match[bytes], line_no: int) -> None:
+        """Ray on a worker process that died while it ran a task: named as Ray's own prefix names that
+        process (``IP,pid=N``); killed by Ray's memory monitor, an ``oom_kill``."""
+        ip, pid = (group.decode("utf-8", "replace") for group in match.group(1, 2))
+        who = f"{ip},pid={pid}"
+        kind = (match.group(3) or b"").decode("utf-8", "replace")
+        detail = (match.group(4) or b"").decode("utf-8", "replace").split(". There are some", 1)[0].strip()
+        said = f" ({kind}{': ' + detail if detail else ''})" if kind or detail else ""
+        if _RAY_LOW_MEMORY in (match.group(4) or b""):
+            what = f"Ray: its memory monitor killed worker pid {pid} on {ip}: the node ran low on host memory"
+            self._oom_killed(who, what, line_no, RAY_MEMORY_STEP)
+            return
+        what = f"Ray: worker pid {pid} on {ip} died while it ran a task{said}"
+        self._culprit("worker_died", who, what, line_no, WORKER_DIED_STEP)
 
     def _mpi_abort(self, match: re.Match[bytes], line_no: int) -> None:
         """Open MPI's report that a rank called MPI_Abort (mpi4py's ``comm.Abort()``, its excepthook,
