@@ -146,7 +146,7 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
     (it lost its peer, its collective timed out) is that consequence too: its traceback is not
     elsewhere, and the rank that ended first is another (one that left no error: ``os._exit(0)``, a
     kill), so none of them is the root cause."""
-    findings = _deaths_explained(findings, exits)
+    findings = _deaths_explained(_named_by_summary(findings, exits), exits)
     victims: set[Optional[int]] = set()
     for f in findings:
         if (
@@ -171,6 +171,26 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
         else f
         for f in findings
     ]
+
+
+def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
+    """torchrun's own line names a local rank (``failed (exitcode: -11) local_rank: 1``); its failure
+    summary names the same process's global rank beside it (``rank : 1 (local_rank: 1)``). Where the
+    summary is one node's (one host), a line's local rank that one entry has is that entry's rank."""
+    if not exits or len({e.host for e in exits}) != 1:
+        return findings
+    by_local: dict[int, set[int]] = {}
+    for e in exits:
+        if e.local_rank is not None:
+            by_local.setdefault(e.local_rank, set()).add(e.rank)
+
+    def named(f: Finding) -> Finding:
+        if not (f.local and f.global_rank is None and f.kind == Kind.LAUNCHER and f.who and f.who.isdigit()):
+            return f
+        ranks = by_local.get(int(f.who), set())
+        return replace(f, global_rank=next(iter(ranks))) if len(ranks) == 1 else f
+
+    return [named(f) for f in findings]
 
 
 def _deaths_explained(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
