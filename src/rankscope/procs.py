@@ -26,6 +26,7 @@ global rank ``NODE_RANK * processes + LOCAL_RANK`` (its formula).
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
@@ -348,6 +349,9 @@ def discover(table: Optional[ProcessTable] = None, host: Optional[str] = None) -
             for (_, job_key, job_uid), job in launched.items()
             if key.rendezvous and job_key == key and job_uid == uid
         ]
+        if not _can_be_one_job(workers):
+            workers, odd = _apart_from_duplicates(workers)
+            strays.extend(odd)
         if len(home) == 1:
             home[0].workers.extend(workers)
         elif (len(workers) > 1 and _can_be_one_job(workers)) or (
@@ -371,6 +375,32 @@ def _can_be_one_job(workers: Sequence[Worker]) -> bool:
     ranks = [w.rank.rank for w in workers]
     sizes = {w.rank.world_size for w in workers if w.rank.world_size}
     return len(set(ranks)) == len(ranks) and not any(len(workers) > size for size in sizes)
+
+
+def _program(cmdline: str) -> str:
+    """The script or module a command line runs (``train.py``, ``-m pkg.train``), else its first word."""
+    words = cmdline.split()
+    for at, word in enumerate(words):
+        if word == "-m" and at + 1 < len(words):
+            return "-m " + words[at + 1]
+        if word.endswith(".py"):
+            return word.rsplit("/", 1)[-1]
+    return words[0] if words else ""
+
+
+def _apart_from_duplicates(workers: list[Worker]) -> tuple[list[Worker], list[Worker]]:
+    """Workers with one rendezvous key of which two claim one rank: the job's ranks run one program,
+    so a process of another program with a rank the job's processes already have (a script started
+    by hand in the same shell, with the job's variables) is a stray. Where that does not settle it,
+    they stay together (two runs of one script: nothing tells which is the job's)."""
+    programs = Counter(_program(w.cmdline) for w in workers)
+    main, _count = programs.most_common(1)[0]
+    job = [w for w in workers if _program(w.cmdline) == main]
+    taken = {w.rank.rank for w in job}
+    odd = [w for w in workers if _program(w.cmdline) != main]
+    if not odd or not _can_be_one_job(job) or not all(w.rank.rank in taken for w in odd):
+        return workers, []
+    return job, odd
 
 
 #: The launcher name of a job whose script runs itself per local rank (PyTorch Lightning's DDP).

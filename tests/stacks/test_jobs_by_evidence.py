@@ -147,6 +147,25 @@ def test_ranks_without_a_launcher_that_share_a_rendezvous_are_one_job(started: S
     assert by_pid[pids[2]] is not pair and [w.pid for w in by_pid[pids[2]].workers] == [pids[2]]
 
 
+def test_a_script_started_by_hand_with_the_job_s_variables_and_a_taken_rank_is_a_stray(
+    started: Started, tmp_path: Path
+) -> None:
+    """Ranks 0 and 1 of train.py with no launcher, and in the same shell another script that got the
+    job's variables with RANK=0: two rank 0s of one rendezvous. The job runs one program; the other
+    script's process is a stray (it was once taken into the job and then blamed as its rank 0)."""
+    script = tmp_path / "train.py"
+    script.write_text(SLEEP + "\n")
+    env = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29913"}
+    ranks = [started.start([sys.executable, str(script)], _clean_env(RANK=str(r), **env)) for r in (0, 1)]
+    stray = started.start([sys.executable, "-c", SLEEP], _clean_env(RANK="0", **env))
+    for pid in (*ranks, stray):
+        _wait_for_env(pid, "MASTER_PORT")
+    found = discover(ProcessTable())
+    (job,) = [j for j in found.jobs if {w.pid for w in j.workers} & set(ranks)]
+    assert sorted(w.pid for w in job.workers) == sorted(ranks)
+    assert stray in {w.pid for w in found.strays}
+
+
 @pytest.mark.needs("pidns")
 def test_a_process_in_its_own_pid_namespace_is_named_by_its_host_pid(started: Started) -> None:
     env = _clean_env(RANK="0", WORLD_SIZE="1")
