@@ -280,3 +280,56 @@ def test_only_victims_in_the_log_says_the_root_cause_is_elsewhere(tmp_path: Path
     assert [g["role"] for g in data["groups"]] == ["victim"]
     first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
     assert first.startswith("root cause: not in this log — every error is a consequence of another failure")
+
+
+STRAGGLER = """\
+rank 0 step 4 loss 0.61
+saving checkpoint
+rank 1 step 4 loss 0.58
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/w/train.py", line 24, in main
+[rank1]:     dist.barrier()
+[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete
+W1127 11:07:25.169000 27329 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 27341 closing signal SIGTERM
+E1127 11:07:25.202000 27329 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: 1) local_rank: 1 (pid: 27342) of binary: /usr/bin/python3
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-27_11:07:25
+  host      : box
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 27341)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 27341
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-27_11:07:25
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 27342)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_a_rank_still_running_when_the_others_timed_out_is_the_lead(tmp_path: Path) -> None:
+    """Seen on a real 2-rank gloo job with a 10 s timeout: rank 0 saved a checkpoint for longer; rank 1
+    timed out waiting in a barrier and failed, and torchrun then stopped rank 0 with SIGTERM. The
+    rank that "failed first" is a victim; the one still running is the lead."""
+    log = tmp_path / "job.log"
+    log.write_text(STRAGGLER)
+    text = run_cli("logs", "errors", str(log)).stdout
+    assert (
+        "  lead: rank 0 was still running when the others failed waiting (torchrun stopped it with SIGTERM"
+        in text
+    )
+    why = run_cli("why", "--log", str(log), "--json").json()
+    assert "rank 0 was still running" in " ".join(str(n) for n in why["notes"]), why["notes"]
+    # with rank 0's own error in the log, no lead
+    log.write_text(STRAGGLER.replace("saving checkpoint\n", "[rank0]: ValueError: disk full\n"))
+    assert "still running" not in run_cli("logs", "errors", str(log)).stdout

@@ -4,6 +4,7 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
 
@@ -222,6 +223,39 @@ def _deaths_explained(findings: list[Finding], exits: list[RankExit]) -> list[Fi
                 f = replace(f, role="victim", what=f.what + (f" after {why}" if why else " (a consequence)"))
         out.append(f)
     return out
+
+
+def still_running(findings: Sequence[Finding]) -> list[int]:
+    """Ranks torchrun's summary says it stopped with SIGTERM (still running when it tore the job down)
+    that wrote no error of their own, where the errors of the log are all consequences (lost peers,
+    timeouts): they never reached what the others waited for, so one of them is the likeliest cause
+    (stuck, or slow: a straggler). Empty where a culprit is in the log or none was stopped that way."""
+    if any(f.role == "culprit" and not f.superseded for f in findings):
+        return []
+    errors = {
+        f.global_rank
+        for f in findings
+        if f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.CUT_TRACEBACK) and f.global_rank is not None
+    }
+    if not errors:
+        return []
+    stopped = {
+        f.global_rank
+        for f in findings
+        if f.source == SUMMARY_SOURCE and f.cause == "sigterm" and f.global_rank is not None
+    }
+    return sorted(r for r in stopped - errors if r is not None)
+
+
+def still_running_words(ranks: Sequence[int]) -> str:
+    """What :func:`still_running`'s ranks mean, in words."""
+    who = RankSet.of(ranks).phrase()
+    return (
+        f"{who} {'was' if len(ranks) == 1 else 'were'} still running when the others failed waiting (torchrun "
+        f"stopped {'it' if len(ranks) == 1 else 'them'} with SIGTERM afterwards) and wrote no error: "
+        f"{'it' if len(ranks) == 1 else 'they'} never reached the collective the others waited in, stuck or "
+        "slow (a straggler); its last lines, or `rankscope stacks` the next time it hangs, say where"
+    )
 
 
 def launcher_of(counts: LineCounts, report: ErrorsReport) -> str:

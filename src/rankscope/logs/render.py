@@ -16,6 +16,8 @@ from rankscope.logs.analyse import (
     orphan_exception_lines,
     restart_step,
     root_reason,
+    still_running,
+    still_running_words,
     traceback_step,
 )
 from rankscope.logs.collect import LineCounts
@@ -233,6 +235,9 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
                 f"({sum(g.count for g in victims)} traceback(s) of lost peers, timeouts or signals); "
                 f"the rank that failed first left no traceback here{launcher}"
             ]
+            running = still_running(counts.findings)
+            if running:
+                out.append(f"  lead: {still_running_words(running)}")
             lead = caught_before(report)
             if lead is not None:
                 tb = lead.example

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from rankscope.evidence import CULPRIT, HANDLED, PRECEDENCE, VICTIM, Finding, Kind, culprits, decide
 from rankscope.folding import RankSet
+from rankscope.logs.analyse import still_running, still_running_words
 from rankscope.logs.cuda import short_oom
 from rankscope.logs.line_evidence import CPP_UNCAUGHT
 from rankscope.logs.nccl_reason import CITED
@@ -462,6 +463,9 @@ def victims_only(findings: Sequence[Finding]) -> Optional[str]:
             f"{_short(lead.what, 120)} and went on ({lead.source}:{lead.line}): a rank that skips or reorders "
             "a collective after an error it caught leaves the others waiting until they time out"
         )
+    running = still_running(findings)
+    if running:
+        return f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}); {still_running_words(running)}"
     return (
         f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}): "
         "the rank that ended first left no error here; it returned from its main early (exit code 0, "
