@@ -47,6 +47,36 @@ def test_the_dump_places_the_rank_s_crash(tmp_path: Path) -> None:
     assert cited == ["its faulthandler dump: Fatal Python error: Segmentation fault"]
 
 
+SUMMARY = """\
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-12-04_10:12:13
+  host      : node-8
+  rank      : 11 (local_rank: 3)
+  exitcode  : -11 (pid: 4423)
+  error_file: <N/A>
+  traceback : Signal 11 (SIGSEGV) received by PID 4423
+"""
+
+
+def test_a_dump_under_torchrun_s_prefix_is_a_local_rank_whose_summary_names_the_global_one(
+    tmp_path: Path,
+) -> None:
+    """torchrun --tee's "[default3]:" names the local rank; the node's failure summary says that process
+    is rank 11. The verdict must not call it global rank 3."""
+    log = tmp_path / "job.log"
+    log.write_text(DUMP.format(p="[default3]:") + DIED.format(n=11, rank=3) + SUMMARY)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["global_rank"], verdict["local"]) == (
+        "sigsegv",
+        "3",
+        11,
+        True,
+    )
+    first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
+    assert first.startswith("root cause: local rank 3 (global rank 11): its faulthandler dump"), first
+
+
 def test_a_dump_no_death_matches_names_no_rank(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     log.write_text(DUMP.format(p="") + DIED.format(n=11, rank=1) + DIED.format(n=11, rank=3))

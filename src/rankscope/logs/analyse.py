@@ -175,9 +175,10 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
 
 
 def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
-    """torchrun's own line names a local rank (``failed (exitcode: -11) local_rank: 1``); its failure
-    summary names the same process's global rank beside it (``rank : 1 (local_rank: 1)``). Where the
-    summary is one node's (one host), a line's local rank that one entry has is that entry's rank."""
+    """torchrun's own line names a local rank (``failed (exitcode: -11) local_rank: 1``), as its
+    ``--tee`` prefix does on a rank's crash dump (``[default3]:Fatal Python error: ...``); its failure
+    summary names the same process's global rank beside it (``rank : 11 (local_rank: 3)``). Where the
+    summary is one node's (one host), a local rank that one entry has is that entry's rank."""
     if not exits or len({e.host for e in exits}) != 1:
         return findings
     by_local: dict[int, set[int]] = {}
@@ -186,7 +187,8 @@ def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Fi
             by_local.setdefault(e.local_rank, set()).add(e.rank)
 
     def named(f: Finding) -> Finding:
-        if not (f.local and f.global_rank is None and f.kind == Kind.LAUNCHER and f.who and f.who.isdigit()):
+        launcher = f.kind in (Kind.LAUNCHER, Kind.NATIVE_CRASH)
+        if not (f.local and f.global_rank is None and launcher and f.who and f.who.isdigit()):
             return f
         ranks = by_local.get(int(f.who), set())
         return replace(f, global_rank=next(iter(ranks))) if len(ranks) == 1 else f

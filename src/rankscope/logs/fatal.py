@@ -53,6 +53,10 @@ FATAL_STEP = (
 )
 
 
+#: torchrun --tee's prefix: a role (or host) and the local rank in brackets, then a colon.
+_TEE = re.compile(r"\[[^\[\]\s]*?\d+\]:")
+
+
 @dataclass(frozen=True)
 class FatalDump:
     """One faulthandler dump found in an output."""
@@ -123,8 +127,12 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
     for dump in dumps:
         if dump.cause is None:
             continue
-        if dump.who is not None:  # its own file names the rank
-            out.append(_finding(dump, dump.who, int(dump.who) if dump.who.isdigit() else None))
+        if dump.who is not None:  # its own file or prefix names the rank
+            if _local_prefix(dump.prefix):
+                # torchrun --tee's "[default3]:": a local rank (its failure summary may give the global one)
+                out.append(replace(_finding(dump, dump.who, None), local=True))
+            else:
+                out.append(_finding(dump, dump.who, int(dump.who) if dump.who.isdigit() else None))
             continue
         # the one process a launcher reports dead of that signal: its global rank where the launcher
         # names one (torchrun's summary, mpirun), else the local rank its line names
@@ -150,6 +158,12 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
         lines = [f for f in reports if f.who == local]
         out.append(replace(_finding(dump, local, None), local=all(f.local for f in lines)))
     return out
+
+
+def _local_prefix(prefix: str) -> bool:
+    """A torchrun ``--tee`` prefix (``[default3]:``, ``[trainer:3]:``): its number is a local rank;
+    torch's own ``[rank3]:`` marker and srun's ``3: `` name the global one."""
+    return prefix.startswith("[") and "[rank" not in prefix and _TEE.match(prefix) is not None
 
 
 def _finding(dump: FatalDump, who: Optional[str], rank: Optional[int]) -> Finding:
