@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.cli import run_cli_here
+import pytest
+from tests.support.cli import run_cli, run_cli_here
+from tests.support.jobs import run_torchrun
 from tests.support.line_findings import line_findings
 
 from rankscope.evidence import decide
@@ -94,3 +96,21 @@ def test_without_a_crash_report_an_exception_type_without_error_is_not_looked_fo
     """No launcher line: the block is not searched (nothing says a process died of it)."""
     text = "step 10\n" + _terminate("std::out_of_range", kind="std::out_of_range")
     assert [f for f in line_findings(text) if f.cause == "cpp_exception"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_real_native_assert_names_the_rank_and_the_c_file(tmp_path: Path) -> None:
+    """A real torchrun --tee job whose rank 1 fails a C assert(): the culprit is its glibc line, with
+    the C file and function, not only torchrun's SIGABRT; the --tee prefix names the local rank."""
+    log = tmp_path / "job.log"
+    job = Path(__file__).parent / "jobs" / "native_assert_job.py"
+    assert run_torchrun(tmp_path, log, script=job, timeout=240, nproc=2, torchrun_args=["--tee", "3"]) != 0
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["cause"], verdict["who"], verdict["where"], verdict["local"]) == (
+        "native_assert",
+        "1",
+        "src/net_plugin.c:812",
+        True,
+    ), verdict
+    assert "`r->used` in progress_loop" in verdict["what"], verdict

@@ -187,7 +187,7 @@ def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Fi
             by_local.setdefault(e.local_rank, set()).add(e.rank)
 
     def named(f: Finding) -> Finding:
-        launcher = f.kind in (Kind.LAUNCHER, Kind.NATIVE_CRASH)
+        launcher = f.kind in (Kind.LAUNCHER, Kind.NATIVE_CRASH, Kind.EXCEPTION_LINE)
         if not (f.local and f.global_rank is None and launcher and f.who and f.who.isdigit()):
             return f
         ranks = by_local.get(int(f.who), set())

@@ -197,6 +197,16 @@ _TERMINATE_NEEDLE = b"terminate called after throwing"
 _TERMINATE = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 _WHAT = re.compile(rb"\s*what\(\):\s+(.*)")
 _WHAT_REACH = 3
+#: glibc's assert(): ``python: src/psm2_nccl_net.c:812: mq_progress_loop: Assertion `r->used' failed.``
+_ASSERT_NEEDLE = b"Assertion `"
+_ASSERT = re.compile(
+    rb"(?:^|: )(?P<file>[^\s:]+):(?P<line>\d+): (?P<func>[^:]{1,200}): Assertion `(?P<expr>.{0,300})' failed\."
+)
+_ASSERT_STEP = (
+    "a C or C++ assert() in native code failed and aborted the process: the file and function name the "
+    "library (a plugin, an extension, NCCL's net plugin); check its version against torch's and NCCL's, "
+    "and the rank's core file for the whole stack (`rankscope core bt`)"
+)
 #: What a ``cpp_exception`` finding adds to the exception's type and message.
 CPP_UNCAUGHT = " (a C++ exception that nothing caught: the process aborted)"
 _CPP_STEP = (
@@ -518,6 +528,9 @@ class LineEvidence:
                     self._evicted(event.pod, event.message, line_no)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
+        if self._crash_here and _ASSERT_NEEDLE in chunk:
+            # glibc's assert() before the abort (or the crash) a launcher reports: why native code stopped
+            self._scan(chunk, _ASSERT_NEEDLE, self._native_assert, line_at)
         if self._crash_here and not self._terminate_here and _TERMINATE_NEEDLE in chunk:
             # a C++ exception whose type has no "Error" in its name (std::bad_alloc, std::out_of_range):
             # looked for only where a launcher reports a crash, as faulthandler's dump below
@@ -814,6 +827,42 @@ class LineEvidence:
                 global_rank=rank,
                 exception=kind,
                 next_step=step,
+            )
+        )
+
+    def _native_assert(self, line: bytes, line_no: int) -> None:
+        """glibc's report of a failed assert() in native code (the reason of the SIGABRT, or of the
+        crash, that the launcher reports): a culprit of the rank its prefix names, placed in the C file."""
+        label, raw, text = self._split(line)
+        found = _ASSERT.search(text)
+        if found is None or "block: [" in text.decode("utf-8", "replace"):
+            return  # CUDA's device-side asserts have readers of their own (rankscope.logs.cuda)
+        source, number, func, expr = (
+            g.decode("utf-8", "replace") for g in found.group("file", "line", "func", "expr")
+        )
+        who, rank = self._who(label, "")
+        # torchrun --tee's "[default3]:" names a local rank (the node's failure summary may give the global one)
+        local = raw.startswith(b"[") and b"[rank" not in raw and rank is not None
+        if local:
+            rank = None
+        if (who or "", "native_assert") in self._nccl_seen:
+            return
+        self._nccl_seen.add((who or "", "native_assert"))
+        self.findings_.append(
+            Finding(
+                Kind.EXCEPTION_LINE,
+                "native_assert",
+                CULPRIT,
+                who,
+                f"assert() failed in native code: `{expr}` in {func} ({source}:{number})",
+                f"{source}:{number}",
+                self._source,
+                line_no,
+                self.order(line_no),
+                global_rank=rank,
+                exception="assert",
+                next_step=_ASSERT_STEP,
+                local=local,
             )
         )
 

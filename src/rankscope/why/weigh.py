@@ -125,6 +125,7 @@ _WORDS = {
         "stopped in DDP: parameters of the model got no gradient (not used in the loss, and "
         "find_unused_parameters is off)"
     ),
+    "native_assert": "failed an assert() in native code (the process aborted)",
     "ddp_model_mismatch": "built another model than the other ranks (DDP found other parameter counts when it wrapped it)",
 }
 
