@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from rankscope.watch.attempt import Attempt
+from rankscope.watch.attempt import FIRST, Attempt
 from rankscope.watch.capture import STACKS, WHY, capture_argv, copy_dumps, verdict_of
+from rankscope.watch.collect import Watched
 from rankscope.watch.index import append_index, new_capture_dir, private_dir, read_index, write_private
+from rankscope.watch.loop import JobHandle, Watcher
+from rankscope.watch.model import WatchOptions
 
 
 def test_capture_argv_prefers_why_and_falls_back_to_stacks(tmp_path: Path) -> None:
@@ -116,3 +121,33 @@ def test_copy_dumps_skips_what_it_cannot_read(tmp_path: Path) -> None:
     )
     assert copied == ["n.rank-0.pid-5.term"]
     assert (tmp_path / "cap" / "inproc" / dump.name).read_text().startswith("Thread")
+
+
+def _gone_pid() -> int:
+    """A pid that was a process a moment ago and is gone now (run, exited, reaped)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_capture_of_a_job_whose_processes_are_gone_reads_its_output_files(tmp_path: Path) -> None:
+    """Seen on real 2-rank torchrun jobs: torchrun ended within ~50 ms of a rank's death, so the death
+    capture pointed `why --pid` at processes already gone and got no verdict. With none of the job's
+    processes left the capture reads its output files; one still running is named as before."""
+    log = tmp_path / "job.log"
+    log.write_text("[rank1]: ValueError: bad shard\n")
+    dead = _gone_pid()
+    worker = Watched(pid=dead, rank=1, host="h", uid=0, directory="", start_ticks=0)
+    watcher = Watcher(JobHandle([_gone_pid()]), tmp_path / "caps", WHY, WatchOptions(), lambda _l: None)
+    watcher.workers = {dead: worker}
+    watcher.outputs = [str(log)]
+    assert watcher._targets(FIRST) == ["--log", str(log)]
+    # the file an elastic restart's attempt reads from its offset already: not named twice
+    assert watcher._targets(Attempt({str(log): 10})) == []
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        watcher.workers = {alive.pid: replace(worker, pid=alive.pid)}
+        assert watcher._targets(FIRST) == ["--pid", str(alive.pid)]
+    finally:
+        alive.kill()
+        alive.wait()

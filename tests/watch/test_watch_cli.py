@@ -348,3 +348,4 @@ def test_a_restart_after_workers_reaped_before_their_codes_were_read_is_a_death(
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
+

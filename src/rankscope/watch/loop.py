@@ -97,6 +97,12 @@ class JobHandle:
                     os.kill(pid, signal.SIGTERM)
 
 
+def _running(pid: int) -> bool:
+    """The process is there and not a zombie (one whose exit nobody has collected yet is gone too)."""
+    entry = procfs.process(pid)
+    return entry is not None and entry.state not in ("Z", "X")
+
+
 def _readable(fd: int) -> bool:
     """Whether a pidfd says its process exited, without waiting."""
     try:
@@ -516,9 +522,11 @@ class Watcher:
             self.say(note(f"{trigger.reason.value} ({trigger.text}): not captured, the job ended first"))
         self.pending.clear()
 
-    def _targets(self) -> list[str]:
+    def _targets(self, attempt: Attempt) -> list[str]:
         """What the capture is pointed at: the SLURM job (every node), else the launchers at the top
-        of the job, else its workers."""
+        of the job, else its workers still alive; where none is left (the launcher ended within
+        moments of a death, as a 2-rank torchrun job's does), the job's output files, read after it
+        (a `why --pid` of gone processes finds nothing: seen on a real job)."""
         if self.job.jobid is not None:
             return ["--jobid", self.job.jobid]
         pids = []
@@ -526,6 +534,11 @@ class Watcher:
             entry = procfs.process(pid)
             if entry is not None and launcher_kind(entry) is not None:
                 pids.append(pid)
+        pids = pids or [pid for pid in sorted(self.workers) if _running(pid)]
+        if not pids:
+            files = [path for path in self.outputs if path not in attempt.output_from]
+            if files or attempt.output_from:
+                return [word for path in files for word in ("--log", path)]
         pids = pids or sorted(self.workers) or list(self.job.roots)
         return [word for pid in pids for word in ("--pid", str(pid))]
 
@@ -543,7 +556,7 @@ class Watcher:
         if trigger.reason == Reason.DEATH:
             self.death_captures.append(directory)
         capture = RunningCapture.start(
-            self.verb, self._targets(), directory, self.options.capture_timeout, attempt
+            self.verb, self._targets(attempt), directory, self.options.capture_timeout, attempt
         )
         self.running = Capturing(capture, trigger, confirmed, busy, busy_ranks)
         if capture.pidfd >= 0:
