@@ -261,7 +261,7 @@ import os, subprocess, sys, time
 RANK = '''
 import os, sys, time
 os.write(1, ("up %s\\\\n" % os.environ["RANK"]).encode())
-time.sleep(1.5)
+time.sleep(4.0)  # long enough for a watcher on a loaded machine to have found both ranks
 if os.environ["RANK"] == "1":
     sys.exit(0)  # returns early
 time.sleep(1.0)
@@ -348,4 +348,3 @@ def test_a_restart_after_workers_reaped_before_their_codes_were_read_is_a_death(
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
-

@@ -264,3 +264,30 @@ def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch) -> None
     assert "rank 0 ran on the CPU throughout the samples" in run.stderr
     assert "--then kill: SIGTERM" not in run.stderr
     assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
+
+
+def test_a_spawn_job_s_stuck_rank_is_captured_by_its_start_order(tmp_path: Path) -> None:
+    """A job started with torch.multiprocessing.spawn: its children carry no rank variable (their rank
+    is their start order). The watcher used to find no worker at all and never saw the hang; it now
+    watches them as `stacks` finds them, and rank 1, stuck in its data loading, is the stall's culprit."""
+    script = Path(__file__).with_name("spawn_job.py")
+    env, mark = marked_env(OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(tmp_path / "caps"), "--interval", "0.5"]
+    argv += ["--stall", "5", "--then", "kill", "--", sys.executable, str(script), str(free_port())]
+    log = tmp_path / "watch.log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=handle, stderr=handle, start_new_session=True
+        )
+    try:
+        watcher.wait(180)
+        index = tmp_path / "caps" / "index.jsonl"
+        entries = [json.loads(line) for line in index.read_text().splitlines()] if index.exists() else []
+        stalls = [e for e in entries if e["reason"] == "stall"]
+        assert stalls and stalls[0]["ranks"] == [1], (entries, log.read_text(errors="replace")[-3000:])
+        assert "read_shard_forever" in (tmp_path / "caps" / str(stalls[0]["dir"]) / "report.txt").read_text()
+    finally:
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()

@@ -94,9 +94,18 @@ def find_workers(roots: list[int], host: Optional[str] = None) -> list[Watched]:
     host = host or short_hostname()
     table = ProcessTable()
     pids: list[int] = []
+    #: torch.multiprocessing.spawn's children carry no rank variable: their rank is their start order.
+    spawned: dict[int, Optional[int]] = {}
     for root in roots:
         info = table.procs.get(root)
         if info is None:
+            continue
+        for top in [root, *sorted(table.descendants(root))]:
+            job = table.spawn_job(top, host) if top in table.children else None
+            if job is not None:
+                spawned.update((w.pid, w.rank.rank) for w in job.workers)
+        if spawned:
+            pids += list(spawned)
             continue
         if launcher_kind(info) is not None or table.is_candidate_worker(root):
             pids += [w.pid for w in workers_of(root, table, host).workers]
@@ -117,7 +126,8 @@ def find_workers(roots: list[int], host: Optional[str] = None) -> list[Watched]:
         environ = table.procs[pid].environ or {}
         uid = worker.uid
         directory = runtime.runtime_dir(environ, uid if uid is not None else os.getuid())
-        found.append(Watched(pid, worker.rank.rank, host, uid, directory, progress_file.start_ticks(pid)))
+        rank = spawned[pid] if pid in spawned else worker.rank.rank
+        found.append(Watched(pid, rank, host, uid, directory, progress_file.start_ticks(pid)))
     return sorted(found, key=lambda w: (w.rank is None, w.rank or 0, w.pid))
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from rankscope import lifetime, procfs
 from rankscope.folding import RankSet
-from rankscope.procs import launcher_kind
+from rankscope.procs import ProcessTable, launcher_kind
 from rankscope.watch import collect
 from rankscope.watch.attempt import FIRST, Attempt
 from rankscope.watch.capture import CaptureResult, RunningCapture, cause_of, copy_dumps, found_nothing
@@ -534,8 +534,14 @@ class Watcher:
             entry = procfs.process(pid)
             if entry is not None and launcher_kind(entry) is not None:
                 pids.append(pid)
+        if not pids and any(w.rank is not None for w in self.workers.values()):
+            # torch.multiprocessing.spawn's parent: its children's ranks are known through it only
+            # (they carry no rank variable), so `why --pid` of a child alone names no rank
+            parents = {self._parents.get(pid) for pid in self.workers}
+            table = ProcessTable() if parents & set(self.job.roots) else None
+            pids = [pid for pid in self.job.roots if table is not None and table.spawned_ranks(pid)]
         pids = pids or [pid for pid in sorted(self.workers) if _running(pid)]
-        if not pids:
+        if not pids and not any(_running(pid) for pid in self.job.roots):
             files = [path for path in self.outputs if path not in attempt.output_from]
             if files or attempt.output_from:
                 return [word for path in files for word in ("--log", path)]
