@@ -126,7 +126,7 @@ def find_workers(roots: list[int], host: Optional[str] = None) -> list[Watched]:
         environ = table.procs[pid].environ or {}
         uid = worker.uid
         directory = runtime.runtime_dir(environ, uid if uid is not None else os.getuid())
-        rank = spawned[pid] if pid in spawned else worker.rank.rank
+        rank = spawned.get(pid, worker.rank.rank)
         found.append(Watched(pid, rank, host, uid, directory, progress_file.start_ticks(pid)))
     return sorted(found, key=lambda w: (w.rank is None, w.rank or 0, w.pid))
 

@@ -5,7 +5,9 @@ torchrun reports exitcode -6. No torch needed.
 Usage: torchrun --nproc-per-node 2 --tee 3 native_assert_job.py
 """
 
-import ctypes, os, time
+import ctypes
+import os
+import time
 
 if os.environ["RANK"] == "1":
     time.sleep(0.5)
