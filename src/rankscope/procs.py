@@ -476,11 +476,13 @@ def _maybe_spawned(proc: ProcfsEntry) -> bool:
 
 
 def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job:
-    """The job a ``--pid`` names: a launcher's workers (``mp.spawn``'s parent too), or a single
-    worker/process."""
+    """The job a ``--pid`` names: a launcher's workers (``mp.spawn``'s parent too, and one of its
+    children: the parent's job), or a single worker/process."""
     host = host or short_hostname()
     info = table.procs[pid]
     spawned = table.spawn_job(pid, host)
+    if spawned is None and not table.has_rank(pid) and pid in table.spawned_ranks(info.ppid):
+        spawned = table.spawn_job(info.ppid, host)  # a spawned rank: its job, ranks known by start order
     if spawned is not None:
         return spawned
     # Only pid's own children (pid is the local rank 0) or its siblings (pid is another local rank) can

@@ -22,7 +22,7 @@ import pytest
 from tests.support.cli import run_cli
 from tests.support.sshd import free_port
 
-from rankscope.procs import MP_SPAWN, RELAUNCH, ProcessTable, discover
+from rankscope.procs import MP_SPAWN, RELAUNCH, ProcessTable, discover, workers_of
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +103,16 @@ def test_discovery_finds_the_job_without_a_target(spawn_job: tuple[int, Path]) -
     (job,) = [j for j in discover(ProcessTable()).jobs if j.launcher_pid == spawn_job[0]]
     assert job.launcher == MP_SPAWN and [w.rank.rank for w in job.workers] == [0, 1, 2]
     assert all(w.rank.world_size == 3 for w in job.workers)
+
+
+def test_a_spawned_rank_named_alone_is_its_parent_s_job(spawn_job: tuple[int, Path]) -> None:
+    """`--pid` of one of the spawned children (what `ps` or a watcher shows): its rank comes from its
+    parent's job, the others with it (it has no rank variable of its own)."""
+    table = ProcessTable()
+    kids = table.spawned_ranks(spawn_job[0])
+    job = workers_of(kids[1], table)
+    assert job.launcher == MP_SPAWN and job.launcher_pid == spawn_job[0]
+    assert [(w.pid, w.rank.rank) for w in job.workers] == [(pid, rank) for rank, pid in enumerate(kids)]
 
 
 def test_a_spawn_pool_without_torch_is_no_job() -> None:
