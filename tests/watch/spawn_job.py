@@ -1,8 +1,9 @@
 """A torch.multiprocessing.spawn job (the DDP tutorials' way: no launcher, no RANK variable in the
 children) on gloo: rank 1 stops in its data loading after a few steps while rank 0 waits for it in
-an all_reduce (a hang).
+an all_reduce (a hang); with ``raise``, rank 1 raises there instead (mp.spawn then ends rank 0 and
+raises in the parent).
 
-Usage: python spawn_job.py PORT
+Usage: python spawn_job.py PORT [raise]
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ def read_shard_forever() -> None:
         time.sleep(0.2)
 
 
-def run(rank: int, world: int, port: str) -> None:
+def run(rank: int, world: int, port: str, fail: bool) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     for step in range(1000):
         if rank == 1 and step == 4:
+            if fail:
+                raise ValueError(f"bad record in shard 3 at step {step}")
             read_shard_forever()
         tensor = torch.ones(4)
         dist.all_reduce(tensor)
@@ -34,4 +37,4 @@ def run(rank: int, world: int, port: str) -> None:
 
 
 if __name__ == "__main__":
-    mp.spawn(run, args=(2, sys.argv[1]), nprocs=2)
+    mp.spawn(run, args=(2, sys.argv[1], sys.argv[2:] == ["raise"]), nprocs=2)

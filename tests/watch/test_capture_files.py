@@ -142,12 +142,12 @@ def test_a_capture_of_a_job_whose_processes_are_gone_reads_its_output_files(tmp_
     watcher.workers = {dead: worker}
     watcher.outputs = [str(log)]
     assert watcher._targets(FIRST) == ["--log", str(log)]
-    # the file an elastic restart's attempt reads from its offset already: not named twice
-    assert watcher._targets(Attempt({str(log): 10})) == []
+    # an elastic restart's attempt: the file is still named (`--log-from` only says where to start in it)
+    assert watcher._targets(Attempt({str(log): 10})) == ["--log", str(log)]
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         watcher.workers = {alive.pid: replace(worker, pid=alive.pid)}
-        assert watcher._targets(FIRST) == ["--pid", str(alive.pid)]
+        assert watcher._targets(FIRST) == ["--pid", str(alive.pid), "--log", str(log)]
     finally:
         alive.kill()
         alive.wait()

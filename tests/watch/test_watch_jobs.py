@@ -291,3 +291,29 @@ def test_a_spawn_job_s_stuck_rank_is_captured_by_its_start_order(tmp_path: Path)
         if watcher.poll() is None:
             os.killpg(watcher.pid, signal.SIGKILL)
         watcher.wait()
+
+
+def test_a_spawn_job_that_fails_and_ends_at_once_is_read_from_its_output(tmp_path: Path) -> None:
+    """Rank 1 of an mp.spawn job raises; mp.spawn ends rank 0 and the parent within moments, before a
+    capture of the live job can run, and the children's exit codes cannot be read from outside. The
+    job's failure still gets a capture that reads its output and names rank 1's error."""
+    script = Path(__file__).with_name("spawn_job.py")
+    env, mark = marked_env(OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "rankscope", "watch", "--out", str(tmp_path / "caps"), "--interval", "0.5"]
+    argv += ["--stall", "60", "--", sys.executable, str(script), str(free_port()), "raise"]
+    log = tmp_path / "watch.log"
+    with open(log, "wb") as handle:
+        watcher = subprocess.Popen(
+            argv, cwd=tmp_path, env=env, stdout=handle, stderr=handle, start_new_session=True
+        )
+    try:
+        assert watcher.wait(180) == 1, log.read_text(errors="replace")[-3000:]
+        index = tmp_path / "caps" / "index.jsonl"
+        entries = [json.loads(line) for line in index.read_text().splitlines()] if index.exists() else []
+        named = [e for e in entries if "bad record in shard 3" in str(e["verdict"])]
+        assert named and named[0]["ranks"] == [1], (entries, log.read_text(errors="replace")[-3000:])
+    finally:
+        kill_marked(mark)
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+        watcher.wait()

@@ -21,7 +21,7 @@ import selectors
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -30,7 +30,7 @@ from rankscope.folding import RankSet
 from rankscope.procs import ProcessTable, launcher_kind
 from rankscope.watch import collect
 from rankscope.watch.attempt import FIRST, Attempt
-from rankscope.watch.capture import CaptureResult, RunningCapture, cause_of, copy_dumps, found_nothing
+from rankscope.watch.capture import WHY, CaptureResult, RunningCapture, cause_of, copy_dumps, found_nothing
 from rankscope.watch.confirm import confirm_stall
 from rankscope.watch.decide import Decider
 from rankscope.watch.elsewhere import Elsewhere
@@ -525,8 +525,9 @@ class Watcher:
     def _targets(self, attempt: Attempt) -> list[str]:
         """What the capture is pointed at: the SLURM job (every node), else the launchers at the top
         of the job, else its workers still alive; where none is left (the launcher ended within
-        moments of a death, as a 2-rank torchrun job's does), the job's output files, read after it
-        (a `why --pid` of gone processes finds nothing: seen on a real job)."""
+        moments of a death, as a 2-rank torchrun job's does), the job's output files alone, read after
+        it (a `why --pid` of gone processes finds nothing: seen on a real job); the files go with the
+        pids too, for a process that ends between this look and the capture's start."""
         if self.job.jobid is not None:
             return ["--jobid", self.job.jobid]
         pids = []
@@ -541,12 +542,14 @@ class Watcher:
             table = ProcessTable() if parents & set(self.job.roots) else None
             pids = [pid for pid in self.job.roots if table is not None and table.spawned_ranks(pid)]
         pids = pids or [pid for pid in sorted(self.workers) if _running(pid)]
-        if not pids and not any(_running(pid) for pid in self.job.roots):
-            files = [path for path in self.outputs if path not in attempt.output_from]
-            if files or attempt.output_from:
-                return [word for path in files for word in ("--log", path)]
+        # the job's output files too: a process may be gone by the time `why` starts (it then reads
+        # them, where a `--pid` alone of a gone process is an error); `why` reads each file once
+        # (`--log-from FILE:BYTES` of the attempt only says where in such a file to start reading)
+        logs = [word for path in self.outputs for word in ("--log", path)]
+        if not pids and not any(_running(pid) for pid in self.job.roots) and logs:
+            return logs
         pids = pids or sorted(self.workers) or list(self.job.roots)
-        return [word for pid in pids for word in ("--pid", str(pid))]
+        return [word for pid in pids for word in ("--pid", str(pid))] + logs
 
     def _capture(
         self,
@@ -637,7 +640,9 @@ class Watcher:
             return
         if code == 0 and not self.failed_exits:
             return
-        if not dumps and not self.failed_exits:
+        files = list(self.outputs)
+        read = self.verb == WHY and bool(files) and code != 0
+        if not dumps and not self.failed_exits and not read:
             return  # nothing of the ranks to keep: the exit code says it all
         if self.stopped_by == signal.SIGINT or (self.stopped_by is not None and not dumps):
             return  # Ctrl-C: the user ended it; a SIGTERM (a scheduler's) keeps what the ranks dumped
@@ -654,4 +659,16 @@ class Watcher:
         # that lost its peer): no culprit is named.
         culprits = [] if early else list(ranks)
         result = CaptureResult(directory, "", [], None, verdict=verdict, ranks=culprits)
+        if read:
+            # a failed job that no capture caught while it ran (it ended within moments, or its ranks'
+            # exit codes could not be read: torch.multiprocessing.spawn's children): its output, read now
+            words = [word for path in files for word in ("--log", path)]
+            capture = RunningCapture.start(
+                self.verb, words, directory, self.options.capture_timeout, self.attempt
+            )
+            lifetime.wait([capture.child])
+            read_back = capture.finish()
+            if read_back.document is not None and read_back.verdict:
+                extra = f"; {verdict}" if copied else ""
+                result = replace(read_back, verdict=read_back.verdict + extra)
         self._record(trigger, result, None)
