@@ -119,3 +119,14 @@ def test_a_rendezvous_another_node_closed_is_a_victim_of_that_node_s_error(tmp_p
     assert document["verdict"]["what"] == "IndexError: index 8 is out of bounds"
     roles = {g["exception_type"].rsplit(".", 1)[-1]: g["role"] for g in document["groups"]}
     assert roles["RendezvousClosedError"] == "victim", roles
+
+
+def test_a_real_invalid_ordinal_is_not_called_asynchronous() -> None:
+    """Recorded on the H100 node: `set_device(1)` with one GPU. torch appends its "kernel errors might be
+    asynchronously reported" note to every CUDA error, but a runtime call that returns the error itself
+    raised it where it happened: the next step is the device count, not a synchronous rerun."""
+    log = Path(__file__).parent.parent / "data" / "gpu-h100" / "invalid_ordinal_torchrun.log"
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["who"], verdict["exception"]) == ("1", "torch.AcceleratorError"), verdict
+    assert "--nproc-per-node" in verdict["next_step"] and "--sync" not in verdict["next_step"], verdict
+    assert "location unreliable" not in run_cli("logs", "errors", str(log)).stdout

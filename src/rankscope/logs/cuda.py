@@ -32,8 +32,22 @@ _ASSERT = re.compile(
 MAX_BLOCKS = 8
 
 
+#: CUDA errors that a runtime call returns itself (no kernel involved), though torch adds its note that
+#: kernel errors may be reported asynchronously to every CUDA error: where they are raised is where they
+#: happened (seen on an H100: ``set_device(1)`` on a one-GPU node).
+_SYNCHRONOUS = (
+    "invalid device ordinal",
+    "no kernel image is available",
+    "driver version is insufficient",
+    "CUDA-capable devices are busy or unavailable",
+)
+
+
 def is_async_cuda_error(tb: RankTraceback) -> bool:
-    """torch's note that this CUDA error may have been raised far from the kernel that caused it."""
+    """torch's note that this CUDA error may have been raised far from the kernel that caused it (not
+    for the errors a runtime call returns itself: :data:`_SYNCHRONOUS`)."""
+    if any(words in tb.exception for words in _SYNCHRONOUS):
+        return False
     return ASYNC_NOTE in tb.exception or any(ASYNC_NOTE in line for line in tb.tail)
 
 
