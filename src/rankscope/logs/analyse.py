@@ -147,7 +147,6 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
     (it lost its peer, its collective timed out) is that consequence too: its traceback is not
     elsewhere, and the rank that ended first is another (one that left no error: ``os._exit(0)``, a
     kill), so none of them is the root cause."""
-    findings = _deaths_explained(_named_by_summary(findings, exits), exits)
     victims: set[Optional[int]] = set()
     for f in findings:
         if (
@@ -172,6 +171,13 @@ def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) 
         else f
         for f in findings
     ]
+
+
+def with_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
+    """The findings read beside torchrun's failure summary: a local rank its one node's summary names
+    gets that entry's global rank, and a summary entry of a death the lines already show as a
+    consequence (the watchdog's abort) takes that role."""
+    return _deaths_explained(_named_by_summary(findings, exits), exits)
 
 
 def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:

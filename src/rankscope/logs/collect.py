@@ -9,7 +9,12 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from rankscope.evidence import Finding, decide
-from rankscope.logs.analyse import exits_with_their_tracebacks, summary_findings, traceback_findings
+from rankscope.logs.analyse import (
+    exits_with_their_tracebacks,
+    summary_findings,
+    traceback_findings,
+    with_summary,
+)
 from rankscope.logs.c10d_errors import classify, specific_findings
 from rankscope.logs.cuda import DeviceAssert, DeviceAsserts
 from rankscope.logs.grouping import ErrorsReport, Grouper, normalise_message
@@ -128,19 +133,22 @@ def scan_errors(reading: Reading) -> tuple[ErrorsReport, LineCounts]:
     report = grouper.report(restarts)
     counts.findings = specific_findings(
         exits_with_their_tracebacks(
-            name_the_lone_failure(
-                [
-                    *traceback_findings(report, sources, restarts),
-                    *superseded(
-                        [*evidence.findings(traced), *summary_findings(counts.exits)],
-                        {s: a.last_restart_line for s, a in collector.restarts.items() if a.restarts},
-                    ),
-                ],
-                "python_exception",
-                {
-                    ((g.timed or g.example).source, (g.timed or g.example).line_number): g.last_count
-                    for g in report.groups
-                },
+            with_summary(
+                name_the_lone_failure(
+                    [
+                        *traceback_findings(report, sources, restarts),
+                        *superseded(
+                            [*evidence.findings(traced), *summary_findings(counts.exits)],
+                            {s: a.last_restart_line for s, a in collector.restarts.items() if a.restarts},
+                        ),
+                    ],
+                    "python_exception",
+                    {
+                        ((g.timed or g.example).source, (g.timed or g.example).line_number): g.last_count
+                        for g in report.groups
+                    },
+                ),
+                counts.exits,
             ),
             counts.exits,
         ),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from rankscope.evidence import CULPRIT, Finding, Kind
+from rankscope.logs.prefixes import tee_local
 from rankscope.logs.roles import user_frame
 from rankscope.logs.tracebacks import FrameLine
 
@@ -51,10 +52,6 @@ FATAL_STEP = (
     "(an extension, a custom kernel, a library torch calls); the rank's core file names the native "
     "frame (`rankscope core bt`)"
 )
-
-
-#: torchrun --tee's prefix: a role (or host) and the local rank in brackets, then a colon.
-_TEE = re.compile(r"\[[^\[\]\s]*?\d+\]:")
 
 
 @dataclass(frozen=True)
@@ -128,7 +125,7 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
         if dump.cause is None:
             continue
         if dump.who is not None:  # its own file or prefix names the rank
-            if _local_prefix(dump.prefix):
+            if tee_local(dump.prefix.encode("utf-8", "surrogateescape")):
                 # torchrun --tee's "[default3]:": a local rank (its failure summary may give the global one)
                 out.append(replace(_finding(dump, dump.who, None), local=True))
             else:
@@ -158,12 +155,6 @@ def fatal_findings(dumps: Sequence[FatalDump], findings: Sequence[Finding]) -> l
         lines = [f for f in reports if f.who == local]
         out.append(replace(_finding(dump, local, None), local=all(f.local for f in lines)))
     return out
-
-
-def _local_prefix(prefix: str) -> bool:
-    """A torchrun ``--tee`` prefix (``[default3]:``, ``[trainer:3]:``): its number is a local rank;
-    torch's own ``[rank3]:`` marker and srun's ``3: `` name the global one."""
-    return prefix.startswith("[") and "[rank" not in prefix and _TEE.match(prefix) is not None
 
 
 def _finding(dump: FatalDump, who: Optional[str], rank: Optional[int]) -> Finding:

@@ -35,7 +35,7 @@ from rankscope.logs.labels import host_and_rank, label_text
 from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
-from rankscope.logs.prefixes import PAREN, PLAIN, SourceLabels, split_line, torch_global_rank
+from rankscope.logs.prefixes import PAREN, PLAIN, SourceLabels, split_line, tee_local, torch_global_rank
 from rankscope.logs.roles import VICTIM_MESSAGES, nccl_error_line
 from rankscope.logs.scheduler import OOM_KILL, OOM_STEP, dedupe_key, scheduler_finding
 from rankscope.logs.stopped import NEEDLE as STOPPED_NEEDLE
@@ -842,7 +842,7 @@ class LineEvidence:
         )
         who, rank = self._who(label, "")
         # torchrun --tee's "[default3]:" names a local rank (the node's failure summary may give the global one)
-        local = raw.startswith(b"[") and b"[rank" not in raw and rank is not None
+        local = tee_local(raw) and rank is not None
         if local:
             rank = None
         if (who or "", "native_assert") in self._nccl_seen:

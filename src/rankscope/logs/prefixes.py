@@ -405,6 +405,16 @@ def unlabelled_lines(chunk: bytes, labels: SourceLabels, newlines: Optional[int]
     return tally_lines(chunk, labels, newlines=newlines).unlabelled
 
 
+#: torchrun --tee's prefix: a role (or host) and the local rank in brackets, then a colon.
+_TEE = re.compile(rb"\[[^\[\]\s]*?\d+\]:")
+
+
+def tee_local(raw_prefix: bytes) -> bool:
+    """A torchrun ``--tee`` prefix (``[default3]:``, ``[trainer:3]:``) without torch's marker: its
+    number is a local rank; torch's own ``[rank3]:`` and srun's ``3: `` name the global one."""
+    return b"[rank" not in raw_prefix and _TEE.match(raw_prefix) is not None
+
+
 def torch_global_rank(raw_prefix: bytes) -> Optional[int]:
     """The global rank torch's ``[rankN]:`` marker in a raw prefix gives; None without a marker.
 

@@ -100,17 +100,16 @@ def find_workers(roots: list[int], host: Optional[str] = None) -> list[Watched]:
         info = table.procs.get(root)
         if info is None:
             continue
-        for top in [root, *sorted(table.descendants(root))]:
-            job = table.spawn_job(top, host) if top in table.children else None
-            if job is not None:
-                spawned.update((w.pid, w.rank.rank) for w in job.workers)
-        if spawned:
-            pids += list(spawned)
-            continue
         if launcher_kind(info) is not None or table.is_candidate_worker(root):
             pids += [w.pid for w in workers_of(root, table, host).workers]
             continue
         below = sorted(table.descendants(root))  # a script that started the launcher, or the workers
+        jobs = [table.spawn_job(top, host) for top in [root, *below] if top in table.children]
+        mine = {w.pid: w.rank.rank for job in jobs if job is not None for w in job.workers}
+        if mine:
+            spawned.update(mine)
+            pids += list(mine)
+            continue
         launchers = [
             pid for pid in below if pid in table.procs and launcher_kind(table.procs[pid]) is not None
         ]
