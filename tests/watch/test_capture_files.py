@@ -151,3 +151,50 @@ def test_a_capture_of_a_job_whose_processes_are_gone_reads_its_output_files(tmp_
     finally:
         alive.kill()
         alive.wait()
+
+
+def test_a_failed_job_whose_death_capture_named_no_culprit_gets_a_second_look_at_its_output(
+    tmp_path: Path,
+) -> None:
+    """Seen in CI: rank 1 of a torch.multiprocessing.spawn job raised, the watcher read its exit code
+    before the parent reaped it, and the death's capture read the output before the parent printed
+    the traceback it relays from rank 1: no culprit. At the job's end its output is read again (here
+    the real output of such a job); a death whose capture named its culprit gets no second look."""
+    import signal
+
+    from tests.support.leftovers import kill_marked, marked_env
+    from tests.support.sshd import free_port
+
+    log = tmp_path / "job.log"
+    env, mark = marked_env(OMP_NUM_THREADS="1")
+    script = Path(__file__).with_name("spawn_job.py")
+    with open(log, "wb") as out:
+        job = subprocess.Popen(
+            [sys.executable, str(script), str(free_port()), "raise"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        assert job.wait(120) == 1, log.read_text(errors="replace")[-2000:]
+    finally:
+        kill_marked(mark)
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+    for named in (False, True):
+        out = private_dir(tmp_path / f"caps-{named}")
+        watcher = Watcher(JobHandle([_gone_pid()]), out, WHY, WatchOptions(), lambda _l: None)
+        watcher.outputs = [str(log)]
+        death = new_capture_dir(out, "death")
+        watcher.captures.append(death)
+        watcher.death_captures.append(death)
+        watcher.death_named = named
+        watcher._at_end(1)
+        entries = read_index(out)
+        if named:
+            assert entries == [] and watcher.captures == [death]
+            continue
+        assert [e["reason"] for e in entries] == ["end"], entries
+        assert entries[0]["ranks"] == [1] and "bad record in shard 3" in str(entries[0]["verdict"]), entries

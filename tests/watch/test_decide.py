@@ -47,6 +47,20 @@ def test_markers_present_output_noise_does_not_hide_a_stall() -> None:
     assert stall.reason == Reason.STALL
 
 
+def test_ranks_that_are_all_ending_give_no_stall_but_one_still_running_does() -> None:
+    decider = Decider(stall=10, straggler_steps=0)
+    decider.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))
+    ending = (RankSample(100, 0, ending=True), RankSample(101, 1, ending=True))
+    assert decider.decide(Snapshot(30.0, ending, outputs=(("/log", 1, 1.0),))) == []
+    other = Decider(stall=10, straggler_steps=0)
+    other.decide(Snapshot(0.0, ranks((1, 1), (1, 1))))
+    one_left = (RankSample(100, 0, 1, 1), RankSample(101, 1, ending=True))
+    assert other.decide(Snapshot(9.0, one_left)) == []  # rank 1 began its exit: the clock starts again
+    assert other.decide(Snapshot(18.0, one_left)) == []
+    [stall] = other.decide(Snapshot(19.0, one_left))  # rank 0, still running, is quiet for 10 s
+    assert stall.signal == "progress markers"
+
+
 def test_nothing_to_watch_gives_no_stall() -> None:
     decider = Decider(stall=1, straggler_steps=0)
     quiet = (RankSample(1, 0), RankSample(2, 1))

@@ -43,6 +43,8 @@ class Watched:
     pidfd: int = -1
     #: When the runtime directory was last listed for the marker (a rank that records none).
     listed_at: float = float("-inf")
+    #: Its own marker was read once: gone later, the rank is ending (RankSample.ending).
+    marker_read: bool = False
 
     def find_marker(self) -> Optional[str]:
         """Its marker's path: the name it would have is looked at every call (one ``lstat``); the
@@ -66,6 +68,8 @@ class Watched:
 
     def sample(self) -> RankSample:
         """Its marker now (calls and step), when it records one."""
+        if self.marker_read and self.marker is None:
+            return RankSample(self.pid, self.rank, ending=True)
         path = self.find_marker()
         if path is None:
             return RankSample(self.pid, self.rank)
@@ -73,12 +77,14 @@ class Watched:
             record = progress_file.read(path, uid=self.uid)
         except (OSError, ValueError):
             self.marker = None  # gone, or not a marker: looked for again
-            return RankSample(self.pid, self.rank)
+            # its own marker, removed: only the rank's normal exit does that (it is ending)
+            return RankSample(self.pid, self.rank, ending=self.marker_read)
         if record.pid != self.pid or (self.start_ticks and record.start_ticks != self.start_ticks):
             # An earlier process's file with the same pid (a reused pid; another rank's name, found by
             # listing before this rank wrote its own): forgotten, so that its own is found once written.
             self.marker = None
             return RankSample(self.pid, self.rank)
+        self.marker_read = True
         return RankSample(self.pid, self.rank, record.calls, record.step)
 
     def close(self) -> None:

@@ -2,9 +2,11 @@
 
 - **Stall**: no rank's progress marker advanced for ``stall`` seconds; for a job that records no
   markers, its output files unchanged (size and modification time) for as long; for a job with
-  neither, its ranks' flight recorders showing no new collective for as long. The clock starts
-  at the first look that finds workers and restarts whenever anything advances, when new workers
-  appear (an elastic restart), and when the caller says a suspected stall was not one
+  neither, its ranks' flight recorders showing no new collective for as long; none while every
+  rank is ending (its marker removed by its normal exit, torch's teardown still running). The
+  clock starts at the first look that finds workers and restarts whenever anything advances, when
+  a rank begins its normal exit, when new workers appear (an elastic restart), and when the caller
+  says a suspected stall was not one
   (:meth:`Decider.not_stalled`: the ranks' stacks moved). One stall is reported once: the next
   needs an advance first.
 - **Straggler**: a rank whose step is ``straggler_steps`` or more behind the most advanced rank;
@@ -43,6 +45,8 @@ class Decider:
     calls: dict[int, int] = field(default_factory=dict)
     outputs: dict[str, tuple[int, float]] = field(default_factory=dict)
     recorders: dict[int, int] = field(default_factory=dict)
+    #: The workers seen ending (their marker removed by their normal exit): one more is an advance.
+    ending: set[int] = field(default_factory=set)
     stalled: bool = False
     behind: set[int] = field(default_factory=set)
     #: The workers of the last look: a death counts only while others of its own generation live.
@@ -60,8 +64,8 @@ class Decider:
     def decide(self, snap: Snapshot) -> list[Trigger]:
         triggers = self._deaths(snap)
         self.previous = {r.pid for r in snap.ranks}
-        if not snap.ranks:
-            return triggers
+        if not snap.ranks or all(r.ending for r in snap.ranks):
+            return triggers  # none, or every one is ending normally (its marker removed at exit)
         advanced = self._advanced(snap)
         if advanced or self.last_advance is None:
             self.last_advance, self.stalled = snap.now, False
@@ -137,11 +141,15 @@ class Decider:
 
     def _advanced(self, snap: Snapshot) -> bool:
         """Whether anything says the job moved: a marker advanced (the output files only count
-        for a job that records no markers, the recorders for one with neither), or workers came or went."""
+        for a job that records no markers, the recorders for one with neither), workers came or went,
+        or one more began its normal exit."""
         calls = {r.pid: r.calls for r in snap.ranks if r.calls}
         outputs = {path: (size, mtime) for path, size, mtime in snap.outputs}
         recorders = dict(snap.recorders)
-        changed = bool(snap.exits) or any(self.calls.get(pid) != n for pid, n in calls.items())
+        ending = {r.pid for r in snap.ranks if r.ending}
+        changed = bool(snap.exits) or bool(ending - self.ending)
+        changed = changed or any(self.calls.get(pid) != n for pid, n in calls.items())
+        self.ending |= ending
         if not calls:
             changed = changed or outputs != self.outputs
             if not outputs:

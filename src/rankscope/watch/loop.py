@@ -18,6 +18,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -198,6 +199,8 @@ class Watcher:
     captures: list[Path] = field(default_factory=list)
     #: The captures of deaths: where the teardown's dumps belong.
     death_captures: list[Path] = field(default_factory=list)
+    #: A capture of a death named its culprit ranks.
+    death_named: bool = False
     failed_exits: list[Exit] = field(default_factory=list)
     _told_max: bool = False
     _told_blind: bool = False
@@ -376,7 +379,7 @@ class Watcher:
         outputs = collect.output_states(self.outputs)
         recorders = self._read_recorders(now, ranks, outputs)
         answering = recorders or (self._recorders is not None and self._recorders.answering)
-        blind = bool(ranks) and not outputs and not any(r.calls for r in ranks) and not answering
+        blind = bool(ranks) and not outputs and not any(r.calls or r.ending for r in ranks) and not answering
         if not blind:
             self._blind_since = None
         elif self._blind_since is None:
@@ -398,7 +401,7 @@ class Watcher:
         """The ranks' recorder numbers, for a job with neither markers nor output files (else none)."""
         if self._recorders is None:
             self._recorders = RecorderLooks(cadence(self.options.stall, self.options.interval))
-        if not ranks or outputs or any(r.calls for r in ranks):
+        if not ranks or outputs or any(r.calls or r.ending for r in ranks):
             self._recorders.reset()
             return ()
         return self._recorders.look(now, self.workers.values())
@@ -608,6 +611,8 @@ class Watcher:
             if result.errors:
                 write_private(result.directory, "watch-stderr.txt", result.errors.encode())
         append_index(self.out, entry)
+        if trigger.reason == Reason.DEATH and result.ranks:
+            self.death_named = True
         if cleared:
             self.say(
                 note(
@@ -629,19 +634,24 @@ class Watcher:
 
     def _at_end(self, code: int) -> None:
         """The job ended: the dumps its ranks left go into the last capture of a death (else the last
-        capture); a job that failed without any capture gets one of its own."""
+        capture); a job that failed without any capture gets one of its own, and so does one whose
+        death captures named no culprit while its output names one now (torch.multiprocessing.spawn
+        prints a child's traceback from the parent, after the death capture read the files)."""
         dumps = [path for worker in self.seen.values() for path in collect.handler_dumps(worker)]
+        files = list(self.outputs)
+        read = self.verb == WHY and bool(files) and code != 0
         homes = self.death_captures or self.captures
         home: Optional[Path] = homes[-1] if homes else None
         if home is not None:
             copied = copy_dumps(dumps, home)
             if copied:
                 self.say(note(f"{len(copied)} in-process dump(s) of the ranks' ends added to {home}"))
-            return
+            if not (read and self.death_captures and not self.death_named):
+                return
+            dumps = []  # kept with the death's capture
+        second_look = home is not None
         if code == 0 and not self.failed_exits:
             return
-        files = list(self.outputs)
-        read = self.verb == WHY and bool(files) and code != 0
         if not dumps and not self.failed_exits and not read:
             return  # nothing of the ranks to keep: the exit code says it all
         if self.stopped_by == signal.SIGINT or (self.stopped_by is not None and not dumps):
@@ -668,6 +678,11 @@ class Watcher:
             )
             lifetime.wait([capture.child])
             read_back = capture.finish()
+            if second_look and not (read_back.document is not None and read_back.ranks):
+                # the output names no culprit either: the death's capture says all there is
+                shutil.rmtree(directory, ignore_errors=True)
+                self.captures.remove(directory)
+                return
             if read_back.document is not None and read_back.verdict:
                 extra = f"; {verdict}" if copied else ""
                 result = replace(read_back, verdict=read_back.verdict + extra)

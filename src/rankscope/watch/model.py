@@ -33,6 +33,10 @@ class RankSample:
     #: The progress marker's call count (None: the rank records none).
     calls: Optional[int] = None
     step: Optional[int] = None
+    #: Its marker was read before and is gone now, the process still there: the marker is removed
+    #: only by the rank's own normal exit (atexit), so the rank is ending, not stalled (torch's
+    #: teardown after it may take seconds on a loaded machine).
+    ending: bool = False
 
 
 @dataclass(frozen=True)
