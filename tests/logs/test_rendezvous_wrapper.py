@@ -62,3 +62,57 @@ def test_the_wrapper_cut_from_its_inner_exception_stays_a_plain_error(tmp_path: 
     verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
     assert verdict["cause"] == "python_exception"
     assert verdict["what"].startswith("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
+    assert verdict["next_step"].startswith("torchrun could not connect to the rendezvous store at `--rdzv-endpoint`")
+
+
+#: Node 1's torchrun agent mid-run: its heartbeat's store call failed because the store's node
+#: (node 0, whose torchrun hosts the c10d store) ended; the frames are those torch 2.x prints.
+LOST = """\
+Traceback (most recent call last):
+  File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 117, in _call_store
+    return getattr(self._store, store_op)(*args, **kwargs)
+torch.distributed.DistNetworkError: failed to recv, got 0 bytes
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "/usr/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/agent/server/api.py", line 906, in _invoke_run
+    num_nodes_waiting = rdzv_handler.num_nodes_waiting()
+  File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py", line 437, in sync
+    get_response = self._backend.get_state()
+  File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 75, in get_state
+    base64_state: bytes = self._call_store("get", self._key)
+  File "/usr/lib/python3.10/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 119, in _call_store
+    raise RendezvousConnectionError(
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+"""
+
+NODE0 = """\
+[rank1]: Traceback (most recent call last):
+[rank1]:   File "/srv/job/train.py", line 71, in main
+[rank1]:     batch = next(loader)
+[rank1]:   File "/srv/job/data.py", line 40, in __next__
+[rank1]:     raise KeyError(f"missing field {name!r}")
+[rank1]: KeyError: "missing field 'labels'"
+"""
+
+
+def test_a_store_lost_mid_run_is_the_store_node_s_consequence(tmp_path: Path) -> None:
+    """Alone, the agent's lost store is the error, with the step that points at the store's node; in a
+    merged log where node 1's agent wrote first, node 0's rank error is the root cause and the lost
+    store its victim (it used to be the root cause, first in log order)."""
+    log = tmp_path / "node1.log"
+    log.write_text(LOST)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert verdict["what"].startswith("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
+    assert verdict["next_step"].startswith("this node's torchrun lost the rendezvous store while the job ran")
+    merged = tmp_path / "job.log"
+    node1 = "".join(f"[node1]:{line}\n" for line in LOST.splitlines())
+    node0 = "".join(f"[node0]:{line}\n" for line in NODE0.splitlines())
+    merged.write_text(node1 + node0)
+    report = run_cli("logs", "errors", str(merged), "--json").json()
+    assert report["verdict"]["what"].startswith("KeyError: \"missing field 'labels'\""), report["verdict"]
+    roles = {g["exception_type"].rsplit(".", 1)[-1]: g["role"] for g in report["groups"]}
+    assert roles == {"KeyError": "culprit", "RendezvousConnectionError": "victim"}, roles

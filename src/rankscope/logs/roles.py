@@ -114,9 +114,29 @@ def is_victim(tb: RankTraceback) -> bool:
     return _nccl_error(tb) and any(VICTIM_MESSAGES.search(line) for line in tb.tail)
 
 
+#: torchrun's agent and its c10d rendezvous store: the store runs in the agent of the node at
+#: ``--rdzv-endpoint`` (c10d_rendezvous_backend.py); ``_create_tcp_store`` is the connect at the
+#: start, ``_call_store`` a store operation of the running agent (its heartbeat, ``num_nodes_waiting``).
+RDZV_CONNECTION = "RendezvousConnectionError"
+
+
+def lost_store(tb: RankTraceback) -> bool:
+    """torchrun's agent losing its c10d rendezvous store mid-run (a store operation of the running
+    agent failed: the store's node ended), not failing to reach it at the start."""
+    functions = {frame.function for frame in tb.frames}
+    return (
+        RDZV_CONNECTION in tb.exception
+        and "_call_store" in functions
+        and "_create_tcp_store" not in functions
+    )
+
+
 def maybe_victim(tb: RankTraceback) -> bool:
-    """An NCCL error that may be a peer's death (torch's ``ncclSystemError`` words): a victim when
-    another rank's error in the same log is a culprit, else the culprit itself."""
+    """An NCCL error that may be a peer's death (torch's ``ncclSystemError`` words), or torchrun's
+    agent losing its rendezvous store mid-run (the store's node ended, maybe for its own ranks'
+    failure): a victim when another rank's error in the same log is a culprit, else the culprit itself."""
+    if lost_store(tb):
+        return True
     return _nccl_error(tb) and any(PEER_MAYBE_GONE.search(line) for line in [tb.exception, *tb.tail])
 
 

@@ -4,6 +4,7 @@ prints them in a traceback. Facts of those libraries; pure (no I/O)."""
 
 from __future__ import annotations
 
+from rankscope.logs.roles import RDZV_CONNECTION, lost_store
 from rankscope.logs.tracebacks import RankTraceback
 
 #: Errors whose words say what to look at, as torch prints them: the words, then the next step.
@@ -74,8 +75,22 @@ _SETUP_STEPS = (
 )
 
 
+_STORE_AT_START = (
+    "torchrun could not connect to the rendezvous store at `--rdzv-endpoint`: the node there has not "
+    "started torchrun yet or listens elsewhere, a firewall drops the port, or the endpoint's name "
+    "resolves to an address the other nodes cannot reach; `rankscope net check` from this node"
+)
+_STORE_LOST = (
+    "this node's torchrun lost the rendezvous store while the job ran: the store lives in the torchrun "
+    "of the `--rdzv-endpoint` node, and that torchrun ended (its ranks failed or finished there, or "
+    "another job with the same endpoint ended first); the cause is in that node's log"
+)
+
+
 def setup_step(tb: RankTraceback) -> str:
     """The next step for an error whose words name a known cause (:data:`_SETUP_STEPS`), else ''."""
+    if RDZV_CONNECTION in tb.exception:
+        return _STORE_LOST if lost_store(tb) else _STORE_AT_START
     for words, step in _SETUP_STEPS:
         if any(word in text for word in words for text in (tb.exception, *tb.tail)):
             return step
