@@ -62,7 +62,9 @@ def test_the_wrapper_cut_from_its_inner_exception_stays_a_plain_error(tmp_path: 
     verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
     assert verdict["cause"] == "python_exception"
     assert verdict["what"].startswith("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError")
-    assert verdict["next_step"].startswith("torchrun could not connect to the rendezvous store at `--rdzv-endpoint`")
+    assert verdict["next_step"].startswith(
+        "torchrun could not connect to the rendezvous store at `--rdzv-endpoint`"
+    )
 
 
 #: Node 1's torchrun agent mid-run: its heartbeat's store call failed because the store's node
