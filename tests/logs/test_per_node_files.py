@@ -63,3 +63,43 @@ def test_grep_accepts_a_folded_rank_set(tmp_path: Path) -> None:
     assert sorted(result.stdout.splitlines()) == ["line 1/0", "line 1/1", "line 1/2", "line 2/1", "line 2/2"]
     bad = run_cli("logs", "grep", "--rank", "n[1-", str(path))
     assert bad.returncode == 8 and bad.stderr.startswith("rankscope: error: cannot read rank")
+
+
+def _rank_file(path: Path, error: str, step: int = 118) -> Path:
+    """One rank's own output (``python train.py > logs/rank_${RANK}.log``): no rank prefix anywhere."""
+    frames = ['  File "/home/u/train.py", line 140, in <module>', "    train()"]
+    path.write_text(
+        "\n".join([f"step {step} loss 2.3", "Traceback (most recent call last):", *frames, error]) + "\n"
+    )
+    return path
+
+
+LOST_PEER = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.12]:41873"
+
+
+def test_one_file_per_rank_named_after_it_labels_its_lines(tmp_path: Path) -> None:
+    """Files named after their rank (rank_0.log, rank_1.log, ...) and holding no prefix: each file's
+    lines are its rank's, so the culprit is named (it was "-", every traceback "no rank prefix"). A
+    file whose lines carry prefixes keeps them; a node's file (node_rank1.log) names no rank."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _rank_file(logs / "rank_0.log", LOST_PEER)
+    _rank_file(
+        logs / "rank_1.log", "RuntimeError: mat1 and mat2 shapes cannot be multiplied (8x512 and 768x512)"
+    )
+    _rank_file(logs / "rank_2.log", LOST_PEER)
+    data = run_cli("logs", "errors", str(logs), "--json").json()
+    assert [(g["exception_type"], g["ranks"], g["role"]) for g in data["groups"]] == [
+        ("RuntimeError", "1", "culprit"),
+        ("RuntimeError", "0,2", "victim"),
+    ], data["groups"]
+    why = run_cli(
+        "why", "--log", str(logs / "rank_1.log"), "--log", str(logs / "rank_0.log"), "--json"
+    ).json()
+    assert why["verdict"]["text"].startswith("rank 1 raised RuntimeError: mat1 and mat2"), why["verdict"]
+    # a file named after rank 5 whose lines name their own ranks (a node's output): the prefixes win
+    mixed = tmp_path / "rank5.log"
+    mixed.write_text("[rank2]: Traceback (most recent call last):\n[rank2]: KeyError: 'x'\n")
+    assert run_cli("logs", "errors", str(mixed), "--json").json()["groups"][0]["ranks"] == "2"
+    node = _rank_file(tmp_path / "node_rank1.log", "KeyError: 'y'")
+    assert run_cli("logs", "errors", str(node), "--json").json()["groups"][0]["ranks"] == "-"

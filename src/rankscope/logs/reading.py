@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Protocol
 
 from rankscope.errors import BadInputError, ErrorReport, NothingFoundError, RankscopeError
@@ -186,6 +186,10 @@ class Reading:
                 continue
             data, start, end = first
             head = RichBoxes().feed(split_redraws(data[start : min(end, start + _SNIFF)]))
+            if source.named_label is not None and source.fixed_label is None and not _prefixed(head):
+                # one rank's file named after it (rank3.log) whose lines carry no rank prefix
+                source = replace(source, fixed_label=source.named_label)
+                shape.prefix_of = LineShape.prefix_of
             stream: Iterator[Window] = _unboxed(split_window(w) for w in itertools.chain([first], windows))
             line_head = None if source.fixed_label is not None else sniff_head(head)
             if line_head is not None:
@@ -349,6 +353,13 @@ def _joined(windows: Iterator[Window]) -> Iterator[Window]:
     rest = joiner.flush()
     if rest:
         yield (rest, 0, len(rest))
+
+
+def _prefixed(head: bytes) -> bool:
+    """Whether any line of a source's head carries a rank prefix of a form rankscope reads."""
+    if sniff_srun(head) or sniff_dialect(head) is not None:
+        return True
+    return any(split_line(line).raw_prefix for line in head.splitlines())
 
 
 def _prefix_reader(allow_srun: bool, dialect: Optional[Dialect] = None) -> Callable[[bytes], bytes]:

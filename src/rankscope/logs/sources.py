@@ -32,6 +32,9 @@ MAX_LINE = 4 << 20
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".out.gz", ".err.gz", ".txt.gz", ".gz")
 #: torchrun --log-dir layout: <dir>/<run_id>_<rand>/attempt_<n>/<local_rank>/{stdout,stderr}.log
 _LOG_DIR_FILE = re.compile(r"attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
+#: A file of one rank's output named after it (``rank3.log``, ``train_rank_03.out``, ``log-rank-12.txt``:
+#: ``python train.py > logs/rank_${RANK}.log``); not a node's (``node_rank1``) or a local rank's.
+_NAMED_RANK = re.compile(r"(?<![a-z])(?<!node[_-])(?<!local[_-])rank[_-]?(\d{1,6})(?![0-9])", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class LogSource:
     name: str
     path: Optional[Path]
     fixed_label: Optional[bytes] = None
+    #: The rank its file name gives (``rank3.log``): its label when no line carries a rank prefix.
+    named_label: Optional[bytes] = None
     #: Set for files found but not read as logs (torchrun's error.json), with the reason.
     not_read: str = ""
     #: The byte a plain file is read from (what came before belongs to something else); its
@@ -186,6 +191,14 @@ def _from_log_dir(path: Path) -> Optional[LogSource]:
     return LogSource(str(path), path, fixed_label=match.group(1).encode())
 
 
+def _plain(path: Path) -> LogSource:
+    """A file of no known layout; the rank its name gives, if any (:data:`_NAMED_RANK`)."""
+    named = _NAMED_RANK.findall(path.name)
+    return LogSource(
+        str(path), path, named_label=named[0].lstrip("0").encode() or b"0" if len(named) == 1 else None
+    )
+
+
 def discover(inputs: Sequence[str]) -> list[LogSource]:
     """Turn command-line inputs into sources; raise for missing paths or directories without logs."""
     sources: list[LogSource] = []
@@ -204,7 +217,7 @@ def discover(inputs: Sequence[str]) -> list[LogSource]:
                 )
             sources.extend(found)
         elif path.is_file():
-            sources.append(_from_log_dir(path) or LogSource(str(path), path))
+            sources.append(_from_log_dir(path) or _plain(path))
         elif path.exists():
             raise BadInputError(f"{item} is not a regular file or directory", "give a log file or directory")
         else:
@@ -225,7 +238,7 @@ def _scan_dir(root: Path) -> list[LogSource]:
                 reason = "torchrun error file, not read: the same traceback is in that rank's stderr.log"
                 found.append(LogSource(str(path), path, not_read=reason))
             elif filename.endswith(LOG_SUFFIXES):
-                found.append(LogSource(str(path), path))
+                found.append(_plain(path))
     return found
 
 
