@@ -333,3 +333,22 @@ def test_a_rank_still_running_when_the_others_timed_out_is_the_lead(tmp_path: Pa
     # with rank 0's own error in the log, no lead
     log.write_text(STRAGGLER.replace("saving checkpoint\n", "[rank0]: ValueError: disk full\n"))
     assert "still running" not in run_cli("logs", "errors", str(log)).stdout
+
+
+def test_where_is_a_library_s_frame_only_when_no_frame_is_the_user_s() -> None:
+    """vLLM's worker running out of memory in its own weight loader: every frame is an installed
+    package's, so `where` is vLLM's innermost frame (it was null; the user runs vLLM, not torch);
+    torch's and the launcher's own frames are never a `where`, and the user's frame wins."""
+    from rankscope.logs.roles import where_frame
+    from rankscope.logs.tracebacks import FrameLine
+
+    corpus = Path(__file__).with_name("corpus") / "logs" / "vllm_v1_tp2_oom_startup.log"
+    root = run_cli("logs", "errors", str(corpus), "--json").json()["root_cause"]
+    assert root["where"].endswith("/site-packages/vllm/model_executor/layers/linear.py:1301"), root
+    vllm = FrameLine("/opt/venv/lib/python3.12/site-packages/vllm/worker.py", 10, "load")
+    torch = FrameLine("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", 20, "_call_impl")
+    launcher = FrameLine("/usr/local/bin/torchrun", 8, "<module>")
+    user = FrameLine("/home/me/train.py", 30, "main")
+    assert where_frame([vllm, torch]) == vllm
+    assert where_frame([launcher, torch]) is None
+    assert where_frame([user, vllm, torch]) == user

@@ -15,7 +15,7 @@ from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause, in_init_process_group
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
-from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.roles import Role, user_frame, where_frame
 from rankscope.logs.setup_steps import setup_step
 from rankscope.logs.stopped import stopped_finding
 from rankscope.logs.torchrun_summary import SUMMARY_SOURCE, RankExit
@@ -70,7 +70,7 @@ def traceback_findings(
     for group in report.groups:
         tb = group.timed or group.example
         restarted = (restarts or {}).get(tb.source, 0)
-        frame = user_frame(tb.frames)
+        frame = where_frame(tb.frames)
         out.append(
             Finding(
                 Kind.CUT_TRACEBACK if tb.truncated else Kind.TRACEBACK,

@@ -36,7 +36,7 @@ from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.inventory import Inventory, RanksDocument
 from rankscope.logs.labels import fold_labels, host_and_rank, label_text
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
-from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.roles import Role, where_frame
 from rankscope.logs.torchrun_summary import RankExit
 from rankscope.logs.tracebacks import HANDLED_LINES, HEADER, RankTraceback, reraised_from
 
@@ -214,7 +214,7 @@ def _render_group(
 
 
 def _frame_text(tb: RankTraceback) -> str:
-    frame = user_frame(tb.frames)
+    frame = where_frame(tb.frames)
     return f" at {frame.filename}:{frame.line} in {frame.function}" if frame is not None else ""
 
 

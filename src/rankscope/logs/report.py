@@ -14,7 +14,7 @@ from rankscope.logs.cuda import DeviceAssert, OutOfMemory, is_async_cuda_error, 
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport
 from rankscope.logs.labels import fold_label_hosts, fold_labels, label_text
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
-from rankscope.logs.roles import Role, user_frame
+from rankscope.logs.roles import Role, where_frame
 from rankscope.logs.sources import ReadSummary
 from rankscope.logs.torchrun_summary import RankExit
 from rankscope.logs.tracebacks import FrameLine
@@ -168,7 +168,7 @@ def _root_entry(report: ErrorsReport, counts: LineCounts) -> Optional[RootCauseE
     if root is None:
         return None
     tb, group = root.traceback, root.group
-    frame = user_frame(tb.frames)
+    frame = where_frame(tb.frames)
     unreliable = is_async_cuda_error(tb)
     return RootCauseEntry(
         group=report.groups.index(group),

@@ -170,3 +170,26 @@ def user_frame(frames: Iterable[FrameLine]) -> Optional[FrameLine]:
         if is_user_frame(frame):
             found = frame
     return found
+
+
+_PACKAGE = ("/site-packages/", "/dist-packages/")
+
+
+def where_frame(frames: Iterable[FrameLine]) -> Optional[FrameLine]:
+    """Where an error was raised, for its reader: the innermost frame of the user's own code, else
+    the innermost frame of an installed package other than torch (vLLM's, DeepSpeed's, flashinfer's:
+    the code the user runs, where every frame is a library's); None for torch's and the launchers'
+    own errors (torchrun's ``RendezvousTimeoutError``)."""
+    frames = list(frames)
+    found = user_frame(frames)
+    if found is not None:
+        return found
+    for frame in reversed(frames):
+        name = frame.filename
+        if (
+            any(part in name for part in _PACKAGE)
+            and "/torch/" not in name
+            and not _LAUNCHER_SCRIPT.search(name)
+        ):
+            return frame
+    return None
