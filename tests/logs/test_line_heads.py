@@ -339,3 +339,29 @@ def test_a_pod_kubectl_lists_as_oomkilled_is_an_oom_kill_of_that_pod() -> None:
         "the word OOMKilled in a sentence is no pod\n"
     )
     assert [(f.who, f.cause, f.role) for f in findings] == [("ft-worker-1", "oom_kill", CULPRIT)]
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["2025-10-30 22:41:58,303 - trainer - INFO - ", "10/30/2025 22:41:58 - INFO - __main__ - "],
+)
+def test_python_logging_s_head_before_every_line_is_removed(tmp_path: Path, stamp: str) -> None:
+    """A trainer that sends its ranks' output through Python's logging (Hugging Face's format, as
+    seen in a public thread): the head hid every rank prefix, and the verdict was a launcher's exit
+    line with "no traceback of it in this output". Its own records alone are left as they are."""
+    lines = [
+        "Loading states from /data/ckpt-600",
+        "[rank1]: Traceback (most recent call last):",
+        '[rank1]:   File "/srv/tune/train.py", line 61, in <module>',
+        "[rank1]:     trainer.run()",
+        "[rank1]: ValueError: optimizer state has 3 groups, the model 4",
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/srv/tune/train.py", line 70, in <module>',
+        "[rank0]:     dist.barrier()",
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.1.0.4]:2211",
+    ]
+    data = _errors(tmp_path, "".join(stamp + line + "\n" for line in lines))
+    assert data["root_cause"]["label"] == "1" and data["root_cause"]["exception"].startswith("ValueError")
+    assert {g["role"] for g in data["groups"]} == {"culprit", "victim"}
+    records = f"{stamp}step 1 loss 2.3\n{stamp}step 2 loss 2.2\n".encode()
+    assert sniff_head(records) is None  # a logger's records, not output put through it

@@ -24,7 +24,10 @@ forms, it is removed from every line of the source before anything else reads it
   "``): a logger stamps its records, never a traceback's lines;
 - vLLM's logger, which does put its head before every line of a record, a traceback's too:
   ``ERROR 07-14 10:23:49 [core.py:517] Traceback (most recent call last):`` (taken where such a
-  traceback line is in the sample).
+  traceback line is in the sample);
+- Python's ``logging`` in the form Hugging Face's examples use, where a trainer sends its ranks'
+  output through its logger: ``2025-10-30 22:41:58,303 - trainer - INFO - [rank2]: text`` (taken,
+  like a stamp, where such a line goes on with a rank's prefix or a traceback's line).
 
 The times of these heads are dropped with them (a line's own time after its prefix is still read).
 """
@@ -61,6 +64,15 @@ _LOGGER = re.compile(
     rb"(?m)^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[[\w.]+:\d+\] "
 )
 _LOGGER_TELL = re.compile(_LOGGER.pattern + rb'(?:Traceback \(most recent|  File ")')
+#: Python's ``logging`` with the format of Hugging Face's examples and many trainers,
+#: ``%(asctime)s - %(name)s - %(levelname)s - `` or ``%(asctime)s - %(levelname)s - %(name)s - ``
+#: (``2025-10-30 22:41:58,303 - trainer - INFO - ``, ``10/30/2025 22:41:58 - INFO - __main__ - ``),
+#: put before every line where a trainer sends its ranks' output through its logger.
+_PYLOG = re.compile(
+    rb"(?m)^(?:\d{4}-\d\d-\d\d|\d\d/\d\d/\d{4})[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,6})? - "
+    rb"(?:[\w.\-]{1,64} - )?(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?: - [\w.\-]{1,64})? - "
+)
+_PYLOG_TELL = re.compile(_PYLOG.pattern + rb'(?:\[[^\]\n]{1,64}\]:|Traceback \(most recent|  File ")')
 
 
 def _cri(data: bytes) -> bytes:
@@ -111,6 +123,7 @@ HEADS = (
     Head("kubectl-timestamps", _KUBECTL, lambda data: _KUBECTL.sub(b"", data)),
     Head("stamped", _STAMPED, lambda data: _STAMPED.sub(b"", data), _STAMPED_TELL),
     Head("logger", _LOGGER, lambda data: _LOGGER.sub(b"", data), _LOGGER_TELL),
+    Head("python-logging", _PYLOG, lambda data: _PYLOG.sub(b"", data), _PYLOG_TELL),
 )
 
 
