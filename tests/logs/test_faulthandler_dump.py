@@ -122,3 +122,30 @@ def test_a_dump_megabytes_before_its_launcher_s_report_is_paired_with_it(tmp_pat
     )
     first = run_cli("logs", "errors", str(log)).stdout.splitlines()[0]
     assert first.startswith("root cause: local rank 1: its faulthandler dump: Fatal Python error:"), first
+
+
+WATCHDOG_ABORT = """\
+[rank0]:[E412 21:44:52.118204113 ProcessGroupNCCL.cpp:1896] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.22.3
+[rank0]:ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.
+[rank0]:Last error:
+[rank0]:socketProgress: Connection closed by remote peer node-b<46531>
+[rank0]:terminate called after throwing an instance of 'c10::DistBackendError'
+[rank0]:  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.22.3
+[rank0]:Fatal Python error: Aborted
+[rank0]:
+[rank0]:Thread 0x00007f7711fff6c0 (most recent call first):
+[rank0]:  File "/opt/venv/lib/python3.12/site-packages/torch/distributed/fsdp/_flat_param.py", line 1426, in _all_gather_flat_param
+[rank0]:  File "/srv/tune/train.py", line 241, in main
+E0412 21:44:55.610000 4390 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) local_rank: 0 (pid: 4411) of binary: /opt/venv/bin/python3
+"""
+
+
+def test_the_dump_of_torch_s_abort_after_an_nccl_error_is_a_victim(tmp_path: Path) -> None:
+    """faulthandler's dump of the abort torch's watchdog made after its peer left (a public thread's
+    shape): a victim like the launcher's SIGABRT, so no culprit is named (it named rank 0)."""
+    log = tmp_path / "node-a.log"
+    log.write_text(WATCHDOG_ABORT)
+    data = run_cli("logs", "errors", str(log), "--json").json()
+    dumps = [f for f in data["findings"] if f["kind"] == "native_crash"]
+    assert [f["role"] for f in dumps] == ["victim"], dumps
+    assert data["verdict"] is None, data["verdict"]

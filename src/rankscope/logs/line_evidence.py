@@ -28,6 +28,8 @@ from rankscope.logs.deepspeed import NEEDLES as DEEPSPEED_NEEDLES
 from rankscope.logs.deepspeed import DeepSpeedLaunchers
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
+from rankscope.logs.finished import NEEDLES as FINISHED_NEEDLES
+from rankscope.logs.finished import finished_finding
 from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, XID_PROGRAM, xid_line, xid_step, xid_words
 from rankscope.logs.kubernetes import EVICTED_STEP, POD_OOM_STEP, pod_events
@@ -301,9 +303,12 @@ def _behind(watches: list[_Watch], first: _Watch) -> tuple[_Watch, list[_Watch]]
 def _aborted_by_watchdog(finding: Finding, why: str = WATCHDOG_ABORT) -> Finding:
     """A launcher's report of a SIGABRT that comes after watchdog lines (or an NCCL error) in the log:
     torch's watchdog aborted the rank (after a collective timeout, its own hang, or a communicator's
-    error), so the death is no cause of its own. A SIGABRT reported before any such line (a rank that
-    aborted first) stays a culprit."""
-    if finding.kind != Kind.LAUNCHER or finding.cause != "sigabrt" or finding.role != CULPRIT:
+    error), so the death is no cause of its own; so is faulthandler's dump of that abort (``Fatal
+    Python error: Aborted``). A SIGABRT reported before any such line (a rank that aborted first)
+    stays a culprit."""
+    if finding.kind not in (Kind.LAUNCHER, Kind.NATIVE_CRASH) or finding.cause != "sigabrt":
+        return finding
+    if finding.role != CULPRIT:
         return finding
     return replace(finding, role=VICTIM, what=finding.what + why, next_step="")
 
@@ -393,6 +398,7 @@ class LineEvidence:
     _cancelled_seen: set[tuple[str, str]] = field(default_factory=set)
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
+    _finished_seen: set[tuple[str, Optional[str]]] = field(default_factory=set)
     _source: str = ""
     #: NCCL's reason after an exception line of an NCCL failure: (source, line) -> its error name and
     #: ``Last error:`` detail (rankscope.logs.nccl_reason).
@@ -519,6 +525,10 @@ class LineEvidence:
             self._scan(chunk, b"NVRM: Xid", self._xid, line_at)
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
+        finished = launchers and (b"inish" in chunk or b"exit barrier" in chunk)
+        for needle in FINISHED_NEEDLES if finished else ():
+            if needle in chunk:
+                self._scan(chunk, needle, self._finished, line_at)
         if unprefixed and (b"OOMKilled" in chunk or b"Evicted" in chunk):  # kubectl get pods, describe pod
             for event in pod_events(chunk):
                 line_no = line_at(chunk.rfind(b"\n", 0, event.at) + 1)
@@ -1090,6 +1100,15 @@ class LineEvidence:
             self.findings_.append(
                 stopped_finding(number, who, self._source, line_no, self.order(line_no), "torchrun")
             )
+
+    def _finished(self, line: bytes, line_no: int) -> None:
+        """torchrun's ``worker group successfully finished``: every rank of its node exited 0 (one per launcher)."""
+        label = self._split(line)[0]
+        who = label_text(label) if label is not None else None
+        key = (self._source, who)
+        if key not in self._finished_seen:
+            self._finished_seen.add(key)
+            self.findings_.append(finished_finding(who, self._source, line_no, self.order(line_no)))
 
     def _culprit(
         self,

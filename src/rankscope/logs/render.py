@@ -32,6 +32,7 @@ from rankscope.logs.cuda import (
     short_oom,
 )
 from rankscope.logs.demux import SplitFile
+from rankscope.logs.finished import finished_early, finished_words
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause
 from rankscope.logs.inventory import Inventory, RanksDocument
 from rankscope.logs.labels import fold_labels, host_and_rank, label_text
@@ -238,6 +239,9 @@ def _root_lines(report: ErrorsReport, counts: LineCounts) -> list[str]:
             running = still_running(counts.findings)
             if running:
                 out.append(f"  lead: {still_running_words(running)}")
+            finished = finished_early(counts.findings)
+            if finished:
+                out.append(f"  lead: {finished_words(finished)}")
             lead = caught_before(report)
             if lead is not None:
                 tb = lead.example
@@ -422,6 +426,9 @@ def render_errors(report: ErrorsReport, counts: LineCounts, frames: int, notes: 
         out.extend(verdict_lines(verdict, counts.nccl_reasons.get((verdict.source, verdict.line))))
     if not groups:
         out.append(f"no complete Python traceback (no '{HEADER.decode()}' line) in {counts.lines} lines")
+        finished = finished_early(counts.findings) if verdict is None else []
+        if finished:  # the errors seen are lines, all a victim's: the node that finished is the lead
+            out.append(f"  lead: {finished_words(finished)}")
     else:
         if not other:
             out.extend(_root_lines(report, counts))

@@ -16,6 +16,7 @@ from rankscope.evidence import CULPRIT, HANDLED, PRECEDENCE, VICTIM, Finding, Ki
 from rankscope.folding import RankSet
 from rankscope.logs.analyse import still_running, still_running_words
 from rankscope.logs.cuda import short_oom
+from rankscope.logs.finished import finished_early, finished_words
 from rankscope.logs.line_evidence import CPP_UNCAUGHT
 from rankscope.logs.nccl_reason import CITED
 from rankscope.model import parse_label
@@ -467,6 +468,9 @@ def victims_only(findings: Sequence[Finding]) -> Optional[str]:
     running = still_running(findings)
     if running:
         return f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}); {still_running_words(running)}"
+    finished = finished_early(findings)
+    if finished:
+        return f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}); {finished_words(finished)}"
     return (
         f"{VICTIMS_ONLY} ({who}: {_short(first.what, 120)}): "
         "the rank that ended first left no error here; it returned from its main early (exit code 0, "
