@@ -444,3 +444,26 @@ def test_ranks_waiting_in_fsdp2_s_all_gather_single_out_the_one_elsewhere(fsdp2_
         f"ranks 0,2 wait in all_gather_single (torch.distributed) called from main (fsdp2_job.py:{forward})"
     )
     assert expected in stacks, stacks
+
+
+def test_a_rank_stopped_by_sigstop_is_named_stopped_not_gone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Rank 1 stopped (SIGSTOP: a debugger, Ctrl-Z of one process, a cgroup freezer) while rank 0
+    waits in a barrier for it: `why` said "rank 1 is gone" and listed it "not found", though `stacks`
+    said it was stopped; now the verdict is the stopped rank, with the command that resumes it."""
+    workdir = tmp_path_factory.mktemp("stopped")
+    with torchrun_job(workdir, "--scenario", "skip-barrier", "--culprit", "1") as job:
+        stopped = _rank_pid(job, 1)
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            _wait(lambda: (procfs.stat_fields(stopped) or ["?"])[0] == "T", "rank 1 is not stopped")
+            result = run_cli("why", "--pid", str(job.pid), "--json")
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+    doc = result.json()
+    verdict = doc["verdict"]
+    assert verdict["cause"] == "rank_stopped" and verdict["ranks"] == [1], verdict
+    assert f"kill -CONT {stopped}" in str(verdict), verdict
+    states = {s["state"]: s["ranks"] for s in doc["ranks"]}
+    assert states.get(f"stopped (SIGSTOP): resume it with kill -CONT {stopped}") == "1", states

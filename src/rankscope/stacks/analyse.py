@@ -45,7 +45,10 @@ def _missing(report: StacksReport) -> list[int]:
     world = sizes.pop()
     if world is None or world > 1_000_000:
         return []
-    present = {p.rank.rank for p in report.processes if p.dumped and p.rank.rank is not None}
+    # a rank stopped before rankscope looked (SIGSTOP) is there, not dumped: its own note says so
+    present = {
+        p.rank.rank for p in report.processes if (p.dumped or p.was_stopped) and p.rank.rank is not None
+    }
     return [r for r in range(world) if r not in present]
 
 

@@ -100,6 +100,15 @@ def stacks_findings(gathered: Gathered) -> list[Finding]:
     # "while the others are there": only where some rank was dumped (between two attempts of an
     # elastic job every worker can end before its dump: none of them is missing among the others)
     others_there = any(p.dumped for p in report.processes)
+    for proc in report.processes if others_there else []:
+        if proc.was_stopped and proc.rank.rank is not None:
+            rank = proc.rank.rank
+            out.append(
+                Finding(Kind.STACKS, "rank_stopped", CULPRIT, str(rank),
+                        f"rank {rank} (pid {proc.pid}) was stopped (SIGSTOP, or a debugger holds it) before "
+                        f"rankscope looked: that alone hangs the job; resume it with kill -CONT {proc.pid}",
+                        None, "stacks", 0, 0, rank)
+            )  # fmt: skip
     for rank in diagnosis.missing_ranks if others_there else []:
         out.append(
             Finding(Kind.STACKS, "rank_missing", CULPRIT, str(rank),

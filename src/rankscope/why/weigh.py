@@ -97,6 +97,7 @@ _WORDS = {
     "other_collective": "waits in another collective than the others",
     "gpu_wait": "is blocked on its GPU",
     "rank_missing": "is gone while the other ranks wait for it",
+    "rank_stopped": "is stopped (SIGSTOP, or a debugger holds it) while the other ranks wait for it",
     "straggler": "is behind the other ranks (a straggler)",
     "all_waiting": "every rank waits in the same collective, none of them elsewhere",
     "fatal_signal": "died of a fatal signal",
@@ -424,6 +425,12 @@ def rank_states(gathered: Gathered) -> list[RankState]:
             how = "died of a fatal signal" if item.kind == "crash" else "ended by SIGTERM"
             add(f"{how}" + (f" in {item.location}" if item.location else ""), item.rank, "")
     if gathered.stacks is not None and gathered.stacks.diagnosis is not None:
+        for proc in gathered.stacks.processes:
+            if proc.was_stopped and proc.rank.rank is not None and proc.rank.rank not in seen:
+                seen.add(proc.rank.rank)
+                add(
+                    f"stopped (SIGSTOP): resume it with kill -CONT {proc.pid}", proc.rank.rank, proc.rank.host
+                )
         for rank in gathered.stacks.diagnosis.missing_ranks:
             if rank not in seen:
                 seen.add(rank)
