@@ -196,6 +196,19 @@ CRASH_CAUSES = frozenset(SIGNAL_CAUSES.values())
 KEPT_DUMPS = 64
 #: A C++ exception nobody caught (libstdc++'s words), and its message on one of the next lines.
 _TERMINATE_NEEDLE = b"terminate called after throwing"
+#: libstdc++ when a process ends with a std::thread still joinable (torch.distributed's threads, the
+#: process group never destroyed): the process was exiting (its main returned, or sys.exit).
+_NO_EXCEPTION_NEEDLE = b"terminate called without an active exception"
+SIGABRT_AT_EXIT = "sigabrt_at_exit"
+_AT_EXIT_WORDS = (
+    " after 'terminate called without an active exception' ({where}): it was exiting, its main returned "
+    "or it called sys.exit, while torch.distributed's threads still ran (no destroy_process_group)"
+)
+_AT_EXIT_STEP = (
+    "where the other ranks failed waiting for it (a peer lost), this rank left before a collective they "
+    "were in: a branch only some ranks take (sys.exit or a return on one rank, a save only rank 0 does); "
+    "end every rank's work with dist.destroy_process_group() so that its exit is clean"
+)
 _TERMINATE = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 _WHAT = re.compile(rb"\s*what\(\):\s+(.*)")
 _WHAT_REACH = 3
@@ -399,6 +412,8 @@ class LineEvidence:
     #: The launchers (their node's prefix) whose signal is a finding already.
     _stopped_seen: set[Optional[str]] = field(default_factory=set)
     _finished_seen: set[tuple[str, Optional[str]]] = field(default_factory=set)
+    #: libstdc++'s ``terminate called without an active exception``: (source, its prefix's rank, its line).
+    _at_exit: list[tuple[str, Optional[str], int]] = field(default_factory=list)
     _source: str = ""
     #: NCCL's reason after an exception line of an NCCL failure: (source, line) -> its error name and
     #: ``Last error:`` detail (rankscope.logs.nccl_reason).
@@ -538,6 +553,11 @@ class LineEvidence:
                     self._evicted(event.pod, event.message, line_no)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
+        if _NO_EXCEPTION_NEEDLE in chunk and len(self._at_exit) < KEPT_DUMPS:
+            for start, _end in _lines_with(chunk, _NO_EXCEPTION_NEEDLE):
+                label = self._split(chunk[start:_end])[0]
+                who = label_text(label) if label is not None else None
+                self._at_exit.append((self._source, who, line_at(start)))
         if self._crash_here and _ASSERT_NEEDLE in chunk:
             # glibc's assert() before the abort (or the crash) a launcher reports: why native code stopped
             self._scan(chunk, _ASSERT_NEEDLE, self._native_assert, line_at)
@@ -1430,7 +1450,30 @@ class LineEvidence:
             nccl.append(self._watchdog_ended)
         if nccl:  # an NCCL error (a NET/IB completion error, a CUDA failure in NCCL): the abort is torch's answer to it
             out = [_aborted_by_watchdog(f, NCCL_ABORT) if f.order > min(nccl) else f for f in out]
-        return [*out, *watchdog]
+        return [*self._aborted_at_exit(out), *watchdog]
+
+    def _aborted_at_exit(self, out: list[Finding]) -> list[Finding]:
+        """A launcher's report of a rank's SIGABRT (a culprit) after libstdc++'s ``terminate called
+        without an active exception`` of that rank (its prefix's, or with no prefix where one rank
+        aborted): the rank was exiting with torch.distributed's threads alive, not failing a check."""
+        if not self._at_exit:
+            return out
+        aborted = [f for f in out if f.kind == Kind.LAUNCHER and f.cause == "sigabrt" and f.role == CULPRIT]
+
+        def at_exit(f: Finding) -> Finding:
+            if f not in aborted:
+                return f
+            here = [(who, line) for source, who, line in self._at_exit if source == f.source]
+            mine = [line for who, line in here if who is not None and who == f.who]
+            bare = [line for who, line in here if who is None]
+            lines = mine or (bare if len(aborted) == 1 else [])
+            if not lines:
+                return f
+            where = f"line {lines[0]}"
+            what = f.what + _AT_EXIT_WORDS.format(where=where)
+            return replace(f, cause=SIGABRT_AT_EXIT, what=what, next_step=_AT_EXIT_STEP)
+
+        return [at_exit(f) for f in out]
 
     def _lost_peer(self, text: str, source: str, line: int) -> bool:
         """Does the exception line say that a peer, the network or the launcher ended its rank? As

@@ -103,6 +103,10 @@ _WORDS = {
     "fatal_signal": "died of a fatal signal",
     "sigsegv": "was killed by SIGSEGV (a segmentation fault: a bad memory access in native code)",
     "sigabrt": "was killed by SIGABRT (an abort: a failed check in native code, or a C++ exception not caught)",
+    "sigabrt_at_exit": (
+        "aborted while it was exiting ('terminate called without an active exception': its main returned "
+        "or it called sys.exit with torch.distributed's threads still running)"
+    ),
     "sigbus": "was killed by SIGBUS (a bad memory access: a file mapped in memory was cut, or /dev/shm is full)",
     "sigfpe": "was killed by SIGFPE (an arithmetic error in native code)",
     "sigill": "was killed by SIGILL (an illegal instruction: code built for another CPU)",
