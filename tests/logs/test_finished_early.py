@@ -98,3 +98,44 @@ def test_info_level_words_are_the_lead_only_where_every_error_is_a_victim_s(tmp_
     assert f"lead: torchrun whose output is {finished} {LEAD}" in text, text
     failed.write_text(VICTIM.rsplit("RuntimeError", 1)[0] + "ValueError: shard 7 has no rows\n")
     assert "lead:" not in run_cli("logs", "errors", str(failed), str(finished)).stdout
+
+
+CORPUS = Path(__file__).with_name("corpus") / "logs"
+
+
+@pytest.mark.parametrize(
+    ("log", "rank", "stopped"),
+    [
+        ("recorded_torchrun_one_rank_exit0.log", 1, 0),
+        ("recorded_torchrun_exit0_stopped_peer_wrote.log", 0, 1),
+    ],
+)
+def test_a_local_rank_missing_from_the_failure_summary_had_exited_0(
+    log: str, rank: int, stopped: int
+) -> None:
+    """Real 3-rank jobs whose one rank exits 0 before a collective: torchrun's summary lists every
+    worker it saw fail or stopped, so the local rank it leaves out had exited 0: the lead (it said
+    only "the rank that ended first left no error"). The rank torchrun stopped after it printed its
+    own lost-peer traceback is not called "still running ... wrote no error" (it was)."""
+    text = run_cli("logs", "errors", str(CORPUS / log)).stdout
+    assert f"lead: rank {rank} is not in torchrun's failure summary" in text, text
+    assert "still running" not in text, text
+    why = run_cli_here("why", "--log", str(CORPUS / log), "--json").json()
+    assert f"rank {rank} is not in torchrun's failure summary" in str(why), why
+    assert f"rank {stopped} was still running" not in str(why)
+
+
+def test_the_missing_local_ranks_of_each_node_and_their_global_ranks() -> None:
+    from rankscope.logs.finished import left_findings
+    from rankscope.logs.torchrun_summary import RankExit
+
+    exits = [
+        RankExit(5, "n1", 1, None, True, local_rank=1),
+        RankExit(7, "n1", -15, "SIGTERM", False, local_rank=3),
+        RankExit(8, "n2", 1, None, False, local_rank=0),
+    ]
+    found = [(f.global_rank, f.who) for f in left_findings(exits)]
+    assert found == [(4, "4"), (6, "6")]  # n1's local ranks 0 and 2; n2 lists its only one
+    assert left_findings([RankExit(3, "n1", 1, None, True)]) == []  # no local ranks: nothing to tell
+    odd = [RankExit(5, "n1", 1, None, True, local_rank=1), RankExit(9, "n1", 1, None, False, local_rank=2)]
+    assert [(f.global_rank, f.who) for f in left_findings(odd)] == [(None, "0")]  # offsets disagree

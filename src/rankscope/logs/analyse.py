@@ -4,6 +4,7 @@ launcher named in rerun advice, why the root cause was chosen, the exception lin
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Optional
@@ -12,6 +13,7 @@ from rankscope.evidence import Finding, Kind
 from rankscope.folding import RankSet
 from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, is_async_cuda_error
 from rankscope.logs.dataloader import worker_death_step
+from rankscope.logs.finished import left_findings
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause, in_init_process_group
 from rankscope.logs.labels import fold_labels, label_text
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
@@ -139,7 +141,7 @@ def summary_findings(exits: list[RankExit]) -> list[Finding]:
                 next_step=step,
             )
         )
-    return out
+    return out + left_findings(exits)
 
 
 def exits_with_their_tracebacks(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
@@ -233,6 +235,9 @@ def _deaths_explained(findings: list[Finding], exits: list[RankExit]) -> list[Fi
     return out
 
 
+_PLAIN_RANKS = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+
+
 def still_running(findings: Sequence[Finding]) -> list[int]:
     """Ranks torchrun's summary says it stopped with SIGTERM (still running when it tore the job down)
     that wrote no error of their own, where the errors of the log are all consequences (lost peers,
@@ -240,11 +245,13 @@ def still_running(findings: Sequence[Finding]) -> list[int]:
     (stuck, or slow: a straggler). Empty where a culprit is in the log or none was stopped that way."""
     if any(f.role == "culprit" and not f.superseded for f in findings):
         return []
-    errors = {
-        f.global_rank
-        for f in findings
-        if f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.CUT_TRACEBACK) and f.global_rank is not None
-    }
+    errors: set[int] = set()
+    for f in findings:
+        if f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.CUT_TRACEBACK) and f.global_rank is not None:
+            errors.add(f.global_rank)
+            # one finding stands for its group: every rank that printed the error (torch's markers)
+            if f.ranks and _PLAIN_RANKS.fullmatch(f.ranks):
+                errors.update(RankSet.parse(f.ranks))
     if not errors:
         return []
     stopped = {

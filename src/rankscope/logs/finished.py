@@ -28,8 +28,12 @@ from collections.abc import Sequence
 from typing import Optional
 
 from rankscope.evidence import HANDLED, Finding, Kind
+from rankscope.logs.torchrun_summary import SUMMARY_SOURCE, RankExit
 
 FINISHED = "workers_finished"
+#: A local rank missing from its node's torchrun failure summary, which lists every worker that failed
+#: or that it stopped: that worker had exited 0 before (torchrun reports no exit 0).
+LEFT = "not_in_summary"
 NEEDLES = (
     b"worker group successfully finished",
     b"(WorkerState.SUCCEEDED)",
@@ -53,6 +57,48 @@ def finished_finding(who: Optional[str], source: str, line: int, order: int) -> 
     )
 
 
+def left_findings(exits: Sequence[RankExit]) -> list[Finding]:
+    """The local ranks a node's failure summary leaves out, below its highest listed one (local ranks
+    run from 0 without a gap): each exited 0 before torchrun saw a failure (a real 3-rank job whose
+    rank 0 called sys.exit(0) before an all_reduce: the summary listed ranks 1 and 2 only). Its global
+    rank where the node's listed entries agree on one offset; entries without a local rank say nothing."""
+    out: list[Finding] = []
+    hosts = sorted({e.host for e in exits})
+    for host in hosts:
+        mine = [e for e in exits if e.host == host]
+        if any(e.local_rank is None for e in mine):
+            continue
+        listed = {e.local_rank for e in mine if e.local_rank is not None}
+        offsets = {e.rank - (e.local_rank or 0) for e in mine}
+        offset = offsets.pop() if len(offsets) == 1 else None
+        for local in sorted(set(range(max(listed, default=-1) + 1)) - listed):
+            rank = None if offset is None else offset + local
+            who = f"rank {rank}" if rank is not None else f"local rank {local}"
+            out.append(
+                Finding(
+                    Kind.LAUNCHER_SUMMARY,
+                    LEFT,
+                    HANDLED,
+                    str(rank) if rank is not None else str(local),
+                    f"torchrun's failure summary on {host} lists local ranks {_fold(listed)} but not "
+                    f"{local}: {who} had exited 0 before the failure (torchrun reports no exit 0)",
+                    None,
+                    SUMMARY_SOURCE,
+                    0,
+                    (1 << 62) + 2,
+                    global_rank=rank,
+                    local=rank is None,
+                )
+            )
+    return out
+
+
+def _fold(ranks: set[int]) -> str:
+    from rankscope.folding import RankSet
+
+    return str(RankSet.of(ranks))
+
+
 def finished_early(findings: Sequence[Finding]) -> list[Finding]:
     """torchrun's reports of a node whose ranks all finished, where every error of the log is a
     consequence (no culprit) and some rank's error is a victim's; else none."""
@@ -62,11 +108,23 @@ def finished_early(findings: Sequence[Finding]) -> list[Finding]:
         f.role == "victim" and f.kind in (Kind.TRACEBACK, Kind.EXCEPTION_LINE, Kind.NCCL) for f in findings
     ):
         return []
-    return [f for f in findings if f.cause == FINISHED]
+    return [f for f in findings if f.cause in (LEFT, FINISHED)]
 
 
 def finished_words(finished: Sequence[Finding]) -> str:
     """What :func:`finished_early`'s reports mean, in words."""
+    left = [f for f in finished if f.cause == LEFT]
+    if left:
+        who = ", ".join(
+            f"rank {f.global_rank}" if f.global_rank is not None else f"local rank {f.who}" for f in left
+        )
+        return (
+            f"{who} {'is' if len(left) == 1 else 'are'} not in torchrun's failure summary, which lists every "
+            "worker of its node that failed or that it stopped: "
+            f"{'it' if len(left) == 1 else 'they'} had exited 0 while the others still ran, likely returning "
+            "from main (or sys.exit) before a collective the others were in (a save, an evaluation or a step "
+            "that only some ranks run, or uneven data)"
+        )
     first = finished[0]
     node = f"on {first.who}" if first.who else f"whose output is {first.source}"
     return (
