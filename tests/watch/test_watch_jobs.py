@@ -248,13 +248,17 @@ def test_a_rank_that_returns_early_is_named_and_its_peers_failures_make_one_deat
     assert 1 not in deaths[0]["trigger_ranks"], deaths[0]  # the ranks that failed, not the one that left
 
 
-def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("scenario", ["evaluate", "evaluate-python"])
+def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch, scenario: str) -> None:  # type: ignore[no-untyped-def]
     """Rank 0 evaluates in one native call per line while rank 1 waits in a barrier: quiet for
     --stall, stacks unchanged, `why` finds rank 0 elsewhere while the other waits, as in a hang.
     Seen on a real job: --then kill ended it. Rank 0 ran on the CPU between the samples (a rank
     stuck in a sleep or a wait does not): it is told, and once the capture is written (the kill
-    would come with it) the evaluation ends and the job runs to its end."""
-    run = watch("--stall", "2", "--then", "kill", "--straggler-steps", "0", scenario="evaluate")
+    would come with it) the evaluation ends and the job runs to its end. An evaluation in Python
+    (``evaluate-python``) moves rank 0's stack between the samples: it used to deny the stall for as
+    long as it ran (a real job's rank looping in Python was never captured), while rank 1 sat in its
+    barrier; the rank that waits in a collective confirms it."""
+    run = watch("--stall", "2", "--then", "kill", "--straggler-steps", "0", scenario=scenario)
     wait_for(lambda: run.index() or run.process.poll() is not None, 120, "the capture", lambda: run.stderr)
     (run.workdir / "end-eval").touch()
     assert run.wait() == 0, run.stderr[-3000:]
@@ -263,6 +267,7 @@ def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch) -> None
     assert stalls[0]["verb"] == "why" and stalls[0]["ranks"] == [0] and "working" in stalls[0], stalls[0]
     assert "rank 0 ran on the CPU throughout the samples" in run.stderr
     assert "--then kill: SIGTERM" not in run.stderr
+    assert "but the ranks' stacks move" not in run.stderr  # confirmed at once, not by a lucky sample
     assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
 
 

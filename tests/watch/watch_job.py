@@ -13,6 +13,7 @@ ends normally touches ``done.<rank>`` in the working directory.
   evaluate   3 steps, then rank 0 computes on one line (evaluate_on_one_line) until ``end-eval``
              exists in the working directory (at most 60 s) while rank 1 waits in a barrier; 3 more
              steps; exit 0
+  evaluate-python  as ``evaluate``, rank 0's evaluation a loop of Python calls (its stack moves)
   early      3 steps, then rank 1 returns from main (exit 0) without the last barrier, in which the
              others' gloo connection to it closes: they fail ("Connection closed by peer")
   quiet      no markers, no output: all_reduce every 0.05 s for --healthy seconds (each rank then
@@ -53,6 +54,23 @@ def evaluate_on_one_line(seconds: float) -> None:
     x, end = torch.randn(64, 64), time.monotonic() + seconds
     # one line of builtins and torch calls: no Python frame above it, the same stack at every sample
     while not os.access("end-eval", os.F_OK) and time.monotonic() < end: x = torch.tanh(x @ x)  # noqa: E701  # fmt: skip
+
+
+def score(x: float) -> float:
+    return (x * 1.0001) % 7.0
+
+
+def descend(depth: int, x: float) -> float:
+    return descend(depth - 1, x) if depth else score(x)
+
+
+def evaluate_in_python(seconds: float) -> None:
+    """A loop of Python calls (a metric computed in Python, through calls of 0-39 frames, deeper as the
+    clock goes): its stack differs from sample to sample."""
+    x, end = 1.0, time.monotonic() + seconds
+    while not os.access("end-eval", os.F_OK) and time.monotonic() < end:
+        for _ in range(100):
+            x = descend(int(time.monotonic() * 1000) % 40, x) + 1.0
 
 
 def bad_batch(step: int) -> None:
@@ -125,13 +143,13 @@ def main() -> None:
         if rank == 1:
             load_batch_forever()
         train_step(count)
-    elif args.scenario == "evaluate":
+    elif args.scenario in ("evaluate", "evaluate-python"):
         for step in range(6):
             rankscope.progress(step=step)
             print(f"rank {rank} step {step}", flush=True)
             train_step(step)
             if step == 2 and rank == 0:
-                evaluate_on_one_line(60)
+                (evaluate_on_one_line if args.scenario == "evaluate" else evaluate_in_python)(60)
             dist.barrier()
     elif args.scenario == "early":
         for step in range(3):

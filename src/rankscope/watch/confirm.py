@@ -3,8 +3,11 @@
 ``py-spy dump --nonblocking`` reads the process's memory without stopping it (no ptrace stop), so a
 rank that is only slow is never paused by the watcher. A rank py-spy cannot sample (ptrace refused,
 no py-spy) is asked through its in-process handler when it runs one (``RANKSCOPE_INPROC=1``). A stall is confirmed when every rank that
-could be sampled twice shows the same main-thread stack both times; denied when any rank's stack
-moved; unknown when no rank could be sampled (no py-spy, refused): the capture then decides.
+could be sampled twice shows the same main-thread stack both times, or when the ranks whose stack
+stood still all wait in a torch.distributed call (its ``distributed_c10d.py`` frames) while those
+whose stack moved are in none (one rank loops in Python while the others wait for it: a real job's
+stall was denied for ever by that rank's moving stack); denied when any other rank's stack moved;
+unknown when no rank could be sampled (no py-spy, refused): the capture then decides.
 
 Beside the stacks, each rank's main-thread CPU time is read before the first sample and after the
 second (``/proc/PID/task/PID/stat``): a confirmed stall whose every rank ran on the CPU throughout
@@ -121,6 +124,18 @@ def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confi
     second = _both(pyspy, list(first), stop_fd)
     both = [pid for pid in first if pid in second and type(first[pid]) is type(second[pid])]
     moved = [pid for pid in both if first[pid] != second[pid]]
+    still = [pid for pid in both if pid not in moved]
+    waiting = bool(still) and all(_in_collective(first[pid]) for pid in still)
+    elsewhere = not any(_in_collective(first[pid]) or _in_collective(second[pid]) for pid in moved)
+    if moved and waiting and elsewhere:
+        # the others wait for these ranks, which run elsewhere: a stall the capture explains
+        shares = _shares(cpu, moved, time.monotonic() - began)
+        busy = tuple(pid for pid, share in shares.items() if share >= BUSY_SHARE)
+        text = (
+            f"{len(still)} rank(s) unchanged in a collective over {gap:g} s while the stacks of pids "
+            f"{', '.join(map(str, moved))} moved elsewhere"
+        )
+        return Confirmation(True, text, busy_pids=busy)
     if moved:
         return Confirmation(False, f"stacks of pids {', '.join(map(str, moved))} moved")
     if not both:
@@ -132,6 +147,14 @@ def confirm_stall(pids: list[int], gap: float = 1.0, stop_fd: int = -1) -> Confi
         text += f", every one on the CPU ({min(shares.values()):.0%} of a core or more)"
         return Confirmation(True, text, busy=True, busy_pids=busy)
     return Confirmation(True, text, busy_pids=busy)
+
+
+def _in_collective(sample: object) -> bool:
+    """A py-spy sample of a main thread inside a torch.distributed call (a collective, a barrier, a
+    wait): one of its frames is in ``distributed_c10d.py``. A handler's text sample says nothing."""
+    return isinstance(sample, tuple) and any(
+        isinstance(frame, Frame) and frame.filename.endswith("distributed_c10d.py") for frame in sample
+    )
 
 
 def _shares(before: dict[int, Optional[float]], pids: list[int], seconds: float) -> dict[int, float]:
