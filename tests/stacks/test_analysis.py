@@ -353,3 +353,26 @@ def test_render_is_short_and_names_the_culprit() -> None:
     assert "rank 15 is elsewhere: load_batch (data.py:41)" in text
     assert "ranks 0-14" in text
     assert len(text.splitlines()) < 20
+
+
+def test_a_stack_inside_torch_compile_says_it_is_compiling() -> None:
+    """A rank whose first step runs torch.compile (Inductor building C++ in a subprocess) while the
+    others wait in a collective: its place said only `Popen.communicate (subprocess.py:1196)` with 65
+    frames of torch folded away (a real 2-rank gloo job); it now says it is compiling. A stack in the
+    user's own loop says nothing of it."""
+    from rankscope.model import Frame
+    from rankscope.stacks.frames import locate
+
+    site = "/venv/lib/python3.11/site-packages/torch"
+    frames = [
+        Frame("<module>", "/job/compile_job.py", 23),
+        Frame("main", "/job/compile_job.py", 16),
+        Frame("_fn", f"{site}/_dynamo/eval_frame.py", 655),
+        Frame("compile_fx", f"{site}/_inductor/compile_fx.py", 1500),
+        Frame("check_call", "/usr/lib/python3.11/subprocess.py", 408),
+        Frame("communicate", "/usr/lib/python3.11/subprocess.py", 1196),
+    ]
+    where = locate(frames).where()
+    assert where.startswith("communicate (subprocess.py:1196) called from main (compile_job.py:16)"), where
+    assert ", inside torch.compile: compiling" in where, where
+    assert "torch.compile" not in locate(frames[:2]).where()

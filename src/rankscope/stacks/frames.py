@@ -210,6 +210,8 @@ class Place:
     gpu_call: Optional[str] = None
     #: The native c10d/gloo/NCCL frame a collective blocks in (``c10d::Work::wait``), with --native.
     native_wait: Optional[str] = None
+    #: Inside torch.compile (TorchDynamo's or Inductor's frames): compiling, not stuck.
+    compiling: bool = False
 
     def where(self) -> str:
         """The place alone: ``all_reduce (torch.distributed) called from sync (train.py:30)``; "" without frames."""
@@ -232,6 +234,8 @@ class Place:
             where = f"{describe_frame(inner)} called from {describe_frame(target)}"
         if self.waiting_on_lock:
             where += ", waiting for a lock"
+        if self.compiling:
+            where += f", inside torch.compile: {COMPILING}"
         return where
 
     def text(self, plural: bool = True) -> str:
@@ -286,7 +290,25 @@ def locate(frames: Sequence[Frame]) -> Place:
     cpp = _cpp_collective(innermost) if innermost is not None else None
     if cpp is not None and gpu_wait(frames) is None:
         return Place(cpp, user[-1] if user else None, innermost, native_wait=_work_wait(frames))
-    return Place(None, user[-1] if user else None, innermost, waiting_on_lock=lock, gpu_call=gpu_wait(frames))
+    compiling = any(part in frame.filename for frame in python_frames for part in _COMPILERS)
+    return Place(
+        None,
+        user[-1] if user else None,
+        innermost,
+        waiting_on_lock=lock,
+        gpu_call=gpu_wait(frames),
+        compiling=compiling,
+    )
+
+
+#: TorchDynamo and Inductor (torch/_dynamo/, torch/_inductor/): a stack through them is compiling. A
+#: real job's first step under torch.compile on one rank (Inductor building C++ with gcc) looked like
+#: ``Popen.communicate (subprocess.py)`` with 65 frames of torch folded away.
+_COMPILERS = ("torch/_dynamo/", "torch/_inductor/")
+COMPILING = (
+    "compiling (the first steps of a compiled function take minutes, and one rank that recompiles, "
+    "for a new shape, keeps the others waiting: a slow step, not a hang, unless it never ends)"
+)
 
 
 #: The autograd engine as the innermost Python frame: ``_engine_run_backward`` (torch >= 2.3, in
