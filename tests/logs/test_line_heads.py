@@ -365,3 +365,45 @@ def test_python_logging_s_head_before_every_line_is_removed(tmp_path: Path, stam
     assert {g["role"] for g in data["groups"]} == {"culprit", "victim"}
     records = f"{stamp}step 1 loss 2.3\n{stamp}step 2 loss 2.2\n".encode()
     assert sniff_head(records) is None  # a logger's records, not output put through it
+
+
+def _timeouts(ranks: range, world_line: str) -> str:
+    out = [world_line]
+    for rank in ranks:
+        out.append(
+            f"[rank{rank}]:[E1204 03:11:40.512 ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective "
+            "operation timeout: WorkNCCL(SeqNum=1, OpType=BROADCAST, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) "
+            "ran for 1800000 milliseconds before timing out."
+        )
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(
+    "world_line",
+    [
+        "All distributed processes registered. Starting with 4 processes",
+        "gpu-c-12:3310549:3310702 [1] NCCL INFO ncclCommInitRank comm 0x551e1c0a7b0 rank 1 nranks 4 cudaDev 1 "
+        "nvmlDev 1 busId 41000 commId 0x9f12aa07c3d4e5f6 - Init COMPLETE",
+    ],
+)
+def test_the_one_rank_of_a_known_world_that_reported_no_timeout_is_named(world_line: str) -> None:
+    """Ranks 1-3 of 4 time out in a broadcast (a public Lightning thread's shape: rank 0 was still in
+    its data setup); the job's size is in the log (Lightning's count, NCCL's nranks): rank 0, the one
+    that reported no timeout, is named (it was `who: null`). Two absent, or no size: nobody."""
+    verdict = decide(_evidence(_timeouts(range(1, 4), world_line)))
+    assert verdict is not None and verdict.cause == "watchdog_timeout"
+    assert verdict.who == "0" and "rank 0 is the one rank of the 4" in verdict.what, verdict
+    assert verdict.ranks == "1-3"
+    two = decide(_evidence(_timeouts(range(2, 4), world_line)))
+    assert two is not None and two.who is None
+    unknown = decide(_evidence(_timeouts(range(1, 4), "step 1")))
+    assert unknown is not None and unknown.who is None
+
+
+def test_why_says_the_absent_rank_never_joined(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_text(_timeouts(range(1, 4), "All distributed processes registered. Starting with 4 processes"))
+    verdict = run_cli("why", "--log", str(log), "--json").json()["verdict"]
+    assert verdict["text"].startswith("rank 0 reported no timeout, the likely rank that never joined"), (
+        verdict
+    )

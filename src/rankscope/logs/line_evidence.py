@@ -74,6 +74,12 @@ _SIGNALS = tuple(
 #: What a watchdog timeout usually means, said after it: true of most multi-rank jobs, not of a job
 #: whose recorder shows one rank alone (rankscope.why.findings says less then).
 NEVER_JOINED = "they waited for a rank that never joined it"
+#: The one rank of a job of known size that reported no timeout of the collective the others timed out in.
+ABSENT = "that reported no timeout: likely the one that never joined"
+#: The job's size as the log tells it: NCCL's ``comm 0x.. rank 1 nranks 4`` (INFO), Lightning's
+#: ``All distributed processes registered. Starting with 4 processes``.
+_NRANKS = re.compile(rb"\brank \d+ nranks (\d+)\b")
+_STARTING = re.compile(rb"processes registered\. Starting with (\d+) processes")
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(([^)]*)\)")
 _WORK = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=([^,)\s]+)")
 #: torch's own rank in its NCCL lines: ``[Rank 5]``, ``[PG 2 Rank 1]``, ``[PG 0 (default_pg) Rank 1]`` (2.4),
@@ -387,6 +393,8 @@ class LineEvidence:
     exception_lines: dict[bytes, list[tuple[str, str, int, int, Optional[int]]]] = field(default_factory=dict)
     findings_: list[Finding] = field(default_factory=list)
     watch: dict[object, _Watch] = field(default_factory=dict)
+    #: The world size the log tells (the largest NCCL communicator's, Lightning's count); 0: unknown.
+    world: int = 0
     #: Ranks whose watchdog the heartbeat monitor found stuck: key -> (who, rank, seconds, source, line,
     #: order, glog time).
     stuck: dict[object, tuple[Optional[str], Optional[int], str, str, int, int, Optional[str]]] = field(
@@ -538,6 +546,9 @@ class LineEvidence:
                 self._scan(chunk, b"Killed process", self._kernel_oom, line_at)
         if unprefixed and b"NVRM: Xid" in chunk:  # the GPU driver's kernel lines pasted beside the job's
             self._scan(chunk, b"NVRM: Xid", self._xid, line_at)
+        if b"processes registered" in chunk:
+            for size in _STARTING.finditer(chunk):
+                self.world = max(self.world, int(size.group(1)))
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
         finished = launchers and (b"inish" in chunk or b"exit barrier" in chunk)
@@ -596,6 +607,8 @@ class LineEvidence:
             handler(chunk[start:end], line_at(start))
 
     def _nccl_or_torch(self, line: bytes, line_no: int) -> None:
+        if b" nranks " in line and (size := _NRANKS.search(line)) is not None:
+            self.world = max(self.world, int(size.group(1)))
         if b"NCCL WARN" in line:
             self._nccl(line, line_no)
         elif b"Watchdog caught" in line:
@@ -1523,6 +1536,15 @@ class LineEvidence:
             for k in keys
         }
 
+    def _absent(self, ranks: list[int], watches: list[_Watch]) -> list[int]:
+        """The ranks of the job (its size known from the log) that reported no timeout, where every rank
+        that did timed out in the same collective of the default group; else none."""
+        if not self.world or not ranks or max(ranks) >= self.world or len({w.pg for w in watches}) != 1:
+            return []
+        if watches[0].pg not in (None, "0") or len({(w.seq, w.op) for w in watches}) != 1:
+            return []
+        return sorted(set(range(self.world)) - set(ranks))
+
     def _watchdog_findings(self) -> list[Finding]:
         stuck = self._stuck_finding()
         if not self.watch:
@@ -1575,6 +1597,13 @@ class LineEvidence:
                 text += f"{NEVER_JOINED} ({ahead} had passed it and timed out later, at {at})"
             else:
                 text += NEVER_JOINED
+                absent = self._absent(ranks, watches)
+                if len(absent) == 1:
+                    who = str(absent[0])
+                    text += (
+                        f"; rank {absent[0]} is the one rank of the {self.world} (the job's size in this log) "
+                        f"{ABSENT}"
+                    )
             out = [
                 Finding(
                     Kind.WATCHDOG,

@@ -17,7 +17,7 @@ from rankscope.folding import RankSet
 from rankscope.logs.analyse import still_running, still_running_words
 from rankscope.logs.cuda import short_oom
 from rankscope.logs.finished import finished_early, finished_words
-from rankscope.logs.line_evidence import CPP_UNCAUGHT
+from rankscope.logs.line_evidence import ABSENT, CPP_UNCAUGHT
 from rankscope.logs.nccl_reason import CITED
 from rankscope.model import parse_label
 from rankscope.why.findings import all_findings, ended_main, frame_words, rank_word, signal_name
@@ -228,6 +228,9 @@ def _hypothesis(
         words = f"aborted on an uncaught C++ exception: {_short(finding.what.removesuffix(CPP_UNCAUGHT))}"
     if finding.cause == "collective_desync":
         words = _desync_words(finding.what, words, _elsewhere(gathered, _ranks_of(finding)))
+    if finding.cause == "watchdog_timeout" and ABSENT in finding.what:
+        timed_out = finding.what.split(";")[0].split(": ")[0]
+        words = f"reported no timeout, the likely rank that never joined: {timed_out}"
     if lent is not None:
         text = f"{local_words(lent)} {words}"
     elif finding.cause == "all_waiting" or not ranks:
