@@ -17,6 +17,7 @@ Every run names its target with --pid (other tests' jobs may run beside these).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -467,3 +468,37 @@ def test_a_rank_stopped_by_sigstop_is_named_stopped_not_gone(
     assert f"kill -CONT {stopped}" in str(verdict), verdict
     states = {s["state"]: s["ranks"] for s in doc["ranks"]}
     assert states.get(f"stopped (SIGSTOP): resume it with kill -CONT {stopped}") == "1", states
+
+
+def _ppid(pid: int) -> int:
+    entry = procfs.process(pid)
+    return entry.ppid if entry is not None else -1
+
+
+def test_one_rank_of_a_job_whose_launcher_was_killed_brings_its_peers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """torchrun killed with SIGKILL: its ranks live on, children of init, still hung. `why --pid` of
+    one of them named the others "gone" (the job was that one process); it now finds the ranks of its
+    rendezvous, as `stacks` does without a target, and names the one elsewhere."""
+    workdir = tmp_path_factory.mktemp("orphans")
+    with torchrun_job(workdir, "--scenario", "lock", "--culprit", "1", nproc=3) as job:
+        workers = job.worker_pids()
+        waiting = _rank_pid(job, 0)
+        os.kill(job.pid, signal.SIGKILL)
+        try:
+            _wait(
+                lambda: procfs.stat_fields(job.pid) is None or procfs.stat_fields(job.pid)[0] == "Z",
+                "torchrun",
+            )
+            _wait(lambda: all(_ppid(pid) != job.pid for pid in workers), "the ranks were not reparented")
+            doc = run_cli("why", "--pid", str(waiting), "--json").json()
+        finally:
+            for pid in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    verdict = doc["verdict"]
+    assert verdict["ranks"] == [1] and verdict["cause"] == "elsewhere", verdict
+    assert "gone" not in json.dumps(doc["ranks"]) and "not found" not in json.dumps(doc["ranks"]), doc[
+        "ranks"
+    ]
