@@ -407,3 +407,26 @@ def test_why_says_the_absent_rank_never_joined(tmp_path: Path) -> None:
     assert verdict["text"].startswith("rank 0 reported no timeout, the likely rank that never joined"), (
         verdict
     )
+
+
+def test_a_worker_s_death_after_its_own_ib_error_is_that_error_s_consequence() -> None:
+    """Ray's raylet reports the worker that died (IP and PID) after that worker's own NCCL NET/IB
+    completion error (a public OpenRLHF thread's shape): the IB error is the verdict, the death its
+    consequence (the death was the verdict). Another worker's death stays a culprit."""
+    ib = (
+        "(LLMRayActor pid=90738, ip=10.9.0.4) h:90738:93311 [3] transport/net_ib.cc:1689 NCCL WARN NET/IB : "
+        "Got completion from peer 10.9.0.7<47711> with status=12 opcode=0 len=0 vendor err 129 (Recv)\n"
+    )
+    died = (
+        "(raylet, ip=10.9.0.4) A worker died or was killed while executing a task by an unexpected system "
+        "error. To troubleshoot the problem, check the logs for the dead worker. Worker IP address: 10.9.0.4 "
+        "Worker port: 10011 Worker PID: {pid} Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+        "unexpectedly exits with a connection error code 2. End of file.\n"
+    )
+    verdict = decide(_evidence("step 1\n" + ib + died.format(pid=90738)))
+    assert verdict is not None and verdict.cause == "nccl:ib_completion_12", verdict
+    findings = _evidence("step 1\n" + ib + died.format(pid=90738))
+    (death,) = [f for f in findings if f.cause == "worker_died"]
+    assert death.role == VICTIM and "after its own network error" in death.what
+    other = _evidence("step 1\n" + ib + died.format(pid=555))
+    assert [f.role for f in other if f.cause == "worker_died"] == [CULPRIT]

@@ -332,6 +332,39 @@ def _aborted_by_watchdog(finding: Finding, why: str = WATCHDOG_ABORT) -> Finding
     return replace(finding, role=VICTIM, what=finding.what + why, next_step="")
 
 
+#: A launcher's report of a death that a network error of the same process (NCCL's NET/IB
+#: completion error) came before: the death is that error's consequence (a Ray raylet's "worker died"
+#: after the worker's own IB error, a public OpenRLHF thread's shape).
+_DIES_OF_NETWORK = frozenset({"worker_died", "sigabrt"})
+
+
+def _died_of_its_network_error(out: list[Finding]) -> list[Finding]:
+    """Matched by the process's pid (``host,pid=N``: NCCL's line names its host by name, the raylet by
+    its IP), in one source."""
+    network = {
+        (f.source, pid): f
+        for f in out
+        if f.kind == Kind.NETWORK and f.role == CULPRIT and (pid := _pid_of(f.who)) is not None
+    }
+
+    def explained(f: Finding) -> Finding:
+        pid = _pid_of(f.who)
+        cause = network.get((f.source, pid)) if pid is not None else None
+        if f.kind != Kind.LAUNCHER or f.role != CULPRIT or f.cause not in _DIES_OF_NETWORK or cause is None:
+            return f
+        if cause.source != f.source or cause.order > f.order:
+            return f
+        after = f" after its own network error (line {cause.line}: {cause.cause}): a consequence"
+        return replace(f, role=VICTIM, what=f.what + after, next_step="")
+
+    return [explained(f) for f in out] if network else out
+
+
+def _pid_of(who: Optional[str]) -> Optional[int]:
+    found = re.search(r",pid=(\d+)$", who or "")
+    return int(found.group(1)) if found else None
+
+
 def signal_cause(number: int) -> str:
     return _SIGNAL_NAMES.get(number, f"signal_{number}")
 
@@ -1463,7 +1496,7 @@ class LineEvidence:
             nccl.append(self._watchdog_ended)
         if nccl:  # an NCCL error (a NET/IB completion error, a CUDA failure in NCCL): the abort is torch's answer to it
             out = [_aborted_by_watchdog(f, NCCL_ABORT) if f.order > min(nccl) else f for f in out]
-        return [*self._aborted_at_exit(out), *watchdog]
+        return [*_died_of_its_network_error(self._aborted_at_exit(out)), *watchdog]
 
     def _aborted_at_exit(self, out: list[Finding]) -> list[Finding]:
         """A launcher's report of a rank's SIGABRT (a culprit) after libstdc++'s ``terminate called
