@@ -500,10 +500,11 @@ def workers_of(pid: int, table: ProcessTable, host: Optional[str] = None) -> Job
             Job(launcher=kind, launcher_pid=pid, launcher_cmdline=info.command, workers=workers)
         )
     launcher_pid = table.nearest_launcher(pid)
-    if launcher_pid is None and table.has_rank(pid):
+    if launcher_pid is None and table.has_rank(pid) and info.ppid in (0, 1):
         # a rank whose launcher is gone (killed: its workers live on, children of init): the other
         # ranks of its rendezvous, as `stacks` groups them without a target (seen on a real job: `why
-        # --pid` of one rank called the others "gone")
+        # --pid` of one rank called the others "gone"). A rank of a job started without a launcher
+        # (its parent alive) is the one process named, as before.
         mine = [job for job in discover(table, host).jobs if pid in {w.pid for w in job.workers}]
         if mine and len(mine[0].workers) > 1:
             return mine[0]
