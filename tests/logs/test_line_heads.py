@@ -430,3 +430,44 @@ def test_a_worker_s_death_after_its_own_ib_error_is_that_error_s_consequence() -
     assert death.role == VICTIM and "after its own network error" in death.what
     other = _evidence("step 1\n" + ib + died.format(pid=555))
     assert [f.role for f in other if f.cause == "worker_died"] == [CULPRIT]
+
+
+NCCL_OOM_WITH_SUMMARY = """\
+gpu7:51201:51300 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer gpu7-ib<38811>
+gpu7:51204:51320 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'
+gpu7:51204:51320 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2024-03-12_14:20:52
+  host      : gpu7
+  rank      : 3 (local_rank: 3)
+  exitcode  : 1 (pid: 51204)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2024-03-12_14:20:52
+  host      : gpu7
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 51201)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_an_nccl_line_s_pid_gets_its_rank_from_torchrun_s_summary(tmp_path: Path) -> None:
+    """NCCL's WARN lines name their process (`host:pid:tid`), torchrun's summary the same pid's rank
+    (a public NCCL thread's shape: the out-of-memory process was rank 3, the summary's root cause rank
+    0): the verdict names rank 3 (it named the pid only)."""
+    log = tmp_path / "job.log"
+    log.write_text(NCCL_OOM_WITH_SUMMARY)
+    verdict = run_cli("logs", "errors", str(log), "--json").json()["verdict"]
+    assert (verdict["who"], verdict["global_rank"]) == ("gpu7,pid=51204", 3), verdict
+    why = run_cli("why", "--log", str(log), "--json").json()["verdict"]
+    assert why["text"] == "rank 3: NCCL WARN Cuda failure 'out of memory'", why

@@ -179,7 +179,22 @@ def with_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding
     """The findings read beside torchrun's failure summary: a local rank its one node's summary names
     gets that entry's global rank, and a summary entry of a death the lines already show as a
     consequence (the watchdog's abort) takes that role."""
-    return _deaths_explained(_named_by_summary(findings, exits), exits)
+    return _deaths_explained(_named_by_pid(_named_by_summary(findings, exits), exits), exits)
+
+
+def _named_by_pid(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
+    """An NCCL line names its process (``host,pid=N``: ``gn4410:2817734:2820201 [3] ... NCCL WARN``);
+    torchrun's summary gives the same pid's global rank (``exitcode : 1 (pid: 2817734)``)."""
+    by_pid = {e.pid: e.rank for e in exits if e.pid is not None}
+    if not by_pid:
+        return findings
+
+    def named(f: Finding) -> Finding:
+        found = re.search(r",pid=(\d+)$", f.who or "") if f.global_rank is None else None
+        rank = by_pid.get(int(found.group(1))) if found else None
+        return replace(f, global_rank=rank) if rank is not None else f
+
+    return [named(f) for f in findings]
 
 
 def _named_by_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:

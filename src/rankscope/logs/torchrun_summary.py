@@ -46,6 +46,8 @@ class RankExit:
     root_cause: bool
     #: The ``(local_rank: N)`` of its ``rank :`` field, where printed.
     local_rank: Optional[int] = None
+    #: The ``(pid: N)`` of its ``exitcode :`` field, where printed.
+    pid: Optional[int] = None
 
     @property
     def how(self) -> str:
@@ -54,6 +56,9 @@ class RankExit:
         if self.exitcode is not None and self.exitcode < 0:
             return f"signal {-self.exitcode}"
         return f"exit {self.exitcode}"
+
+
+_PID = re.compile(rb"\(pid: (\d+)\)")
 
 
 def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"") -> list[RankExit]:
@@ -68,6 +73,7 @@ def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"
             local = _LOCAL.search(fields[b"rank"])
             code = _EXIT.search(fields.get(b"exitcode", b""))
             signal = _SIGNAL.search(fields.get(b"traceback", b""))
+            pid = _PID.search(fields.get(b"exitcode", b""))
             if number is not None:
                 exits.append(
                     RankExit(
@@ -77,6 +83,7 @@ def parse_summary_block(lines: list[bytes], root_cause: bool, prefix: bytes = b"
                         signal=signal.group(2).decode() if signal else None,
                         root_cause=root_cause,
                         local_rank=int(local.group(1)) if local else None,
+                        pid=int(pid.group(1)) if pid else None,
                     )
                 )
         fields.clear()

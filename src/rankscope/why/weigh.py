@@ -231,7 +231,11 @@ def _hypothesis(
     if finding.cause == "watchdog_timeout" and ABSENT in finding.what:
         timed_out = finding.what.split(";")[0].split(": ")[0]
         words = f"reported no timeout, the likely rank that never joined: {timed_out}"
-    if lent is not None:
+    named_words = finding.cause in _WORDS or finding.cause in ("python_exception", "cpp_exception")
+    if not named_words and finding.kind in (Kind.NCCL, Kind.NETWORK) and ranks:
+        # NCCL's own words (a WARN line) for a process whose rank is known (torchrun's summary, its pid)
+        text = f"{rank_word(ranks)}: {_short(finding.what, 300)}"
+    elif lent is not None:
         text = f"{local_words(lent)} {words}"
     elif finding.cause == "all_waiting" or not ranks:
         # no rank to name: what the evidence says, after the process it names where it names one
