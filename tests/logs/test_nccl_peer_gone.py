@@ -72,3 +72,42 @@ def test_a_system_error_alone_is_the_root_cause(tmp_path: Path) -> None:
 def test_a_torch_1x_remote_error_is_a_victim_by_its_reason_alone(tmp_path: Path) -> None:
     root, groups = _roles(tmp_path, _traceback(0, REMOTE_1X))
     assert (root, groups) == (None, [("victim", "RuntimeError", "0")])
+
+
+UNPREFIXED_NCCL_ERROR = """\
+torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2897, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3
+ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+Last error:
+Bootstrap : no socket interface found
+
+E1104 07:12:10.430000 5531 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 5601) of binary: /usr/bin/python
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-11-04_07:12:10
+  host      : dgx-a17
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 5601)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def test_an_unprefixed_nccl_error_line_without_its_traceback_is_the_rank_s_error(tmp_path: Path) -> None:
+    """A paste that kept torch's NCCL error line and NCCL's reason but no traceback and no rank prefix
+    (a public NeMo thread's shape: NCCL_SOCKET_IFNAME matched no interface): the error, with NCCL's
+    last error, is the failed rank's (it was "rank 0 exited with an error code, no traceback")."""
+    log = tmp_path / "job.log"
+    log.write_text(UNPREFIXED_NCCL_ERROR)
+    verdict = run_cli("why", "--log", str(log), "--json").json()["verdict"]
+    assert verdict["text"] == (
+        "rank 0 raised torch.distributed.DistBackendError: NCCL error (invalid usage); NCCL's last error: "
+        "Bootstrap : no socket interface found"
+    ), verdict

@@ -423,7 +423,9 @@ class LineEvidence:
     """Feed it blocks of whole lines per source; read :meth:`findings` at the end."""
 
     #: Exception lines per rank label: (text, source, line, order, global rank), the first few.
-    exception_lines: dict[bytes, list[tuple[str, str, int, int, Optional[int]]]] = field(default_factory=dict)
+    exception_lines: dict[Optional[bytes], list[tuple[str, str, int, int, Optional[int]]]] = field(
+        default_factory=dict
+    )
     findings_: list[Finding] = field(default_factory=list)
     watch: dict[object, _Watch] = field(default_factory=dict)
     #: The world size the log tells (the largest NCCL communicator's, Lightning's count); 0: unknown.
@@ -681,7 +683,10 @@ class LineEvidence:
         if not self._nccl_error_here and _NCCL_ERROR in line:
             self._nccl_error_here = True
         label, raw, text = self._split(line)
-        if label is None:
+        if label is None and not nccl_error_line(text.strip().decode("utf-8", "replace")):
+            # without a prefix, only an NCCL error's line is kept (its traceback may be cut from a
+            # paste: torch's words and NCCL's reason after it are the whole story); the others are
+            # their tracebacks' last lines, read there
             return
         text = text.strip()
         match = EXCEPTION_LINE.match(text)
@@ -697,7 +702,9 @@ class LineEvidence:
         (NCCL's error name and ``Last error:``), read from here on (:meth:`_read_on`)."""
         for start, end in _lines_with(chunk, _NCCL_ERROR):
             label, raw, text = self._split(chunk[start:end])
-            if label is not None and EXCEPTION_LINE.match(text.strip()):
+            if EXCEPTION_LINE.match(text.strip()) and (
+                label is not None or nccl_error_line(text.strip().decode("utf-8", "replace"))
+            ):
                 reading = _Reading((self._source, line_at(start)), raw)
                 self._reading.append(reading)
                 self._read_on(chunk, reading, end)
