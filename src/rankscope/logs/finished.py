@@ -34,11 +34,10 @@ FINISHED = "workers_finished"
 #: A local rank missing from its node's torchrun failure summary, which lists every worker that failed
 #: or that it stopped: that worker had exited 0 before (torchrun reports no exit 0).
 LEFT = "not_in_summary"
-NEEDLES = (
-    b"worker group successfully finished",
-    b"(WorkerState.SUCCEEDED)",
-    b"Error waiting on exit barrier",
-)
+#: Looked for in blocks with lines no rank prefix names (the INFO line; the ``Local worker group finished
+#: (WorkerState.SUCCEEDED)`` line comes with it); the exit barrier's error on the lines with ``Error``.
+NEEDLE = b"worker group successfully finished"
+BARRIER_NEEDLE = b"Error waiting on exit barrier"
 
 
 def finished_finding(who: Optional[str], source: str, line: int, order: int) -> Finding:

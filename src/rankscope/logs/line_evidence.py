@@ -28,7 +28,8 @@ from rankscope.logs.deepspeed import NEEDLES as DEEPSPEED_NEEDLES
 from rankscope.logs.deepspeed import DeepSpeedLaunchers
 from rankscope.logs.fatal import NEEDLE as FATAL_NEEDLE
 from rankscope.logs.fatal import SIGNAL_CAUSES, FatalDump, fatal_findings, parse_dumps
-from rankscope.logs.finished import NEEDLES as FINISHED_NEEDLES
+from rankscope.logs.finished import BARRIER_NEEDLE as FINISHED_BARRIER
+from rankscope.logs.finished import NEEDLE as FINISHED_NEEDLE
 from rankscope.logs.finished import finished_finding
 from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, XID_PROGRAM, xid_line, xid_step, xid_words
@@ -581,15 +582,17 @@ class LineEvidence:
                 self._scan(chunk, b"Killed process", self._kernel_oom, line_at)
         if unprefixed and b"NVRM: Xid" in chunk:  # the GPU driver's kernel lines pasted beside the job's
             self._scan(chunk, b"NVRM: Xid", self._xid, line_at)
-        if b"processes registered" in chunk:
+        # each scan of a block costs 0.1-0.4 s a GiB: these look only where a line of the block has no
+        # rank prefix (Lightning's and torchrun's agent's own lines have none)
+        if unprefixed and b"processes registered" in chunk:
             for size in _STARTING.finditer(chunk):
                 self.world = max(self.world, int(size.group(1)))
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
-        finished = launchers and (b"inish" in chunk or b"exit barrier" in chunk)
-        for needle in FINISHED_NEEDLES if finished else ():
-            if needle in chunk:
-                self._scan(chunk, needle, self._finished, line_at)
+        if (
+            unprefixed and FINISHED_NEEDLE in chunk
+        ):  # at LOGLEVEL=INFO; its exit barrier's error: _exception_line
+            self._scan(chunk, FINISHED_NEEDLE, self._finished, line_at)
         if unprefixed and (b"OOMKilled" in chunk or b"Evicted" in chunk):  # kubectl get pods, describe pod
             for event in pod_events(chunk):
                 line_no = line_at(chunk.rfind(b"\n", 0, event.at) + 1)
@@ -599,7 +602,7 @@ class LineEvidence:
                     self._evicted(event.pod, event.message, line_no)
         if b"*" in chunk and b"*** Process received signal" in chunk:  # "*": memchr, 4x faster
             self._native(chunk, line_at)
-        if _NO_EXCEPTION_NEEDLE in chunk and len(self._at_exit) < KEPT_DUMPS:
+        if self._crash_here and _NO_EXCEPTION_NEEDLE in chunk and len(self._at_exit) < KEPT_DUMPS:
             for start, _end in _lines_with(chunk, _NO_EXCEPTION_NEEDLE):
                 label = self._split(chunk[start:_end])[0]
                 who = label_text(label) if label is not None else None
@@ -677,6 +680,11 @@ class LineEvidence:
     def _exception_line(self, line: bytes, line_no: int) -> None:
         if _TERMINATE_NEEDLE in line:  # a C++ exception's type (c10::Error, c10::DistBackendError, ...)
             self._terminate_here = True
+            return
+        if (
+            FINISHED_BARRIER in line
+        ):  # torchrun's agent after its workers all exited 0 (rankscope.logs.finished)
+            self._finished(line, line_no)
             return
         if not self._c10d_here and any(word in line for word in C10D_WORDS):
             self._c10d_here = True
