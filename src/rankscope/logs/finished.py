@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Optional
 
 from rankscope.evidence import HANDLED, Finding, Kind
+from rankscope.folding import RankSet
 from rankscope.logs.torchrun_summary import SUMMARY_SOURCE, RankExit
 
 FINISHED = "workers_finished"
@@ -79,7 +80,7 @@ def left_findings(exits: Sequence[RankExit]) -> list[Finding]:
                     LEFT,
                     HANDLED,
                     str(rank) if rank is not None else str(local),
-                    f"torchrun's failure summary on {host} lists local ranks {_fold(listed)} but not "
+                    f"torchrun's failure summary on {host} lists local ranks {RankSet.of(listed)} but not "
                     f"{local}: {who} had exited 0 before the failure (torchrun reports no exit 0)",
                     None,
                     SUMMARY_SOURCE,
@@ -90,12 +91,6 @@ def left_findings(exits: Sequence[RankExit]) -> list[Finding]:
                 )
             )
     return out
-
-
-def _fold(ranks: set[int]) -> str:
-    from rankscope.folding import RankSet
-
-    return str(RankSet.of(ranks))
 
 
 def finished_early(findings: Sequence[Finding]) -> list[Finding]:
