@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from tests.support.cli import run_cli
 from tests.support.line_findings import line_findings
+from tests.support.torchrun_text import failure_summary
 
 from rankscope.evidence import CULPRIT, VICTIM, Finding, Kind, decide
 from rankscope.logs.heads import sniff_head
@@ -432,33 +433,11 @@ def test_a_worker_s_death_after_its_own_ib_error_is_that_error_s_consequence() -
     assert [f.role for f in other if f.cause == "worker_died"] == [CULPRIT]
 
 
-NCCL_OOM_WITH_SUMMARY = """\
-gpu7:51201:51300 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer gpu7-ib<38811>
-gpu7:51204:51320 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'
-gpu7:51204:51320 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-train.py FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2024-03-12_14:20:52
-  host      : gpu7
-  rank      : 3 (local_rank: 3)
-  exitcode  : 1 (pid: 51204)
-  error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2024-03-12_14:20:52
-  host      : gpu7
-  rank      : 0 (local_rank: 0)
-  exitcode  : 1 (pid: 51201)
-  error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-============================================================
-"""
+NCCL_OOM_WITH_SUMMARY = (
+    "gpu7:51201:51300 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed by remote peer gpu7-ib<38811>\n"
+    "gpu7:51204:51320 [3] include/alloc.h:178 NCCL WARN Cuda failure 'out of memory'\n"
+    "gpu7:51204:51320 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc 6291456 bytes\n"
+) + failure_summary(0, 0, "gpu7", 51201, "2024-03-12_14:20:52", other=(3, 3, 51204))
 
 
 def test_an_nccl_line_s_pid_gets_its_rank_from_torchrun_s_summary(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from tests.support.cli import run_cli
+from tests.support.torchrun_text import failure_summary
 
 SYSTEM_1X = [
     "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system "
@@ -74,30 +75,15 @@ def test_a_torch_1x_remote_error_is_a_victim_by_its_reason_alone(tmp_path: Path)
     assert (root, groups) == (None, [("victim", "RuntimeError", "0")])
 
 
-UNPREFIXED_NCCL_ERROR = """\
-torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:2897, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3
-ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
-Last error:
-Bootstrap : no socket interface found
-
-E1104 07:12:10.430000 5531 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) local_rank: 0 (pid: 5601) of binary: /usr/bin/python
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-train.py FAILED
-------------------------------------------------------------
-Failures:
-  <NO_OTHER_FAILURES>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2025-11-04_07:12:10
-  host      : dgx-a17
-  rank      : 0 (local_rank: 0)
-  exitcode  : 1 (pid: 5601)
-  error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-============================================================
-"""
+UNPREFIXED_NCCL_ERROR = (
+    "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:2897, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.27.3\n"
+    "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+    "Last error:\n"
+    "Bootstrap : no socket interface found\n\n"
+    "E1104 07:12:10.430000 5531 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: 1) "
+    "local_rank: 0 (pid: 5601) of binary: /usr/bin/python\n"
+) + failure_summary(0, 0, "dgx-a17", 5601, "2025-11-04_07:12:10")
 
 
 def test_an_unprefixed_nccl_error_line_without_its_traceback_is_the_rank_s_error(tmp_path: Path) -> None:
