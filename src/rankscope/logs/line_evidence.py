@@ -326,9 +326,11 @@ def _aborted_by_watchdog(finding: Finding, why: str = WATCHDOG_ABORT) -> Finding
     error), so the death is no cause of its own; so is faulthandler's dump of that abort (``Fatal
     Python error: Aborted``). A SIGABRT reported before any such line (a rank that aborted first)
     stays a culprit."""
-    if finding.kind not in (Kind.LAUNCHER, Kind.NATIVE_CRASH) or finding.cause != "sigabrt":
-        return finding
-    if finding.role != CULPRIT:
+    if (
+        finding.kind not in (Kind.LAUNCHER, Kind.NATIVE_CRASH)
+        or finding.cause != "sigabrt"
+        or finding.role != CULPRIT
+    ):
         return finding
     return replace(finding, role=VICTIM, what=finding.what + why, next_step="")
 
@@ -353,7 +355,7 @@ def _died_of_its_network_error(out: list[Finding]) -> list[Finding]:
         cause = network.get((f.source, pid)) if pid is not None else None
         if f.kind != Kind.LAUNCHER or f.role != CULPRIT or f.cause not in _DIES_OF_NETWORK or cause is None:
             return f
-        if cause.source != f.source or cause.order > f.order:
+        if cause.order > f.order:  # the death came first: the error may be its consequence
             return f
         after = f" after its own network error (line {cause.line}: {cause.cause}): a consequence"
         return replace(f, role=VICTIM, what=f.what + after, next_step="")
@@ -589,9 +591,8 @@ class LineEvidence:
                 self.world = max(self.world, int(size.group(1)))
         if launchers and STOPPED_NEEDLE in chunk:
             self._scan(chunk, STOPPED_NEEDLE, self._stopped, line_at)
-        if (
-            unprefixed and FINISHED_NEEDLE in chunk
-        ):  # at LOGLEVEL=INFO; its exit barrier's error: _exception_line
+        # torchrun's agent at LOGLEVEL=INFO (its exit barrier's error is read by _exception_line)
+        if unprefixed and FINISHED_NEEDLE in chunk:
             self._scan(chunk, FINISHED_NEEDLE, self._finished, line_at)
         if unprefixed and (b"OOMKilled" in chunk or b"Evicted" in chunk):  # kubectl get pods, describe pod
             for event in pod_events(chunk):
@@ -681,9 +682,8 @@ class LineEvidence:
         if _TERMINATE_NEEDLE in line:  # a C++ exception's type (c10::Error, c10::DistBackendError, ...)
             self._terminate_here = True
             return
-        if (
-            FINISHED_BARRIER in line
-        ):  # torchrun's agent after its workers all exited 0 (rankscope.logs.finished)
+        # torchrun's agent after its workers all exited 0 (rankscope.logs.finished)
+        if FINISHED_BARRIER in line:
             self._finished(line, line_no)
             return
         if not self._c10d_here and any(word in line for word in C10D_WORDS):

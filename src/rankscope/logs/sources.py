@@ -194,9 +194,9 @@ def _from_log_dir(path: Path) -> Optional[LogSource]:
 def _plain(path: Path) -> LogSource:
     """A file of no known layout; the rank its name gives, if any (:data:`_NAMED_RANK`)."""
     named = _NAMED_RANK.findall(path.name)
-    return LogSource(
-        str(path), path, named_label=named[0].lstrip("0").encode() or b"0" if len(named) == 1 else None
-    )
+    if len(named) != 1:  # none, or several (rank0_rank1.log): no one rank's
+        return LogSource(str(path), path)
+    return LogSource(str(path), path, named_label=str(int(named[0])).encode())
 
 
 def discover(inputs: Sequence[str]) -> list[LogSource]:
