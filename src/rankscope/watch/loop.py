@@ -602,6 +602,9 @@ class Watcher:
             entry["working"] = (
                 "the ranks found elsewhere ran on the CPU: a long step, or a loop that never ends"
             )
+        lead = self._early_lead(result)
+        if lead:
+            entry["lead"] = lead
         with contextlib.suppress(OSError):
             write_private(
                 result.directory, "watch.json", json.dumps({**entry, "argv": result.argv}, indent=1).encode()
@@ -622,6 +625,8 @@ class Watcher:
             )
             return
         self.say(capture_line(trigger, result.verdict, result.ranks, str(result.directory)))
+        if lead:
+            self.say(note(f"lead: {lead}"))
         if working:
             who = RankSet.of(result.ranks).phrase()
             held = "; --then kill holds off" if self.options.then == "kill" else ""
@@ -631,6 +636,20 @@ class Watcher:
                     f"a checkpoint) or a loop that never ends{held}; watching on"
                 )
             )
+
+    def _early_lead(self, result: CaptureResult) -> str:
+        """Where the capture named no culprit: the ranks of this generation the watcher saw exit 0 while
+        the others still ran (a capture reads the job's output and stacks, where an exit 0 leaves no
+        trace: seen on a real 3-rank job whose rank 0 called sys.exit(0) before an all_reduce)."""
+        early = [e for e, _at in self.decider.early if e.code == 0] if self.decider is not None else []
+        if result.ranks or not early:
+            return ""
+        who = RankSet.of(e.rank for e in early if e.rank is not None).phrase() or "a worker"
+        pids = ", ".join(str(e.pid) for e in early)
+        return (
+            f"{who} (pid {pids}) exited with code 0 while the others still ran: it likely returned from "
+            "its main (or called sys.exit) before a collective the others were in"
+        )
 
     def _at_end(self, code: int) -> None:
         """The job ended: the dumps its ranks left go into the last capture of a death (else the last
