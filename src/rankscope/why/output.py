@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional, cast
 
 from rankscope import procfs
+from rankscope.folding import RankSet
 from rankscope.why.report import FAILED, READ
 from rankscope.why.signals import Gathered
 
@@ -273,6 +274,19 @@ def read_logs(
             gathered.log_places[(tb.source, tb.line_number)] = (
                 f"{frame.function} ({os.path.basename(frame.filename)}:{frame.line})"
             )
+        # torch's global ranks of the copies, else their labels where each is a plain number (one node's
+        # log, as a lone traceback's label is read: rankscope.why.weigh._ranks_of)
+        labels = [label_text(label) for label in group.labels]
+        plain = all(label is not None and label.isdigit() for label in labels)
+        ranks = (
+            RankSet.parse(group.global_ranks)
+            if group.global_ranks
+            else RankSet.of(int(label) for label in labels if label)
+            if plain
+            else RankSet()
+        )
+        if len(ranks) > 1:
+            gathered.log_group_ranks[(tb.source, tb.line_number)] = list(ranks)
     for key, reason in counts.nccl_reasons.items():
         gathered.log_reasons[key] = reason.evidence()
     for group in report.groups:  # the exceptions it was raised while handling (`raise X from Y`: Y)

@@ -27,6 +27,9 @@ class Gathered:
     #: (source, line) -> ``function (file:line)``.
     log_findings: list[Finding] = field(default_factory=list)
     log_places: dict[tuple[str, int], str] = field(default_factory=dict)
+    #: torch's global ranks of a traceback's group (every copy carried its marker), by its (source, line):
+    #: the ranks that raised that one error, where more than one did.
+    log_group_ranks: dict[tuple[str, int], list[int]] = field(default_factory=dict)
     #: What NCCL said after a finding's error (a DistBackendError's error name and ``Last error:``),
     #: as evidence lines: (source, line) -> ``NCCL's last error: ...``.
     log_reasons: dict[tuple[str, int], list[str]] = field(default_factory=dict)

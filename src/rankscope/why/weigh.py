@@ -221,6 +221,13 @@ def _hypothesis(
 ) -> Hypothesis:
     """``lent``: the launcher's local rank (its ``who``) the finding is about, to be named so."""
     ranks = [] if finding.cause == "all_waiting" else _ranks_of(finding)  # no rank to blame
+    group = (
+        gathered.log_group_ranks.get((finding.source, finding.line))
+        if finding.kind == Kind.TRACEBACK
+        else None
+    )
+    if group and ranks and set(ranks) <= set(group):
+        ranks = group  # every rank that raised the same error, not its first copy's alone
     words = _WORDS.get(finding.cause, finding.cause.replace("_", " "))
     if finding.cause == "python_exception" and finding.what:
         words = f"raised {_nccl_words(finding, gathered) or short_oom(finding.what) or _short(finding.what)}"
