@@ -450,3 +450,5 @@ def test_an_nccl_line_s_pid_gets_its_rank_from_torchrun_s_summary(tmp_path: Path
     assert (verdict["who"], verdict["global_rank"]) == ("gpu7,pid=51204", 3), verdict
     why = run_cli("why", "--log", str(log), "--json").json()["verdict"]
     assert why["text"] == "rank 3: NCCL WARN Cuda failure 'out of memory'", why
+    log.write_text(NCCL_OOM_WITH_SUMMARY.replace("gpu7:", "gpu8:"))  # the same pid on another node
+    assert run_cli("logs", "errors", str(log), "--json").json()["verdict"]["global_rank"] is None

@@ -185,13 +185,14 @@ def with_summary(findings: list[Finding], exits: list[RankExit]) -> list[Finding
 def _named_by_pid(findings: list[Finding], exits: list[RankExit]) -> list[Finding]:
     """An NCCL line names its process (``host,pid=N``: ``gn4410:2817734:2820201 [3] ... NCCL WARN``);
     torchrun's summary gives the same pid's global rank (``exitcode : 1 (pid: 2817734)``)."""
-    by_pid = {e.pid: e.rank for e in exits if e.pid is not None}
+    by_pid = {(e.host.split(".")[0], e.pid): e.rank for e in exits if e.pid is not None}
     if not by_pid:
         return findings
 
     def named(f: Finding) -> Finding:
-        found = re.search(r",pid=(\d+)$", f.who or "") if f.global_rank is None else None
-        rank = by_pid.get(int(found.group(1))) if found else None
+        # the same host too (its short name): a pid is a node's own, other nodes reuse it
+        found = re.fullmatch(r"([^,]+),pid=(\d+)", f.who or "") if f.global_rank is None else None
+        rank = by_pid.get((found.group(1).split(".")[0], int(found.group(2)))) if found else None
         return replace(f, global_rank=rank) if rank is not None else f
 
     return [named(f) for f in findings]
