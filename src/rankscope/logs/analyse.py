@@ -15,7 +15,7 @@ from rankscope.logs.cuda import ASYNC_STEP, HARDWARE_STEP, gpu_hardware_error, i
 from rankscope.logs.dataloader import worker_death_step
 from rankscope.logs.finished import left_findings
 from rankscope.logs.grouping import ErrorGroup, ErrorsReport, RootCause, in_init_process_group
-from rankscope.logs.labels import fold_labels, label_text
+from rankscope.logs.labels import fold_labels, label_text, process_of
 from rankscope.logs.line_evidence import ELSEWHERE_STEP, KILLED_STEP, shell_signal, signal_cause
 from rankscope.logs.roles import Role, user_frame, where_frame
 from rankscope.logs.setup_steps import setup_step
@@ -191,8 +191,8 @@ def _named_by_pid(findings: list[Finding], exits: list[RankExit]) -> list[Findin
 
     def named(f: Finding) -> Finding:
         # the same host too (its short name): a pid is a node's own, other nodes reuse it
-        found = re.fullmatch(r"([^,]+),pid=(\d+)", f.who or "") if f.global_rank is None else None
-        rank = by_pid.get((found.group(1).split(".")[0], int(found.group(2)))) if found else None
+        process = process_of(f.who) if f.global_rank is None else None
+        rank = by_pid.get((process[0].split(".")[0], process[1])) if process else None
         return replace(f, global_rank=rank) if rank is not None else f
 
     return [named(f) for f in findings]

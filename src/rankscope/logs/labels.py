@@ -8,6 +8,7 @@ reader of a label, and :func:`label_text`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 from typing import Optional
@@ -68,3 +69,13 @@ def fold_label_hosts(labels: Iterable[Optional[bytes]]) -> str:
     """The hosts the labels name, folded (``node[1-4]``); ``""`` when none names a host."""
     hosts = {host_and_rank(label)[0] for label in labels if label is not None}
     return fold_hosts(host for host in hosts if host)
+
+
+_PROCESS = re.compile(r"([^,]+),pid=(\d+)")
+
+
+def process_of(who: Optional[str]) -> Optional[tuple[str, int]]:
+    """(host, pid) of a finding's ``who`` that names a process rather than a rank (``host,pid=N``:
+    NCCL's ``host:pid:tid`` lines, Ray's raylet, faulthandler's dumps); None for any other."""
+    found = _PROCESS.fullmatch(who or "")
+    return (found.group(1), int(found.group(2))) if found else None

@@ -34,7 +34,7 @@ from rankscope.logs.finished import finished_finding
 from rankscope.logs.kernel_oom import OomKill, oom_kill
 from rankscope.logs.kernel_xid import XID_CONSEQUENCE, XID_ECC, XID_PROGRAM, xid_line, xid_step, xid_words
 from rankscope.logs.kubernetes import EVICTED_STEP, POD_OOM_STEP, pod_events
-from rankscope.logs.labels import host_and_rank, label_text
+from rankscope.logs.labels import host_and_rank, label_text, process_of
 from rankscope.logs.lone_failure import name_the_lone_failure
 from rankscope.logs.nccl_lines import LINE, SIGNALS
 from rankscope.logs.nccl_reason import NcclReason, nccl_reason
@@ -341,6 +341,11 @@ def _aborted_by_watchdog(finding: Finding, why: str = WATCHDOG_ABORT) -> Finding
 _DIES_OF_NETWORK = frozenset({"worker_died", "sigabrt"})
 
 
+def _pid_of(who: Optional[str]) -> Optional[int]:
+    process = process_of(who)
+    return process[1] if process is not None else None
+
+
 def _died_of_its_network_error(out: list[Finding]) -> list[Finding]:
     """Matched by the process's pid (``host,pid=N``: NCCL's line names its host by name, the raylet by
     its IP), in one source."""
@@ -361,11 +366,6 @@ def _died_of_its_network_error(out: list[Finding]) -> list[Finding]:
         return replace(f, role=VICTIM, what=f.what + after, next_step="")
 
     return [explained(f) for f in out] if network else out
-
-
-def _pid_of(who: Optional[str]) -> Optional[int]:
-    found = re.search(r",pid=(\d+)$", who or "")
-    return int(found.group(1)) if found else None
 
 
 def signal_cause(number: int) -> str:
