@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -271,7 +272,9 @@ def test_a_long_evaluation_on_one_rank_is_captured_but_not_killed(watch, scenari
     assert stalls[0]["verb"] == "why" and stalls[0]["ranks"] == [0] and "working" in stalls[0], stalls[0]
     assert "rank 0 ran on the CPU throughout the samples" in run.stderr
     assert "--then kill: SIGTERM" not in run.stderr
-    assert "but the ranks' stacks move" not in run.stderr  # confirmed at once, not by a lucky sample
+    # never denied by rank 0's moving stack alone while rank 1 sat in its barrier (a denial while rank 1
+    # too was still on its way to the barrier, both stacks moving, is right: seen under CI's load)
+    assert not re.search(r"stacks of pids \d+ moved\)", run.stderr), run.stderr[-3000:]
     assert (run.workdir / "done.0").exists() and (run.workdir / "done.1").exists()
 
 
